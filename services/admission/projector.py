@@ -1,0 +1,185 @@
+"""Projections as a function of the journal (DESIGN.md, Journal: Projections).
+
+``apply`` updates the projection tables for one event. Statements name
+tables unqualified, so the same code serves the live tables (admission) and
+the ``TEMP`` copies a rebuild or a reconciliation replays into (temporary
+tables shadow ``public`` in the search path): one implementation, and a
+row changed directly in a live table shows up as a difference.
+
+Columns that do not come from the journal (an identity's display name, the
+global key directory, subject HMACs) are not projections and are not rebuilt.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import sqlalchemy as sa
+
+from oml.domain import claims as rules
+from oml.domain.canonical import parse_time
+from oml.domain.signing import kid as _kid
+
+# Tables a replay rebuilds, with the columns compared (all journal-derived).
+PROJECTIONS: dict[str, tuple[str, ...]] = {
+    "tenant_keys": ("tenant_id", "kid", "purpose", "version", "public_key", "registered_seq", "retired_seq"),
+    "identities": ("tenant_id", "identity_id", "kind", "created_seq"),
+    "workareas": ("tenant_id", "node_id", "parent_id", "label", "path", "development", "pii_policy", "created_seq"),
+    "principals": ("tenant_id", "principal_id", "identity_id", "role", "roots", "secret_hash", "created_seq", "revoked_seq"),
+    "claims": ("tenant_id", "claim_id", "workarea_id", "kind", "simulation_id", "created_seq", "erased_seq", "legal_hold"),
+    "claim_versions": (
+        "tenant_id", "version_id", "claim_id", "version_no", "workarea_id", "kind", "provenance", "status", "tainted",
+        "simulation_id", "author_principal", "author_identity", "reviewer_principal", "reviewer_identity",
+        "self_signed", "supersedes", "valid_from", "valid_to", "confidence", "artifact_id", "ciphertext_sha256",
+        "created_at", "submitted_seq", "decided_seq",
+    ),
+    "tip_intervals": ("tenant_id", "claim_id", "version_id", "from_seq", "from_at", "to_seq", "to_at"),
+    "claim_edges": ("tenant_id", "version_id", "claim_id", "derived_from"),
+    "simulations": ("tenant_id", "simulation_id", "audience", "opened_seq", "closed_seq"),
+    "retention_policies": ("tenant_id", "readlog_days", "set_seq"),
+}
+
+
+def _ts(v: str | None) -> dt.datetime | None:
+    return parse_time(v) if v else None
+
+
+def current_tip(conn: sa.Connection, tenant: str, claim_id: str) -> str | None:
+    v = conn.execute(
+        sa.text("SELECT version_id FROM tip_intervals WHERE tenant_id = :t AND claim_id = :c AND to_seq IS NULL"),
+        {"t": tenant, "c": claim_id},
+    ).scalar()
+    return str(v) if v else None
+
+
+def _close_tip(conn, tenant, claim_id, seq, at) -> None:
+    conn.execute(
+        sa.text("UPDATE tip_intervals SET to_seq = :s, to_at = :at WHERE tenant_id = :t AND claim_id = :c AND to_seq IS NULL"),
+        {"s": seq, "at": at, "t": tenant, "c": claim_id},
+    )
+
+
+def _open_tip(conn, tenant, claim_id, version_id, seq, at) -> None:
+    conn.execute(
+        sa.text("INSERT INTO tip_intervals (tenant_id, claim_id, version_id, from_seq, from_at) VALUES (:t, :c, :v, :s, :at)"),
+        {"t": tenant, "c": claim_id, "v": version_id, "s": seq, "at": at},
+    )
+
+
+def _path(conn, tenant, parent_id, label) -> str:
+    if parent_id is None:
+        return label
+    parent = conn.execute(
+        sa.text("SELECT path FROM workareas WHERE tenant_id = :t AND node_id = :n"), {"t": tenant, "n": parent_id}
+    ).scalar()
+    return f"{parent}.{label}"
+
+
+def apply(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str, data: dict[str, Any]) -> None:
+    """Apply one journal event to the projection tables visible through ``conn``'s search path."""
+    p = {"t": tenant, "seq": seq, "at": at}
+    x = conn.execute
+    if type == "tenant.created":
+        for purpose, key in (("signing", data["signing_key"]), ("recovery", data["recovery_key"])):
+            pub = bytes.fromhex(key)
+            x(sa.text("INSERT INTO tenant_keys (tenant_id, kid, purpose, version, public_key, registered_seq) VALUES (:t, :k, :pu, 1, :pk, :seq)"),
+              {**p, "k": _kid(pub), "pu": purpose, "pk": pub})
+        enc = bytes.fromhex(data["encryption_key"])
+        x(sa.text("INSERT INTO tenant_keys (tenant_id, kid, purpose, version, public_key, registered_seq) VALUES (:t, :k, 'encryption', 1, :pk, :seq)"),
+          {**p, "k": _kid(enc), "pk": enc})
+    elif type == "signing_key.rotated":
+        new = bytes.fromhex(data["new_key"])
+        ver = x(sa.text("SELECT max(version) FROM tenant_keys WHERE tenant_id = :t AND purpose = 'signing'"), p).scalar() or 0
+        x(sa.text("UPDATE tenant_keys SET retired_seq = :seq WHERE tenant_id = :t AND purpose = 'signing' AND retired_seq IS NULL"), p)
+        x(sa.text("INSERT INTO tenant_keys (tenant_id, kid, purpose, version, public_key, registered_seq) VALUES (:t, :k, 'signing', :v, :pk, :seq)"),
+          {**p, "k": _kid(new), "v": ver + 1, "pk": new})
+    elif type == "encryption_key.rotated":
+        new = bytes.fromhex(data["new_key"])
+        x(sa.text("UPDATE tenant_keys SET retired_seq = :seq WHERE tenant_id = :t AND purpose = 'encryption' AND retired_seq IS NULL"), p)
+        x(sa.text("INSERT INTO tenant_keys (tenant_id, kid, purpose, version, public_key, registered_seq) VALUES (:t, :k, 'encryption', :v, :pk, :seq)"),
+          {**p, "k": _kid(new), "v": data["version"], "pk": new})
+    elif type == "identity.created":
+        x(sa.text("INSERT INTO identities (tenant_id, identity_id, kind, created_seq) VALUES (:t, :i, :k, :seq)"
+                  " ON CONFLICT (tenant_id, identity_id) DO UPDATE SET kind = EXCLUDED.kind, created_seq = EXCLUDED.created_seq"),
+          {**p, "i": data["identity_id"], "k": data["kind"]})
+    elif type == "principal.created":
+        x(sa.text("INSERT INTO principals (tenant_id, principal_id, identity_id, role, roots, secret_hash, created_seq)"
+                  " VALUES (:t, :pid, :i, :r, CAST(:roots AS uuid[]), :h, :seq)"),
+          {**p, "pid": data["principal_id"], "i": data["identity_id"], "r": data["role"], "roots": data["roots"],
+           "h": bytes.fromhex(data["secret_sha256"])})
+    elif type == "principal.revoked":
+        x(sa.text("UPDATE principals SET revoked_seq = :seq WHERE tenant_id = :t AND principal_id = :pid"), {**p, "pid": data["principal_id"]})
+    elif type == "workarea.created":
+        x(sa.text("INSERT INTO workareas (tenant_id, node_id, parent_id, label, path, development, pii_policy, created_seq)"
+                  " VALUES (:t, :n, :par, :l, :path, :d, :pol, :seq)"),
+          {**p, "n": data["node_id"], "par": data["parent_id"], "l": data["label"],
+           "path": _path(conn, tenant, data["parent_id"], data["label"]), "d": data["development"], "pol": data["pii_policy"]})
+    elif type == "workarea.reparented":
+        old = x(sa.text("SELECT path, label FROM workareas WHERE tenant_id = :t AND node_id = :n"), {**p, "n": data["node_id"]}).one()
+        new_path = _path(conn, tenant, data["new_parent_id"], old.label)
+        x(sa.text("UPDATE workareas SET parent_id = :par WHERE tenant_id = :t AND node_id = :n"),
+          {**p, "par": data["new_parent_id"], "n": data["node_id"]})
+        x(sa.text("UPDATE workareas SET path = :new || substr(path, length(:old) + 1)"
+                  " WHERE tenant_id = :t AND (path = :old OR starts_with(path, :old || '.'))"),
+          {**p, "new": new_path, "old": old.path})
+    elif type == "workarea.policy_set":
+        x(sa.text("UPDATE workareas SET development = :d, pii_policy = :pol WHERE tenant_id = :t AND node_id = :n"),
+          {**p, "d": data["development"], "pol": data["pii_policy"], "n": data["node_id"]})
+    elif type == "claim.submitted":
+        if data["version_no"] == 1:
+            x(sa.text("INSERT INTO claims (tenant_id, claim_id, workarea_id, kind, simulation_id, created_seq)"
+                      " VALUES (:t, :c, :w, :k, :sim, :seq)"),
+              {**p, "c": data["claim_id"], "w": data["workarea_id"], "k": data["kind"], "sim": data.get("simulation_id")})
+        x(sa.text(
+            "INSERT INTO claim_versions (tenant_id, version_id, claim_id, version_no, workarea_id, kind, provenance, status,"
+            " tainted, simulation_id, author_principal, author_identity, supersedes, valid_from, valid_to, confidence,"
+            " artifact_id, ciphertext_sha256, created_at, submitted_seq)"
+            " VALUES (:t, :v, :c, :no, :w, :k, :prov, 'held', :taint, :sim, :ap, :ai, :sup, :vf, :vt, :conf, :art, :dig, :at, :seq)"),
+          {**p, "v": data["version_id"], "c": data["claim_id"], "no": data["version_no"], "w": data["workarea_id"],
+           "k": data["kind"], "prov": data["provenance"], "taint": data.get("tainted", False),
+           "sim": data.get("simulation_id"), "ap": actor["principal"], "ai": actor["identity"],
+           "sup": data.get("supersedes"), "vf": _ts(data.get("valid_from")), "vt": _ts(data.get("valid_to")),
+           "conf": data.get("confidence"), "art": data["artifact_id"], "dig": bytes.fromhex(data["ciphertext_sha256"])})
+        for src in data.get("derived_from", []):
+            x(sa.text("INSERT INTO claim_edges (tenant_id, version_id, claim_id, derived_from) VALUES (:t, :v, :c, :d)"),
+              {**p, "v": data["version_id"], "c": data["claim_id"], "d": src})
+    elif type in ("claim.promoted", "claim.rejected", "claim.demoted"):
+        status = {"claim.promoted": "promoted", "claim.rejected": "rejected", "claim.demoted": "demoted"}[type]
+        v = data["version_id"]
+        c = data["claim_id"]
+        if type == "claim.promoted" and not data.get("overlay", False):
+            _close_tip(conn, tenant, c, seq, at)
+            _open_tip(conn, tenant, c, v, seq, at)
+        if type == "claim.demoted" and current_tip(conn, tenant, c) == v:
+            _close_tip(conn, tenant, c, seq, at)
+            rows = x(sa.text("SELECT version_id, version_no, status, tainted FROM claim_versions WHERE tenant_id = :t AND claim_id = :c"),
+                     {**p, "c": c}).all()
+            nxt = rules.tip_after_demotion(
+                [rules.VersionState(str(r.version_id), r.version_no, r.status, r.tainted) for r in rows], v)
+            if nxt:
+                _open_tip(conn, tenant, c, nxt, seq, at)
+        if type == "claim.demoted":
+            x(sa.text("UPDATE claim_versions SET status = 'demoted' WHERE tenant_id = :t AND version_id = :v"), {**p, "v": v})
+        else:
+            x(sa.text("UPDATE claim_versions SET status = :st, reviewer_principal = :rp, reviewer_identity = :ri,"
+                      " self_signed = :ss, decided_seq = :seq WHERE tenant_id = :t AND version_id = :v"),
+              {**p, "st": status, "rp": actor["principal"], "ri": actor["identity"], "ss": data.get("self_signed", False), "v": v})
+    elif type == "claim.erased":
+        c = data["claim_id"]
+        _close_tip(conn, tenant, c, seq, at)
+        x(sa.text("UPDATE claim_versions SET status = 'erased' WHERE tenant_id = :t AND claim_id = :c"), {**p, "c": c})
+        x(sa.text("UPDATE claims SET erased_seq = :seq WHERE tenant_id = :t AND claim_id = :c"), {**p, "c": c})
+    elif type in ("claim.hold_placed", "claim.hold_released"):
+        x(sa.text("UPDATE claims SET legal_hold = :h WHERE tenant_id = :t AND claim_id = :c"),
+          {**p, "h": type == "claim.hold_placed", "c": data["claim_id"]})
+    elif type == "simulation.opened":
+        x(sa.text("INSERT INTO simulations (tenant_id, simulation_id, audience, opened_seq) VALUES (:t, :s, CAST(:a AS text[]), :seq)"),
+          {**p, "s": data["simulation_id"], "a": data["audience"]})
+    elif type == "simulation.closed":
+        x(sa.text("UPDATE simulations SET closed_seq = :seq WHERE tenant_id = :t AND simulation_id = :s"), {**p, "s": data["simulation_id"]})
+    elif type == "retention.policy_set":
+        x(sa.text("INSERT INTO retention_policies (tenant_id, readlog_days, set_seq) VALUES (:t, :d, :seq)"
+                  " ON CONFLICT (tenant_id) DO UPDATE SET readlog_days = EXCLUDED.readlog_days, set_seq = EXCLUDED.set_seq"),
+          {**p, "d": data["readlog_days"]})
+    # Other events (readlog.anchored, retention.applied, reconciliation.completed,
+    # evidence.exported) change no projection.

@@ -1,0 +1,598 @@
+"""Admission acts: every write to OML passes here (DESIGN.md, Journal/Claims/Workareas).
+
+Each public method is one act (or one batch of acts) committed in a single
+transaction bound to the tenant: lock the chain head, validate against the
+projections, append the signed event(s), apply the projector, write outbox
+rows and the idempotency record. Admission holds public keys and the
+signer; it encrypts bodies but can never decrypt one.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import sqlalchemy as sa
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+from oml.domain import claims as rules
+from oml.domain import envelope, signing
+from oml.domain.access import Principal, new_api_key
+from oml.domain.canonical import CanonicalError, canonical, format_time, new_id, now
+from oml.domain.errors import OMLError, invalid, not_found
+from oml.domain.events import REASON_CODES, SYSTEM, Actor
+from oml.services.keystore import KeyStore
+from oml.services.storage.db import Database
+
+from . import journal, projector
+from .signer import Signer
+
+ROLE = "oml_admission"
+
+
+@dataclass(frozen=True)
+class TenantCreated:
+    tenant: str
+    fingerprint: str          # trust anchor: SHA-256 of the signing public key
+    verifier_key: str         # C2SP note verifier key for checkpoints
+    recovery_private_key: str  # hex; shown once, never stored
+    admin_key: str            # oml_<id>_<secret>; shown once
+    admin_principal: str
+    admin_identity: str
+    root_workarea: str
+
+
+@dataclass
+class Submission:
+    """One claim version to admit. ``body`` is the plaintext JSON object (encrypted here)."""
+
+    workarea_id: str
+    body: dict[str, Any]
+    kind: str = "fact"
+    provenance: str = "observed"
+    claim_id: str | None = None      # set to add a version to an existing claim
+    supersedes: str | None = None
+    derived_from: list[str] = field(default_factory=list)
+    valid_from: str | None = None
+    valid_to: str | None = None
+    confidence: int | None = None
+    simulation_id: str | None = None
+
+
+def request_digest(payload: Any) -> bytes:
+    """SHA-256 of the canonical request; what an idempotency record keeps instead of the body."""
+    return hashlib.sha256(canonical(payload)).digest()
+
+
+class Admission:
+    def __init__(self, db: Database, keystore: KeyStore, signer: Signer | None = None, *,
+                 idempotency_hours: int = 24, classify: Callable[[dict], Sequence[Any]] | None = None) -> None:
+        self.db = db
+        self.keystore = keystore
+        self.signer = signer or Signer(keystore)
+        self.idempotency_hours = idempotency_hours
+        self._classify = classify
+
+    # ------------------------------------------------------------------ plumbing
+    def _tx(self, tenant: str):
+        return self.db.tenant(ROLE, tenant)
+
+    def _append(self, head: journal.Head, type: str, actor: Actor, data: dict[str, Any], **kw) -> journal.Appended:
+        ev = journal.append(head, self.signer, type, actor, data, **kw)
+        projector.apply(head.conn, head.tenant, ev.seq, ev.at, ev.event["actor"], type, data)
+        return ev
+
+    def _idempotent(self, p: Principal, key: str | None, digest: bytes, conn: sa.Connection) -> dict | None:
+        """Return the first response for (tenant, principal, key) or None; conflict if the body differs."""
+        if key is None:
+            return None
+        if not (1 <= len(key) <= 200) or not key.isprintable():
+            raise invalid("Idempotency-Key must be 1-200 printable characters", field="Idempotency-Key")
+        row = conn.execute(
+            sa.text("SELECT request_digest, response FROM idempotency_keys WHERE tenant_id = :t AND principal_id = :p AND key = :k AND expires_at > now()"),
+            {"t": p.tenant, "p": p.principal_id, "k": key},
+        ).one_or_none()
+        if row is None:
+            return None
+        if bytes(row.request_digest) != digest:
+            raise OMLError("idempotency.conflict", "this Idempotency-Key was used with a different request", 409)
+        return dict(row.response) | {"replayed": True}
+
+    def _remember(self, p: Principal, key: str | None, digest: bytes, response: dict, conn: sa.Connection) -> None:
+        if key is None:
+            return
+        conn.execute(
+            sa.text("DELETE FROM idempotency_keys WHERE tenant_id = :t AND principal_id = :p AND key = :k AND expires_at <= now()"),
+            {"t": p.tenant, "p": p.principal_id, "k": key},
+        )
+        conn.execute(
+            sa.text("INSERT INTO idempotency_keys (tenant_id, principal_id, key, request_digest, response, status, expires_at)"
+                    " VALUES (:t, :p, :k, :d, CAST(:r AS jsonb), 200, now() + make_interval(hours => :h))"),
+            {"t": p.tenant, "p": p.principal_id, "k": key, "d": digest, "r": json.dumps(response), "h": self.idempotency_hours},
+        )
+
+    def _run(self, p: Principal, idem_key: str | None, request: Any, fn: Callable[[journal.Head], dict]) -> dict:
+        digest = request_digest(request)
+        with self._tx(p.tenant) as conn:
+            head = journal.Head(conn, p.tenant)
+            first = self._idempotent(p, idem_key, digest, conn)
+            if first is not None:
+                return first
+            response = fn(head)
+            self._remember(p, idem_key, digest, response, conn)
+            return response
+
+    @staticmethod
+    def _actor(p: Principal) -> Actor:
+        return Actor(p.principal_id, p.identity_id)
+
+    def _workarea(self, conn: sa.Connection, tenant: str, node_id: str):
+        try:
+            row = conn.execute(
+                sa.text("SELECT node_id, parent_id, path, development, pii_policy FROM workareas WHERE tenant_id = :t AND node_id = CAST(:n AS uuid)"),
+                {"t": tenant, "n": node_id},
+            ).one_or_none()
+        except sa.exc.DataError:
+            row = None
+        if row is None:
+            raise not_found("workarea", "workarea.not_found")
+        return row
+
+    def _scoped_workarea(self, conn, p: Principal, node_id: str):
+        wa = self._workarea(conn, p.tenant, node_id)
+        if not p.can_access(wa.path):
+            # Same answer as a missing workarea: a foreign subtree's existence is not disclosed.
+            raise not_found("workarea", "workarea.not_found")
+        return wa
+
+    # ------------------------------------------------------------------ tenants
+    def create_tenant(self, tenant: str, root_label: str = "main") -> TenantCreated:
+        """Create a tenant, its keys, its first workarea and a bootstrap admin key.
+
+        The signing and body-encryption private keys and the HMAC keys go to
+        the KeyStore; the recovery private key is returned once and never
+        stored. Raises ``tenant.exists`` (409) or ``admission.invalid`` (422).
+        """
+        if not rules.TENANT_SLUG.match(tenant or ""):
+            raise invalid("tenant must match [a-z0-9][a-z0-9-]{0,62}", field="tenant")
+        if not rules.LABEL.match(root_label):
+            raise invalid("workarea label must match [a-z0-9][a-z0-9-]{0,62}", field="label")
+        sk = Ed25519PrivateKey.generate()
+        rk = Ed25519PrivateKey.generate()
+        ek = X25519PrivateKey.generate()
+        sk_pub, rk_pub, ek_pub = signing.raw_public(sk), signing.raw_public(rk), envelope.x25519_public_raw(ek)
+        kid = signing.kid(sk_pub)
+        with self.db.tenant(ROLE, tenant) as conn:
+            exists = conn.execute(sa.text("SELECT 1 FROM tenants WHERE tenant_id = :t"), {"t": tenant}).scalar()
+            if exists:
+                raise OMLError("tenant.exists", "a tenant with this id exists", 409)
+            # Keys go to the KeyStore before the commit; an orphaned key of a tenant
+            # that never committed is harmless, a committed tenant without keys is not.
+            self.keystore.put(tenant, f"signing/{kid}", signing.raw_private(sk))
+            self.keystore.put(tenant, "encryption/1", ek.private_bytes_raw())
+            import secrets
+
+            for name in ("subject-hmac", "query-hmac"):
+                if not self.keystore.exists(tenant, name):
+                    self.keystore.put(tenant, name, secrets.token_bytes(32))
+            conn.execute(sa.text("INSERT INTO tenants (tenant_id) VALUES (:t)"), {"t": tenant})
+            head = journal.create_head(conn, tenant)
+            self._append(head, "tenant.created", SYSTEM,
+                         {"signing_key": sk_pub.hex(), "encryption_key": ek_pub.hex(), "recovery_key": rk_pub.hex()}, kid=kid)
+            conn.execute(sa.text("SELECT oml_create_tenant_partitions()"))
+            root = new_id()
+            self._append(head, "workarea.created", SYSTEM,
+                         {"node_id": root, "parent_id": None, "label": root_label, "development": False, "pii_policy": "deny"})
+            ident = new_id()
+            self._append(head, "identity.created", SYSTEM, {"identity_id": ident, "kind": "person"})
+            conn.execute(sa.text("UPDATE identities SET display_name = 'bootstrap admin' WHERE tenant_id = :t AND identity_id = :i"),
+                         {"t": tenant, "i": ident})
+            key_id, key, secret_hash = new_api_key()
+            self._append(head, "principal.created", SYSTEM,
+                         {"principal_id": key_id, "identity_id": ident, "role": "admin", "roots": [root], "secret_sha256": secret_hash.hex()})
+            conn.execute(sa.text("INSERT INTO principal_directory (principal_id, tenant_id) VALUES (:p, :t)"), {"p": key_id, "t": tenant})
+        from oml.domain.checkpoint import verifier_key
+
+        return TenantCreated(tenant, signing.fingerprint(sk_pub), verifier_key(f"oml/{tenant}", sk_pub),
+                             signing.raw_private(rk).hex(), key, key_id, ident, root)
+
+    # ------------------------------------------------------------------ admin acts
+    def create_identity(self, p: Principal, kind: str, display_name: str | None = None, *, idempotency_key: str | None = None) -> dict:
+        rules.require_act(p.role, "admin")
+        if kind not in ("person", "service"):
+            raise invalid("kind must be person or service", field="kind")
+        if display_name is not None and (len(display_name) > 200 or "\x00" in display_name):
+            raise invalid("display_name must be at most 200 characters without NUL", field="display_name")
+
+        def act(head):
+            ident = new_id()
+            ev = self._append(head, "identity.created", self._actor(p), {"identity_id": ident, "kind": kind})
+            head.conn.execute(sa.text("UPDATE identities SET display_name = :d WHERE tenant_id = :t AND identity_id = :i"),
+                              {"d": display_name, "t": p.tenant, "i": ident})
+            return {"identity_id": ident, "seq": ev.seq}
+
+        return self._run(p, idempotency_key, {"act": "identity.create", "kind": kind, "name": display_name}, act)
+
+    def create_principal(self, p: Principal, identity_id: str, role: str, roots: Sequence[str], *, idempotency_key: str | None = None) -> dict:
+        """Create an API key; the response carries the key once (and is not kept by idempotency)."""
+        rules.require_act(p.role, "admin")
+        if role not in rules.ROLES:
+            raise invalid(f"role must be one of {', '.join(rules.ROLES)}", field="role")
+        if not roots:
+            raise invalid("at least one workarea root is required", field="roots")
+
+        key_holder: dict[str, str] = {}
+
+        def act(head):
+            conn = head.conn
+            try:
+                ok = conn.execute(sa.text("SELECT 1 FROM identities WHERE tenant_id = :t AND identity_id = CAST(:i AS uuid)"),
+                                  {"t": p.tenant, "i": identity_id}).scalar()
+            except sa.exc.DataError:
+                ok = None
+            if not ok:
+                raise not_found("identity", "identity.not_found")
+            for r in roots:
+                self._workarea(conn, p.tenant, r)
+            key_id, key, secret_hash = new_api_key()
+            ev = self._append(head, "principal.created", self._actor(p),
+                              {"principal_id": key_id, "identity_id": identity_id, "role": role,
+                               "roots": list(roots), "secret_sha256": secret_hash.hex()})
+            conn.execute(sa.text("INSERT INTO principal_directory (principal_id, tenant_id) VALUES (:p, :t)"), {"p": key_id, "t": p.tenant})
+            key_holder["key"] = key
+            return {"principal_id": key_id, "seq": ev.seq}
+
+        resp = self._run(p, idempotency_key, {"act": "principal.create", "identity": identity_id, "role": role, "roots": list(roots)}, act)
+        # The secret is shown once: a replay returns the ids but not the key.
+        return resp | ({"api_key": key_holder["key"]} if "key" in key_holder else {})
+
+    def revoke_principal(self, p: Principal, principal_id: str, *, idempotency_key: str | None = None) -> dict:
+        rules.require_act(p.role, "admin")
+
+        def act(head):
+            row = head.conn.execute(sa.text("SELECT revoked_seq FROM principals WHERE tenant_id = :t AND principal_id = :p"),
+                                    {"t": p.tenant, "p": principal_id}).one_or_none()
+            if row is None:
+                raise not_found("principal", "principal.not_found")
+            if row.revoked_seq is not None:
+                return {"principal_id": principal_id, "seq": row.revoked_seq}
+            ev = self._append(head, "principal.revoked", self._actor(p), {"principal_id": principal_id})
+            return {"principal_id": principal_id, "seq": ev.seq}
+
+        return self._run(p, idempotency_key, {"act": "principal.revoke", "principal": principal_id}, act)
+
+    def create_workarea(self, p: Principal, label: str, parent_id: str | None, *, development: bool = False,
+                        pii_policy: str = "deny", idempotency_key: str | None = None) -> dict:
+        rules.require_act(p.role, "admin")
+        if not rules.LABEL.match(label or ""):
+            raise invalid("label must match [a-z0-9][a-z0-9-]{0,62}", field="label")
+        if pii_policy not in rules.PII_POLICIES:
+            raise invalid("pii_policy must be deny, declare or allow", field="pii_policy")
+
+        def act(head):
+            conn = head.conn
+            if parent_id is not None:
+                parent = self._workarea(conn, p.tenant, parent_id)
+                path = f"{parent.path}.{label}"
+            else:
+                path = label
+            if conn.execute(sa.text("SELECT 1 FROM workareas WHERE tenant_id = :t AND path = :p"), {"t": p.tenant, "p": path}).scalar():
+                raise OMLError("workarea.exists", "a workarea with this path exists", 409)
+            node = new_id()
+            ev = self._append(head, "workarea.created", self._actor(p),
+                              {"node_id": node, "parent_id": parent_id, "label": label, "development": development, "pii_policy": pii_policy})
+            return {"node_id": node, "path": path, "seq": ev.seq}
+
+        return self._run(p, idempotency_key, {"act": "workarea.create", "label": label, "parent": parent_id,
+                                              "dev": development, "pol": pii_policy}, act)
+
+    def reparent_workarea(self, p: Principal, node_id: str, new_parent_id: str | None, *, idempotency_key: str | None = None) -> dict:
+        """Move a subtree; every derived path (projections and index rows) is rewritten in the same transaction."""
+        rules.require_act(p.role, "admin")
+
+        def act(head):
+            conn = head.conn
+            wa = self._workarea(conn, p.tenant, node_id)
+            if new_parent_id is not None:
+                parent = self._workarea(conn, p.tenant, new_parent_id)
+                if rules.is_within(parent.path, wa.path):
+                    raise invalid("a workarea cannot move below itself", field="new_parent_id")
+                new_path = f"{parent.path}.{wa.path.rsplit('.', 1)[-1]}"
+            else:
+                new_path = wa.path.rsplit(".", 1)[-1]
+            if conn.execute(sa.text("SELECT 1 FROM workareas WHERE tenant_id = :t AND path = :p"), {"t": p.tenant, "p": new_path}).scalar():
+                raise OMLError("workarea.exists", "a workarea with the target path exists", 409)
+            ev = self._append(head, "workarea.reparented", self._actor(p), {"node_id": node_id, "new_parent_id": new_parent_id})
+            for table in ("memories_fts", "memory_embeddings", "sim_memories_fts", "sim_memory_embeddings"):
+                conn.execute(sa.text(f"UPDATE {table} SET path = :new || substr(path, length(:old) + 1)"
+                                     " WHERE tenant_id = :t AND (path = :old OR starts_with(path, :old || '.'))"),
+                             {"t": p.tenant, "new": new_path, "old": wa.path})
+            return {"node_id": node_id, "path": new_path, "seq": ev.seq}
+
+        return self._run(p, idempotency_key, {"act": "workarea.reparent", "node": node_id, "parent": new_parent_id}, act)
+
+    def set_workarea_policy(self, p: Principal, node_id: str, *, development: bool | None = None, pii_policy: str | None = None,
+                            idempotency_key: str | None = None) -> dict:
+        rules.require_act(p.role, "admin")
+        if pii_policy is not None and pii_policy not in rules.PII_POLICIES:
+            raise invalid("pii_policy must be deny, declare or allow", field="pii_policy")
+
+        def act(head):
+            wa = self._workarea(head.conn, p.tenant, node_id)
+            dev = wa.development if development is None else development
+            pol = wa.pii_policy if pii_policy is None else pii_policy
+            ev = self._append(head, "workarea.policy_set", self._actor(p), {"node_id": node_id, "development": dev, "pii_policy": pol})
+            return {"node_id": node_id, "development": dev, "pii_policy": pol, "seq": ev.seq}
+
+        return self._run(p, idempotency_key, {"act": "workarea.policy", "node": node_id, "dev": development, "pol": pii_policy}, act)
+
+    # ------------------------------------------------------------------ claims
+    def _encryption_key(self, conn, tenant: str) -> tuple[int, bytes]:
+        row = conn.execute(sa.text("SELECT version, public_key FROM tenant_keys WHERE tenant_id = :t AND purpose = 'encryption' AND retired_seq IS NULL"),
+                           {"t": tenant}).one()
+        return row.version, bytes(row.public_key)
+
+    def seal_artifact(self, conn, tenant: str, body: dict, *, kind: str, claim_id: str | None, version_id: str | None, seq_hint: int) -> tuple[str, bytes]:
+        """Encrypt ``body`` as a new artifact; stores ciphertext and wrapped DEK; returns (artifact id, digest)."""
+        artifact_id = new_id()
+        version, pub = self._encryption_key(conn, tenant)
+        sealed = envelope.seal(
+            body,
+            aad=envelope.body_aad(tenant, claim_id or "", version_id or "", artifact_id),
+            info=envelope.dek_info(tenant, artifact_id, version),
+            public_key=pub,
+            key_version=version,
+        )
+        conn.execute(sa.text("INSERT INTO artifacts (tenant_id, artifact_id, kind, claim_id, version_id, ciphertext, sha256, created_seq)"
+                             " VALUES (:t, :a, :k, :c, :v, :ct, :d, :s)"),
+                     {"t": tenant, "a": artifact_id, "k": kind, "c": claim_id, "v": version_id, "ct": sealed.ciphertext,
+                      "d": sealed.digest, "s": seq_hint})
+        conn.execute(sa.text("INSERT INTO wrapped_deks (tenant_id, artifact_id, key_version, wrapped) VALUES (:t, :a, :kv, :w)"),
+                     {"t": tenant, "a": artifact_id, "kv": version, "w": sealed.wrapped_dek})
+        return artifact_id, sealed.digest
+
+    def subject_hmac(self, tenant: str, kind: str, normalised: str) -> bytes:
+        key = self.keystore.get(tenant, "subject-hmac")
+        return hmac.new(key, f"{kind}:{normalised}".encode(), hashlib.sha256).digest()
+
+    def _check_personal_data(self, wa, body: dict) -> list[tuple[str, str]]:
+        """Run the classifier under the workarea's policy; returns normalised declared subjects."""
+        from oml.domain import pii
+
+        declared_raw = body.get("data_subjects") or []
+        subjects: list[tuple[str, str]] = []
+        for i, s in enumerate(declared_raw):
+            if not isinstance(s, dict) or not isinstance(s.get("kind"), str) or not isinstance(s.get("value"), str):
+                raise invalid("each data subject needs string kind and value", field=f"body.data_subjects[{i}]")
+            try:
+                subjects.append((s["kind"], pii.normalise_subject(s["kind"], s["value"])))
+            except ValueError:
+                raise invalid("data subject value cannot be normalised for its kind", field=f"body.data_subjects[{i}].value") from None
+        findings = pii.classify_body(body)
+        try:
+            pii.decide(wa.pii_policy, findings, subjects)
+        except pii.PersonalDataRefused as exc:
+            raise OMLError(
+                "admission.personal_data",
+                f"the body contains personal data not allowed by the workarea policy ({wa.pii_policy})",
+                422,
+                {"findings": [{"kind": f.kind, "path": f.path, "start": f.start, "end": f.end} for f in exc.findings]},
+            ) from None
+        return subjects
+
+    def submit(self, p: Principal, items: Sequence[Submission], *, idempotency_key: str | None = None) -> dict:
+        """Admit one or more claim versions as ``held`` in one transaction (group commit), all or nothing.
+
+        Returns ``{"items": [{"claim_id", "version_id", "seq"}…]}``.
+        Raises ``access.denied``, ``workarea.not_found``, ``claim.not_found``,
+        ``admission.invalid``, ``admission.personal_data``.
+        """
+        rules.require_act(p.role, "submit")
+        if not items:
+            raise invalid("at least one claim is required", field="claims")
+        request = {"act": "claim.submit", "items": [_submission_request(s) for s in items]}
+
+        def act(head):
+            conn = head.conn
+            out = []
+            for i, s in enumerate(items):
+                out.append(self._submit_one(head, p, s, i))
+            return {"items": out}
+
+        return self._run(p, idempotency_key, request, act)
+
+    def _submit_one(self, head: journal.Head, p: Principal, s: Submission, i: int) -> dict:
+        conn = head.conn
+        if s.kind not in rules.KINDS:
+            raise invalid("kind must be fact or steering", field=f"claims[{i}].kind")
+        if s.provenance not in rules.PROVENANCES:
+            raise invalid("provenance must be observed, reported, inferred or simulation", field=f"claims[{i}].provenance")
+        if s.provenance == "simulation" and s.simulation_id is None:
+            raise invalid("provenance simulation requires a simulation", field=f"claims[{i}].provenance")
+        if s.confidence is not None and not (0 <= s.confidence <= 1000):
+            raise invalid("confidence must be an integer 0-1000", field=f"claims[{i}].confidence")
+        if not isinstance(s.body.get("statement"), str) or not s.body["statement"].strip():
+            raise invalid("body.statement must be a non-empty string", field=f"claims[{i}].body.statement")
+        try:
+            canonical(s.body)
+        except CanonicalError as exc:
+            raise invalid(f"body must be canonical JSON without floats or integers beyond 2^53 ({exc.args[0].split(':')[0]})",
+                          field=f"claims[{i}].body") from None
+        wa = self._scoped_workarea(conn, p, s.workarea_id)
+        subjects = self._check_personal_data(wa, s.body)
+        if s.claim_id is None:
+            claim_id, version_no, kind = new_id(), 1, s.kind
+            if s.supersedes is not None:
+                raise invalid("supersedes needs claim_id", field=f"claims[{i}].supersedes")
+        else:
+            claim = conn.execute(sa.text("SELECT claim_id, workarea_id, kind, erased_seq FROM claims WHERE tenant_id = :t AND claim_id = CAST(:c AS uuid)"),
+                                 {"t": p.tenant, "c": _uuid(s.claim_id, f"claims[{i}].claim_id")}).one_or_none()
+            if claim is None or claim.erased_seq is not None:
+                raise not_found("claim")
+            cw = self._workarea(conn, p.tenant, str(claim.workarea_id))
+            if not p.can_access(cw.path):
+                raise not_found("claim")
+            if str(claim.workarea_id) != s.workarea_id:
+                raise invalid("a new version stays in its claim's workarea", field=f"claims[{i}].workarea_id")
+            claim_id, kind = str(claim.claim_id), claim.kind
+            version_no = conn.execute(sa.text("SELECT max(version_no) FROM claim_versions WHERE tenant_id = :t AND claim_id = :c"),
+                                      {"t": p.tenant, "c": claim_id}).scalar() + 1
+            if s.supersedes is not None:
+                sup = conn.execute(sa.text("SELECT 1 FROM claim_versions WHERE tenant_id = :t AND claim_id = :c AND version_id = CAST(:v AS uuid)"),
+                                   {"t": p.tenant, "c": claim_id, "v": _uuid(s.supersedes, f"claims[{i}].supersedes")}).scalar()
+                if not sup:
+                    raise invalid("supersedes must name a version of the same claim", field=f"claims[{i}].supersedes")
+        derived = []
+        for j, d in enumerate(s.derived_from):
+            ok = conn.execute(sa.text("SELECT c.claim_id, w.path FROM claims c JOIN workareas w ON w.tenant_id = c.tenant_id AND w.node_id = c.workarea_id"
+                                      " WHERE c.tenant_id = :t AND c.claim_id = CAST(:c AS uuid)"),
+                              {"t": p.tenant, "c": _uuid(d, f"claims[{i}].derived_from[{j}]")}).one_or_none()
+            if ok is None or not p.can_access(ok.path):
+                raise invalid("derived_from names an unknown claim", field=f"claims[{i}].derived_from[{j}]")
+            derived.append(str(ok.claim_id))
+        version_id = new_id()
+        artifact_id, digest = self.seal_artifact(conn, p.tenant, s.body, kind="body", claim_id=claim_id,
+                                                 version_id=version_id, seq_hint=head.seq + 1)
+        data = {
+            "claim_id": claim_id, "version_id": version_id, "version_no": version_no, "workarea_id": s.workarea_id,
+            "kind": kind, "provenance": s.provenance, "supersedes": s.supersedes, "derived_from": derived,
+            "valid_from": _norm_time(s.valid_from, f"claims[{i}].valid_from"),
+            "valid_to": _norm_time(s.valid_to, f"claims[{i}].valid_to"),
+            "confidence": s.confidence, "artifact_id": artifact_id, "ciphertext_sha256": digest.hex(),
+            "key_version": self._encryption_key(conn, p.tenant)[0],
+        }
+        if s.simulation_id is not None:
+            data["simulation_id"] = s.simulation_id
+            data["tainted"] = True
+        ev = self._append(head, "claim.submitted", self._actor(p), data)
+        for kind_, value in subjects:
+            conn.execute(sa.text("INSERT INTO claim_subjects (tenant_id, claim_id, subject_hmac) VALUES (:t, :c, :h) ON CONFLICT DO NOTHING"),
+                         {"t": p.tenant, "c": claim_id, "h": self.subject_hmac(p.tenant, kind_, value)})
+        return {"claim_id": claim_id, "version_id": version_id, "version_no": version_no, "seq": ev.seq}
+
+    def review(self, p: Principal, version_id: str, decision: str, reason: str, *, note: str | None = None,
+               idempotency_key: str | None = None) -> dict:
+        """Promote, reject or demote a version (reviewer role; not the author's identity).
+
+        Raises ``access.separation_of_duties``, ``claim.stale_supersession``,
+        ``claim.invalid_transition``, ``claim.not_found``, ``claim.erased``.
+        """
+        rules.require_act(p.role, "review")
+        if reason not in REASON_CODES:
+            raise invalid("reason must be a code from the closed list", field="reason", allowed=sorted(REASON_CODES))
+        if note is not None and (len(note) > 4000 or "\x00" in note):
+            raise invalid("note must be at most 4000 characters without NUL", field="note")
+        vid = _uuid(version_id, "version_id")
+
+        def act(head):
+            conn = head.conn
+            v = conn.execute(sa.text(
+                "SELECT v.version_id, v.claim_id, v.status, v.author_identity, v.supersedes, v.tainted, w.path, w.development, c.erased_seq"
+                " FROM claim_versions v JOIN workareas w ON w.tenant_id = v.tenant_id AND w.node_id = v.workarea_id"
+                " JOIN claims c ON c.tenant_id = v.tenant_id AND c.claim_id = v.claim_id"
+                " WHERE v.tenant_id = :t AND v.version_id = CAST(:v AS uuid)"), {"t": p.tenant, "v": vid}).one_or_none()
+            if v is None or not p.can_access(v.path):
+                raise not_found("claim version")
+            if v.erased_seq is not None:
+                raise OMLError("claim.erased", "the claim was erased", 410)
+            self_signed = rules.check_review(author_identity=str(v.author_identity), reviewer_identity=p.identity_id,
+                                             development=v.development, status=v.status, decision=decision)
+            claim_id = str(v.claim_id)
+            data: dict[str, Any] = {"claim_id": claim_id, "version_id": vid, "reason": reason}
+            if decision == "promote":
+                if v.tainted:
+                    raise OMLError("simulation.tip_refused", "a simulation-tainted version cannot become a default tip", 409)
+                rules.check_supersession(str(v.supersedes) if v.supersedes else None, projector.current_tip(conn, p.tenant, claim_id))
+                data["self_signed"] = self_signed
+            if note is not None:
+                art, dig = self.seal_artifact(conn, p.tenant, {"note": note}, kind="note", claim_id=claim_id, version_id=vid, seq_hint=head.seq + 1)
+                data["note"] = {"artifact_id": art, "sha256": dig.hex()}
+            ev = self._append(head, {"promote": "claim.promoted", "reject": "claim.rejected", "demote": "claim.demoted"}[decision],
+                              self._actor(p), data)
+            return {"claim_id": claim_id, "version_id": vid, "status": {"promote": "promoted", "reject": "rejected", "demote": "demoted"}[decision],
+                    "self_signed": self_signed, "seq": ev.seq}
+
+        return self._run(p, idempotency_key, {"act": "claim.review", "v": vid, "d": decision, "r": reason, "n": note}, act)
+
+    # ------------------------------------------------------------------ keys
+    def rotate_signing_key(self, tenant: str, *, actor: Actor = SYSTEM, recovery_private_key: str | None = None,
+                           pop_override: bytes | None = None) -> dict:
+        """Rotate the tenant's signing key.
+
+        The event carries the new key and its proof of possession
+        (DESIGN.md, Formats). With ``recovery_private_key`` (hex, the key
+        printed at creation) the rotation is authorised by the recovery key
+        and signed by it, for a compromised or lost signing key. The recovery
+        key is used in memory and never stored.
+        """
+        new = Ed25519PrivateKey.generate()
+        new_pub = signing.raw_public(new)
+        with self._tx(tenant) as conn:
+            head = journal.Head(conn, tenant)
+            old_pub = bytes(conn.execute(sa.text("SELECT public_key FROM tenant_keys WHERE tenant_id = :t AND purpose = 'signing' AND retired_seq IS NULL"),
+                                         {"t": tenant}).scalar())
+            pop = pop_override if pop_override is not None else new.sign(signing.pop_message(tenant, old_pub, new_pub))
+            data = {"new_key": new_pub.hex(), "pop": pop.hex(), "authorised_by": "recovery" if recovery_private_key else "current"}
+            if not signing.verify(new_pub, pop, signing.pop_message(tenant, old_pub, new_pub)):
+                raise OMLError("keys.invalid_proof", "the new key's proof of possession does not verify", 422)
+            new_kid = signing.kid(new_pub)
+            self.keystore.put(tenant, f"signing/{new_kid}", signing.raw_private(new))
+            if recovery_private_key:
+                rk = Ed25519PrivateKey.from_private_bytes(bytes.fromhex(recovery_private_key))
+                rk_pub = signing.raw_public(rk)
+                registered = bytes(conn.execute(sa.text("SELECT public_key FROM tenant_keys WHERE tenant_id = :t AND purpose = 'recovery'"), {"t": tenant}).scalar())
+                if rk_pub != registered:
+                    raise OMLError("keys.not_recovery_key", "this is not the tenant's registered recovery key", 403)
+                rkid = signing.kid(rk_pub)
+                ev = journal.append(head, _OneKeySigner(rk), "signing_key.rotated", actor, data, kid=rkid)
+            else:
+                ev = journal.append(head, self.signer, "signing_key.rotated", actor, data)
+            projector.apply(conn, tenant, ev.seq, ev.at, ev.event["actor"], "signing_key.rotated", data)
+        return {"kid": new_kid, "fingerprint": signing.fingerprint(new_pub), "seq": ev.seq}
+
+    def system_event(self, tenant: str, type: str, data: dict[str, Any], actor: Actor = SYSTEM) -> journal.Appended:
+        """Journal a worker's report (``reconciliation.completed``, ``readlog.anchored``, …) through admission."""
+        with self._tx(tenant) as conn:
+            head = journal.Head(conn, tenant)
+            return self._append(head, type, actor, data)
+
+
+class _OneKeySigner:
+    """Signs with a key held in memory for one act (the recovery key)."""
+
+    def __init__(self, key: Ed25519PrivateKey) -> None:
+        self.key = key
+
+    def sign_event(self, tenant: str, kid: str, chain_hash: bytes) -> bytes:
+        return self.key.sign(signing.event_message(chain_hash))
+
+
+def _uuid(value: str, field: str) -> str:
+    import uuid
+
+    try:
+        return str(uuid.UUID(str(value)))
+    except (ValueError, AttributeError, TypeError):
+        raise invalid("must be a UUID", field=field) from None
+
+
+def _norm_time(value: str | None, field: str) -> str | None:
+    if value is None:
+        return None
+    import datetime as dt
+
+    try:
+        t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except (ValueError, AttributeError):
+        raise invalid("must be an ISO 8601 time with a zone", field=field) from None
+    if t.tzinfo is None:
+        raise invalid("must be an ISO 8601 time with a zone", field=field)
+    return format_time(t)
+
+
+def _submission_request(s: Submission) -> dict:
+    return {"w": s.workarea_id, "b": s.body, "k": s.kind, "p": s.provenance, "c": s.claim_id, "s": s.supersedes,
+            "d": list(s.derived_from), "vf": s.valid_from, "vt": s.valid_to, "conf": s.confidence, "sim": s.simulation_id}

@@ -1,0 +1,1 @@
+"""The ``oml`` command line (Typer + Rich): one module per area."""

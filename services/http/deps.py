@@ -1,0 +1,22 @@
+"""FastAPI dependencies: the process context and the authenticated principal."""
+from __future__ import annotations
+
+from fastapi import Depends, Request
+
+from oml.domain.access import Principal
+from oml.services.auth import authenticate
+from oml.services.context import Context
+
+
+def context(request: Request) -> Context:
+    return request.app.state.ctx
+
+
+def principal(request: Request, ctx: Context = Depends(context)) -> Principal:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    return authenticate(ctx.db, token.strip() if scheme.lower() == "bearer" else None)
+
+
+def idempotency_key(request: Request) -> str | None:
+    return request.headers.get("idempotency-key")

@@ -1,0 +1,4 @@
+"""HTTP routes: admin."""
+from fastapi import APIRouter
+
+router = APIRouter(tags=["admin"])

@@ -1,0 +1,4 @@
+"""HTTP routes: audit."""
+from fastapi import APIRouter
+
+router = APIRouter(tags=["audit"])

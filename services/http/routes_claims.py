@@ -1,0 +1,4 @@
+"""HTTP routes: claims."""
+from fastapi import APIRouter
+
+router = APIRouter(tags=["claims"])

@@ -1,0 +1,4 @@
+"""HTTP routes: erasure."""
+from fastapi import APIRouter
+
+router = APIRouter(tags=["erasure"])

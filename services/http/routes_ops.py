@@ -1,0 +1,4 @@
+"""HTTP routes: ops."""
+from fastapi import APIRouter
+
+router = APIRouter(tags=["ops"])

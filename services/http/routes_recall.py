@@ -1,0 +1,4 @@
+"""HTTP routes: recall."""
+from fastapi import APIRouter
+
+router = APIRouter(tags=["recall"])

@@ -1,0 +1,4 @@
+"""HTTP routes: simulations."""
+from fastapi import APIRouter
+
+router = APIRouter(tags=["simulations"])

@@ -1,0 +1,52 @@
+"""Process settings from ``OML_*`` environment variables (pydantic-settings).
+
+With no ``OML_DATABASE_URL`` an embedded PostgreSQL with pgvector is started
+under ``<home>/pg``; with no ``OML_REDIS_URL`` workers run in-process; with no
+``OML_LAKE_URI`` the lake is ``<home>/lake``; with no ``OML_MASTER_KEY`` a
+generated master key file under ``<home>`` seals the local KeyStore (with a
+warning at start).
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="OML_", extra="ignore")
+
+    home: Path = Path(".oml")
+    # Owner URL: runs migrations and owns tables; workloads connect as their own roles.
+    database_url: str | None = None
+    # Optional password for the per-workload login roles when not on trust auth.
+    role_password: str | None = None
+    redis_url: str | None = None
+    lake_uri: str | None = None
+    lake_storage_options: dict[str, str] = {}
+    master_key: str | None = None
+    key_dir: Path | None = None
+    embedding_model: str | None = None
+    embedding_dim: int = 384
+    backup_retention_days: int = 35
+    idempotency_retention_hours: int = 24
+    outbox_retention_hours: int = 24
+    max_request_bytes: int = 1_048_576
+    max_body_chars: int = 65_536
+    http_host: str = "127.0.0.1"
+    http_port: int = 8765
+    pool_size: int = 5
+
+    @property
+    def lake(self) -> str:
+        return self.lake_uri or str((self.home / "lake").resolve())
+
+    @property
+    def keys(self) -> Path:
+        return self.key_dir or self.home / "keys"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,1 @@
+"""Storage: SQLAlchemy engines per workload role, tenant binding, migrations, embedded PostgreSQL."""

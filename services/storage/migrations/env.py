@@ -1,0 +1,12 @@
+"""Alembic environment: runs against the owner URL passed in the config."""
+from alembic import context
+import sqlalchemy as sa
+
+config = context.config
+url = config.get_main_option("sqlalchemy.url")
+engine = sa.create_engine(url)
+with engine.connect() as connection:
+    context.configure(connection=connection, transactional_ddl=True)
+    with context.begin_transaction():
+        context.run_migrations()
+engine.dispose()

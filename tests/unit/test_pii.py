@@ -1,0 +1,363 @@
+"""Unit tests for oml.domain.pii (personal-data classifier and policy)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from stdnum import luhn
+
+from oml.domain.pii import (
+    DATA_SUBJECTS_KEY,
+    ERROR_CODE,
+    KINDS,
+    BodyFinding,
+    Finding,
+    PersonalDataRefused,
+    classify,
+    classify_body,
+    decide,
+    normalise_subject,
+)
+
+GH_TOKEN = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
+OML_KEY = "oml_k1a2b3c4_Zx9fJ3kL0pQ7rT2vW8yB1nM4"
+PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----"
+
+
+def spans(text: str, **kw: object) -> list[tuple[str, str]]:
+    return [(f.kind, text[f.start : f.end]) for f in classify(text, **kw)]  # type: ignore[arg-type]
+
+
+def one(text: str, needle: str, kind: str) -> None:
+    """Exactly one finding, of ``kind``, exactly covering ``needle``."""
+    found = classify(text)
+    start = text.index(needle)
+    assert found == [Finding(kind, start, start + len(needle))], spans(text)
+
+
+# ---------------------------------------------------------------- positives
+
+
+@pytest.mark.parametrize(
+    ("text", "needle", "kind"),
+    [
+        ("Write to alice.smith+ops@example.co.uk.", "alice.smith+ops@example.co.uk", "email"),
+        ("contact: Bob@Example.ORG", "Bob@Example.ORG", "email"),
+        ("call +44 20 7946 0958 after lunch", "+44 20 7946 0958", "phone"),
+        ("office (415) 555-2671 ext", "(415) 555-2671", "phone"),
+        ("tel:+33 1 42 68 53 00", "+33 1 42 68 53 00", "phone"),
+        ("card 4111 1111 1111 1111 on file", "4111 1111 1111 1111", "payment_card"),
+        ("mc 5555-5555-5555-4444.", "5555-5555-5555-4444", "payment_card"),
+        ("amex 378282246310005", "378282246310005", "payment_card"),
+        ("pay to GB82 WEST 1234 5698 7654 32 OK", "GB82 WEST 1234 5698 7654 32", "iban"),
+        ("iban DE89370400440532013000.", "DE89370400440532013000", "iban"),
+        ("ssn 536-90-4399 on record", "536-90-4399", "national_id"),
+        ("NIR 2 95 10 99 126 111 93", "2 95 10 99 126 111 93", "national_id"),
+        ("IdNr 36 574 261 809", "36 574 261 809", "national_id"),
+        ("DNI 54362315K", "54362315K", "national_id"),
+        ("NIE X2482300W", "X2482300W", "national_id"),
+        ("CF RCCMNL83S18D969H", "RCCMNL83S18D969H", "national_id"),
+        ("BSN: 111222333", "111222333", "national_id"),
+        ("bsn 1112.22.333", "1112.22.333", "national_id"),
+        ("personnummer 880320-0016", "880320-0016", "national_id"),
+        ("NHS number 943 476 5919", "943 476 5919", "national_id"),
+        ("client at 192.168.1.10 today", "192.168.1.10", "ip_address"),
+        ("resolver 8.8.8.8.", "8.8.8.8", "ip_address"),
+        ("peer [2001:db8::1]:443", "2001:db8::1", "ip_address"),
+        ("mapped ::ffff:192.0.2.1 seen", "::ffff:192.0.2.1", "ip_address"),
+        ("id AKIAIOSFODNN7EXAMPLE leaked", "AKIAIOSFODNN7EXAMPLE", "credential"),
+        (f"token {GH_TOKEN} here", GH_TOKEN, "credential"),
+        ("pat github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuv", "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuv", "credential"),
+        ("slack xoxb-123456789012-abcdefGHIJ", "xoxb-123456789012-abcdefGHIJ", "credential"),
+        (f"jwt {JWT} end", JWT, "credential"),
+        ("DB_PASSWORD=hunter2", "hunter2", "credential"),
+        ('{"api_key": "abcd1234efgh"}', "abcd1234efgh", "credential"),
+        ("secret = s3cr3t-Value", "s3cr3t-Value", "credential"),
+        ("Authorization: Bearer abc123def456ghi789jkl", "abc123def456ghi789jkl", "credential"),
+        (f"use {OML_KEY} for ci", OML_KEY, "credential"),
+        (f"key:\n{PEM}\n", PEM, "credential"),
+        ("dsn postgres://app:s3cretpw@db.internal/x", "s3cretpw", "credential"),
+    ],
+)
+def test_positive_exact_offsets(text: str, needle: str, kind: str) -> None:
+    one(text, needle, kind)
+
+
+def test_multiple_findings_sorted_by_offset() -> None:
+    text = "ip 10.0.0.7, mail a@b.io, card 4111111111111111"
+    assert [k for k, _ in spans(text)] == ["ip_address", "email", "payment_card"]
+    found = classify(text)
+    assert [f.start for f in found] == sorted(f.start for f in found)
+
+
+def test_phone_default_region() -> None:
+    text = "ring 020 7946 0958"
+    assert spans(text) == []  # national UK format is not a valid US number
+    assert spans(text, default_region="GB") == [("phone", "020 7946 0958")]
+    # "+"-prefixed numbers are found whatever the region.
+    assert spans("ring +1 415 555 2671", default_region="GB") == [("phone", "+1 415 555 2671")]
+
+
+def test_pem_header_without_footer() -> None:
+    text = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjE"
+    assert spans(text) == [("credential", "-----BEGIN OPENSSH PRIVATE KEY-----")]
+
+
+def test_overlaps_keep_most_specific() -> None:
+    # A card number is not additionally reported as a phone number.
+    assert spans("4111111111111111") == [("payment_card", "4111111111111111")]
+    # A credential wins over the e-mail-looking part of a URL's userinfo.
+    assert spans("smtp://u:pa55w0rd@mail.example.com") == [("credential", "pa55w0rd")]
+    # An IPv4-mapped IPv6 address is one finding, not two.
+    assert len(classify("::ffff:192.0.2.1")) == 1
+
+
+# ---------------------------------------------------------------- negatives
+
+
+def _luhn_valid(prefix: str, length: int) -> str:
+    body = prefix + "0" * (length - len(prefix) - 1)
+    return body + luhn.calc_check_digit(body)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "we shipped 3 releases in 2024",
+        "the meeting is on 2024-01-02 at 10:30",
+        "timestamp 2024-01-02T10:30:00Z",
+        "upgrade to version 1.2.3 next week",
+        "version 1.2.3.4 is out",
+        "pinned v1.2.3.4",
+        "listen on 0.0.0.0 or 127.0.0.1 or ::1",
+        "mac 00:1a:2b:3c:4d:5e",
+        "see std::vector and a::b",
+        "4111111111111112",  # fails Luhn
+        _luhn_valid("7", 16),  # Luhn-valid but no known IIN
+        "order 123456789 shipped",  # bare 9 digits: not SSN, not BSN without context
+        "SSN 000-12-3456 is invalid",
+        "ssn 666-12-3456",
+        "GB83 WEST 1234 5698 7654 32",  # bad IBAN check digits
+        "icon@2x.png and user@localhost",
+        "git clone git@github.com:org/repo.git",
+        "npm i @types/node react@18.2.0",
+        "the password: rotated monthly",
+        "max_tokens=4096 and token: 512",
+        "password=${DB_PASSWORD} api_key: <your key> secret=******",
+        "oml_lake_writer and oml_admission_service_config_v2 are roles",
+        "Bearer authentication is described in RFC 6750",
+        "It cost $1,234,567.89 over 12 months.",
+        "",
+    ],
+)
+def test_negative(text: str) -> None:
+    assert spans(text) == []
+
+
+# ---------------------------------------------------------------- canary
+
+
+CANARY_TEXTS = [
+    "Reach alice@example.com or +44 20 7946 0958 now.",
+    "card 4111 1111 1111 1111, iban GB82 WEST 1234 5698 7654 32.",
+    "ssn 536-90-4399; cf RCCMNL83S18D969H; ip 192.168.1.10; 2001:db8::1",
+    f"password=hunter2x {GH_TOKEN} {JWT} {OML_KEY} AKIAIOSFODNN7EXAMPLE",
+]
+
+
+def _matched(text: str, found: list[Finding]) -> list[str]:
+    return [text[f.start : f.end] for f in found]
+
+
+@pytest.mark.parametrize("text", CANARY_TEXTS)
+def test_canary_matched_text_never_rendered(text: str) -> None:
+    found = classify(text)
+    assert found
+    body = {"statement": text, "source": {"title": text}, "tags": [text]}
+    body_found = classify_body(body)
+    rendered = [repr(found), str(found), repr(body_found), str(body_found)]
+    with pytest.raises(PersonalDataRefused) as info:
+        decide("deny", body_found, [])
+    exc = info.value
+    rendered += [str(exc), repr(exc), repr(exc.args), repr(exc.findings)]
+    for secret in _matched(text, found):
+        for out in rendered:
+            assert secret not in out
+
+
+def test_canary_member_names_are_redacted_in_paths() -> None:
+    body = {"statement": "ok", "bob@example.com": "hi", "x": {"a/b~c": "+44 20 7946 0958"}}
+    found = classify_body(body)
+    assert found == [
+        BodyFinding("/~r1", "email", 0, 15, in_key=True),
+        BodyFinding("/x/a~1b~0c", "phone", 0, 16),
+    ]
+    with pytest.raises(PersonalDataRefused) as info:
+        decide("deny", found, [])
+    assert "bob@example.com" not in str(info.value)
+    assert "bob@example.com" not in repr(found)
+
+
+def test_normalise_errors_do_not_echo_value() -> None:
+    for kind, value in [("phone", "call-me-maybe-1234"), ("email", "not-an-address"), ("phone", "+1 000")]:
+        with pytest.raises(ValueError) as info:
+            normalise_subject(kind, value)
+        assert value not in str(info.value)
+        assert value not in repr(info.value)
+
+
+# ---------------------------------------------------------------- body walk
+
+
+def test_classify_body_paths_and_offsets() -> None:
+    body = {
+        "statement": "Mail carol@example.com about it",
+        "subject": "nothing here",
+        "tags": ["a", "b", "+1 415 555 2671"],
+        "source": {"uri": "https://x.test/", "title": "from 10.1.2.3", "locator": {"n": [None, "a@b.io"]}},
+        "count": 4111111111111111,
+        "flag": True,
+        "ratio": 1.5,
+        DATA_SUBJECTS_KEY: [{"kind": "email", "value": "carol@example.com"}],
+    }
+    assert classify_body(body) == [
+        BodyFinding("/statement", "email", 5, 22),
+        BodyFinding("/tags/2", "phone", 0, 15),
+        BodyFinding("/source/title", "ip_address", 5, 13),
+        BodyFinding("/source/locator/n/1", "email", 0, 6),
+        BodyFinding("/count", "payment_card", 0, 16),
+    ]
+
+
+def test_data_subjects_skipped_only_at_top_level() -> None:
+    assert classify_body({DATA_SUBJECTS_KEY: ["dave@example.com"]}) == []
+    nested = {"source": {DATA_SUBJECTS_KEY: ["dave@example.com"]}}
+    assert classify_body(nested) == [BodyFinding("/source/data_subjects/0", "email", 0, 16)]
+
+
+def test_classify_body_rejects_non_mapping_and_cycles() -> None:
+    with pytest.raises(TypeError):
+        classify_body(["a@b.io"])  # type: ignore[arg-type]
+    cyclic: dict[str, object] = {}
+    cyclic["self"] = cyclic
+    with pytest.raises(ValueError):
+        classify_body(cyclic)
+
+
+def test_finding_validation() -> None:
+    with pytest.raises(ValueError):
+        Finding("name", 0, 1)
+    with pytest.raises(ValueError):
+        Finding("email", 3, 3)
+    assert KINDS == {"email", "phone", "payment_card", "national_id", "iban", "ip_address", "credential"}
+
+
+# ---------------------------------------------------------------- normalisation
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "expected"),
+    [
+        ("email", "  Alice.Smith@Example.COM \n", "alice.smith@example.com"),
+        ("phone", "(415) 555-2671", "+14155552671"),
+        ("phone", "+44 20 7946 0958", "+442079460958"),
+        ("phone", "+1-415-555-2671", "+14155552671"),
+        ("name", "  Ｊｏｈｎ  Straße ", "john  strasse"),
+        ("customer_id", "CUST-0042", "cust-0042"),
+        ("other", "ﬁle", "file"),
+    ],
+)
+def test_normalise_subject(kind: str, value: str, expected: str) -> None:
+    assert normalise_subject(kind, value) == expected
+
+
+def test_normalise_phone_region() -> None:
+    assert normalise_subject("phone", "020 7946 0958", default_region="GB") == "+442079460958"
+
+
+@pytest.mark.parametrize(("kind", "value"), [("ssn", "x"), ("name", "   "), ("phone", "12"), ("email", "@")])
+def test_normalise_subject_rejects(kind: str, value: str) -> None:
+    with pytest.raises(ValueError):
+        normalise_subject(kind, value)
+
+
+# ---------------------------------------------------------------- policy
+
+FINDINGS = [BodyFinding("/statement", "email", 5, 22)]
+
+
+def test_decide_allow_passes() -> None:
+    assert decide("allow", FINDINGS, []) is None
+
+
+def test_decide_deny() -> None:
+    assert decide("deny", [], []) is None
+    with pytest.raises(PersonalDataRefused) as info:
+        decide("deny", FINDINGS, [])
+    exc = info.value
+    assert exc.code == ERROR_CODE == "admission.personal_data"
+    assert exc.findings == tuple(FINDINGS)
+    assert exc.reason == "findings"
+    assert "email" in str(exc) and "/statement" in str(exc) and "[5:22]" in str(exc)
+    # Declaring subjects does not unlock a deny workarea.
+    with pytest.raises(PersonalDataRefused) as info2:
+        decide("deny", FINDINGS, ["s"])
+    assert info2.value.reason == "findings"
+    with pytest.raises(PersonalDataRefused) as info3:
+        decide("deny", [], ["s"])
+    assert info3.value.reason == "subjects_under_deny"
+
+
+def test_decide_declare() -> None:
+    assert decide("declare", [], []) is None
+    assert decide("declare", FINDINGS, ["alice@example.com"]) is None
+    with pytest.raises(PersonalDataRefused) as info:
+        decide("declare", FINDINGS, [])
+    assert info.value.reason == "undeclared"
+
+
+def test_decide_unknown_policy() -> None:
+    with pytest.raises(ValueError):
+        decide("maybe", [], [])
+
+
+# ---------------------------------------------------------------- properties
+
+_HOT = list("0123456789 -+.:@_=/\x00") + ["eyJ", "AKIA", "ghp_", "oml_", "password=", "+44 ", "GB82", "::", "Bearer "]
+_text = st.one_of(
+    st.text(max_size=200),  # Hypothesis never draws surrogates by default
+    st.text(alphabet=st.characters(codec="utf-8"), max_size=200),
+    st.lists(st.sampled_from(_HOT + list("abcXYZé٣")), max_size=60).map("".join),
+)
+
+
+def _check(text: str, found: list[Finding]) -> None:
+    prev_end = 0
+    for f in found:
+        assert f.kind in KINDS
+        assert 0 <= f.start < f.end <= len(text)
+        assert f.start >= prev_end  # sorted and non-overlapping
+        prev_end = f.end
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_text)
+def test_classify_never_raises_and_offsets_in_bounds(text: str) -> None:
+    _check(text, classify(text))
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | _text,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(_text, children, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(_text, _json, max_size=4))
+def test_classify_body_never_raises(body: dict[str, object]) -> None:
+    for f in classify_body(body):
+        assert f.path.startswith("/")
+        assert f.kind in KINDS and 0 <= f.start < f.end
