@@ -10,8 +10,8 @@ the tree over ``n`` leaves splits at the largest power of two below ``n``
 Three ways to use it:
 
 * module functions (:func:`root`, :func:`inclusion_proof`,
-  :func:`consistency_proof`) over a full list of leaf hashes; each call is
-  O(n) hashing, O(log n) memory beyond the list;
+  :func:`consistency_proof`) over a full list of leaf hashes; each call
+  hashes O(n) nodes and holds one level (O(n) hashes) at a time;
 * :class:`MerkleTree`, which keeps every perfect subtree so that many proofs
   over one tree (an evidence export's receipt per event) cost O(log² n)
   each after an O(n) build;

@@ -22,6 +22,7 @@ Offsets are Python ``str`` indices (Unicode code points), half-open
 
 from __future__ import annotations
 
+import bisect
 import ipaddress
 import re
 import unicodedata
@@ -167,7 +168,11 @@ class PersonalDataRefused(Exception):
     ``str()`` and ``repr()`` never contain scanned text.
     """
 
-    code: Final[str] = ERROR_CODE  # type: ignore[misc]
+    code: Final[str] = ERROR_CODE
+
+    #: Findings listed in ``str()``; the rest are counted (all stay in
+    #: ``findings``), so a body with thousands of hits gives a bounded message.
+    MAX_LISTED: Final[int] = 20
 
     def __init__(
         self,
@@ -183,16 +188,27 @@ class PersonalDataRefused(Exception):
 
     def _message(self) -> str:
         parts = []
-        for f in self.findings:
-            where = getattr(f, "path", "")
+        for f in self.findings[: self.MAX_LISTED]:
+            part = f"{f.kind} at {getattr(f, 'path', '')}[{f.start}:{f.end}]"
             if getattr(f, "in_key", False):
-                where += " (member name)"
-            parts.append(f"{f.kind} at {where}[{f.start}:{f.end}]")
+                part += " in member name"
+            parts.append(part)
+        if len(self.findings) > self.MAX_LISTED:
+            parts.append(f"and {len(self.findings) - self.MAX_LISTED} more")
         head = f"personal data refused under policy {self.policy!r} ({self.reason})"
         return head + (": " + "; ".join(parts) if parts else "")
 
     def __repr__(self) -> str:
         return f"PersonalDataRefused({self._message()!r})"
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # The default would rebuild from args (the message) and lose the
+        # structured fields when the exception crosses a process boundary.
+        return (_rebuild_refusal, (self.findings, self.policy, self.reason))
+
+
+def _rebuild_refusal(findings: tuple[AnyFinding, ...], policy: str, reason: RefusalReason) -> PersonalDataRefused:
+    return PersonalDataRefused(findings, policy=policy, reason=reason)
 
 
 # --------------------------------------------------------------------------
@@ -463,6 +479,21 @@ def _ip_is_personal(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool
     return not (addr.is_loopback or addr.is_unspecified)
 
 
+_CIDR_SUFFIX_RE = re.compile(r"/(\d{1,3})(?!\d)")
+
+
+def _is_network_range(text: str, addr: str, end: int) -> bool:
+    # "10.0.0.0/8" names a range, not a host; "10.1.2.3/24" is still a host.
+    m = _CIDR_SUFFIX_RE.match(text, end)
+    if m is None:
+        return False
+    try:
+        net = ipaddress.ip_network(f"{addr}/{m.group(1)}", strict=True)
+    except ValueError:
+        return False
+    return net.num_addresses > 1
+
+
 def _ips(text: str) -> Iterator[_Span]:
     for m in _IPV4_RE.finditer(text):
         if _VERSION_WORD_RE.search(text, max(0, m.start() - 12), m.start()):
@@ -471,7 +502,7 @@ def _ips(text: str) -> Iterator[_Span]:
             addr4 = ipaddress.IPv4Address(m.group())
         except ValueError:
             continue
-        if _ip_is_personal(addr4):
+        if _ip_is_personal(addr4) and not _is_network_range(text, m.group(), m.end()):
             yield ("ip_address", m.start(), m.end())
     for m in _IPV6_RUN_RE.finditer(text):
         start, end = m.span()
@@ -488,7 +519,7 @@ def _ips(text: str) -> Iterator[_Span]:
             addr6 = ipaddress.IPv6Address(cand)
         except ValueError:
             continue
-        if _ip_is_personal(addr6):
+        if _ip_is_personal(addr6) and not _is_network_range(text, cand, end):
             yield ("ip_address", start, end)
 
 
@@ -576,14 +607,22 @@ def _credentials(text: str) -> Iterator[_Span]:
 
 def _resolve(spans: Iterable[_Span]) -> list[Finding]:
     ranked = sorted(set(spans), key=lambda s: (-_PRIORITY[s[0]], -(s[2] - s[1]), s[1]))
+    # Kept spans never overlap, so sorted by start their ends are sorted
+    # too, and an overlap can only be with the neighbours of the insertion
+    # point: O(k log k) even for bodies with thousands of hits.
+    starts: list[int] = []
     kept: list[_Span] = []
-    for kind, start, end in ranked:
+    for span in ranked:
+        _, start, end = span
         if end <= start:
             continue
-        if any(start < k_end and k_start < end for _, k_start, k_end in kept):
+        i = bisect.bisect_left(starts, start)
+        if i > 0 and kept[i - 1][2] > start:
             continue
-        kept.append((kind, start, end))
-    kept.sort(key=lambda s: (s[1], s[2]))
+        if i < len(kept) and kept[i][1] < end:
+            continue
+        starts.insert(i, start)
+        kept.insert(i, span)
     return [Finding(kind, start, end) for kind, start, end in kept]
 
 

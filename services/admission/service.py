@@ -379,7 +379,9 @@ class Admission:
                 "admission.personal_data",
                 f"the body contains personal data not allowed by the workarea policy ({wa.pii_policy})",
                 422,
-                {"findings": [{"kind": f.kind, "path": f.path, "start": f.start, "end": f.end} for f in exc.findings]},
+                {"reason": exc.reason,
+                 "findings": [{"kind": f.kind, "path": f.path, "start": f.start, "end": f.end, "in_key": getattr(f, "in_key", False)}
+                              for f in exc.findings]},
             ) from None
         return subjects
 

@@ -66,6 +66,7 @@ def one(text: str, needle: str, kind: str) -> None:
         ("client at 192.168.1.10 today", "192.168.1.10", "ip_address"),
         ("resolver 8.8.8.8.", "8.8.8.8", "ip_address"),
         ("peer [2001:db8::1]:443", "2001:db8::1", "ip_address"),
+        ("host 10.1.2.3/24 is up", "10.1.2.3", "ip_address"),
         ("mapped ::ffff:192.0.2.1 seen", "::ffff:192.0.2.1", "ip_address"),
         ("id AKIAIOSFODNN7EXAMPLE leaked", "AKIAIOSFODNN7EXAMPLE", "credential"),
         (f"token {GH_TOKEN} here", GH_TOKEN, "credential"),
@@ -134,6 +135,7 @@ def _luhn_valid(prefix: str, length: int) -> str:
         "listen on 0.0.0.0 or 127.0.0.1 or ::1",
         "mac 00:1a:2b:3c:4d:5e",
         "see std::vector and a::b",
+        "route 10.0.0.0/8 and 2001:db8::/32 internally",
         "4111111111111112",  # fails Luhn
         _luhn_valid("7", 16),  # Luhn-valid but no known IIN
         "order 123456789 shipped",  # bare 9 digits: not SSN, not BSN without context
@@ -318,6 +320,16 @@ def test_decide_declare() -> None:
     assert info.value.reason == "undeclared"
 
 
+def test_refusal_message_is_bounded_and_pickles() -> None:
+    import pickle
+
+    many = [BodyFinding("/tags/%d" % i, "phone", 0, 12) for i in range(50)]
+    exc = PersonalDataRefused(many, policy="declare", reason="undeclared")
+    assert "and 30 more" in str(exc)
+    back = pickle.loads(pickle.dumps(exc))
+    assert (back.findings, back.policy, back.reason, back.code) == (exc.findings, "declare", "undeclared", ERROR_CODE)
+
+
 def test_decide_unknown_policy() -> None:
     with pytest.raises(ValueError):
         decide("maybe", [], [])
@@ -342,7 +354,7 @@ def _check(text: str, found: list[Finding]) -> None:
         prev_end = f.end
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_text)
 def test_classify_never_raises_and_offsets_in_bounds(text: str) -> None:
     _check(text, classify(text))
@@ -355,7 +367,7 @@ _json = st.recursive(
 )
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(_text, _json, max_size=4))
 def test_classify_body_never_raises(body: dict[str, object]) -> None:
     for f in classify_body(body):

@@ -1,0 +1,33 @@
+# The two set-up commands of the README:
+#   make demo  — installs into .venv and runs OML's whole job on embedded defaults
+#   make test  — installs into .venv (with test extras) and runs the test suite
+PYTHON ?= python3.11
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+.PHONY: demo test install serve clean
+
+$(BIN)/activate:
+	$(PYTHON) -m venv $(VENV)
+
+# torch is pinned first: an unpinned torch (pulled by sentence-transformers)
+# would fetch a multi-GB CUDA build instead of the local CPU build.
+$(VENV)/.installed: $(BIN)/activate pyproject.toml setup.py
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	HF_HUB_OFFLINE=1 $(BIN)/oml demo
+
+test: $(VENV)/.installed
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest
+
+serve: $(VENV)/.installed
+	$(BIN)/oml serve
+
+clean:
+	rm -rf .oml .oml-test
