@@ -243,7 +243,8 @@ def parse_verifier_key(vkey: str) -> tuple[str, bytes]:
     type byte is not Ed25519, the key is not 32 bytes, or the key ID does not
     match the name and key.
     """
-    parts = vkey.split("+")
+    # Key names never contain "+", but standard base64 does: split at the first two only.
+    parts = vkey.split("+", 2)
     if len(parts) != 3:
         raise ValueError("verifier key must have the form <name>+<hex key id>+<base64 key>")
     name, kid_hex, key_b64 = parts

@@ -31,6 +31,10 @@ def authenticate(db: Database, api_key: str | None, role: str = "oml_server") ->
                     " WHERE tenant_id = :t AND principal_id = :p"), {"t": tenant, "p": key_id}).one_or_none()
         if row is None or row.revoked_seq is not None or not secret_matches(secret, bytes(row.secret_hash)):
             raise UNAUTHENTICATED
+        # A restored database serves nothing until its erasures are replayed (docs/backup-restore.md).
+        from oml.services.restore import refuse_if_pending
+
+        refuse_if_pending(conn)
         roots = [str(r) for r in row.roots]
         paths = conn.execute(sa.text("SELECT path FROM workareas WHERE tenant_id = :t AND node_id = ANY(CAST(:r AS uuid[]))"),
                              {"t": tenant, "r": roots}).scalars().all()

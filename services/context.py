@@ -44,9 +44,46 @@ def owner_url(settings: Settings) -> str:
 def open_context(settings: Settings | None = None, *, migrate: bool = True) -> Context:
     settings = settings or get_settings()
     url = owner_url(settings)
-    db = Database(url, settings.role_password, settings.pool_size)
-    embedded.check_pgvector(db.engine(None))
-    if migrate:
-        upgrade(str(db.owner_url.render_as_string(hide_password=False)))
-    keystore = LocalKeyStore(settings.keys, load_master_key(settings.master_key, settings.home))
+    db = Database(url, settings.role_password, settings.pool_size, settings.role_passwords)
+    # With auto_migrate off the process never connects as the owner (it may not hold its password).
+    if settings.auto_migrate:
+        embedded.check_pgvector(db.engine(None))
+        if migrate:
+            upgrade(str(db.owner_url.render_as_string(hide_password=False)))
+    keystore = DeferredKeyStore(settings)
+    if not settings.database_url:
+        keystore.open()  # embedded default: one process plays every workload; load (and warn) at start
     return Context(settings, db, keystore)
+
+
+class DeferredKeyStore:
+    """The process's :class:`LocalKeyStore`, opened on first use.
+
+    Keyless workloads (relay, lake-writer, indexer, reconciler) open a
+    context too; deferring means they never load the master key — nor, on the
+    embedded default, create one — unless something in them asks for a key.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._store: LocalKeyStore | None = None
+
+    def open(self) -> LocalKeyStore:
+        if self._store is None:
+            self._store = LocalKeyStore(self._settings.keys, load_master_key(self._settings.master_key, self._settings.home))
+        return self._store
+
+    def put(self, tenant: str, name: str, secret: bytes) -> None:
+        self.open().put(tenant, name, secret)
+
+    def get(self, tenant: str, name: str) -> bytes:
+        return self.open().get(tenant, name)
+
+    def exists(self, tenant: str, name: str) -> bool:
+        return self.open().exists(tenant, name)
+
+    def destroy(self, tenant: str, name: str) -> None:
+        self.open().destroy(tenant, name)
+
+    def names(self, tenant: str) -> list[str]:
+        return self.open().names(tenant)

@@ -22,9 +22,18 @@ class Settings(BaseSettings):
     database_url: str | None = None
     # Optional password for the per-workload login roles when not on trust auth.
     role_password: str | None = None
+    # Per-role passwords, JSON ``{"oml_server": "…"}`` (OML_ROLE_PASSWORDS): a deployed process
+    # gets only the passwords of the roles it plays (deploy/README.md); falls back to role_password.
+    role_passwords: dict[str, str] = {}
+    # Check pgvector and migrate as the owner when a context opens. Deployed workloads set it
+    # false: only the one-shot migrate job holds the owner's credentials.
+    auto_migrate: bool = True
     redis_url: str | None = None
     lake_uri: str | None = None
     lake_storage_options: dict[str, str] = {}
+    # "<tenant> <fingerprint>" lines an operator keeps outside the database; reconciliation's
+    # trust anchors (docs/operator-guide.md). Default <home>/trust-anchors when present.
+    trust_anchors: Path | None = None
     master_key: str | None = None
     key_dir: Path | None = None
     embedding_model: str | None = None

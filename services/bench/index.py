@@ -1,0 +1,151 @@
+"""``oml bench index``: claims/s indexed by the oml-indexer vs. raw ``model.encode`` + a raw binary COPY of the vectors.
+
+Setup (not timed): a tenant ``bench-index-<hex>`` in the configured database
+with ``--claims`` claims submitted and promoted (LoCoMo turns when the shared
+data set is present), its indexer principal enrolled, the model loaded and
+warmed with one call.
+
+Timed:
+
+- **indexer**: ``indexer.catch_up`` for the tenant — reads the journal and
+  tip projections as ``oml_indexer``, fetches plaintext through the indexing
+  feed (HPKE unwrap + AES-GCM open per body, one read-log row per call),
+  encodes the statements with the model in batches, writes one
+  ``memories_fts`` row (``to_tsvector``) and one ``memory_embeddings`` row
+  per claim, and advances its cursor, in transactions of 500 journal events.
+- **raw**: ``model.encode`` of the same statements with the same batch size,
+  then one binary ``COPY`` of the vectors into a temporary ``vector(384)``
+  table (no tsvector, no decryption, no journal reads).
+
+Prints claims/s for both and raw ÷ indexer. ``--quick`` is CI-sized. The
+tenant is kept (the journal is append-only).
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import secrets
+import time
+from typing import Any
+
+import sqlalchemy as sa
+import typer
+
+from oml.domain.canonical import format_time, now
+
+
+def _rate(n: int, seconds: float) -> float:
+    return n / seconds if seconds > 0 else float("inf")
+
+
+def run(ctx, *, claims: int = 1000, batch: int = 100) -> dict[str, Any]:
+    """Run both measurements; returns counts, seconds, claims/s and the ratio raw ÷ indexer."""
+    import numpy as np
+    from pgvector.psycopg import register_vector
+
+    from oml.services.admission.service import Submission
+    from oml.services.auth import authenticate
+    from oml.services.bench.admission import bodies
+    from oml.workers import indexer
+    from oml.workers.embedding import get_embedder
+
+    tenant = f"bench-index-{secrets.token_hex(4)}"
+    adm = ctx.admission
+    t = adm.create_tenant(tenant)
+    admin = authenticate(ctx.db, t.admin_key)
+    adm.set_workarea_policy(admin, t.root_workarea, pii_policy="allow")
+    w = adm.create_identity(admin, "service", "bench-writer")["identity_id"]
+    r = adm.create_identity(admin, "person", "bench-reviewer")["identity_id"]
+    writer = authenticate(ctx.db, adm.create_principal(admin, w, "writer", [t.root_workarea])["api_key"])
+    reviewer = authenticate(ctx.db, adm.create_principal(admin, r, "reviewer", [t.root_workarea])["api_key"])
+    items = bodies(claims)
+    versions: list[str] = []
+    for i in range(0, len(items), batch):
+        out = adm.submit(writer, [Submission(t.root_workarea, b) for b in items[i:i + batch]])
+        versions += [x["version_id"] for x in out["items"]]
+    for v in versions:
+        adm.review(reviewer, v, "promote", "accurate")
+    indexer.indexer_principal(ctx, tenant)
+    emb = indexer.embedder_for(ctx)
+    emb.encode(["warm-up"])
+
+    res: dict[str, Any] = {"tenant": tenant, "claims": claims, "model": os.path.basename(emb.path.rstrip("/")),
+                           "encode_batch": emb.batch_size}
+    t0 = time.perf_counter()
+    events = indexer.catch_up(ctx, tenant)
+    res["indexer"] = {"claims": claims, "events": events, "seconds": time.perf_counter() - t0}
+    with ctx.db.tenant(indexer.ROLE, tenant) as c:
+        res["indexer"]["rows"] = c.execute(sa.text("SELECT count(*) FROM memory_embeddings WHERE tenant_id = :t"),
+                                           {"t": tenant}).scalar()
+
+    texts = [b["statement"] for b in items]
+    t0 = time.perf_counter()
+    vectors = emb.encode(texts)
+    t_encode = time.perf_counter() - t0
+    raw = ctx.db.engine(None).raw_connection()
+    try:
+        conn = raw.driver_connection
+        register_vector(conn)
+        with conn.cursor() as cur:
+            cur.execute("CREATE TEMP TABLE bench_vectors (id int NOT NULL, embedding vector(384) NOT NULL)")
+            t0 = time.perf_counter()
+            with cur.copy("COPY bench_vectors (id, embedding) FROM STDIN WITH (FORMAT BINARY)") as copy:
+                copy.set_types(["int4", "vector"])
+                for i, v in enumerate(vectors):
+                    copy.write_row((i, np.asarray(v, dtype=np.float32)))
+            conn.commit()
+            t_copy = time.perf_counter() - t0
+            cur.execute("DROP TABLE bench_vectors")
+            conn.commit()
+    finally:
+        raw.close()
+    res["raw"] = {"claims": claims, "encode_seconds": round(t_encode, 3), "copy_seconds": round(t_copy, 3),
+                  "seconds": t_encode + t_copy}
+    for k in ("indexer", "raw"):
+        res[k]["claims_per_s"] = round(_rate(res[k]["claims"], res[k]["seconds"]), 1)
+        res[k]["seconds"] = round(res[k]["seconds"], 3)
+    res["ratio"] = round(res["raw"]["claims_per_s"] / res["indexer"]["claims_per_s"], 2)
+    import torch
+
+    res["machine"] = {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
+                      "platform": platform.platform(), "at": format_time(now())}
+    with ctx.db.engine(None).connect() as c:
+        res["machine"]["postgres"] = c.execute(sa.text("SHOW server_version")).scalar()
+    return res
+
+
+def render(res: dict[str, Any]) -> list[str]:
+    m = res["machine"]
+    raw = res["raw"]
+    return [
+        f"oml bench index — tenant {res['tenant']}, {res['claims']} promoted claims, model {res['model']},"
+        f" encode batch {res['encode_batch']}",
+        f"machine: {m['cpus']} CPUs (torch threads {m['torch_threads']}), {m['platform']}, Python {m['python']},"
+        f" PostgreSQL {m['postgres']}",
+        f"{'path':<40}{'claims':>8}{'seconds':>10}{'claims/s':>11}",
+        f"{'indexer catch_up (feed+FTS+vectors)':<40}{res['indexer']['claims']:>8}{res['indexer']['seconds']:>10.3f}"
+        f"{res['indexer']['claims_per_s']:>11.1f}",
+        f"{'raw encode + binary COPY':<40}{raw['claims']:>8}{raw['seconds']:>10.3f}{raw['claims_per_s']:>11.1f}"
+        f"   (encode {raw['encode_seconds']:.3f} s, COPY {raw['copy_seconds']:.3f} s)",
+        f"raw ÷ indexer: {res['ratio']}×",
+    ]
+
+
+def register(bench_app: typer.Typer) -> None:
+    @bench_app.command("index")
+    def index(quick: bool = typer.Option(False, "--quick", help="CI-sized: 50 claims"),
+              claims: int = typer.Option(1000, "--claims", min=1, help="claims promoted before the measurement"),
+              as_json: bool = typer.Option(False, "--json")) -> None:
+        """Claims/s indexed (feed, tsvector, embeddings), against raw model.encode + binary COPY of the vectors."""
+        from oml.services.cli.common import context
+
+        if quick:
+            claims = 50
+        with context() as ctx:
+            res = run(ctx, claims=claims)
+        if as_json:
+            typer.echo(json.dumps(res, indent=2))
+        else:
+            for line in render(res):
+                typer.echo(line)

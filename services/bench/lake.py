@@ -1,0 +1,149 @@
+"""``oml bench lake``: journal events/s copied by the lake-writer vs. a raw ``write_deltalake`` of the same Arrow data.
+
+Setup (not timed): a tenant ``bench-lake-<hex>`` in the configured database
+with ``--claims`` submitted claims (LoCoMo turns when the shared data set is
+present), so the journal holds one ``claim.submitted`` per claim plus the
+tenant's setup events and ``artifacts`` one body per claim.
+
+Timed:
+
+- **lake-writer**: ``lake_writer.catch_up`` into a fresh lake under a
+  temporary directory: reads journal rows and ciphertext from PostgreSQL as
+  ``oml_lake_writer``, builds Arrow tables with the explicit schema, and
+  commits batches of ``--batch-rows`` with an application transaction,
+  reading the recorded version before each commit.
+- **raw**: the same Arrow tables (read beforehand, not timed), appended with
+  ``write_deltalake`` in the same batches to another fresh directory: no
+  PostgreSQL reads, no version checks, no application transactions, default
+  table configuration.
+
+Prints events/s for both and raw ÷ lake-writer. ``--quick`` is CI-sized.
+The tenant is kept (the journal is append-only); the lake directories are
+deleted.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import secrets
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+import typer
+
+from oml.domain.canonical import format_time, now
+
+
+def _rate(n: int, seconds: float) -> float:
+    return n / seconds if seconds > 0 else float("inf")
+
+
+def run(ctx, *, claims: int = 5000, batch: int = 100, batch_rows: int | None = None) -> dict[str, Any]:
+    """Run both measurements; returns counts, seconds, events/s and the ratio raw ÷ lake-writer."""
+    from deltalake import write_deltalake
+
+    from oml.services.admission.service import Submission
+    from oml.services.auth import authenticate
+    from oml.services.bench.admission import bodies
+    from oml.workers import lake_writer
+    from oml.workers.lake_schema import BODIES, JOURNAL, PARTITION_BY
+
+    batch_rows = batch_rows or lake_writer.BATCH_ROWS
+    tenant = f"bench-lake-{secrets.token_hex(4)}"
+    adm = ctx.admission
+    t = adm.create_tenant(tenant)
+    admin = authenticate(ctx.db, t.admin_key)
+    adm.set_workarea_policy(admin, t.root_workarea, pii_policy="allow")
+    ident = adm.create_identity(admin, "service", "bench")["identity_id"]
+    writer = authenticate(ctx.db, adm.create_principal(admin, ident, "writer", [t.root_workarea])["api_key"])
+    items = bodies(claims)
+    for i in range(0, len(items), batch):
+        adm.submit(writer, [Submission(t.root_workarea, b) for b in items[i:i + batch]])
+
+    tmp = Path(tempfile.mkdtemp(prefix="oml-bench-lake-"))
+    res: dict[str, Any] = {"tenant": tenant, "claims": claims, "batch_rows": batch_rows}
+    try:
+        lctx = dataclasses.replace(ctx, settings=ctx.settings.model_copy(
+            update={"lake_uri": str(tmp / "lake"), "lake_storage_options": {}}))
+        lake_writer.lake_for(lctx)  # table creation is setup, not throughput
+        with ctx.db.tenant(lake_writer.ROLE, tenant) as c:
+            head = c.execute(sa.text("SELECT seq FROM chain_heads WHERE tenant_id = :t"), {"t": tenant}).scalar()
+        t0 = time.perf_counter()
+        rows = lake_writer.catch_up(lctx, tenant, batch_rows=batch_rows)
+        res["lake_writer"] = {"events": head, "rows": rows, "seconds": time.perf_counter() - t0}
+
+        # The same Arrow data, read beforehand.
+        journal, bodies_ = [], []
+        with ctx.db.tenant(lake_writer.ROLE, tenant) as c:
+            after = 0
+            while True:
+                chunk = lake_writer._journal_rows(c, tenant, after, head, batch_rows)
+                if not chunk:
+                    break
+                journal.append(lake_writer._arrow(JOURNAL, chunk))
+                after = chunk[-1]["seq"]
+            after = 0
+            while True:
+                chunk = lake_writer._body_rows(c, tenant, after, head, batch_rows)
+                if not chunk:
+                    break
+                after = chunk[-1].pop("_range_end")
+                bodies_.append(lake_writer._arrow(BODIES, chunk))
+        raw = tmp / "raw"
+        t0 = time.perf_counter()
+        for name, tables in (("journal", journal), ("bodies", bodies_)):
+            for tb in tables:
+                write_deltalake(str(raw / name), tb, mode="append", partition_by=PARTITION_BY)
+        res["raw"] = {"events": head, "rows": sum(x.num_rows for x in journal + bodies_),
+                      "commits": len(journal) + len(bodies_), "seconds": time.perf_counter() - t0}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    for k in ("lake_writer", "raw"):
+        res[k]["events_per_s"] = round(_rate(res[k]["events"], res[k]["seconds"]), 1)
+        res[k]["seconds"] = round(res[k]["seconds"], 3)
+    res["ratio"] = round(res["raw"]["events_per_s"] / res["lake_writer"]["events_per_s"], 2)
+    import deltalake
+
+    res["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+                      "deltalake": deltalake.__version__, "at": format_time(now())}
+    return res
+
+
+def render(res: dict[str, Any]) -> list[str]:
+    m = res["machine"]
+    out = [f"oml bench lake — tenant {res['tenant']}, {res['claims']} claims, up to {res['batch_rows']} rows per commit,"
+           " local disk",
+           f"machine: {m['cpus']} CPUs, {m['platform']}, Python {m['python']}, deltalake {m['deltalake']}",
+           f"{'path':<26}{'events':>8}{'rows':>8}{'seconds':>10}{'events/s':>11}"]
+    for k, label in (("lake_writer", "lake-writer catch_up"), ("raw", "raw write_deltalake")):
+        r = res[k]
+        out.append(f"{label:<26}{r['events']:>8}{r['rows']:>8}{r['seconds']:>10.3f}{r['events_per_s']:>11.1f}")
+    out.append(f"raw ÷ lake-writer: {res['ratio']}× (raw: {res['raw']['commits']} commits of the same Arrow tables;"
+               " rows = journal + bodies)")
+    return out
+
+
+def register(bench_app: typer.Typer) -> None:
+    @bench_app.command("lake")
+    def lake(quick: bool = typer.Option(False, "--quick", help="CI-sized: 300 claims"),
+             claims: int = typer.Option(5000, "--claims", min=1, help="claims submitted before the measurement"),
+             batch_rows: int = typer.Option(0, "--batch-rows", min=0, help="rows per Delta commit (0: the writer's default)"),
+             as_json: bool = typer.Option(False, "--json")) -> None:
+        """Events/s copied to Delta by the lake-writer, against a raw write_deltalake of the same Arrow data."""
+        from oml.services.cli.common import context
+
+        if quick:
+            claims = 300
+        with context() as ctx:
+            res = run(ctx, claims=claims, batch_rows=batch_rows or None)
+        if as_json:
+            typer.echo(json.dumps(res, indent=2))
+        else:
+            for line in render(res):
+                typer.echo(line)

@@ -1,0 +1,82 @@
+"""Container health checks: ``python -m oml.services.healthcheck [--role R]… [--redis] [--http URL]``.
+
+Used by ``deploy/compose.yaml``: each workload checks exactly what it
+depends on with exactly the credentials it holds — a login as each of its
+database roles (``SELECT 1``; the owner is never used), a Redis ``PING`` on
+``OML_REDIS_URL``, or a GET on an HTTP URL answering 2xx. It opens no
+KeyStore and reads no key. Exit status 0 when every check passes, 1
+otherwise; one line per check on stdout, naming the check and the error
+type only (never a URL with credentials or a message that could carry one).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def check_role(role: str) -> None:
+    import sqlalchemy as sa
+
+    from oml.services.settings import Settings
+    from oml.services.storage.db import Database
+
+    s = Settings()
+    if not s.database_url:
+        raise RuntimeError("OML_DATABASE_URL is not set")
+    db = Database(s.database_url, s.role_password, 1, s.role_passwords)
+    try:
+        with db.system(role) as conn:
+            conn.execute(sa.text("SELECT 1"))
+    finally:
+        db.dispose()
+
+
+def check_redis() -> None:
+    import redis
+
+    from oml.services.settings import Settings
+
+    url = Settings().redis_url
+    if not url:
+        raise RuntimeError("OML_REDIS_URL is not set")
+    client = redis.Redis.from_url(url, socket_timeout=3, socket_connect_timeout=3)
+    try:
+        if not client.ping():
+            raise RuntimeError("no PONG")
+    finally:
+        client.close()
+
+
+def check_http(url: str) -> None:
+    import httpx
+
+    resp = httpx.get(url, timeout=3.0)
+    if not resp.is_success:
+        raise RuntimeError(f"HTTP {resp.status_code}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m oml.services.healthcheck", description=__doc__.splitlines()[0])
+    ap.add_argument("--role", action="append", default=[], help="database role to log in as (repeatable)")
+    ap.add_argument("--redis", action="store_true", help="PING OML_REDIS_URL")
+    ap.add_argument("--http", action="append", default=[], help="URL that must answer 2xx (repeatable)")
+    args = ap.parse_args(argv)
+    checks = [(f"role {r}", lambda r=r: check_role(r)) for r in args.role]
+    if args.redis:
+        checks.append(("redis", check_redis))
+    checks += [(f"http {u.split('?')[0]}", lambda u=u: check_http(u)) for u in args.http]
+    if not checks:
+        ap.error("nothing to check")
+    ok = True
+    for name, fn in checks:
+        try:
+            fn()
+            print(f"ok   {name}")
+        except Exception as exc:  # report the type only: messages may embed URLs with passwords
+            ok = False
+            print(f"FAIL {name}: {type(exc).__name__}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

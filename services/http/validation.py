@@ -1,0 +1,80 @@
+"""Request-model building blocks: strict, closed, bounded, NUL-free (DESIGN.md, Interfaces).
+
+Every request model derives from :class:`Closed` (``extra="forbid"``,
+``strict=True``: no coercion, so ``"1"`` is not an integer and ``1`` is not
+a string). Every string — fields, JSON object keys and string values inside
+a claim body — is bounded and refuses NUL and lone surrogates (JSON can
+carry ``\\u0000`` and ``\\ud800`` escapes that the raw-byte checks in
+``app.py`` never see). Error messages name the rule, never the value.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+
+MAX_DEPTH = 16
+MAX_SAFE_INT = 2**53 - 1
+
+
+class Closed(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def clean(s: str) -> str:
+    """Refuse NUL and strings that are not encodable as UTF-8 (lone surrogates)."""
+    if "\x00" in s:
+        raise ValueError("must not contain NUL")
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid UTF-8 (no lone surrogates)") from None
+    return s
+
+
+def check_json(value: Any, depth: int = 0) -> Any:
+    """Walk a JSON value: clean every key and string, refuse floats and unsafe integers, bound the depth."""
+    if depth > MAX_DEPTH:
+        raise ValueError(f"nesting deeper than {MAX_DEPTH} levels")
+    if isinstance(value, str):
+        clean(value)
+    elif isinstance(value, float):
+        raise ValueError("floating-point numbers are not allowed (RFC 8785 events and bodies carry integers only)")
+    elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_SAFE_INT:
+        raise ValueError("integers must stay within ±(2^53-1)")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            clean(k)
+            check_json(v, depth + 1)
+    elif isinstance(value, list):
+        for v in value:
+            check_json(v, depth + 1)
+    return value
+
+
+def _body(value: dict[str, Any]) -> dict[str, Any]:
+    check_json(value)
+    return value
+
+
+UUID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+KEY_ID_PATTERN = r"^[0-9a-f]{16}$"
+LABEL_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
+
+UUIDStr = Annotated[str, StringConstraints(pattern=UUID_PATTERN, max_length=36),
+                    Field(description="lowercase UUID", examples=["0b5e7c1e-3f1d-4d38-9a51-7f2d2c1f4a10"])]
+KeyId = Annotated[str, StringConstraints(pattern=KEY_ID_PATTERN), Field(description="principal (API key) id: 16 hex")]
+Label = Annotated[str, StringConstraints(pattern=LABEL_PATTERN), Field(description="workarea label [a-z0-9][a-z0-9-]{0,62}")]
+Time = Annotated[str, StringConstraints(max_length=40), AfterValidator(clean),
+                 Field(description="ISO 8601 time with a zone; stored as YYYY-MM-DDTHH:MM:SS.ffffffZ")]
+
+
+def text(max_length: int, description: str = "") -> Any:
+    """A bounded, NUL-free string type."""
+    return Annotated[str, StringConstraints(max_length=max_length), AfterValidator(clean), Field(description=description)]
+
+
+Body = Annotated[dict[str, Any], AfterValidator(_body),
+                 Field(description="the claim body, encrypted at admission: `statement` (required), optional `subject`, "
+                                   "`tags`, `source` {uri, title, locator}, `data_subjects` [{kind, value}], …; "
+                                   "no floating-point numbers")]

@@ -1,0 +1,468 @@
+"""Recall: steering rows first, then hits by FTS, vector distance or RRF; decrypt on serve; every read logged.
+
+The contract is seeds/retrieval.md (normative) and docs/recall.md:
+
+* Segment 1 (``steering``): every steering tip of the scope's workarea and
+  of each of its ancestors — read from the projections, not the index, so
+  an indexer lag never drops an instruction — admitted by
+  :func:`oml.domain.recall.visible` (segment ``steering``), ordered by
+  depth, then the instant each became tip, then ids. Client filters, ``k``
+  and budgets do not touch it.
+* Segment 2 (``hits``): candidates from one or two ranking legs, each a
+  bounded ``ORDER BY … LIMIT n`` so its index is used; then loaded from the
+  projections and admitted by the same predicate (segment ``hit``); then
+  ranked (one leg) or fused by RRF (k = 60); then cut by ``k`` and the budget.
+* FTS leg: ``oml_fts_search()`` (60_search.sql; SECURITY DEFINER so GIN is
+  used under RLS). Lexemes come from ``to_tsvector`` on the server; the AND
+  query runs first and the OR query fills the pool when AND finds fewer
+  rows than the pool holds. No lexeme (empty, stop words, punctuation) →
+  the leg is skipped and the diagnostics say why.
+* Vector leg: the query embedded with the indexer's model
+  (``workers/embedding.py``). Qualifying rows (tenant, scope, tip, filters)
+  are counted up to :data:`~oml.domain.recall.EXACT_SCAN_MAX` + 1; at or
+  below the threshold the subtree is searched exactly (an ``ORDER BY``
+  expression HNSW cannot serve); above it HNSW runs with
+  ``hnsw.iterative_scan = relaxed_order`` and ``hnsw.ef_search`` set per
+  transaction, its output re-sorted from a MATERIALIZED CTE, and an exact
+  search replaces it if it still returned fewer rows than asked (said in
+  the diagnostics). No model → the leg is skipped, said.
+
+Credentials: ``oml_server`` (the one role that reads wrapped DEKs) and the
+KeyStore's tenant X25519 private key and ``query-hmac`` key. Nothing
+decrypted is cached; query text is never logged.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import sqlalchemy as sa
+
+from oml.domain import claims as rules
+from oml.domain import recall as R
+from oml.domain.access import Principal
+from oml.domain.errors import OMLError, invalid
+from oml.services.server import readlog, rows
+from oml.services.server.bodies import decrypt_version
+
+if TYPE_CHECKING:  # pragma: no cover
+    from oml.services.context import Context
+
+log = logging.getLogger(__name__)
+
+ROLE = "oml_server"
+
+
+@dataclass
+class RecallRequest:
+    """One recall. ``query`` is plain text (≤ 4,000 characters); ``workarea_id`` scopes it (default: the
+    key's roots); ``retriever`` is ``fts`` | ``vector`` | ``hybrid``; ``k`` 1–100 hits; ``max_chars`` /
+    ``max_tokens`` a budget that never drops steering rows; ``kinds``, ``provenances`` and ``valid_at``
+    filter hits (not steering); ``as_of`` reads the tips as they were at that instant."""
+
+    query: str = ""
+    workarea_id: str | None = None
+    retriever: str = "hybrid"
+    k: int = 10
+    max_chars: int | None = None
+    max_tokens: int | None = None
+    kinds: Sequence[str] | None = None
+    provenances: Sequence[str] | None = None
+    valid_at: dt.datetime | str | None = None
+    as_of: dt.datetime | str | None = None
+
+
+@dataclass
+class _Filters:
+    scopes: tuple[str, ...]
+    as_of: dt.datetime | None
+    kinds: list[str] | None
+    provenances: list[str] | None
+    valid_at: dt.datetime | None
+    exclude: list[str]
+
+
+@dataclass
+class _Diag:
+    retriever: str
+    candidates: dict[str, int] = field(default_factory=dict)
+    degraded: list[dict[str, str]] = field(default_factory=list)
+    legs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    excluded_by_predicate: int = 0
+    excluded_by_budget: int = 0
+    unreadable: int = 0
+
+    def degrade(self, retriever: str, reason: str, detail: str) -> None:
+        self.degraded.append({"retriever": retriever, "reason": reason, "detail": detail})
+
+
+def _time(value: dt.datetime | str | None, name: str) -> dt.datetime | None:
+    if value is None or isinstance(value, dt.datetime):
+        if isinstance(value, dt.datetime) and value.tzinfo is None:
+            raise invalid("must be a time with a zone", field=name)
+        return value
+    try:
+        t = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        raise invalid("must be an ISO 8601 time with a zone", field=name) from None
+    if t.tzinfo is None:
+        raise invalid("must be an ISO 8601 time with a zone", field=name)
+    return t
+
+
+def _choices(values: Sequence[str] | None, allowed: Sequence[str], name: str) -> list[str] | None:
+    if values is None:
+        return None
+    vals = sorted(set(values))
+    for v in vals:
+        if v not in allowed:
+            raise invalid(f"{name} must be among {', '.join(allowed)}", field=name)
+    return vals
+
+
+def _vector_literal(vec: Sequence[float]) -> str:
+    return "[" + ",".join(format(float(x), ".9g") for x in vec) + "]"
+
+
+# ------------------------------------------------------------------ legs
+
+def _lexemes(conn: sa.Connection, text: str) -> list[str]:
+    """Lexemes PostgreSQL's parser makes of ``text`` under :data:`FTS_CONFIG` (stop words removed)."""
+    arr = conn.execute(sa.text("SELECT tsvector_to_array(to_tsvector(CAST(:cfg AS regconfig), :q))"),
+                       {"cfg": R.FTS_CONFIG, "q": text}).scalar()
+    return list(arr or [])
+
+
+def _fts_call(conn, tsq: str, f: _Filters, lim: int) -> list[tuple[str, str, float]]:
+    rows_ = conn.execute(sa.text(
+        "SELECT version_id, claim_id, rank FROM oml_fts_search(CAST(:q AS tsquery), CAST(:scopes AS text[]),"
+        " CAST(:as_of AS timestamptz), CAST(:kinds AS text[]), CAST(:provs AS text[]), CAST(:valid AS timestamptz),"
+        " CAST(:excl AS uuid[]), :lim)"),
+        {"q": tsq, "scopes": list(f.scopes), "as_of": f.as_of, "kinds": f.kinds, "provs": f.provenances,
+         "valid": f.valid_at, "excl": f.exclude or None, "lim": lim}).all()
+    return [(str(r.version_id), str(r.claim_id), float(r.rank)) for r in rows_]
+
+
+def fts_leg(conn: sa.Connection, text: str, f: _Filters, n: int, diag: _Diag) -> list[tuple[str, float]]:
+    """Up to ``n`` (version id, ts_rank_cd) pairs: the AND query's hits first, then the OR query's."""
+    lex = _lexemes(conn, text)
+    info: dict[str, Any] = {"lexemes": len(lex)}
+    diag.legs["fts"] = info
+    if not lex:
+        info["mode"] = "none"
+        diag.degrade("fts", "fts.no_lexemes", "the query has no searchable words (empty, stop words or punctuation only)")
+        return []
+    and_q = R.tsquery_text(lex, "&")
+    hits = _fts_call(conn, and_q, f, n)
+    info["and_hits"] = len(hits)
+    info["mode"] = "and"
+    if len(hits) < n and len(set(lex)) > 1:
+        seen = {v for v, _, _ in hits}
+        or_hits = _fts_call(conn, R.tsquery_text(lex, "|"), f, n + len(hits))
+        added = [h for h in or_hits if h[0] not in seen][: n - len(hits)]
+        info["mode"] = "and+or" if hits else "or"
+        info["or_hits"] = len(added)
+        hits = hits + added
+    return [(v, r) for v, _, r in hits]
+
+
+def _vector_where(f: _Filters) -> tuple[str, dict[str, Any]]:
+    conds = ["m.tenant_id = :t", "m.provenance <> 'simulation'"]
+    params: dict[str, Any] = {"scopes": list(f.scopes)}
+    scope_terms = []
+    for i, s in enumerate(f.scopes):
+        scope_terms.append(f"(m.path = :s{i} OR starts_with(m.path, :sp{i}))")
+        params[f"s{i}"] = s
+        params[f"sp{i}"] = s + "."
+    conds.append("(" + " OR ".join(scope_terms) + ")")
+    conds.append("(NOT m.self_signed OR m.path = ANY(CAST(:scopes AS text[])))")
+    if f.as_of is None:
+        conds.append("m.tip_to_seq IS NULL")
+    else:
+        conds.append("m.tip_from_at <= :as_of AND (m.tip_to_at IS NULL OR m.tip_to_at > :as_of)")
+        params["as_of"] = f.as_of
+    if f.kinds is not None:
+        conds.append("m.kind = ANY(CAST(:kinds AS text[]))")
+        params["kinds"] = f.kinds
+    if f.provenances is not None:
+        conds.append("m.provenance = ANY(CAST(:provs AS text[]))")
+        params["provs"] = f.provenances
+    if f.valid_at is not None:
+        conds.append("(m.valid_from IS NULL OR m.valid_from <= :valid) AND (m.valid_to IS NULL OR m.valid_to > :valid)")
+        params["valid"] = f.valid_at
+    if f.exclude:
+        conds.append("m.version_id <> ALL(CAST(:excl AS uuid[]))")
+        params["excl"] = f.exclude
+    return " AND ".join(conds), params
+
+
+def vector_sql(f: _Filters, *, exact: bool) -> tuple[str, dict[str, Any]]:
+    """The vector leg's statement: exact (``ORDER BY distance + 0``, which no HNSW index can serve) or HNSW
+    (``ORDER BY embedding <=> q LIMIT n`` in a MATERIALIZED CTE, re-sorted outside it)."""
+    where, params = _vector_where(f)
+    if exact:
+        sql = ("SELECT m.version_id, (m.embedding <=> CAST(:q AS vector)) AS distance FROM memory_embeddings m"
+               f" WHERE {where} ORDER BY (m.embedding <=> CAST(:q AS vector)) + 0.0, m.version_id LIMIT :n")
+    else:
+        sql = ("WITH c AS MATERIALIZED (SELECT m.version_id, m.embedding <=> CAST(:q AS vector) AS distance"
+               f" FROM memory_embeddings m WHERE {where} ORDER BY m.embedding <=> CAST(:q AS vector) LIMIT :n)"
+               " SELECT version_id, distance FROM c ORDER BY distance + 0.0, version_id")
+    return sql, params
+
+
+def count_qualifying(conn: sa.Connection, tenant: str, f: _Filters, cap: int) -> int:
+    where, params = _vector_where(f)
+    return int(conn.execute(sa.text(f"SELECT count(*) FROM (SELECT 1 FROM memory_embeddings m WHERE {where} LIMIT :cap) x"),
+                            params | {"t": tenant, "cap": cap}).scalar())
+
+
+def set_hnsw(conn: sa.Connection, n: int) -> int:
+    """Per-transaction HNSW settings for a filtered search of ``n`` rows; returns ef_search."""
+    ef = max(R.EF_SEARCH_MIN, min(R.EF_SEARCH_MAX, 2 * n))
+    conn.execute(sa.text("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), set_config('hnsw.ef_search', :ef, true)"),
+                 {"ef": str(ef)})
+    return ef
+
+
+def vector_leg(conn: sa.Connection, tenant: str, qvec: Sequence[float], f: _Filters, n: int, diag: _Diag,
+               exact_scan_max: int = R.EXACT_SCAN_MAX) -> list[tuple[str, float]]:
+    """Up to ``n`` (version id, cosine distance) pairs, never fewer than ``min(n, qualifying rows)``."""
+    qualifying = count_qualifying(conn, tenant, f, exact_scan_max + 1)
+    info: dict[str, Any] = {"qualifying": qualifying if qualifying <= exact_scan_max else f">{exact_scan_max}"}
+    diag.legs["vector"] = info
+    if qualifying == 0:
+        info["search"] = "none"
+        return []
+    q = _vector_literal(qvec)
+    if qualifying <= exact_scan_max:
+        info["search"] = "exact"
+        sql, params = vector_sql(f, exact=True)
+        got = conn.execute(sa.text(sql), params | {"t": tenant, "q": q, "n": n}).all()
+    else:
+        info["search"] = "hnsw"
+        info["ef_search"] = set_hnsw(conn, n)
+        sql, params = vector_sql(f, exact=False)
+        got = conn.execute(sa.text(sql), params | {"t": tenant, "q": q, "n": n}).all()
+        if len(got) < n:
+            # More than n rows qualify (qualifying > exact_scan_max >= n) yet the scan stopped short
+            # (hnsw.max_scan_tuples): answer exactly rather than under-return.
+            info["search"] = "hnsw+exact"
+            diag.degrade("vector", "vector.approximate_short",
+                         "the approximate scan returned fewer rows than asked; answered by an exact scan")
+            sql, params = vector_sql(f, exact=True)
+            got = conn.execute(sa.text(sql), params | {"t": tenant, "q": q, "n": n}).all()
+    return [(str(r.version_id), float(r.distance)) for r in got]
+
+
+# ------------------------------------------------------------------ the service
+
+EmbedFn = Callable[[str], Sequence[float]]
+
+
+def default_embed(ctx: "Context") -> EmbedFn:
+    def embed(text: str) -> Sequence[float]:
+        from oml.workers.embedding import get_embedder
+
+        return get_embedder(ctx.settings).encode([text])[0]
+
+    return embed
+
+
+class Recaller:
+    """The read path for recall. ``embed`` turns query text into a vector (default: the indexer's model);
+    ``exact_scan_max`` is the exact/approximate threshold (docs/recall.md)."""
+
+    def __init__(self, ctx: "Context", *, embed: EmbedFn | None = None, exact_scan_max: int = R.EXACT_SCAN_MAX) -> None:
+        self.ctx = ctx
+        self.embed = embed or default_embed(ctx)
+        self.exact_scan_max = exact_scan_max
+
+    def recall(self, principal: Principal, req: RecallRequest, *,
+               audience_simulations: frozenset[str] = frozenset()) -> dict[str, Any]:
+        """Run one recall for ``principal``; returns ``{"steering": [...], "hits": [...], "diagnostics": {...}}``.
+
+        Raises ``access.denied`` (403) unless the key may read,
+        ``workarea.not_found`` (404) for a scope outside its access,
+        ``admission.invalid`` (422) for a malformed request. Every answer is
+        logged in ``read_events`` in the same transaction.
+        """
+        started = time.perf_counter()
+        rules.require_act(principal.role, "read")
+        text = R.check_query(req.query)
+        if req.retriever not in R.RETRIEVERS:
+            raise invalid("retriever must be fts, vector or hybrid", field="retriever")
+        if isinstance(req.k, bool) or not isinstance(req.k, int):
+            raise invalid("k must be an integer", field="k")
+        budget = R.Budget(req.k, req.max_chars, req.max_tokens)
+        as_of = _time(req.as_of, "as_of")
+        valid_at = _time(req.valid_at, "filters.valid_at")
+        kinds = _choices(req.kinds, R.KINDS, "filters.kinds")
+        provs = _choices(req.provenances, R.PROVENANCES, "filters.provenances")
+        diag = _Diag(req.retriever)
+        searching = bool(text.strip())
+        use_fts = searching and req.retriever in ("fts", "hybrid")
+        use_vec = searching and req.retriever in ("vector", "hybrid")
+        if not searching:
+            diag.degrade(req.retriever, "query.empty", "the query is empty: steering rows only")
+
+        # Embed before the transaction: the model's latency should not hold a connection.
+        qvec = None
+        if use_vec:
+            try:
+                qvec = self.embed(text)
+            except Exception as exc:  # noqa: BLE001 - any model failure degrades to FTS, said in diagnostics
+                log.warning("recall: embedding model unavailable (%s)", type(exc).__name__)
+                diag.degrade("vector", "vector.model_unavailable",
+                             "the embedding model is unavailable; " + ("FTS only" if use_fts else "no hits"))
+                use_vec = False
+
+        tenant = principal.tenant
+        with self.ctx.db.tenant(ROLE, tenant) as conn:
+            if req.workarea_id is not None:
+                wa = rows.workarea_by_id(conn, tenant, str(req.workarea_id)) if _is_uuid(req.workarea_id) else None
+                if wa is None:
+                    raise OMLError("workarea.not_found", "workarea not found", 404)
+                scopes = R.resolve_scope(principal, wa[1])
+                scope_ids = [wa[0]]
+            else:
+                scopes = R.resolve_scope(principal, None)
+                scope_ids = sorted(principal.roots)
+            read = R.ReadScope(principal, scopes, "tip", audience_simulations)
+
+            # Segment 1: steering, from the projections.
+            steer_ids = rows.steering_version_ids(conn, tenant, R.steering_paths(scopes), as_of)
+            loaded = rows.load_rows(conn, tenant, steer_ids, as_of)
+            steering = [x for x in loaded.values() if R.visible(x.facts, read, "steering")]
+            steering.sort(key=lambda x: R.steering_order_key(x.facts.path, x.tip_from_at, x.claim_id, x.version_id))
+
+            # Segment 2: hits.
+            f = _Filters(scopes, as_of, kinds, provs, valid_at, [x.version_id for x in steering])
+            pool = max(R.POOL_MIN, 2 * budget.k)
+            legs: dict[str, list[tuple[str, float]]] = {}
+            if use_fts:
+                legs["fts"] = fts_leg(conn, text, f, pool, diag)
+            if use_vec and qvec is not None:
+                legs["vector"] = vector_leg(conn, tenant, qvec, f, pool, diag, self.exact_scan_max)
+            for name, got in legs.items():
+                diag.candidates[name] = len(got)
+            cand = rows.load_rows(conn, tenant, {v for got in legs.values() for v, _ in got}, as_of)
+            admitted = {v for v, x in cand.items() if R.visible(x.facts, read, "hit")}
+            diag.excluded_by_predicate = len({v for got in legs.values() for v, _ in got} - admitted)
+            ranked = self._rank(legs, admitted, req.retriever)
+            # FTS degraded inside hybrid: say the answer is the vector leg's alone.
+            if req.retriever == "hybrid" and "vector" in legs and diag.legs.get("fts", {}).get("mode") == "none":
+                for d in diag.degraded:
+                    if d["reason"] == "fts.no_lexemes":
+                        d["detail"] += "; hybrid answered by the vector leg only"
+
+            # Decrypt on serve, after the predicate; budget in rank order.
+            steer_items, steer_chars = [], []
+            for x in steering:
+                item = self._item(conn, tenant, x, None, diag)
+                if item is not None:
+                    steer_items.append(item)
+                    steer_chars.append(R.body_chars(json.dumps(item["body"], ensure_ascii=False)))
+            hit_items = []
+            limit = budget.char_limit
+            used = sum(steer_chars)
+            considered = ranked[: budget.k]
+            for i, rk in enumerate(considered):
+                item = self._item(conn, tenant, cand[rk[0]], rk, diag)
+                if item is None:
+                    continue
+                c = R.body_chars(json.dumps(item["body"], ensure_ascii=False))
+                if limit is not None and used + c > limit:
+                    diag.excluded_by_budget = len(considered) - i
+                    break
+                used += c
+                hit_items.append(item)
+
+            served = [i["claim_id"] for i in steer_items + hit_items]
+            readlog.record(conn, principal, "recall", claim_ids=served,
+                           workarea_ids=scope_ids, query_digest=readlog.digest_query(self.ctx.keystore, tenant, text))
+
+        return {
+            "steering": steer_items,
+            "hits": hit_items,
+            "diagnostics": {
+                "retriever": req.retriever,
+                "scope": list(scopes),
+                "as_of": None if as_of is None else as_of.isoformat(),
+                "fusion": {"method": "rrf", "k": R.RRF_K} if req.retriever == "hybrid" else None,
+                "candidates": diag.candidates,
+                "legs": diag.legs,
+                "returned": {"steering": len(steer_items), "hits": len(hit_items)},
+                "excluded_by_budget": diag.excluded_by_budget,
+                "excluded_by_predicate": diag.excluded_by_predicate,
+                "unreadable": diag.unreadable,
+                "characters": used,
+                "degraded": diag.degraded,
+                "elapsed_ms": round((time.perf_counter() - started) * 1000, 3),
+            },
+        }
+
+    @staticmethod
+    def _rank(legs: dict[str, list[tuple[str, float]]], admitted: set[str], retriever: str
+              ) -> list[tuple[str, float, dict[str, dict[str, float | int]]]]:
+        """``(version id, score, {retriever: {"rank", "score"|"distance"}})`` best first.
+
+        One leg: its own order (FTS by ts_rank_cd descending, vector by cosine
+        distance ascending, ties by id); the score is ts_rank_cd or cosine
+        similarity (1 − distance). Two legs: RRF over those orders; the
+        score is the fused score.
+        """
+        kept = {name: [(v, s) for v, s in got if v in admitted] for name, got in legs.items()}
+        per: dict[str, dict[str, dict[str, float | int]]] = {}
+        order: dict[str, list[str]] = {}
+        for name, got in kept.items():
+            ranked = R.rank_single(name, [v for v, _ in got], [s for _, s in got], higher_is_better=(name == "fts"))
+            order[name] = [r.key for r in ranked]
+            for i, r in enumerate(ranked):
+                per.setdefault(r.key, {})[name] = {"rank": i + 1, ("score" if name == "fts" else "distance"): r.score}
+        single = [n for n in ("fts", "vector") if n in kept]
+        if retriever != "hybrid" or len(single) == 1:
+            name = retriever if retriever != "hybrid" else single[0]
+            out = []
+            for key in order.get(name, []):
+                raw = per[key][name]
+                out.append((key, float(raw["score"]) if name == "fts" else 1.0 - float(raw["distance"]), per[key]))
+            return out
+        return [(x.key, x.score, per[x.key]) for x in R.fuse_rrf(order)]
+
+    def _item(self, conn, tenant: str, x: rows.Loaded, rk: tuple | None, diag: _Diag) -> dict | None:
+        try:
+            body = decrypt_version(conn, self.ctx.keystore, tenant, x.version_id)
+        except OMLError as exc:
+            # An erased or unreadable body is never served; counted, not fatal.
+            log.warning("recall: version not served (%s)", exc.code)
+            diag.unreadable += 1
+            return None
+        item = x.metadata()
+        if rk is None:
+            item["score"] = None
+            item["retrievers"] = {}
+        else:
+            item["score"] = rk[1]
+            item["retrievers"] = rk[2]
+        item["body"] = body
+        item["source"] = body.get("source") if isinstance(body, dict) else None
+        return item
+
+
+def _is_uuid(value: object) -> bool:
+    import uuid
+
+    try:
+        uuid.UUID(str(value))
+        return True
+    except ValueError:
+        return False
+
+
+def recall(ctx: "Context", principal: Principal, req: RecallRequest, **kw: Any) -> dict[str, Any]:
+    """Convenience: ``Recaller(ctx).recall(principal, req, **kw)``."""
+    return Recaller(ctx).recall(principal, req, **kw)

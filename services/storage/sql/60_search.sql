@@ -1,0 +1,96 @@
+-- Full-text search that uses the GIN index under row-level security (DESIGN.md, Read path).
+--
+-- Under RLS only LEAKPROOF quals may be evaluated before the policy, and the
+-- text-search match operator (ts_match_vq, behind @@) is not leakproof, so a
+-- query run as oml_server never turns `tsv @@ q` into a GIN index condition:
+-- it scans every row of the tenant's partition (FIELD-NOTES, Tenancy).
+--
+-- The way round it keeps containment structural:
+--   * oml_search is a NOLOGIN role that owns nothing but the functions below
+--     and may only SELECT memories_fts. A permissive policy `USING (true)` for
+--     it alone means the planner sees no security qual, so @@ can use GIN.
+--   * oml_fts_search() is SECURITY DEFINER as oml_search. It reads the tenant
+--     from the transaction's binding (oml_current_tenant(), the same GUC the
+--     tenant_isolation policy reads) -- never from an argument -- refuses when
+--     none is bound, and names `tenant_id = t` in its own WHERE, which also
+--     prunes to the tenant's partition. It therefore returns exactly rows the
+--     caller's RLS would have shown, and only ids and ranks: no text leaves it.
+--   * EXECUTE is granted to oml_server only (96_recall_grants.sql).
+-- The vector leg needs none of this: pgvector's <=> is not a qual but an
+-- ORDER BY, and the HNSW index is used under RLS (tests show the plans).
+DO $$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'oml_search') THEN
+    CREATE ROLE oml_search NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS;
+  END IF;
+  -- A non-superuser schema owner must be able to hand the functions to oml_search.
+  -- (deploy/postgres/10-oml-roles.sh grants it up front: an owner without CREATEROLE cannot.)
+  IF NOT (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
+     AND NOT pg_has_role(current_user, 'oml_search', 'MEMBER') THEN
+    EXECUTE format('GRANT oml_search TO %I', current_user);
+  END IF;
+END $$;
+
+GRANT USAGE ON SCHEMA public TO oml_search;
+GRANT SELECT ON memories_fts TO oml_search;
+DROP POLICY IF EXISTS search_definer ON memories_fts;
+CREATE POLICY search_definer ON memories_fts FOR SELECT TO oml_search USING (true);
+
+-- The one query text both the search and its EXPLAIN run, so the plan a test
+-- inspects is the plan recall gets. $1 tsquery, $2 scope paths, $3 as_of
+-- (NULL: current tips), $4 kinds, $5 provenances, $6 valid_at (NULL: any),
+-- $7 version ids to leave out (segment-1 steering rows), $8 limit, $9 tenant.
+CREATE OR REPLACE FUNCTION oml_fts_search_sql() RETURNS text
+  LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $f$ SELECT $q$
+SELECT m.version_id, m.claim_id, ts_rank_cd(m.tsv, $1) AS rank
+  FROM memories_fts m
+ WHERE m.tenant_id = $9
+   AND m.tsv @@ $1
+   AND EXISTS (SELECT 1 FROM unnest($2) AS s(p) WHERE m.path = s.p OR starts_with(m.path, s.p || '.'))
+   AND (NOT m.self_signed OR m.path = ANY($2))
+   AND m.provenance <> 'simulation'
+   AND CASE WHEN $3 IS NULL THEN m.tip_to_seq IS NULL
+            ELSE m.tip_from_at <= $3 AND (m.tip_to_at IS NULL OR m.tip_to_at > $3) END
+   AND ($4 IS NULL OR m.kind = ANY($4))
+   AND ($5 IS NULL OR m.provenance = ANY($5))
+   AND ($6 IS NULL OR ((m.valid_from IS NULL OR m.valid_from <= $6) AND (m.valid_to IS NULL OR m.valid_to > $6)))
+   AND ($7 IS NULL OR m.version_id <> ALL($7))
+ ORDER BY rank DESC, m.version_id
+ LIMIT $8
+$q$ $f$;
+
+CREATE OR REPLACE FUNCTION oml_fts_search(q tsquery, scopes text[], as_of timestamptz, kinds text[],
+                                          provenances text[], valid_at timestamptz, exclude uuid[], lim int)
+  RETURNS TABLE (version_id uuid, claim_id uuid, rank real)
+  LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $f$
+DECLARE
+  t text := oml_current_tenant();
+BEGIN
+  IF t IS NULL THEN
+    RAISE EXCEPTION 'no tenant bound' USING ERRCODE = 'insufficient_privilege';
+  END IF;
+  IF lim IS NULL OR lim < 1 OR lim > 10000 THEN
+    RAISE EXCEPTION 'limit out of range' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  RETURN QUERY EXECUTE oml_fts_search_sql() USING q, scopes, as_of, kinds, provenances, valid_at, exclude, lim, t;
+END $f$;
+
+-- The plan of exactly that query, for tests and operators (ids of the plan
+-- nodes only; the caller's own tsquery constants appear, nothing else).
+CREATE OR REPLACE FUNCTION oml_fts_search_plan(q tsquery, scopes text[], as_of timestamptz, kinds text[],
+                                               provenances text[], valid_at timestamptz, exclude uuid[], lim int)
+  RETURNS SETOF text
+  LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $f$
+DECLARE
+  t text := oml_current_tenant();
+BEGIN
+  IF t IS NULL THEN
+    RAISE EXCEPTION 'no tenant bound' USING ERRCODE = 'insufficient_privilege';
+  END IF;
+  RETURN QUERY EXECUTE 'EXPLAIN (COSTS OFF) ' || oml_fts_search_sql() USING q, scopes, as_of, kinds, provenances, valid_at, exclude, lim, t;
+END $f$;
+
+ALTER FUNCTION oml_fts_search(tsquery, text[], timestamptz, text[], text[], timestamptz, uuid[], int) OWNER TO oml_search;
+ALTER FUNCTION oml_fts_search_plan(tsquery, text[], timestamptz, text[], text[], timestamptz, uuid[], int) OWNER TO oml_search;
+REVOKE ALL ON FUNCTION oml_fts_search(tsquery, text[], timestamptz, text[], text[], timestamptz, uuid[], int) FROM PUBLIC;
+REVOKE ALL ON FUNCTION oml_fts_search_plan(tsquery, text[], timestamptz, text[], text[], timestamptz, uuid[], int) FROM PUBLIC;

@@ -1,0 +1,157 @@
+-- Erasure (DESIGN.md, Erasure; docs/erasure.md): rewrite bookkeeping, the
+-- rewrite function, the guard on index rows of erased claims, the restore fence.
+
+-- Subject erasure finds claims by HMAC (primary key); the shred deletes by claim.
+CREATE INDEX IF NOT EXISTS claim_subjects_claim ON claim_subjects (tenant_id, claim_id);
+
+-- Relations an erasure touched and whether they have been rewritten since.
+-- One row per tenant and target; requested_* name the latest erasure that
+-- needs the rewrite, done_seq the latest one a completed rewrite covered.
+-- target: artifacts | wrapped_deks | claim_subjects | memories_fts |
+-- memory_embeddings | sim_memories_fts | sim_memory_embeddings; simulation_id
+-- is the nil UUID except for the sim_* targets.
+CREATE TABLE erasure_rewrites (
+  tenant_id      text NOT NULL,
+  target         text NOT NULL CHECK (target IN ('artifacts','wrapped_deks','claim_subjects','memories_fts',
+                                                  'memory_embeddings','sim_memories_fts','sim_memory_embeddings')),
+  simulation_id  uuid NOT NULL DEFAULT '00000000-0000-0000-0000-000000000000',
+  requested_seq  bigint NOT NULL,
+  requested_xid  xid8 NOT NULL,           -- the erasure's transaction: older snapshots may still see old tuples
+  requested_at   timestamptz NOT NULL DEFAULT now(),
+  done_seq       bigint,
+  done_at        timestamptz,
+  stats_cleared  boolean,
+  PRIMARY KEY (tenant_id, target, simulation_id)
+);
+
+-- A restored database serves nothing until every erasure was replayed
+-- (docs/backup-restore.md). One row at most; no tenant: a restore is of the
+-- whole database. While pending, oml_server sees no wrapped DEK (96_erasure_grants.sql)
+-- and authentication refuses every key with service.restore_pending.
+CREATE TABLE restore_state (
+  singleton     boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+  pending       boolean NOT NULL,
+  reason        text NOT NULL CHECK (reason IN ('operator','lake_ahead')),
+  begun_at      timestamptz NOT NULL DEFAULT now(),
+  completed_at  timestamptz,
+  summary       jsonb                     -- per tenant: counts and seqs only
+);
+
+CREATE OR REPLACE FUNCTION oml_restore_pending() RETURNS boolean
+  LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp
+  AS $$ SELECT coalesce((SELECT pending FROM restore_state WHERE singleton), false) $$;
+REVOKE ALL ON FUNCTION oml_restore_pending() FROM PUBLIC;
+
+-- Index rows of an erased claim are refused (skipped). The claim row is
+-- locked FOR KEY SHARE, which conflicts with the FOR UPDATE an erasure takes
+-- first: either the erasure waits for this insert to commit and then deletes
+-- the row, or this insert waits for the erasure and then sees erased_seq.
+-- Without it an indexer that read the text before the erasure committed could
+-- write it back after the erasure's DELETE ran.
+CREATE OR REPLACE FUNCTION oml_refuse_erased_index_row() RETURNS trigger
+  LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+  erased bigint;
+BEGIN
+  SELECT c.erased_seq INTO erased FROM claims c
+   WHERE c.tenant_id = NEW.tenant_id AND c.claim_id = NEW.claim_id
+   FOR KEY SHARE;
+  IF erased IS NOT NULL THEN
+    RETURN NULL;
+  END IF;
+  RETURN NEW;
+END $$;
+REVOKE ALL ON FUNCTION oml_refuse_erased_index_row() FROM PUBLIC;
+
+CREATE TRIGGER refuse_erased BEFORE INSERT ON memories_fts
+  FOR EACH ROW EXECUTE FUNCTION oml_refuse_erased_index_row();
+CREATE TRIGGER refuse_erased BEFORE INSERT ON memory_embeddings
+  FOR EACH ROW EXECUTE FUNCTION oml_refuse_erased_index_row();
+CREATE TRIGGER refuse_erased BEFORE INSERT ON sim_memories_fts
+  FOR EACH ROW EXECUTE FUNCTION oml_refuse_erased_index_row();
+CREATE TRIGGER refuse_erased BEFORE INSERT ON sim_memory_embeddings
+  FOR EACH ROW EXECUTE FUNCTION oml_refuse_erased_index_row();
+
+-- 'clear' when no other session of this database holds a snapshot that could
+-- still see tuples the transaction `x` deleted (a rewrite would copy them);
+-- 'busy' when one does; 'unknown' when this role cannot see other sessions'
+-- snapshots (grant pg_read_all_stats to the owner). Replication slots and
+-- prepared transactions also hold the horizon; docs/erasure.md says so.
+CREATE OR REPLACE FUNCTION oml_erasure_horizon(x xid8) RETURNS text
+  LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+BEGIN
+  IF NOT (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
+     AND NOT pg_has_role(current_user, 'pg_read_all_stats', 'USAGE') THEN
+    RETURN 'unknown';
+  END IF;
+  IF EXISTS (SELECT 1 FROM pg_stat_activity a
+              WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
+                AND a.backend_xmin IS NOT NULL AND age(a.backend_xmin) >= age(xid(x))) THEN
+    RETURN 'busy';
+  END IF;
+  RETURN 'clear';
+END $$;
+REVOKE ALL ON FUNCTION oml_erasure_horizon(xid8) FROM PUBLIC;
+
+-- Rewrites one erasure target for the tenant bound to the transaction (never
+-- an argument): CLUSTER on the primary key, which rewrites heap, TOAST and
+-- every index like VACUUM FULL (VACUUM cannot run inside a function), then
+-- clears the relation's planner statistics (PostgreSQL 18+; ANALYZE of an
+-- emptied table keeps the old ones) and the parent's inherited ones, and
+-- ANALYZEs. Partitioned targets rewrite the tenant's (or the simulation's)
+-- partition only; the others are not partitioned and are rewritten whole, for
+-- every tenant, under an ACCESS EXCLUSIVE lock (docs/erasure.md, Cost).
+-- Returns the rewritten relation and whether statistics were cleared; no row
+-- when the partition does not exist.
+CREATE OR REPLACE FUNCTION oml_erasure_rewrite(target text, sim uuid DEFAULT NULL)
+  RETURNS TABLE (relation text, stats_cleared boolean)
+  LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+  t text := oml_current_tenant();
+  n int;
+  rel regclass;
+  parent text;
+  idx text;
+  a record;
+  cleared boolean := current_setting('server_version_num')::int >= 180000;
+BEGIN
+  IF t IS NULL THEN
+    RAISE EXCEPTION 'no tenant bound' USING ERRCODE = 'insufficient_privilege';
+  END IF;
+  IF target IN ('artifacts', 'wrapped_deks', 'claim_subjects') THEN
+    rel := target::regclass;
+  ELSIF target IN ('memories_fts', 'memory_embeddings') THEN
+    SELECT tenant_no INTO n FROM tenants WHERE tenant_id = t;
+    IF n IS NULL THEN RAISE EXCEPTION 'unknown tenant'; END IF;
+    rel := to_regclass(format('public.%I', target || '_p' || n));
+    parent := target;
+  ELSIF target IN ('sim_memories_fts', 'sim_memory_embeddings') THEN
+    IF sim IS NULL OR NOT EXISTS (SELECT 1 FROM simulations s WHERE s.tenant_id = t AND s.simulation_id = sim) THEN
+      RAISE EXCEPTION 'unknown simulation';
+    END IF;
+    SELECT c.oid INTO rel FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+     WHERE i.inhparent = target::regclass AND pg_get_expr(c.relpartbound, c.oid) = format('FOR VALUES IN (%L)', sim);
+    parent := target;
+  ELSE
+    RAISE EXCEPTION 'not an erasure target' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF rel IS NULL THEN
+    RETURN;
+  END IF;
+  SELECT ic.relname INTO idx FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid
+   WHERE i.indrelid = rel AND i.indisprimary;
+  EXECUTE format('CLUSTER %s USING %I', rel, idx);
+  IF cleared THEN
+    FOR a IN SELECT attname FROM pg_attribute WHERE attrelid = rel AND attnum > 0 AND NOT attisdropped LOOP
+      PERFORM pg_clear_attribute_stats('public', (SELECT relname FROM pg_class WHERE oid = rel), a.attname, false);
+      IF parent IS NOT NULL THEN
+        PERFORM pg_clear_attribute_stats('public', parent, a.attname, true);
+      END IF;
+    END LOOP;
+  END IF;
+  EXECUTE format('ANALYZE %s', rel);
+  relation := rel::text;
+  stats_cleared := cleared;
+  RETURN NEXT;
+END $$;
+REVOKE ALL ON FUNCTION oml_erasure_rewrite(text, uuid) FROM PUBLIC;

@@ -1,0 +1,230 @@
+"""The Python client against the real app and PostgreSQL.
+
+The sync client talks to a uvicorn server on a free 127.0.0.1 port; the
+async client talks to the same app in-process through ``httpx.ASGITransport``.
+A transport wrapper forwards a write to the server (which commits) and then
+loses the answer — a 503 or a reset connection — to prove that the client's
+retry reuses its Idempotency-Key and the journal gets one row, not two.
+"""
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+import sqlalchemy as sa
+import uvicorn
+
+from oml.client import (AccessDenied, AsyncOMLClient, ClaimNotFound, IdempotencyConflict, InvalidRequest, NotFound,
+                        OMLClient, PersonalDataRefused, SeparationOfDuties, TooLarge, Unauthenticated)
+from oml.client.models import ClaimIn
+from oml.services.http.app import create_app
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def app(ctx):
+    return create_app(ctx)
+
+
+@pytest.fixture(scope="module")
+def base_url(app):
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def tenant(ctx, base_url):
+    """A tenant with a writer, a reviewer, and one person holding both a writer and a reviewer key."""
+    t = ctx.admission.create_tenant("client-co")
+    with OMLClient(base_url, t.admin_key) as admin:
+        svc = admin.create_identity("service", "ingest")
+        rev = admin.create_identity("person", "reviewer")
+        both = admin.create_identity("person", "writes-and-reviews")
+        keys = {
+            "writer": admin.create_principal(svc.identity_id, "writer", [t.root_workarea]).api_key,
+            "reviewer": admin.create_principal(rev.identity_id, "reviewer", [t.root_workarea]).api_key,
+            "both_writer": admin.create_principal(both.identity_id, "writer", [t.root_workarea]).api_key,
+            "both_reviewer": admin.create_principal(both.identity_id, "reviewer", [t.root_workarea]).api_key,
+        }
+    return {"tenant": t.tenant, "root": t.root_workarea, "admin": t.admin_key, **keys}
+
+
+def _journal_count(ctx, tenant: str, type: str) -> int:
+    with ctx.db.tenant("oml_admission", tenant) as c:
+        return c.execute(sa.text("SELECT count(*) FROM journal_events WHERE tenant_id = :t AND type = :y"),
+                         {"t": tenant, "y": type}).scalar()
+
+
+class LoseFirstAnswer(httpx.BaseTransport):
+    """Forwards every request; the first answer is replaced by a 503, or by a reset connection."""
+
+    def __init__(self, how: str) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.how = how
+        self.sent: list[httpx.Request] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.sent.append(request)
+        resp = self.inner.handle_request(request)
+        if len(self.sent) == 1:
+            resp.read()
+            resp.close()  # the server has committed; the client never learns it
+            if self.how == "503":
+                return httpx.Response(503, json={"code": "http.unavailable", "status": 503, "detail": "proxy"},
+                                      headers={"content-type": "application/problem+json"})
+            raise httpx.ReadError("connection reset after the request was sent")
+        return resp
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@pytest.mark.parametrize("how", ["503", "reset"])
+def test_retry_after_commit_appends_once(ctx, base_url, tenant, how):
+    before = _journal_count(ctx, tenant["tenant"], "claim.submitted")
+    transport = LoseFirstAnswer(how)
+    with OMLClient(base_url, tenant["writer"], transport=transport, retries=3, backoff=0.01) as oml:
+        out = oml.submit(tenant["root"], {"statement": f"the build cache is shared ({how})"})
+    assert len(transport.sent) == 2
+    assert transport.sent[0].headers["idempotency-key"] == transport.sent[1].headers["idempotency-key"]
+    assert out.replayed is True  # the second attempt got the first, committed answer
+    assert _journal_count(ctx, tenant["tenant"], "claim.submitted") == before + 1
+    with ctx.db.tenant("oml_admission", tenant["tenant"]) as c:
+        assert c.execute(sa.text("SELECT count(*) FROM claim_versions WHERE tenant_id = :t AND claim_id = CAST(:c AS uuid)"),
+                         {"t": tenant["tenant"], "c": out.claim_id}).scalar() == 1
+
+
+def test_batch_retry_after_commit_appends_once(ctx, base_url, tenant):
+    before = _journal_count(ctx, tenant["tenant"], "claim.submitted")
+    transport = LoseFirstAnswer("503")
+    with OMLClient(base_url, tenant["writer"], transport=transport, backoff=0.01) as oml:
+        out = oml.submit_batch([ClaimIn(workarea_id=tenant["root"], body={"statement": f"batch item {i}"}) for i in range(3)])
+    assert len(out.items) == 3 and out.replayed is True and len(transport.sent) == 2
+    assert _journal_count(ctx, tenant["tenant"], "claim.submitted") == before + 3
+
+
+class Counting(httpx.BaseTransport):
+    def __init__(self) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.count = 0
+
+    def handle_request(self, request):
+        self.count += 1
+        return self.inner.handle_request(request)
+
+
+def test_problems_are_typed_and_4xx_not_retried(ctx, base_url, tenant):
+    root = tenant["root"]
+    tr = Counting()
+    writer = OMLClient(base_url, tenant["writer"], transport=tr, retries=3, backoff=0.01)
+    before = _journal_count(ctx, tenant["tenant"], "claim.submitted")
+
+    with pytest.raises(PersonalDataRefused) as ei:
+        writer.submit(root, {"statement": "mail ops at oncall@example.com"})
+    e = ei.value
+    assert e.code == "admission.personal_data" and e.status == 422 and e.findings[0]["kind"] == "email"
+    assert "oncall@example.com" not in str(e) and "oncall@example.com" not in repr(e.extra)
+    assert tr.count == 1
+
+    with pytest.raises(InvalidRequest) as ei:
+        writer.submit(root, {"statement": "x"}, confidence=5000)
+    assert ei.value.code == "admission.invalid" and any(er["field"].endswith("confidence") for er in ei.value.errors)
+
+    with pytest.raises(NotFound) as ei:
+        writer.submit("00000000-0000-4000-8000-000000000000", {"statement": "x"})
+    assert ei.value.code == "workarea.not_found"
+
+    first = writer.submit(root, {"statement": "one"}, idempotency_key="fixed-key")
+    with pytest.raises(IdempotencyConflict):
+        writer.submit(root, {"statement": "another"}, idempotency_key="fixed-key")
+    assert writer.submit(root, {"statement": "one"}, idempotency_key="fixed-key").claim_id == first.claim_id
+
+    with pytest.raises(AccessDenied):
+        writer.review_queue()
+    with pytest.raises(TooLarge) as ei:
+        writer.submit(root, {"statement": "a" * (ctx.settings.max_request_bytes + 1)})
+    assert ei.value.code == "http.too_large"
+    assert tr.count == 8  # one request per call: no 4xx was retried
+    assert _journal_count(ctx, tenant["tenant"], "claim.submitted") == before + 1
+    writer.close()
+
+    with OMLClient(base_url, "oml_0000000000000000_nope") as bad, pytest.raises(Unauthenticated) as ei:
+        bad.list_workareas()
+    assert ei.value.status == 401 and ei.value.code == "access.unauthenticated"
+
+
+def test_review_flow_and_separation_of_duties(base_url, tenant):
+    root = tenant["root"]
+    with OMLClient(base_url, tenant["both_writer"]) as author, OMLClient(base_url, tenant["both_reviewer"]) as self_rev, \
+            OMLClient(base_url, tenant["reviewer"]) as reviewer:
+        v = author.submit(root, {"statement": "deploys freeze on fridays", "tags": ["process"]})
+        with pytest.raises(SeparationOfDuties) as ei:
+            self_rev.promote(v.version_id)
+        assert ei.value.code == "access.separation_of_duties" and ei.value.status == 403
+        queue = reviewer.review_queue(limit=200)
+        mine = [i for i in queue.items if i.version_id == v.version_id]
+        assert mine and mine[0].body["statement"] == "deploys freeze on fridays" and not mine[0].own
+        out = reviewer.promote(v.version_id)
+        assert (out.status, out.self_signed, out.claim_id) == ("promoted", False, v.claim_id)
+        with pytest.raises(ClaimNotFound):
+            reviewer.promote("00000000-0000-4000-8000-000000000001")
+        own = author.own_work(status="promoted")
+        assert [i.version_id for i in own.items] == [v.version_id]
+
+
+def test_admin_methods(base_url, tenant):
+    with OMLClient(base_url, tenant["admin"]) as admin:
+        team = admin.create_workarea("team", tenant["root"], pii_policy="declare")
+        sub = admin.create_workarea("sub", team.node_id)
+        pol = admin.set_workarea_policy(sub.node_id, development=True)
+        assert pol.development and pol.pii_policy == "deny"
+        paths = {w.path for w in admin.list_workareas().items}
+        assert team.path in paths and sub.path in paths
+        ident = admin.create_identity("service", "temp")
+        key = admin.create_principal(ident.identity_id, "reader", [team.node_id])
+        assert key.api_key and key.api_key.startswith("oml_")
+        admin.revoke_principal(key.principal_id)
+    with OMLClient(base_url, key.api_key) as revoked, pytest.raises(Unauthenticated):
+        revoked.list_workareas()
+
+
+def test_reparent_workarea(base_url, tenant):
+    with OMLClient(base_url, tenant["admin"]) as admin:
+        a = admin.create_workarea("move-from", tenant["root"])
+        b = admin.create_workarea("leaf", a.node_id)
+        moved = admin.reparent_workarea(b.node_id, tenant["root"])
+        assert moved.path == b.path.replace(".move-from.", ".")
+        assert moved.path in {w.path for w in admin.list_workareas().items}
+
+
+def test_async_client_in_process(ctx, app, tenant):
+    async def go():
+        before = _journal_count(ctx, tenant["tenant"], "claim.submitted")
+        async with AsyncOMLClient("http://oml.local", tenant["writer"], transport=httpx.ASGITransport(app=app)) as oml:
+            a = await oml.submit(tenant["root"], {"statement": "async write"}, idempotency_key="async-1")
+            b = await oml.submit(tenant["root"], {"statement": "async write"}, idempotency_key="async-1")
+            with pytest.raises(PersonalDataRefused):
+                await oml.submit(tenant["root"], {"statement": "call +1 415 555 0100"})
+        assert a.claim_id == b.claim_id and b.replayed and not a.replayed
+        assert _journal_count(ctx, tenant["tenant"], "claim.submitted") == before + 1
+
+    asyncio.run(go())

@@ -1,0 +1,220 @@
+"""Static checks of deploy/: no Docker engine runs here, so the compose file is read as data.
+
+Each workload runs as its own service with its own database role and only
+its own secrets; every long-running service has a healthcheck; the image
+copies files that exist and runs as a non-root user; every workload the
+entrypoint names maps to a real ``oml`` command; PostgreSQL is configured
+never to log statement text or parameters.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+import typer
+import yaml
+
+from oml.services.settings import Settings
+from oml.services.storage.db import WORKLOAD_ROLES
+from oml.services.storage.embedded import LOG_SETTINGS
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+VAR = re.compile(r"\$\{([A-Z0-9_]+)(?:[:?\-][^}]*)?\}")
+
+# Which services may see each secret, exactly.
+SECRETS: dict[str, set[str]] = {
+    "POSTGRES_PASSWORD": {"postgres"},
+    "OML_OWNER_DB_PASSWORD": {"postgres", "migrate"},
+    "OML_ADMISSION_DB_PASSWORD": {"postgres", "api"},
+    "OML_SERVER_DB_PASSWORD": {"postgres", "api"},
+    "OML_LAKE_WRITER_DB_PASSWORD": {"postgres", "lake-writer"},
+    "OML_RECONCILER_DB_PASSWORD": {"postgres", "reconciler"},
+    "OML_INDEXER_DB_PASSWORD": {"postgres", "indexer"},
+    "OML_RELAY_DB_PASSWORD": {"postgres", "relay"},
+    "OML_MASTER_KEY": {"api"},
+    "OML_REDIS_PASSWORD": {"redis", "relay", "lake-writer", "indexer"},
+    "MINIO_ROOT_USER": {"minio", "minio-init"},
+    "MINIO_ROOT_PASSWORD": {"minio", "minio-init"},
+    "OML_LAKE_WRITER_S3_KEY": {"minio-init", "lake-writer"},
+    "OML_LAKE_WRITER_S3_SECRET": {"minio-init", "lake-writer"},
+    "OML_RECONCILER_S3_KEY": {"minio-init", "reconciler"},
+    "OML_RECONCILER_S3_SECRET": {"minio-init", "reconciler"},
+}
+# The database roles each OML workload logs in as (keys of OML_ROLE_PASSWORDS).
+ROLES = {
+    "api": {"oml_admission", "oml_server"},
+    "relay": {"oml_relay"},
+    "lake-writer": {"oml_lake_writer"},
+    "indexer": {"oml_indexer"},
+    "reconciler": {"oml_reconciler"},
+    "mcp": set(),
+}
+ONE_SHOT = {"migrate", "minio-init"}
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+
+
+@pytest.fixture(scope="module")
+def services(compose) -> dict[str, dict]:
+    return compose["services"]
+
+
+def _refs(value) -> set[str]:
+    """Every ${VAR} a service's definition interpolates."""
+    return set(VAR.findall(yaml.safe_dump(value)))
+
+
+def _env(svc: dict) -> dict[str, str]:
+    env = svc.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(e.split("=", 1) for e in env)
+    return {k: str(v) for k, v in env.items()}
+
+
+def _fill(text: str) -> str:
+    return VAR.sub("x", text)
+
+
+def test_every_service_has_an_image_and_a_healthcheck(services):
+    assert set(ROLES) | ONE_SHOT | {"postgres", "redis", "minio"} <= set(services)
+    for name, svc in services.items():
+        assert svc.get("image") or svc.get("build"), name
+        hc = svc.get("healthcheck") or {}
+        if name in ONE_SHOT:
+            assert svc.get("restart") == "no", name
+            continue
+        assert hc.get("test") and not hc.get("disable"), f"{name} needs a healthcheck"
+        assert svc.get("restart") in ("unless-stopped", "always"), name
+
+
+def test_oml_services_build_this_repository(services):
+    for name in set(ROLES) | {"migrate"}:
+        build = services[name]["build"]
+        assert (DEPLOY / build["context"] / build["dockerfile"]).resolve() == (DEPLOY / "Dockerfile").resolve()
+        assert services[name]["image"].startswith("oml:")
+
+
+def test_each_secret_reaches_exactly_its_services(services):
+    seen: dict[str, set[str]] = {}
+    for name, svc in services.items():
+        for var in _refs(svc):
+            seen.setdefault(var, set()).add(name)
+    for secret, allowed in SECRETS.items():
+        assert seen.get(secret, set()) == allowed, f"{secret}: {sorted(seen.get(secret, set()))} != {sorted(allowed)}"
+    unknown = {v for v in seen if re.search(r"PASSWORD|SECRET|MASTER|_KEY$", v)} - set(SECRETS)
+    assert not unknown, f"unclassified secrets: {unknown}"
+
+
+def test_only_the_api_holds_the_keystore(services):
+    for name, svc in services.items():
+        vols = [str(v) for v in svc.get("volumes", [])]
+        has_keys = any(v.startswith("keystore:") for v in vols)
+        assert has_keys == (name == "api"), name
+        assert ("OML_MASTER_KEY" in _env(svc)) == (name == "api"), name
+
+
+def test_each_workload_has_its_own_database_role(services):
+    for name, roles in ROLES.items():
+        env = _env(services[name])
+        got = set(json.loads(_fill(env["OML_ROLE_PASSWORDS"]))) if "OML_ROLE_PASSWORDS" in env else set()
+        assert got == roles, name
+        assert got <= set(WORKLOAD_ROLES)
+        if roles:
+            # Workloads never migrate and never hold the owner's password.
+            assert env["OML_AUTO_MIGRATE"] == "false", name
+            assert ":" not in env["OML_DATABASE_URL"].split("//", 1)[1].split("@", 1)[0], name
+    with_roles = [frozenset(r) for r in ROLES.values() if r]
+    assert len(with_roles) == len(set(with_roles))
+    assert set().union(*ROLES.values()) == set(WORKLOAD_ROLES)
+
+
+def test_settings_parse_the_compose_environment(services, monkeypatch):
+    for name in ROLES:
+        env = _env(services[name])
+        for k in list(env):
+            monkeypatch.delenv(k, raising=False)
+        for k, v in env.items():
+            monkeypatch.setenv(k, _fill(v))
+        s = Settings()
+        assert set(s.role_passwords) == ROLES[name]
+        if "OML_LAKE_STORAGE_OPTIONS" in env:
+            assert s.lake.startswith("s3://") and s.lake_storage_options["AWS_ENDPOINT_URL"].startswith("http")
+        for k in env:
+            monkeypatch.delenv(k, raising=False)
+
+
+def test_postgres_never_logs_statements_or_parameters(services):
+    cmd = services["postgres"]["command"]
+    given = dict(a.split("=", 1) for a in cmd if "=" in a)
+    for name, value in LOG_SETTINGS.items():
+        assert given.get(name) == value, f"compose postgres must set {name}={value}"
+
+
+def test_init_script_creates_every_role():
+    text = (DEPLOY / "postgres" / "10-oml-roles.sh").read_text()
+    for role in (*WORKLOAD_ROLES, "oml_owner"):
+        assert re.search(rf"CREATE ROLE {role}\s+LOGIN NOSUPERUSER", text), role
+    assert "NOBYPASSRLS" in text
+
+
+@pytest.mark.parametrize("script", ["entrypoint.sh", "gen-secrets.sh", "postgres/10-oml-roles.sh", "minio/init.sh"])
+def test_shell_scripts_parse(script):
+    subprocess.run(["sh", "-n", str(DEPLOY / script)], check=True)
+
+
+def test_dockerfile_copies_real_files_and_drops_root():
+    lines = [ln.strip() for ln in (DEPLOY / "Dockerfile").read_text().splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    assert lines[0] == "FROM python:3.11-slim"
+    assert any("pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in ln for ln in lines)
+    assert any(ln.startswith("RUN pip install .") for ln in lines)
+    for ln in lines:
+        if ln.startswith("COPY"):
+            for src in shlex.split(ln)[1:-1]:
+                assert (REPO / src).exists(), src
+    users = [ln.split()[1] for ln in lines if ln.startswith("USER ")]
+    assert users and users[-1] not in ("root", "0")
+    assert (DEPLOY / "Dockerfile.dockerignore").exists()
+
+
+def _workloads() -> dict[str, list[str]]:
+    """``workload -> argv`` from the case arms of deploy/entrypoint.sh."""
+    out = {}
+    for m in re.finditer(r"^\s*([a-z-]+)\)\s+exec (.+?) ;;", (DEPLOY / "entrypoint.sh").read_text(), re.M):
+        out[m.group(1)] = shlex.split(re.sub(r"\"\$\{[A-Z_]+:-([^}]*)\}\"", r"\1", m.group(2)).replace('"$@"', ""))
+    return out
+
+
+def test_compose_commands_are_entrypoint_workloads(services):
+    workloads = _workloads()
+    for name in set(ROLES) | {"migrate"}:
+        assert services[name]["command"][0] in workloads, name
+    for name, svc in services.items():
+        test = (svc.get("healthcheck") or {}).get("test") or []
+        if "oml-entrypoint" in test:
+            assert test[test.index("oml-entrypoint") + 1] in workloads
+
+
+def test_entrypoint_workloads_name_real_commands():
+    from oml.services.cli.main import app
+
+    root = typer.main.get_command(app)
+    for workload, argv in _workloads().items():
+        if argv[0] != "oml":
+            continue
+        cmd = root  # typer vendors click: duck-type groups by their ``commands``
+        args = argv[1:]
+        while hasattr(cmd, "commands") and args and not args[0].startswith("-"):
+            assert args[0] in cmd.commands, f"{workload}: `oml {' '.join(argv[1:])}` — no command {args[0]!r}"
+            cmd, args = cmd.commands[args[0]], args[1:]
+        opts = {o for p in cmd.params for o in p.opts + p.secondary_opts}
+        for a in args:
+            if a.startswith("--"):
+                assert a.split("=", 1)[0] in opts, f"{workload}: {cmd.name} has no option {a}"

@@ -1,0 +1,371 @@
+"""Offline evidence verification without a database (services/evidence, docs/evidence-format.md).
+
+A small in-memory log (:class:`FakeLog`) produces journal rows exactly as
+admission does (domain events, chain links, Ed25519 signatures, rotations
+with proofs of possession), and :func:`oml.services.evidence.export.assemble`
+packs them as the exporter would. Tampering is done the way an attacker
+would: editing bytes, or rebuilding files and re-signing the manifest with
+the tenant's real key (an insider), or re-signing the whole history under a
+key of their own.
+"""
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import io
+import random
+import tarfile
+import uuid
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from oml.domain import chain, merkle, readlog, signing
+from oml.domain.canonical import canonical
+from oml.domain.chain import JournalRow
+from oml.domain.checkpoint import checkpoint_body, oml_origin, sign_note
+from oml.domain.events import SYSTEM, Actor, encode, event_object
+from oml.services.evidence import archive, format as fmt
+from oml.services.evidence.export import assemble
+from oml.services.evidence.verify import EXIT_FAILED, EXIT_NOT_ANCHORED, EXIT_OK, verify
+from oml.services.readlog_audit import Batch
+
+T = "acme"
+AT = dt.datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=dt.timezone.utc)
+
+
+class FakeLog:
+    """A tenant's chain in memory: what admission would have stored."""
+
+    def __init__(self, tenant: str = T, seed_keys: tuple | None = None) -> None:
+        self.tenant = tenant
+        self.sk, self.rk = seed_keys or (Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate())
+        self.keys = {signing.kid(signing.raw_public(self.sk)): self.sk, signing.kid(signing.raw_public(self.rk)): self.rk}
+        self.current = self.sk
+        self.rows: list[JournalRow] = []
+        self.head = chain.genesis(tenant)
+        self.append("tenant.created", {"signing_key": signing.raw_public(self.sk).hex(), "encryption_key": "11" * 32,
+                                       "recovery_key": signing.raw_public(self.rk).hex()})
+
+    @property
+    def fingerprint(self) -> str:
+        return signing.fingerprint(signing.raw_public(self.sk))
+
+    def append(self, type: str, data: dict, *, by: Ed25519PrivateKey | None = None) -> JournalRow:
+        key = by or self.current
+        kid = signing.kid(signing.raw_public(key))
+        seq = len(self.rows) + 1
+        ev = event_object(tenant=self.tenant, seq=seq, type=type, event_id=str(uuid.UUID(int=seq)), at=AT, actor=SYSTEM,
+                          kid=kid, data=data)
+        body = encode(ev)
+        h = chain.link(self.head, body)
+        row = JournalRow(seq, body, h, self.head, key.sign(signing.event_message(h)), kid)
+        self.rows.append(row)
+        self.head = h
+        return row
+
+    def claims(self, n: int) -> None:
+        for i in range(n):
+            self.append("identity.created", {"identity_id": str(uuid.uuid4()), "kind": "service"})
+
+    def rotate(self, *, recovery: bool = False) -> Ed25519PrivateKey:
+        new = Ed25519PrivateKey.generate()
+        old_pub, new_pub = signing.raw_public(self.current), signing.raw_public(new)
+        pop = new.sign(signing.pop_message(self.tenant, old_pub, new_pub))
+        self.append("signing_key.rotated", {"new_key": new_pub.hex(), "pop": pop.hex(),
+                                            "authorised_by": "recovery" if recovery else "current"},
+                    by=self.rk if recovery else self.current)
+        self.current = new
+        self.keys[signing.kid(new_pub)] = new
+        return new
+
+    def tree(self) -> merkle.MerkleTree:
+        return merkle.MerkleTree(merkle.event_leaf(r.hash) for r in self.rows)
+
+    def checkpoint(self, size: int | None = None, key: Ed25519PrivateKey | None = None) -> bytes:
+        size = len(self.rows) if size is None else size
+        key = key or self.key_for_size(size)
+        origin = oml_origin(self.tenant)
+        return sign_note(checkpoint_body(origin, size, self.tree().root(size)), origin, key.sign, signing.raw_public(key))
+
+    def key_for_size(self, size: int) -> Ed25519PrivateKey:
+        key = self.sk
+        for r in self.rows[:size]:
+            ev = __import__("json").loads(r.canonical)
+            if ev["type"] == "signing_key.rotated":
+                key = self.keys[signing.kid(bytes.fromhex(ev["data"]["new_key"]))]
+        return key
+
+    def sign(self, kid: str, msg: bytes) -> bytes:
+        return self.keys[kid].sign(msg)
+
+    def export(self, lo: int, hi: int, *, previous: bytes | None = None, readlog_batches=(), readlog_reads=(),
+               anchor_seqs=()) -> bytes:
+        key_rows = [r for r in self.rows if __import__("json").loads(r.canonical)["type"] in ("tenant.created", "signing_key.rotated")]
+        data, _, _ = assemble(tenant=self.tenant, from_seq=lo, to_seq=hi, rows=self.rows[lo - 1:hi], key_rows=key_rows,
+                              anchor_rows=[self.rows[s - 1] for s in anchor_seqs], tree=self.tree(),
+                              checkpoint_note=self.checkpoint(), previous_checkpoint=previous,
+                              readlog_batches=list(readlog_batches), readlog_reads=list(readlog_reads), readlog_since=None,
+                              at=AT, actor=Actor("0123456789abcdef", str(uuid.UUID(int=7))), sign=self.sign)
+        return data
+
+
+def rebuild(data: bytes, sign_key: Ed25519PrivateKey, edit) -> bytes:
+    """Open an archive, let ``edit(files, manifest)`` change it, fix digests and re-sign: an insider's forgery."""
+    import json
+
+    files = {m.name: m.data for m in archive.read(data)}
+    manifest = json.loads(files.pop(fmt.MANIFEST))
+    files.pop(fmt.MANIFEST_SIG)
+    edit(files, manifest)
+    files.pop(fmt.SUMS, None)
+    digests = {n: fmt.sha256_hex(d) for n, d in files.items()}
+    files[fmt.SUMS] = fmt.sums_text(digests)
+    digests[fmt.SUMS] = fmt.sha256_hex(files[fmt.SUMS])
+    manifest["files"] = dict(sorted(digests.items()))
+    mb = canonical(manifest)
+    files[fmt.MANIFEST] = mb
+    files[fmt.MANIFEST_SIG] = base64.b64encode(sign_key.sign(signing.manifest_message(mb))) + b"\n"
+    return archive.pack(files)
+
+
+@pytest.fixture(scope="module")
+def log() -> FakeLog:
+    lg = FakeLog()
+    lg.claims(10)
+    return lg
+
+
+@pytest.fixture(scope="module")
+def good(log: FakeLog) -> bytes:
+    return log.export(3, 9)
+
+
+def test_verified_anchored_and_not_anchored(log: FakeLog, good: bytes) -> None:
+    rep = verify(good)
+    assert rep.ok and not rep.anchored and rep.exit_code == EXIT_NOT_ANCHORED
+    assert any("NOT ANCHORED" in line for line in rep.lines())
+    rep = verify(good, trusted_key=log.fingerprint)
+    assert rep.ok and rep.anchored and rep.exit_code == EXIT_OK
+    rep = verify(good, trusted_key="ab" * 32)
+    assert rep.exit_code == EXIT_FAILED
+    assert rep.failure == "key-events.jsonl seq 1: the signing key registered by tenant.created does not match the trusted fingerprint"
+
+
+def test_archive_is_deterministic(log: FakeLog) -> None:
+    assert log.export(2, 5) == log.export(2, 5)
+
+
+def test_every_sampled_single_byte_change_fails(good: bytes) -> None:
+    rng = random.Random(20260101)
+    members = archive.read(good)
+    positions = set(rng.sample(range(len(good)), 300))
+    for m in members:  # every header, and the first and last bytes of every content and padding
+        positions |= set(range(m.header_offset, m.header_offset + 512, 29))
+        positions |= {m.data_offset, m.data_offset + max(0, len(m.data) - 1), m.data_offset + len(m.data)}
+    positions |= set(range(len(good) - 1024, len(good), 97))  # end-of-archive marker and record padding
+    named: set[str] = set()
+    for pos in sorted(p for p in positions if p < len(good)):
+        for delta in (0x01, 0x80):
+            bad = bytearray(good)
+            bad[pos] ^= delta
+            rep = verify(bytes(bad))
+            assert rep.exit_code == EXIT_FAILED, f"a change at offset {pos} was not detected"
+            assert rep.failure
+            named.add(rep.failure.split(":")[0])
+    # Failures name where they are: a member's digest, the signature, or the archive structure.
+    assert "archive" in named and "journal.jsonl" in named and any(n.startswith("proofs/") for n in named)
+
+
+def test_manifest_signature_must_be_canonical_base64(log: FakeLog, good: bytes) -> None:
+    files = {m.name: m.data for m in archive.read(good)}
+    sig = files[fmt.MANIFEST_SIG]
+    files[fmt.MANIFEST_SIG] = sig[:-1] + b" "  # same signature bytes, different file
+    rep = verify(archive.pack(files))
+    assert rep.exit_code == EXIT_FAILED and rep.failure.startswith("manifest.sig")
+
+
+def test_members_out_of_canonical_order_fail(good: bytes) -> None:
+    members = archive.read(good)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
+        for m in reversed(members):
+            ti = tarfile.TarInfo(m.name)
+            ti.size, ti.mtime, ti.mode, ti.uid, ti.gid, ti.uname, ti.gname = len(m.data), 0, 0o644, 0, 0, "", ""
+            tf.addfile(ti, io.BytesIO(m.data))
+    rep = verify(buf.getvalue())
+    assert rep.exit_code == EXIT_FAILED
+    assert rep.failure == "archive: members are not in canonical order (manifest.json, manifest.sig, then by name)"
+
+
+def test_reordered_events_fail_even_when_re_signed(log: FakeLog, good: bytes) -> None:
+    def swap(files, manifest):
+        lines = files[fmt.JOURNAL].splitlines(keepends=True)
+        lines[2], lines[3] = lines[3], lines[2]
+        files[fmt.JOURNAL] = b"".join(lines)
+
+    rep = verify(rebuild(good, log.current, swap), trusted_key=log.fingerprint)
+    assert rep.exit_code == EXIT_FAILED
+    assert rep.failure == "journal.jsonl: rows must be seq 3..9 in order; seq 5 is missing or out of place"
+
+
+def test_edited_event_fails_even_when_re_signed(log: FakeLog, good: bytes) -> None:
+    import json
+
+    def edit(files, manifest):
+        lines = files[fmt.JOURNAL].splitlines(keepends=True)
+        row = json.loads(lines[1])
+        ev = json.loads(base64.b64decode(row["canonical"]))
+        ev["data"]["kind"] = "person"
+        row["canonical"] = base64.b64encode(canonical(ev)).decode()
+        lines[1] = canonical(row) + b"\n"
+        files[fmt.JOURNAL] = b"".join(lines)
+
+    rep = verify(rebuild(good, log.current, edit), trusted_key=log.fingerprint)
+    assert rep.exit_code == EXIT_FAILED
+    assert rep.failure == "journal.jsonl seq 4: hash is not SHA-256 of the domain, prev_hash and canonical bytes"
+
+
+def test_checkpoint_signed_by_unregistered_key_fails(log: FakeLog, good: bytes) -> None:
+    rogue = Ed25519PrivateKey.generate()
+
+    def resign_checkpoint(files, manifest):
+        note = log.checkpoint(key=rogue)
+        for name in list(files):
+            if name.startswith("proofs/"):
+                files[name] = files[name].replace(files[fmt.CHECKPOINT], note)
+        files[fmt.CHECKPOINT] = note
+
+    rep = verify(rebuild(good, log.current, resign_checkpoint), trusted_key=log.fingerprint)
+    assert rep.exit_code == EXIT_FAILED
+    assert rep.failure == f"checkpoint.txt: checkpoint at size {len(log.rows)} is signed by no key the chain registered"
+
+
+def test_re_signed_history_fails_with_trusted_key_and_with_previous_checkpoint(log: FakeLog) -> None:
+    genuine_previous = log.checkpoint(size=6)
+    forged = FakeLog()  # same tenant, same kinds of events, every byte signed by the forger's keys
+    forged.claims(10)
+    data = forged.export(3, 9)
+    assert verify(data).exit_code == EXIT_NOT_ANCHORED  # internally consistent: only an anchor tells
+    rep = verify(data, trusted_key=log.fingerprint)
+    assert rep.exit_code == EXIT_FAILED and "does not match the trusted fingerprint" in rep.failure
+    rep = verify(data, previous_checkpoint=genuine_previous)
+    assert rep.exit_code == EXIT_FAILED
+    assert rep.failure.startswith("--previous-checkpoint: checkpoint at size 6 is signed by no key the chain registered")
+
+
+def test_previous_checkpoint_consistency_and_cut_tail(log: FakeLog) -> None:
+    prev = log.checkpoint(size=5)
+    data = log.export(3, 9, previous=prev)
+    rep = verify(data, previous_checkpoint=prev)
+    assert rep.exit_code == EXIT_OK and "extends your previous checkpoint (size 5)" in rep.anchors[0]
+    # A checkpoint the export was not made against: no consistency proof for it in the archive.
+    rep = verify(data, previous_checkpoint=log.checkpoint(size=7))
+    assert rep.exit_code == EXIT_FAILED and "not the checkpoint this export was made against" in rep.failure
+    # A tail cut: the auditor's checkpoint is larger than what the export is pinned to.
+    short = FakeLog(seed_keys=(log.sk, log.rk))
+    short.rows, short.head = log.rows[:8], log.rows[7].hash
+    rep = verify(short.export(3, 8), previous_checkpoint=log.checkpoint())
+    assert rep.exit_code == EXIT_FAILED and "the log was truncated" in rep.failure
+    # A rewritten tail of the same length: same size, different root.
+    other = FakeLog(seed_keys=(log.sk, log.rk))
+    other.rows, other.head = log.rows[:10], log.rows[9].hash
+    other.append("identity.created", {"identity_id": str(uuid.uuid4()), "kind": "person"})
+    rep = verify(other.export(3, 9), previous_checkpoint=log.checkpoint())
+    assert rep.exit_code == EXIT_FAILED and "history was rewritten" in rep.failure
+
+
+def test_tampered_consistency_proof_fails(log: FakeLog) -> None:
+    prev = log.checkpoint(size=5)
+    data = log.export(3, 9, previous=prev)
+
+    def edit(files, manifest):
+        lines = files[fmt.CONSISTENCY].splitlines(keepends=True)
+        files[fmt.CONSISTENCY] = b"".join(reversed(lines))
+
+    rep = verify(rebuild(data, log.current, edit), previous_checkpoint=prev)
+    assert rep.exit_code == EXIT_FAILED and rep.failure.startswith("consistency.txt: consistency proof yields")
+
+
+def test_rotations_and_a_range_that_does_not_start_at_one() -> None:
+    lg = FakeLog()
+    lg.claims(4)
+    lg.rotate()
+    lg.claims(3)
+    lg.rotate(recovery=True)
+    lg.claims(4)
+    data = lg.export(9, 14)
+    rep = verify(data, trusted_key=lg.fingerprint)
+    assert rep.exit_code == EXIT_OK, rep.failure
+    files = {m.name: m.data for m in archive.read(data)}
+    import json
+
+    keys = json.loads(files[fmt.KEYS])
+    signing_keys = [k for k in keys if k["purpose"] == "signing"]
+    assert [(k["first_seq"], k["last_seq"], k["authorised_by"]) for k in signing_keys] == [
+        (1, 6, "anchor"), (7, 10, "current"), (11, None, "recovery")]
+    assert json.loads(files[fmt.MANIFEST])["signing_key"]["kid"] == signing_keys[-1]["kid"]
+    # The receipts cover the range and every key event before it.
+    assert {n for n in files if n.startswith("proofs/")} == {fmt.proof_name(s) for s in [1, 6, 10] + list(range(9, 15))}
+
+
+def test_a_rotation_missing_from_the_key_history_fails() -> None:
+    lg = FakeLog()
+    lg.claims(3)
+    lg.rotate()
+    lg.claims(3)
+    data = lg.export(6, 8)
+
+    def drop(files, manifest):
+        import json
+
+        files[fmt.KEY_EVENTS] = files[fmt.KEY_EVENTS].splitlines(keepends=True)[0]
+        keys = json.loads(files[fmt.KEYS])
+        for k in keys:
+            if k["first_seq"] == 1:
+                k["last_seq"] = None
+            elif k["purpose"] == "signing":
+                files.pop(fmt.key_pem_name(k["kid"]))
+        files[fmt.KEYS] = canonical([k for k in keys if k["first_seq"] in (1, None)])
+
+    rep = verify(rebuild(data, lg.current, drop), trusted_key=lg.fingerprint)
+    assert rep.exit_code == EXIT_FAILED  # the manifest is then signed by a key the history never registered
+    assert rep.failure.startswith("manifest.sig: the manifest names signing key")
+
+
+def _readlog_fixture(lg: FakeLog):
+    rows = [readlog.ReadRow(T, i, AT, "0123456789abcdef", str(uuid.UUID(int=3)), "reader", "recall",
+                            (str(uuid.UUID(int=10)),), (str(uuid.UUID(int=100 + i)),), bytes([i]) * 32) for i in (1, 2, 3)]
+    pairs = [(r.read_id, readlog.leaf(r)) for r in rows]
+    anchor = lg.append("readlog.anchored", readlog.anchor_data(1, pairs))
+    batch = Batch(1, 1, 3, 3, readlog.batch_root(pairs), anchor.seq, readlog.members_blob(pairs), AT, AT)
+    return rows, batch, anchor
+
+
+def test_readlog_section_verifies_and_an_edited_or_deleted_read_is_named() -> None:
+    import json
+
+    lg = FakeLog()
+    lg.claims(3)
+    rows, batch, anchor = _readlog_fixture(lg)
+    lg.claims(2)
+    data = lg.export(2, 6, readlog_batches=[batch], readlog_reads=[(1, r) for r in rows], anchor_seqs=[anchor.seq])
+    rep = verify(data, trusted_key=lg.fingerprint)
+    assert rep.exit_code == EXIT_OK, rep.failure
+    assert any("1 batch(es), 3 read(s)" in c for c in rep.checks)
+
+    def edit_read(files, manifest):
+        lines = files[fmt.READLOG_EVENTS].splitlines(keepends=True)
+        obj = json.loads(lines[1])
+        obj["claim_ids"] = [str(uuid.UUID(int=999))]
+        lines[1] = canonical(obj) + b"\n"
+        files[fmt.READLOG_EVENTS] = b"".join(lines)
+
+    rep = verify(rebuild(data, lg.current, edit_read), trusted_key=lg.fingerprint)
+    assert rep.failure == "read log batch 1: edited (read 2)"
+
+    def delete_read(files, manifest):
+        files[fmt.READLOG_EVENTS] = b"".join(files[fmt.READLOG_EVENTS].splitlines(keepends=True)[::2])
+
+    rep = verify(rebuild(data, lg.current, delete_read), trusted_key=lg.fingerprint)
+    assert rep.failure == "read log batch 1: deleted (read 2)"

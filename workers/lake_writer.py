@@ -1,0 +1,336 @@
+"""lake-writer: journal rows, checkpoints and body ciphertext, verbatim, into Delta Lake (DESIGN.md, Outbox and workers).
+
+Credentials: the ``oml_lake_writer`` database role (SELECT on the journal,
+checkpoints, chain heads and artifacts; its own cursor and poison rows) and
+write access to the lake URI. It must never hold a KeyStore, a signing key,
+an encryption key or a role that can read ``wrapped_deks``: everything it
+copies is ciphertext, hashes, signatures and signed notes, so a lake leak
+discloses no body.
+
+Exactly once in the lake. Each commit to a table carries a Delta application
+transaction ``(app_id, version)``: ``oml-lake-writer:<tenant>`` with version
+= the last journal ``seq`` in the commit (journal and bodies tables) and
+``oml-lake-writer:<tenant>:checkpoints`` with version = the last tree size
+(checkpoints table). Delta does not refuse a repeated or lower version
+(delta-rs #2580), so before every commit the writer reads
+``DeltaTable.transaction_version(app_id)`` and copies only rows above it;
+after any error it reads it again, because a commit can report failure and
+still have landed (delta-rs #2279). The lake's own record is the cursor; the
+``consumer_cursors`` row (consumer ``lake-writer``) is a lag hint written
+after the Delta commit, so a crash between the two costs nothing. Per tenant,
+one writer at a time: the writer holds the tenant's cursor row
+``FOR UPDATE`` for the whole catch-up.
+
+Why reading ``seq > recorded`` never skips a row: appends to one tenant's
+chain are serialised by the row lock on its chain head, so a transaction
+holding seq N+1 cannot commit before the one holding N; and the writer copies
+only up to the chain head it read, whose transaction committed with every
+row below it (docs/workers.md, Ordering).
+
+Public API::
+
+    catch_up(ctx, tenant) -> int        rows appended (all three tables) until the tenant is current
+    catch_up_all(ctx) -> int
+    recorded_versions(ctx, tenant) -> {"journal": n, "bodies": n, "checkpoints": n}
+    compact(ctx, tenant=None) -> dict   optimize.compact + create_checkpoint per table
+    lake_for(ctx) -> Lake
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+import pyarrow as pa
+import sqlalchemy as sa
+from deltalake import ColumnProperties, CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
+
+from oml.workers.lake_schema import PARTITION_BY, STATS_COLUMNS, TABLES, app_id
+
+if TYPE_CHECKING:  # pragma: no cover
+    from oml.services.context import Context
+
+log = logging.getLogger(__name__)
+
+ROLE = "oml_lake_writer"
+CONSUMER = "lake-writer"
+BATCH_ROWS = 5000
+# delta-rs' post-commit hook writes a checkpoint every this many commits (many tiny
+# commits make table opens slow: delta-rs #2518).
+CHECKPOINT_INTERVAL = 50
+COMMIT_ATTEMPTS = 3
+
+# Content-bearing binary columns: no Parquet page/chunk statistics either.
+_NO_STATS = {
+    "journal": ("canonical", "hash", "prev_hash", "signature"),
+    "checkpoints": ("root", "note"),
+    "bodies": ("sha256", "ciphertext"),
+}
+
+
+def checkpoints_app_id(tenant: str) -> str:
+    """Application-transaction id recording the last checkpoint tree size copied for a tenant."""
+    return f"{app_id(tenant)}:checkpoints"
+
+
+def after_commit_hook(table: str, tenant: str, version: int) -> None:
+    """Called after each Delta commit and before the Postgres lag hint; a seam for crash tests."""
+
+
+class LakeConflict(RuntimeError):
+    """The recorded version moved under the writer (another writer without the cursor lock); re-plan."""
+
+
+def table_uri(lake: str, name: str) -> str:
+    return f"{lake.rstrip('/')}/{name}"
+
+
+def writer_properties(name: str) -> WriterProperties:
+    return WriterProperties(column_properties={c: ColumnProperties(statistics_enabled="NONE") for c in _NO_STATS[name]})
+
+
+def table_configuration(name: str) -> dict[str, str]:
+    return {
+        # Only non-content columns get min/max in _delta_log (docs/lake.md).
+        "delta.dataSkippingStatsColumns": STATS_COLUMNS[name],
+        "delta.checkpointInterval": str(CHECKPOINT_INTERVAL),
+    }
+
+
+class Lake:
+    """The three Delta tables under one lake URI (local path or ``s3://…``)."""
+
+    def __init__(self, uri: str, storage_options: dict[str, str] | None = None) -> None:
+        self.uri = uri
+        self.storage_options = dict(storage_options) if storage_options else None
+        self._ready = False
+        self._lock = threading.Lock()
+
+    def uri_of(self, name: str) -> str:
+        return table_uri(self.uri, name)
+
+    def ensure(self) -> None:
+        """Create any missing table with its explicit schema, partitioning and configuration."""
+        if self._ready:
+            return
+        with self._lock:
+            if self._ready:
+                return
+            if "://" not in self.uri:
+                import os
+
+                os.makedirs(self.uri, exist_ok=True)
+            for name, schema in TABLES.items():
+                uri = self.uri_of(name)
+                if DeltaTable.is_deltatable(uri, storage_options=self.storage_options):
+                    continue
+                try:
+                    DeltaTable.create(uri, schema, mode="ignore", partition_by=PARTITION_BY,
+                                      configuration=table_configuration(name), storage_options=self.storage_options,
+                                      name=f"oml_{name}")
+                except Exception:
+                    # Another process created it first: fine if it exists now.
+                    if not DeltaTable.is_deltatable(uri, storage_options=self.storage_options):
+                        raise
+            self._ready = True
+
+    def table(self, name: str) -> DeltaTable:
+        return DeltaTable(self.uri_of(name), storage_options=self.storage_options)
+
+    def recorded(self, name: str, app: str) -> int:
+        """The version last recorded for ``app`` in table ``name`` (0 when none), read fresh from the log."""
+        return self.table(name).transaction_version(app) or 0
+
+    def append(self, name: str, data: pa.Table, *, app: str, version: int, expected_before: int, tenant: str) -> None:
+        """Append ``data`` with the application transaction ``(app, version)``; exactly once.
+
+        After a failure the recorded version is read again: at or above
+        ``version`` means the commit landed; still ``expected_before`` means
+        it did not and the write is retried; anything else raises
+        :class:`LakeConflict` so the caller re-plans from the lake's record.
+        """
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            try:
+                write_deltalake(
+                    self.uri_of(name), data, mode="append", partition_by=PARTITION_BY,
+                    storage_options=self.storage_options, writer_properties=writer_properties(name),
+                    commit_properties=CommitProperties(app_transactions=[Transaction(app_id=app, version=version)]),
+                )
+            except Exception as exc:
+                recorded = self.recorded(name, app)
+                if recorded >= version:
+                    log.warning("lake %s: commit reported %s but landed (recorded %d)", name, type(exc).__name__, recorded)
+                    break
+                if recorded != expected_before:
+                    raise LakeConflict(f"{name}: recorded version moved from {expected_before} to {recorded}") from exc
+                if attempt == COMMIT_ATTEMPTS:
+                    raise
+                log.warning("lake %s: commit failed (%s); retrying", name, type(exc).__name__)
+                time.sleep(0.2 * 2 ** attempt)
+            else:
+                break
+        after_commit_hook(name, tenant, version)
+
+
+_lakes: dict[tuple[str, str], Lake] = {}
+_lakes_lock = threading.Lock()
+
+
+def lake_for(ctx: "Context") -> Lake:
+    """The process-wide :class:`Lake` for ``ctx.settings.lake`` and ``OML_LAKE_STORAGE_OPTIONS``."""
+    uri = ctx.settings.lake
+    opts = ctx.settings.lake_storage_options or None
+    key = (uri, repr(sorted((opts or {}).items())))
+    with _lakes_lock:
+        lake = _lakes.get(key)
+        if lake is None:
+            lake = _lakes[key] = Lake(uri, opts)
+    lake.ensure()
+    return lake
+
+
+# ---------------------------------------------------------------------------------------------- copying
+
+def _arrow(schema: pa.Schema, rows: list[dict[str, Any]]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def _lock_cursor(conn: sa.Connection, tenant: str) -> int:
+    conn.execute(sa.text("INSERT INTO consumer_cursors (tenant_id, consumer, seq) VALUES (:t, :c, 0) ON CONFLICT DO NOTHING"),
+                 {"t": tenant, "c": CONSUMER})
+    return conn.execute(sa.text("SELECT seq FROM consumer_cursors WHERE tenant_id = :t AND consumer = :c FOR UPDATE"),
+                        {"t": tenant, "c": CONSUMER}).scalar_one()
+
+
+def _journal_rows(conn, tenant: str, after: int, upto: int, limit: int) -> list[dict[str, Any]]:
+    rows = conn.execute(sa.text(
+        "SELECT tenant_id, seq, event_id, type, kid, at, canonical, hash, prev_hash, signature FROM journal_events"
+        " WHERE tenant_id = :t AND seq > :a AND seq <= :u ORDER BY seq LIMIT :n"),
+        {"t": tenant, "a": after, "u": upto, "n": limit}).mappings().all()
+    return [{**r, "event_id": str(r["event_id"]), "canonical": bytes(r["canonical"]), "hash": bytes(r["hash"]),
+             "prev_hash": bytes(r["prev_hash"]), "signature": bytes(r["signature"])} for r in rows]
+
+
+def _body_rows(conn, tenant: str, after: int, upto: int, limit: int) -> list[dict[str, Any]]:
+    while True:
+        # Batches end on a seq boundary so a recorded version never splits one seq's artifacts.
+        last = conn.execute(sa.text(
+            "SELECT max(created_seq) FROM (SELECT created_seq FROM artifacts WHERE tenant_id = :t AND created_seq > :a"
+            " AND created_seq <= :u ORDER BY created_seq LIMIT :n) s"),
+            {"t": tenant, "a": after, "u": upto, "n": limit}).scalar()
+        if last is None:
+            return []
+        # A purged artifact (ciphertext NULL) was erased before it was copied: it never enters the lake.
+        rows = conn.execute(sa.text(
+            "SELECT tenant_id, artifact_id, kind, claim_id, version_id, created_seq AS seq, sha256, ciphertext FROM artifacts"
+            " WHERE tenant_id = :t AND created_seq > :a AND created_seq <= :l AND ciphertext IS NOT NULL"
+            " ORDER BY created_seq, artifact_id"), {"t": tenant, "a": after, "l": last}).mappings().all()
+        if rows:
+            out = [{**r, "artifact_id": str(r["artifact_id"]),
+                    "claim_id": str(r["claim_id"]) if r["claim_id"] else None,
+                    "version_id": str(r["version_id"]) if r["version_id"] else None,
+                    "sha256": bytes(r["sha256"]), "ciphertext": bytes(r["ciphertext"])} for r in rows]
+            out[-1]["_range_end"] = last
+            return out
+        # Only purged artifacts in this range: Delta cannot record a range without a row,
+        # so look further; a later commit's version covers this range too.
+        after = last
+
+
+def _checkpoint_rows(conn, tenant: str, after: int, limit: int) -> list[dict[str, Any]]:
+    rows = conn.execute(sa.text(
+        "SELECT tenant_id, tree_size, root, note, kid, issued_at FROM checkpoints"
+        " WHERE tenant_id = :t AND tree_size > :a ORDER BY tree_size LIMIT :n"),
+        {"t": tenant, "a": after, "n": limit}).mappings().all()
+    return [{**r, "root": bytes(r["root"]), "note": bytes(r["note"])} for r in rows]
+
+
+def _copy(lake: Lake, name: str, app: str, tenant: str, fetch: Callable[[int], list[dict[str, Any]]],
+          version_of: Callable[[list[dict[str, Any]]], int]) -> int:
+    written = 0
+    conflicts = 0
+    while True:
+        before = lake.recorded(name, app)
+        rows = fetch(before)
+        if not rows:
+            return written
+        version = version_of(rows)
+        for r in rows:
+            r.pop("_range_end", None)
+        try:
+            lake.append(name, _arrow(TABLES[name], rows), app=app, version=version, expected_before=before, tenant=tenant)
+        except LakeConflict:
+            conflicts += 1
+            if conflicts > COMMIT_ATTEMPTS:
+                raise
+            continue
+        written += len(rows)
+
+
+def catch_up(ctx: "Context", tenant: str, *, batch_rows: int = BATCH_ROWS) -> int:
+    """Copy everything of ``tenant`` not yet in the lake; returns the number of rows appended.
+
+    Safe to call any number of times, concurrently and after a crash: it
+    takes the tenant's cursor row lock, reads each table's recorded
+    application-transaction version and copies only rows above it.
+    Raises the underlying storage error after ``COMMIT_ATTEMPTS`` failed commits.
+    """
+    lake = lake_for(ctx)
+    written = 0
+    with ctx.db.tenant(ROLE, tenant) as conn:
+        _lock_cursor(conn, tenant)
+        head = conn.execute(sa.text("SELECT seq FROM chain_heads WHERE tenant_id = :t"), {"t": tenant}).scalar()
+        if head is None:
+            return 0
+        app = app_id(tenant)
+        written += _copy(lake, "journal", app, tenant,
+                         lambda after: _journal_rows(conn, tenant, after, head, batch_rows),
+                         lambda rows: rows[-1]["seq"])
+        written += _copy(lake, "bodies", app, tenant,
+                         lambda after: _body_rows(conn, tenant, after, head, batch_rows),
+                         lambda rows: rows[-1].get("_range_end", rows[-1]["seq"]))
+        written += _copy(lake, "checkpoints", checkpoints_app_id(tenant), tenant,
+                         lambda after: _checkpoint_rows(conn, tenant, after, batch_rows),
+                         lambda rows: rows[-1]["tree_size"])
+        # The lag hint: what the lake records for the journal, whatever this run wrote.
+        conn.execute(sa.text("UPDATE consumer_cursors SET seq = :s, updated_at = now() WHERE tenant_id = :t AND consumer = :c"),
+                     {"s": lake.recorded("journal", app), "t": tenant, "c": CONSUMER})
+    if written:
+        log.info("lake-writer: tenant %s: %d rows appended", tenant, written)
+    return written
+
+
+def tenants(ctx: "Context", role: str = ROLE) -> list[str]:
+    with ctx.db.system(role) as conn:
+        return list(conn.execute(sa.text("SELECT tenant_id FROM tenants ORDER BY tenant_id")).scalars())
+
+
+def catch_up_all(ctx: "Context") -> int:
+    """:func:`catch_up` for every tenant; returns the total rows appended."""
+    return sum(catch_up(ctx, t) for t in tenants(ctx))
+
+
+def recorded_versions(ctx: "Context", tenant: str) -> dict[str, int]:
+    """What the lake records for ``tenant``: last journal seq, last body seq, last checkpoint tree size."""
+    lake = lake_for(ctx)
+    return {"journal": lake.recorded("journal", app_id(tenant)), "bodies": lake.recorded("bodies", app_id(tenant)),
+            "checkpoints": lake.recorded("checkpoints", checkpoints_app_id(tenant))}
+
+
+def compact(ctx: "Context", tenant: str | None = None) -> dict[str, dict[str, Any]]:
+    """Compact small files (``optimize.compact``) and write a Delta checkpoint, per table.
+
+    ``tenant`` limits compaction to that partition. Returns delta-rs' metrics
+    per table (files added/removed …). Compaction rewrites files; the
+    replaced ones stay on storage until a vacuum (an operator job).
+    """
+    lake = lake_for(ctx)
+    out: dict[str, dict[str, Any]] = {}
+    for name in TABLES:
+        dt = lake.table(name)
+        filters = [("tenant_id", "=", tenant)] if tenant else None
+        out[name] = dt.optimize.compact(partition_filters=filters, writer_properties=writer_properties(name))
+        dt.update_incremental()
+        dt.create_checkpoint()
+    return out
