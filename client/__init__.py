@@ -11,5 +11,6 @@ the exceptions, and ``docs/quickstart-service.md`` for a walk-through.
 from .errors import *  # noqa: F401,F403
 from .errors import __all__ as _errors_all
 from .http import AsyncOMLClient, OMLClient
+from .models import Budget, ClaimIn, Filters
 
-__all__ = ["OMLClient", "AsyncOMLClient", *_errors_all]
+__all__ = ["OMLClient", "AsyncOMLClient", "ClaimIn", "Budget", "Filters", *_errors_all]

@@ -16,9 +16,11 @@ call on the wire.
   is retried up to ``retries`` more times with exponential backoff and full
   jitter (``uniform(0, min(max_backoff, backoff · 2^attempt))`` seconds, or
   the server's ``Retry-After`` when it sends one, capped at ``max_backoff``).
-  That is safe for reads and for idempotent writes. A write the server does
-  not de-duplicate is retried only when the request certainly never left
-  (connection refused, connect or pool timeout). A 4xx is never retried.
+  That is safe for reads (GETs, and POSTs that only read, such as recall)
+  and for idempotent writes. A write the server does not de-duplicate
+  (evidence export, checkpoint issue) is retried only when the request
+  certainly never left (connection refused, connect or pool timeout). A 4xx
+  is never retried.
 * **Errors**: a non-2xx answer raises the :class:`~oml.client.errors.OMLProblem`
   subclass for its ``code``; retries exhausted without an answer raise
   :class:`~oml.client.errors.OMLConnectionError`.
@@ -74,13 +76,14 @@ class Call:
     idempotent: bool = False
     idempotency_key: str | None = None
     parse: Callable[[httpx.Response], Any] | None = None
+    read: bool = False   # a POST that only reads (recall): as safe to repeat as a GET
 
     def url(self) -> str:
         return self.path.format(**{k: quote(str(v), safe="") for k, v in self.path_params.items()})
 
     @property
     def write(self) -> bool:
-        return self.method not in ("GET", "HEAD", "OPTIONS")
+        return not self.read and self.method not in ("GET", "HEAD", "OPTIONS")
 
 
 def _clean_params(params: Mapping[str, Any] | None) -> dict[str, Any] | None:

@@ -168,3 +168,224 @@ class OwnItem(QueueItem):
 class OwnPage(Response):
     items: list[OwnItem]
     next_after: Optional[int] = None
+
+
+# ---------------------------------------------------------------- audit
+class Checkpoint(Response):
+    """A signed C2SP ``tlog-checkpoint``; ``note`` is the signed note verbatim, ``root`` hex."""
+
+    tenant: str
+    origin: str
+    tree_size: int
+    root: str
+    kid: str
+    issued_at: str
+    note: str
+
+
+class EvidenceArchive(Response):
+    """An evidence export (docs/evidence-format.md): the tar bytes and what the response headers say of them."""
+
+    data: bytes
+    filename: Optional[str] = None
+    archive_sha256: Optional[str] = None
+    manifest_sha256: Optional[str] = None
+    evidence_seq: Optional[int] = Field(None, description="seq of the evidence.exported event")
+    checkpoint_size: Optional[int] = Field(None, description="tree size of the checkpoint the export is pinned to")
+
+    def save(self, path: Any) -> Any:
+        """Write the archive to ``path`` (str or Path) and return the path."""
+        from pathlib import Path
+
+        p = Path(path)
+        p.write_bytes(self.data)
+        return p
+
+
+class ConsistencyProof(Response):
+    """One base64 hash per line (``proof``), between the checkpoints of ``from_size`` and ``to_size``."""
+
+    proof: str
+    from_size: Optional[int] = None
+    to_size: Optional[int] = None
+
+
+# ---------------------------------------------------------------- ops
+class Health(Response):
+    status: str
+
+
+# ---------------------------------------------------------------- erasure
+SubjectKind = Literal["email", "phone", "name", "customer_id", "other"]
+
+
+class ErasureAct(Response):
+    """One ``claim.erased`` act: ids, the reason code and the artifacts' digests (never content)."""
+
+    claim_id: str
+    seq: Optional[int] = None
+    reason: Optional[str] = None
+    artifacts: Any = None
+    already_erased: bool = False
+
+
+class ErasureResult(Response):
+    """What an erasure did: the acts, the rewrite status, and the erasure report (docs/erasure.md)."""
+
+    tenant: str
+    erasures: list[ErasureAct]
+    rewrite: Optional[dict[str, Any]] = None
+    report: Optional[dict[str, Any]] = None
+    replayed: bool = False
+
+
+class Hold(Response):
+    claim_id: str
+    legal_hold: bool
+    seq: Optional[int] = None
+    changed: bool = True
+    replayed: bool = False
+
+
+# ---------------------------------------------------------------- indexing feed
+class FeedItem(Response):
+    """One version's indexable text, or ``error`` (a reason code) and no text."""
+
+    version_id: str
+    claim_id: Optional[str] = None
+    workarea_id: Optional[str] = None
+    statement: Optional[str] = None
+    subject: Optional[str] = None
+    tags: list[str] = Field(default_factory=list)
+    tainted: bool = False
+    simulation_id: Optional[str] = None
+    error: Optional[str] = None
+
+
+class FeedPage(Response):
+    items: list[FeedItem]
+
+
+# ---------------------------------------------------------------- recall
+Retriever = Literal["fts", "vector", "hybrid"]
+
+
+class Budget(BaseModel):
+    """A recall budget; it never drops steering rows."""
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+    max_chars: Optional[int] = None
+    max_tokens: Optional[int] = Field(None, description="estimated at 4 characters per token")
+
+
+class Filters(BaseModel):
+    """Filters on hits (segment 2); steering rows are never filtered."""
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+    kinds: Optional[list[Literal["fact", "steering"]]] = None
+    provenances: Optional[list[Literal["observed", "reported", "inferred", "simulation"]]] = None
+    valid_at: Optional[str] = None
+
+
+class WorkareaRef(Response):
+    id: str
+    path: str
+
+
+class Memory(Response):
+    """One recalled or fetched claim version with its decrypted body (docs/recall.md)."""
+
+    claim_id: str
+    version_id: str
+    version_no: int
+    workarea: WorkareaRef
+    kind: str
+    provenance: str
+    self_signed: bool
+    valid_from: Optional[str] = None
+    valid_to: Optional[str] = None
+    confidence: Optional[int] = None
+    supersedes: Optional[str] = None
+    tip_since: Optional[str] = None
+    score: Optional[float] = None
+    retrievers: dict[str, dict[str, float]] = Field(default_factory=dict)
+    body: dict[str, Any]
+    source: Any = None
+
+    @property
+    def statement(self) -> str | None:
+        s = self.body.get("statement")
+        return s if isinstance(s, str) else None
+
+
+class Recalled(Response):
+    """Segment 1 ``steering`` (standing instructions, unranked, always complete), then ranked ``hits``."""
+
+    steering: list[Memory]
+    hits: list[Memory]
+    diagnostics: dict[str, Any]
+
+
+class Fetched(Memory):
+    is_tip: bool
+
+
+class Lineage(Response):
+    claim_id: str
+    erased: bool
+    versions: list[dict[str, Any]]
+    nodes: list[dict[str, Any]]
+    edges: list[dict[str, str]]
+    truncated: bool
+
+
+class JournalEvent(Response):
+    seq: int
+    canonical: str = Field(description="base64 of the stored RFC 8785 bytes")
+    hash: str
+    prev_hash: str
+    signature: str
+    kid: str
+
+
+class JournalPage(Response):
+    tenant: str
+    events: list[JournalEvent]
+    head_seq: Optional[int] = None
+    next_after_seq: Optional[int] = None
+
+
+# ---------------------------------------------------------------- simulations
+class SimulationOpened(Written):
+    simulation_id: str
+    audience: list[str]
+
+
+class Demotion(Response):
+    claim_id: str
+    version_id: str
+
+
+class SimulationClosed(Response):
+    simulation_id: str
+    seq: int
+    demoted: list[Demotion]
+    already_closed: bool = False
+    replayed: bool = False
+
+
+class Simulation(Response):
+    simulation_id: str
+    name: Optional[str] = None
+    audience: list[str]
+    status: str
+    opened_seq: int
+    closed_seq: Optional[int] = None
+    open_tips: int
+    versions: int
+
+
+class SimulationList(Response):
+    items: list[Simulation]

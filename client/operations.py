@@ -29,13 +29,21 @@ class OperationSpec:
     path: str
     idempotent: bool = False
     returns: type | None = None   # response model (client/models.py); None: JSON, text or bytes as sent
+    read: bool = False            # a POST that changes nothing (recall): retried like a GET
 
 
-def operation(method: str, path: str, *, idempotent: bool = False, returns: type | None = None) -> Callable[[F], F]:
-    """Tag a client method with the HTTP operation it calls and the model its 2xx answer parses into."""
+def operation(method: str, path: str, *, idempotent: bool = False, returns: type | None = None,
+              read: bool = False) -> Callable[[F], F]:
+    """Tag a client method with the HTTP operation it calls and the model its 2xx answer parses into.
+
+    ``read=True`` marks a POST that only reads (its query travels in the body), so it is retried
+    like a GET; it cannot also be ``idempotent`` (that is for writes the server de-duplicates).
+    """
+    if read and idempotent:
+        raise ValueError("an operation is a read or an idempotent write, not both")
 
     def deco(fn: F) -> F:
-        fn.__oml_operation__ = OperationSpec(method.upper(), path, idempotent, returns)  # type: ignore[attr-defined]
+        fn.__oml_operation__ = OperationSpec(method.upper(), path, idempotent, returns, read)  # type: ignore[attr-defined]
         return fn
 
     return deco
@@ -63,6 +71,22 @@ def _body(**fields: Any) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if v is not None}
 
 
+def _dump(model: type, value: Any) -> dict[str, Any] | None:
+    """A nested request object (model or dict) as JSON, validated client-side for shape only."""
+    if value is None:
+        return None
+    obj = value if isinstance(value, model) else model.model_validate(value)  # type: ignore[attr-defined]
+    return obj.model_dump(exclude_none=True)
+
+
+def _text(resp: Any) -> str:
+    return resp.text
+
+
+def _int(value: str | None) -> int | None:
+    return int(value) if value is not None and value.isdigit() else None
+
+
 class Operations:
     """Mixin holding the typed methods; the concrete client provides ``_send(call)``."""
 
@@ -79,7 +103,7 @@ class Operations:
         if parse is None and spec.returns is not None:
             parse = _model_parser(spec.returns)
         return self._send(Call(spec.method, spec.path, path_params or {}, params, json, content, headers,
-                               spec.idempotent, idempotency_key, parse))
+                               spec.idempotent, idempotency_key, parse, spec.read))
 
     # ================================================================ admin (role: admin)
     @operation("POST", "/v1/identities", idempotent=True, returns=m.IdentityCreated)
@@ -191,3 +215,219 @@ class Operations:
                  decrypt: bool | None = None, limit: int | None = None, after: int | None = None) -> m.OwnPage:
         """The caller's own versions (held by default); bodies only with ``decrypt=True``. Role: writer."""
         return self._invoke(self.own_work, params={"status": status, "decrypt": decrypt, "limit": limit, "after": after})
+
+    # ================================================================ audit (auditor, operator)
+    @operation("GET", "/v1/checkpoints/latest", returns=m.Checkpoint)
+    def latest_checkpoint(self) -> m.Checkpoint:
+        """The newest signed checkpoint. ``NotFound`` (``checkpoint.not_found``) before the first one."""
+        return self._invoke(self.latest_checkpoint)
+
+    @operation("POST", "/v1/checkpoints", returns=m.Checkpoint)
+    def issue_checkpoint(self) -> m.Checkpoint:
+        """Sign the tree at the chain head now (or get the stored one if nothing was appended). Role: operator."""
+        return self._invoke(self.issue_checkpoint)
+
+    @operation("GET", "/v1/proofs/inclusion")
+    def inclusion_proof(self, seq: int, *, size: int | None = None) -> str:
+        """The C2SP ``tlog-proof@v1`` text for event ``seq`` against the newest (or the ``size``) checkpoint."""
+        return self._invoke(self.inclusion_proof, params={"seq": seq, "size": size}, parse=_text)
+
+    @operation("GET", "/v1/proofs/consistency")
+    def consistency_proof(self, from_: int, *, to: int | None = None) -> m.ConsistencyProof:
+        """Consistency proof from the checkpoint of tree size ``from_`` to ``to`` (default newest)."""
+
+        def parse(resp: Any) -> m.ConsistencyProof:
+            return m.ConsistencyProof(proof=resp.text, from_size=_int(resp.headers.get("x-oml-from-size")),
+                                      to_size=_int(resp.headers.get("x-oml-to-size")))
+
+        return self._invoke(self.consistency_proof, params={"from": from_, "to": to}, parse=parse)
+
+    @operation("POST", "/v1/evidence/export")
+    def export_evidence(self, from_seq: int, to_seq: int, *, previous_checkpoint: str | bytes | None = None) -> m.EvidenceArchive:
+        """Evidence archive for ``from_seq..to_seq`` (journalled as ``evidence.exported``). Role: auditor.
+
+        ``previous_checkpoint`` is your last checkpoint note, verbatim; the
+        archive then carries a consistency proof from it. Verify offline with
+        ``oml evidence verify ARCHIVE --trusted-key FINGERPRINT``.
+        """
+        if isinstance(previous_checkpoint, bytes):
+            previous_checkpoint = previous_checkpoint.decode("utf-8")
+
+        def parse(resp: Any) -> m.EvidenceArchive:
+            disp = resp.headers.get("content-disposition", "")
+            name = disp.split("filename=", 1)[1].strip('"') if "filename=" in disp else None
+            return m.EvidenceArchive(data=resp.content, filename=name, archive_sha256=resp.headers.get("x-oml-archive-sha256"),
+                                     manifest_sha256=resp.headers.get("x-oml-manifest-sha256"),
+                                     evidence_seq=_int(resp.headers.get("x-oml-evidence-seq")),
+                                     checkpoint_size=_int(resp.headers.get("x-oml-checkpoint-size")))
+
+        return self._invoke(self.export_evidence, json=_body(from_seq=from_seq, to_seq=to_seq,
+                                                             previous_checkpoint=previous_checkpoint), parse=parse)
+
+    # ================================================================ ops
+    @operation("GET", "/healthz", returns=m.Health)
+    def health(self) -> m.Health:
+        """``status == "ok"`` when the server reaches its database; ``ServiceUnavailable`` otherwise. No key needed."""
+        return self._invoke(self.health)
+
+    @operation("GET", "/metrics")
+    def metrics(self) -> str:
+        """Prometheus text: per consumer and tenant head, cursor, lag and poison counts.
+
+        Needs an ``operator`` key (its tenant only) or the platform's ``OML_METRICS_TOKEN`` as the client's key.
+        """
+        return self._invoke(self.metrics, parse=_text)
+
+    # ================================================================ erasure (operator)
+    @operation("POST", "/v1/erasures/claims/{claim_id}", idempotent=True, returns=m.ErasureResult)
+    def erase_claim(self, claim_id: str, reason: str = "data_subject_request", *, rewrite: bool | None = None,
+                    idempotency_key: str | None = None) -> m.ErasureResult:
+        """Erase a claim everywhere: shred its DEKs, drop index rows, purge ciphertext; returns the erasure report.
+
+        Raises ``LegalHold`` (``erasure.legal_hold``), ``ClaimNotFound``, ``AccessDenied``.
+        ``rewrite=False`` leaves the page rewrite to ``oml erase rewrite``.
+        """
+        return self._invoke(self.erase_claim, path_params={"claim_id": claim_id},
+                            json=_body(reason=reason, rewrite=rewrite), idempotency_key=idempotency_key)
+
+    @operation("POST", "/v1/erasures/subject", idempotent=True, returns=m.ErasureResult)
+    def erase_subject(self, kind: m.SubjectKind, value: str, reason: str = "data_subject_request", *,
+                      rewrite: bool | None = None, idempotency_key: str | None = None) -> m.ErasureResult:
+        """Erase every claim that declared the data subject ``(kind, value)``, all or nothing.
+
+        The value travels in the request body only, never in the URL; the
+        server neither echoes nor journals it. Only *declared* subjects are
+        found (docs/erasure.md).
+        """
+        return self._invoke(self.erase_subject, json=_body(kind=kind, value=value, reason=reason, rewrite=rewrite),
+                            idempotency_key=idempotency_key)
+
+    @operation("POST", "/v1/claims/{claim_id}/hold", idempotent=True, returns=m.Hold)
+    def place_hold(self, claim_id: str, reason: str = "legal_request", *, idempotency_key: str | None = None) -> m.Hold:
+        """Place a legal hold: the claim refuses erasure until released. Role: operator."""
+        return self._invoke(self.place_hold, path_params={"claim_id": claim_id}, json={"reason": reason},
+                            idempotency_key=idempotency_key)
+
+    @operation("POST", "/v1/claims/{claim_id}/hold/release", idempotent=True, returns=m.Hold)
+    def release_hold(self, claim_id: str, reason: str = "legal_request", *, idempotency_key: str | None = None) -> m.Hold:
+        """Release a legal hold. Role: operator."""
+        return self._invoke(self.release_hold, path_params={"claim_id": claim_id}, json={"reason": reason},
+                            idempotency_key=idempotency_key)
+
+    @operation("GET", "/v1/erasures/claims/{claim_id}/report")
+    def erasure_report(self, claim_id: str, *, format: Literal["json", "html"] | None = None) -> Any:
+        """The erasure report of an erased claim, rebuilt now: a dict, or HTML text with ``format="html"``."""
+        return self._invoke(self.erasure_report, path_params={"claim_id": claim_id}, params={"format": format})
+
+    # ================================================================ indexing feed (indexer)
+    @operation("POST", "/v1/indexing-feed", returns=m.FeedPage, read=True)
+    def indexing_feed(self, version_ids: Sequence[str]) -> m.FeedPage:
+        """Plaintext fields of up to 1,000 claim versions, for the oml-indexer; every served read is logged.
+        A read: retried on 502/503/504 like any read."""
+        return self._invoke(self.indexing_feed, json={"version_ids": list(version_ids)})
+
+    # ================================================================ recall (reader, reviewer; journal: auditor)
+    @operation("POST", "/v1/recall", returns=m.Recalled, read=True)
+    def recall(self, query: str = "", *, workarea_id: str | None = None, retriever: m.Retriever | None = None,
+               k: int | None = None, budget: m.Budget | dict[str, Any] | None = None,
+               filters: m.Filters | dict[str, Any] | None = None, as_of: str | None = None) -> m.Recalled:
+        """Recall within the key's access (or ``workarea_id``): every applicable steering tip first,
+        then up to ``k`` hits ranked by FTS, vector distance or both fused (``retriever``, default hybrid).
+
+        ``as_of`` reads the tips as they were at that instant. Each call is read-logged (the query as a keyed digest).
+        """
+        body = _body(query=query, workarea_id=workarea_id, retriever=retriever, k=k, as_of=as_of,
+                     budget=_dump(m.Budget, budget), filters=_dump(m.Filters, filters))
+        return self._invoke(self.recall, json=body)
+
+    @operation("GET", "/v1/claims/{claim_id}", returns=m.Fetched)
+    def fetch_claim(self, claim_id: str, *, workarea_id: str | None = None, as_of: str | None = None) -> m.Fetched:
+        """A claim's tip (now, or ``as_of``) with its body. ``ClaimNotFound``; ``ClaimErased`` (410)."""
+        return self._invoke(self.fetch_claim, path_params={"claim_id": claim_id},
+                            params={"workarea_id": workarea_id, "as_of": as_of})
+
+    @operation("GET", "/v1/versions/{version_id}", returns=m.Fetched)
+    def fetch_version(self, version_id: str, *, workarea_id: str | None = None) -> m.Fetched:
+        """One promoted version (tip or superseded) with its body."""
+        return self._invoke(self.fetch_version, path_params={"version_id": version_id}, params={"workarea_id": workarea_id})
+
+    @operation("GET", "/v1/claims/{claim_id}/lineage", returns=m.Lineage)
+    def lineage(self, claim_id: str, *, depth: int | None = None) -> m.Lineage:
+        """Versions and the ``derived_from`` graph both ways: ids and metadata only."""
+        return self._invoke(self.lineage, path_params={"claim_id": claim_id}, params={"depth": depth})
+
+    @operation("GET", "/v1/journal", returns=m.JournalPage)
+    def journal(self, *, after_seq: int | None = None, limit: int | None = None) -> m.JournalPage:
+        """One page of canonical journal events (auditor keys); continue with ``after_seq=page.next_after_seq``."""
+        return self._invoke(self.journal, params={"after_seq": after_seq, "limit": limit})
+
+    def journal_events(self, *, after_seq: int = 0, limit: int = 100):
+        """Iterate every journal event after ``after_seq``, page by page (sync client only)."""
+        while True:
+            page = self.journal(after_seq=after_seq, limit=limit)
+            if hasattr(page, "__await__"):
+                page.close()  # type: ignore[union-attr]
+                raise TypeError("journal_events is for OMLClient; page with `await journal(after_seq=…)` instead")
+            yield from page.events
+            if page.next_after_seq is None or not page.events:
+                return
+            after_seq = page.next_after_seq
+
+    # ================================================================ simulations
+    @operation("POST", "/v1/simulations", idempotent=True, returns=m.SimulationOpened)
+    def open_simulation(self, name: str, audience: Sequence[str], *, idempotency_key: str | None = None) -> m.SimulationOpened:
+        """Open a sandbox whose rows only ``audience`` (principal ids) can see. Role: admin or operator.
+        The name is sealed in an encrypted note, never journalled."""
+        return self._invoke(self.open_simulation, json={"name": name, "audience": list(audience)},
+                            idempotency_key=idempotency_key)
+
+    @operation("GET", "/v1/simulations", returns=m.SimulationList)
+    def list_simulations(self) -> m.SimulationList:
+        """All of the tenant's for admin/operator keys; otherwise those whose audience names the key."""
+        return self._invoke(self.list_simulations)
+
+    @operation("GET", "/v1/simulations/{simulation_id}", returns=m.Simulation)
+    def get_simulation(self, simulation_id: str) -> m.Simulation:
+        """One simulation's record; ``NotFound`` (``simulation.not_found``) outside its audience."""
+        return self._invoke(self.get_simulation, path_params={"simulation_id": simulation_id})
+
+    @operation("POST", "/v1/simulations/{simulation_id}/close", idempotent=True, returns=m.SimulationClosed)
+    def close_simulation(self, simulation_id: str, *, idempotency_key: str | None = None) -> m.SimulationClosed:
+        """Close: its promoted versions (overlay tips included) are demoted; default tips never moved."""
+        return self._invoke(self.close_simulation, path_params={"simulation_id": simulation_id},
+                            idempotency_key=idempotency_key)
+
+    @operation("POST", "/v1/simulations/{simulation_id}/claims", idempotent=True, returns=m.AdmittedOne)
+    def submit_in_simulation(self, simulation_id: str, workarea_id: str, body: dict[str, Any], *, kind: m.Kind = "fact",
+                             provenance: m.Provenance = "observed", claim_id: str | None = None,
+                             supersedes: str | None = None, derived_from: Sequence[str] = (),
+                             valid_from: str | None = None, valid_to: str | None = None, confidence: int | None = None,
+                             idempotency_key: str | None = None) -> m.AdmittedOne:
+        """Submit one held claim version inside a simulation (recorded with provenance ``simulation``).
+        Role: writer in the audience. ``SimulationTipRefused`` if it is ever promoted to a default tip."""
+        claim = m.ClaimIn(workarea_id=workarea_id, body=body, kind=kind, provenance=provenance, claim_id=claim_id,
+                          supersedes=supersedes, derived_from=list(derived_from), valid_from=valid_from,
+                          valid_to=valid_to, confidence=confidence)
+        return self._invoke(self.submit_in_simulation, path_params={"simulation_id": simulation_id},
+                            json=claim.payload(), idempotency_key=idempotency_key)
+
+    @operation("POST", "/v1/simulations/{simulation_id}/claims:batch", idempotent=True, returns=m.BatchAdmitted)
+    def submit_batch_in_simulation(self, simulation_id: str, claims: Sequence[m.ClaimIn | dict[str, Any]], *,
+                                   idempotency_key: str | None = None) -> m.BatchAdmitted:
+        """Many claim versions inside a simulation in one group commit, all or nothing."""
+        items = [(c if isinstance(c, m.ClaimIn) else m.ClaimIn.model_validate(c)).payload() for c in claims]
+        return self._invoke(self.submit_batch_in_simulation, path_params={"simulation_id": simulation_id},
+                            json={"claims": items}, idempotency_key=idempotency_key)
+
+    @operation("POST", "/v1/simulations/{simulation_id}/claims/{claim_id}/supersede", idempotent=True,
+               returns=m.AdmittedOne)
+    def supersede_in_simulation(self, simulation_id: str, claim_id: str, body: dict[str, Any], *,
+                                supersedes: str | None = None, derived_from: Sequence[str] = (),
+                                valid_from: str | None = None, valid_to: str | None = None,
+                                confidence: int | None = None, idempotency_key: str | None = None) -> m.AdmittedOne:
+        """A held tainted version of a real claim; once an audience reviewer promotes it, it shadows the
+        default tip for the audience only (an overlay tip)."""
+        return self._invoke(self.supersede_in_simulation, path_params={"simulation_id": simulation_id, "claim_id": claim_id},
+                            json=_body(body=body, supersedes=supersedes, derived_from=list(derived_from) or None,
+                                       valid_from=valid_from, valid_to=valid_to, confidence=confidence),
+                            idempotency_key=idempotency_key)

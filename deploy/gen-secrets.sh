@@ -26,5 +26,8 @@ umask 077
   echo "OML_LAKE_WRITER_S3_SECRET=$(hex 24)"
   echo "OML_RECONCILER_S3_KEY=oml-reconciler"
   echo "OML_RECONCILER_S3_SECRET=$(hex 24)"
+  echo "OML_API_S3_KEY=oml-api"
+  echo "OML_API_S3_SECRET=$(hex 24)"
+  echo "OML_METRICS_TOKEN=$(hex 24)"
 } >"$out"
 echo "wrote $out; back up OML_MASTER_KEY separately from database backups"

@@ -33,6 +33,7 @@ UNKNOWN_KEY = "unknown_key"
 FINDING_KINDS = (BROKEN_LINK, BAD_SIGNATURE, UNKNOWN_KEY)
 
 KEY_EVENT_TYPES = frozenset({"tenant.created", "signing_key.rotated"})
+ANCHOR_MISMATCH = "the signing key registered by tenant.created does not match the trusted fingerprint"
 
 
 @dataclass(frozen=True)
@@ -92,10 +93,11 @@ class KeyHistory:
     keys: list[SigningKey] = field(default_factory=list)
     recovery: bytes | None = None
     last_event_seq: int = 0
+    anchor_failed: bool = False
 
     @property
     def anchored(self) -> bool:
-        return self.trusted_fingerprint is not None and bool(self.keys)
+        return self.trusted_fingerprint is not None and bool(self.keys) and not self.anchor_failed
 
     def current(self) -> SigningKey | None:
         return self.keys[-1] if self.keys else None
@@ -132,7 +134,7 @@ class KeyHistory:
             if len(key) != 32:
                 raise KeyProblem(UNKNOWN_KEY, "tenant.created signing_key is not 32 bytes")
             if self.trusted_fingerprint and signing.fingerprint(key) != self.trusted_fingerprint.lower():
-                raise KeyProblem(UNKNOWN_KEY, "the signing key registered by tenant.created does not match the trusted fingerprint")
+                raise KeyProblem(UNKNOWN_KEY, ANCHOR_MISMATCH)
             return key
         if etype == "tenant.created":
             raise KeyProblem(BROKEN_LINK, "tenant.created after seq 1")
@@ -295,7 +297,14 @@ class ChainScanner:
         found += event_findings
         if ev is not None and (verify or ev.get("type") in KEY_EVENT_TYPES):
             self.signatures += 1
-        if ev is not None and not event_findings and ev.get("type") in KEY_EVENT_TYPES:
+        if ev is not None and ev.get("type") == "tenant.created" and event_findings \
+                and all(f.detail == ANCHOR_MISMATCH for f in event_findings):
+            # Keep checking under the key the chain registered (one finding, not one per row); the
+            # history is marked as failing its anchor.
+            self.keys.anchor_failed = True
+            if not check_event(self.tenant, row, KeyHistory(self.tenant), verify_signature=True)[0]:
+                self.keys.register(row.seq, ev.get("type"), ev.get("data") or {})
+        elif ev is not None and not event_findings and ev.get("type") in KEY_EVENT_TYPES:
             self.keys.register(row.seq, ev.get("type"), ev.get("data") or {})
         # Re-synchronise on the stored row so one bad row is one finding.
         self.head, self.expected_seq = row.hash, max(self.expected_seq, row.seq + 1)

@@ -164,8 +164,8 @@ INVENTORY: tuple[CopyClass, ...] = (
         completion=Completion.NO_CONTENT,
         complete_when="nothing to erase: no content",
         pg_tables=("tenants", "chain_heads", "journal_events", "tenant_keys", "identities", "workareas", "principals",
-                   "principal_directory", "claims", "claim_versions", "tip_intervals", "claim_edges", "simulations",
-                   "retention_policies", "checkpoints", "merkle_state"),
+                   "principal_directory", "claims", "claim_versions", "tip_intervals", "sim_tip_intervals", "claim_edges",
+                   "simulations", "retention_policies", "checkpoints", "merkle_state"),
         delta_tables=("journal", "checkpoints"),
     ),
     CopyClass(
@@ -243,9 +243,15 @@ PG_TABLE_CLASS: Mapping[str, str] = _index("pg_tables")
 DELTA_TABLE_CLASS: Mapping[str, str] = _index("delta_tables")
 
 
+#: Tables that can hold no copy of a claim, declared here so the schema test still names every table.
+NOT_COPIES: Mapping[str, str] = {
+    "alembic_version": "the schema's migration revision",
+}
+
+
 def unmapped(pg_tables: Iterable[str] = (), delta_tables: Iterable[str] = ()) -> tuple[list[str], list[str]]:
     """Tables of the schema the inventory does not cover: ``(postgres, delta)``, sorted."""
-    return (sorted(set(pg_tables) - set(PG_TABLE_CLASS)), sorted(set(delta_tables) - set(DELTA_TABLE_CLASS)))
+    return (sorted(set(pg_tables) - set(PG_TABLE_CLASS) - set(NOT_COPIES)), sorted(set(delta_tables) - set(DELTA_TABLE_CLASS)))
 
 
 def complete_at(c: CopyClass, erased_at: dt.datetime, *, backup_retention_days: int,

@@ -15,8 +15,9 @@ Contract summary (``docs/recall.md`` has the long form):
   roots — unranked, ordered by :func:`steering_order_key` (depth, then the
   time the version became tip, then ids). Nothing a client sends re-ranks or
   filters it, and no budget drops it. Segment 2 is hits ranked by one
-  retriever or fused by reciprocal rank fusion with :data:`RRF_K` = 60
-  (Cormack, Clarke and Büttcher, SIGIR 2009), ties broken by ids.
+  retriever or fused by reciprocal rank fusion with :data:`RRF_K` = 10
+  (the method of Cormack, Clarke and Büttcher, SIGIR 2009; their constant
+  was 60, see the constant's note), ties broken by ids.
 * Full-text queries are built from lexemes PostgreSQL's own parser produced
   (``to_tsvector``); user text never reaches ``to_tsquery``. The AND of the
   lexemes runs first and the OR fills up when AND finds too few rows
@@ -40,8 +41,14 @@ from .errors import OMLError, invalid
 #: Text-search configuration of every query built here; it must equal the one the indexer
 #: builds ``memories_fts.tsv`` with (``workers/indexer.py`` TS_CONFIG).
 FTS_CONFIG = "english"
-#: Reciprocal rank fusion constant (Cormack, Clarke, Büttcher 2009): score = Σ w / (RRF_K + rank).
-RRF_K = 60
+#: Reciprocal rank fusion constant: score = Σ w / (RRF_K + rank) (Cormack, Clarke and Büttcher,
+#: SIGIR 2009, who used 60). OML uses 10: with two legs of unequal strength a smaller constant
+#: keeps each leg's top ranks decisive. Measured by ``oml bench locomo`` on the LoCoMo development
+#: split (docs/benchmarks.md): hybrid evidence recall@5/@10/@25 0.567/0.670/0.773 with 10 against
+#: 0.518/0.624/0.765 with 60 (FTS alone: 0.551 at @5). Chosen on that split, so optimistic there.
+RRF_K = 10
+#: The classic constant, kept for comparison runs (``oml bench locomo`` reports both).
+RRF_K_CLASSIC = 60
 #: Subtrees with at most this many qualifying vector rows are searched exactly
 #: (B-tree on ``path`` + sort) instead of through HNSW. FIELD-NOTES measured an
 #: exact search of a 10k-row (1 %) subset at p50 25.7 ms against 29 ms p50 /
@@ -103,9 +110,10 @@ class ReadScope:
 
     ``scopes`` are the workarea paths the read is scoped to: a workarea the
     client named (inside the key's access) or, by default, the key's root
-    paths. ``audience_simulations`` are the simulations whose audience the
-    key belongs to; it is empty until simulations are served (issue 7), so
-    every simulation-provenance or tainted row is refused today.
+    paths. ``audience_simulations`` are the open simulations whose audience
+    the key belongs to (``services/server/sim_read.audience_of``); a
+    simulation-provenance or tainted row of any other simulation is refused
+    (docs/simulations.md).
     """
 
     principal: Principal

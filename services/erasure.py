@@ -48,8 +48,9 @@ log = logging.getLogger(__name__)
 
 ROLE = "oml_admission"
 NIL = "00000000-0000-0000-0000-000000000000"
-# Relations every erasure rewrites; sim_* targets are added per simulation touched.
-BASE_TARGETS = ("wrapped_deks", "artifacts", "claim_subjects", "memories_fts", "memory_embeddings")
+# Relations every erasure rewrites; sim_* targets are added per simulation touched. pg_statistic goes
+# last: every ANALYZE before it leaves the previous statistics as dead tuples in that catalog.
+BASE_TARGETS = ("wrapped_deks", "artifacts", "claim_subjects", "memories_fts", "memory_embeddings", "pg_statistic")
 SIM_TARGETS = ("sim_memories_fts", "sim_memory_embeddings")
 MAX_SUBJECT_CHARS = 1000
 
@@ -187,41 +188,62 @@ def pending_rewrites(db: Database, tenant: str) -> list[dict[str, Any]]:
             "SELECT target, simulation_id, requested_seq, requested_xid::text AS xid FROM erasure_rewrites"
             " WHERE tenant_id = :t AND (done_seq IS NULL OR done_seq < requested_seq) ORDER BY target, simulation_id"),
             {"t": tenant}).all()
-    return [{"target": r.target, "simulation_id": str(r.simulation_id), "requested_seq": r.requested_seq,
-             "xid": int(r.xid)} for r in rows]
+    out = [{"target": r.target, "simulation_id": str(r.simulation_id), "requested_seq": r.requested_seq,
+            "xid": int(r.xid)} for r in rows]
+    return sorted(out, key=lambda r: (r["target"] == "pg_statistic", r["target"], r["simulation_id"]))
+
+
+def _wait_horizon(db: Database, tenant: str, xid: int, wait_seconds: float, poll_seconds: float) -> tuple[str, float]:
+    started = time.monotonic()
+    deadline = started + wait_seconds
+    while True:
+        with db.tenant(ROLE, tenant) as conn:
+            horizon = conn.execute(sa.text("SELECT oml_erasure_horizon(CAST(:x AS xid8))"), {"x": str(xid)}).scalar()
+        if horizon != "busy" or time.monotonic() >= deadline:
+            return horizon, round(time.monotonic() - started, 3)
+        time.sleep(poll_seconds)
 
 
 def rewrite_pending(db: Database, tenant: str, *, wait_seconds: float = 30.0, lock_timeout_ms: int = 10_000,
                     poll_seconds: float = 0.2) -> dict[str, Any]:
     """Rewrite every relation the tenant's erasures touched and mark it done.
 
-    Waits up to ``wait_seconds`` until no other session of the database holds
-    a snapshot older than the newest erasure (a rewrite would copy tuples
-    that snapshot can still see); each relation is rewritten in its own
-    transaction with ``lock_timeout`` = ``lock_timeout_ms``. Whatever could
-    not run stays pending for the next call (``oml erase rewrite``).
+    Waits up to ``wait_seconds`` until a rewrite would drop every tuple the
+    newest erasure deleted (no transaction that could still see them runs:
+    ``oml_erasure_horizon``); each relation is rewritten in its own
+    transaction with ``lock_timeout`` = ``lock_timeout_ms``. ``pg_statistic``
+    comes last and waits again, for the rewrites' own statistics resets and
+    ANALYZEs to be beyond every snapshot. Whatever could not run stays
+    pending for the next call (``oml erase rewrite``).
 
     Returns ``{"status": "done" | "pending", "horizon": "clear" | "busy" |
-    "unknown", "relations": [{"target", "simulation_id", "relation",
-    "stats_cleared", "status"}]}``.
+    "unknown", "waited_seconds", "relations": [{"target", "simulation_id",
+    "relation", "stats_cleared", "status", "seconds"}]}`` (seconds are
+    wall-clock durations, for operators).
     """
     todo = pending_rewrites(db, tenant)
     if not todo:
-        return {"status": "done", "horizon": "clear", "relations": []}
-    newest = max(r["xid"] for r in todo)
-    deadline = time.monotonic() + wait_seconds
-    while True:
-        with db.tenant(ROLE, tenant) as conn:
-            horizon = conn.execute(sa.text("SELECT oml_erasure_horizon(CAST(:x AS xid8))"), {"x": str(newest)}).scalar()
-        if horizon != "busy" or time.monotonic() >= deadline:
-            break
-        time.sleep(poll_seconds)
+        return {"status": "done", "horizon": "clear", "waited_seconds": 0.0, "relations": []}
+    horizon, waited = _wait_horizon(db, tenant, max(r["xid"] for r in todo), wait_seconds, poll_seconds)
     if horizon == "busy":
-        return {"status": "pending", "horizon": horizon,
+        return {"status": "pending", "horizon": horizon, "waited_seconds": waited,
                 "relations": [{**_public(r), "status": "pending"} for r in todo]}
     out = []
+    last_xid = 0
     for r in todo:
         sim = None if r["simulation_id"] == NIL else r["simulation_id"]
+        t0 = time.monotonic()
+        if r["target"] == "pg_statistic":
+            if not last_xid:
+                # Resets and ANALYZEs of an earlier, interrupted run: wait past everything running now.
+                with db.tenant(ROLE, tenant) as conn:
+                    last_xid = int(conn.execute(sa.text("SELECT pg_current_xact_id()::text")).scalar())
+            h, w = _wait_horizon(db, tenant, last_xid, wait_seconds, poll_seconds)
+            waited += w
+            if h == "busy":
+                out.append({**_public(r), "relation": None, "stats_cleared": None, "status": "pending",
+                            "seconds": round(time.monotonic() - t0, 3)})
+                continue
         try:
             with db.tenant(ROLE, tenant) as conn:
                 conn.execute(sa.text("SELECT set_config('lock_timeout', :v, true)"), {"v": f"{int(lock_timeout_ms)}ms"})
@@ -233,14 +255,16 @@ def rewrite_pending(db: Database, tenant: str, *, wait_seconds: float = 30.0, lo
                     " WHERE tenant_id = :t AND target = :g AND simulation_id = CAST(:sim AS uuid)"
                     "   AND requested_seq = :s AND done_seq IS NULL"),
                     {"t": tenant, "g": r["target"], "sim": r["simulation_id"], "s": r["requested_seq"], "c": cleared})
+                last_xid = max(last_xid, int(conn.execute(sa.text("SELECT pg_current_xact_id()::text")).scalar()))
             out.append({**_public(r), "relation": rows[0].relation if rows else None, "stats_cleared": cleared,
-                        "status": "done"})
+                        "status": "done", "seconds": round(time.monotonic() - t0, 3)})
         except sa.exc.OperationalError as exc:
             # lock_timeout: readers or writers held the table; the row stays pending.
             log.warning("erasure rewrite of %s for tenant %s deferred: %s", r["target"], tenant, type(exc.orig).__name__)
-            out.append({**_public(r), "relation": None, "stats_cleared": None, "status": "pending"})
+            out.append({**_public(r), "relation": None, "stats_cleared": None, "status": "pending",
+                        "seconds": round(time.monotonic() - t0, 3)})
     status = "done" if all(x["status"] == "done" for x in out) else "pending"
-    return {"status": status, "horizon": horizon, "relations": out}
+    return {"status": status, "horizon": horizon, "waited_seconds": round(waited, 3), "relations": out}
 
 
 def _public(r: dict[str, Any]) -> dict[str, Any]:

@@ -150,7 +150,7 @@ def build(ctx: "Context", tenant: str, claim_ids: list[str], *, now: dt.datetime
     lake_clean = through >= newest
     if lake_listing:
         listing = lake_purge.verify(ctx, tenant, erased_map)
-        lake_ev["listing"] = {k: listing[k] for k in ("listed_at", "table_uri", "files", "parquet_files", "bytes", "dirty", "clean")}
+        lake_ev["listing"] = {k: listing[k] for k in ("listed_at", "table_uri", "files", "parquet_files", "log_files", "bytes", "dirty", "clean")}
         lake_clean = listing["clean"]
         done["lake_ciphertext"] = now if listing["clean"] else None
     else:
@@ -198,6 +198,7 @@ def build(ctx: "Context", tenant: str, claim_ids: list[str], *, now: dt.datetime
             (c.key in ("wrapped_deks", "pg_ciphertext", "subject_hmacs") and e.get("remaining"))
             or (c.key in ("search_index_rows", "simulation_index_rows") and any(e.values()))
             or (c.key == "logs" and logs["differing"])
+            or (c.key == "freed_pages_and_statistics" and any(x["covered"] and x["stats_cleared"] is False for x in e["relations"]))
             or (c.key == "journal" and verify_journal and not e.get("verified"))
         )
         if bad:

@@ -1,9 +1,9 @@
-"""Container health checks: ``python -m oml.services.healthcheck [--role R]… [--redis] [--http URL]``.
+"""Container health checks: ``python -m oml.services.healthcheck [--role R]… [--redis] [--http URL] [--tcp H:P]``.
 
 Used by ``deploy/compose.yaml``: each workload checks exactly what it
 depends on with exactly the credentials it holds — a login as each of its
 database roles (``SELECT 1``; the owner is never used), a Redis ``PING`` on
-``OML_REDIS_URL``, or a GET on an HTTP URL answering 2xx. It opens no
+``OML_REDIS_URL``, a GET on an HTTP URL answering 2xx, or a TCP connect. It opens no
 KeyStore and reads no key. Exit status 0 when every check passes, 1
 otherwise; one line per check on stdout, naming the check and the error
 type only (never a URL with credentials or a message that could carry one).
@@ -55,16 +55,25 @@ def check_http(url: str) -> None:
         raise RuntimeError(f"HTTP {resp.status_code}")
 
 
+def check_tcp(address: str) -> None:
+    import socket
+
+    host, _, port = address.rpartition(":")
+    socket.create_connection((host or "127.0.0.1", int(port)), timeout=3).close()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m oml.services.healthcheck", description=__doc__.splitlines()[0])
     ap.add_argument("--role", action="append", default=[], help="database role to log in as (repeatable)")
     ap.add_argument("--redis", action="store_true", help="PING OML_REDIS_URL")
     ap.add_argument("--http", action="append", default=[], help="URL that must answer 2xx (repeatable)")
+    ap.add_argument("--tcp", action="append", default=[], help="HOST:PORT that must accept a connection (repeatable)")
     args = ap.parse_args(argv)
     checks = [(f"role {r}", lambda r=r: check_role(r)) for r in args.role]
     if args.redis:
         checks.append(("redis", check_redis))
     checks += [(f"http {u.split('?')[0]}", lambda u=u: check_http(u)) for u in args.http]
+    checks += [(f"tcp {a}", lambda a=a: check_tcp(a)) for a in args.tcp]
     if not checks:
         ap.error("nothing to check")
     ok = True

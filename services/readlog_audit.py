@@ -1,22 +1,21 @@
-"""Read-log evidence, read straight from the tables (DESIGN.md, Read path; domain/readlog.py).
+"""Read-log rows for an evidence export, read inside the exporter's snapshot (DESIGN.md, Read path).
 
-Shared by the reconciler (which compares every sealed batch with its
-journalled anchor) and the evidence export (which ships the batches inside
-the tenant's retention window with their anchors). Ids and digests only: a
-read row holds principal, identity, role, op, workarea and claim ids and
-the keyed query digest, never query text.
+The export ships the sealed batches inside the tenant's retention window,
+their reads and their anchors; verification of the live tables is
+:func:`oml.services.server.readlog.verify` (the reconciler calls it). Ids
+and digests only: a read row holds principal, identity, role, op, workarea
+and claim ids and the keyed query digest, never query text.
 
 Retired batches: ``retention.applied`` events list the batch numbers
 retention removed (``data["batches"]`` as ``[[lo, hi], …]`` ranges,
-:func:`oml.domain.readlog.compress_ranges`); an anchor whose batch is gone
-and not listed there is a deleted batch.
+:func:`oml.domain.readlog.compress_ranges`); their reads are gone, so they
+are never exported even if a later, longer window would cover them.
 """
 from __future__ import annotations
 
 import datetime as dt
 import json
 from dataclasses import dataclass
-from typing import Any
 
 import sqlalchemy as sa
 
@@ -70,18 +69,8 @@ def reads(conn: sa.Connection, tenant: str, batch_nos: list[int] | None = None, 
     return out
 
 
-def anchors(conn: sa.Connection, tenant: str) -> dict[int, tuple[int, dict[str, Any]]]:
-    """batch_no → (seq, data) of every ``readlog.anchored`` event."""
-    out = {}
-    for r in conn.execute(sa.text("SELECT seq, canonical FROM journal_events WHERE tenant_id = :t AND type = 'readlog.anchored'"
-                                  " ORDER BY seq"), {"t": tenant}):
-        data = (json.loads(bytes(r.canonical)).get("data") or {})
-        if isinstance(data.get("batch_no"), int):
-            out[data["batch_no"]] = (int(r.seq), data)
-    return out
-
-
 def retired(conn: sa.Connection, tenant: str) -> set[int]:
+    """Batch numbers ``retention.applied`` events retired (their reads are gone by policy)."""
     out: set[int] = set()
     for r in conn.execute(sa.text("SELECT canonical FROM journal_events WHERE tenant_id = :t AND type = 'retention.applied'"),
                           {"t": tenant}):
@@ -90,24 +79,4 @@ def retired(conn: sa.Connection, tenant: str) -> set[int]:
             out |= readlog.expand_ranges(data.get("batches") or [])
         except (TypeError, ValueError):
             continue
-    return out
-
-
-def findings(conn: sa.Connection, tenant: str) -> list[readlog.Finding]:
-    """Every sealed batch against its anchor, every anchor against its batch (see module docstring)."""
-    anch = anchors(conn, tenant)
-    gone = retired(conn, tenant)
-    stored = {b.batch_no: b for b in batches(conn, tenant)}
-    by_batch: dict[int, dict[int, bytes]] = {}
-    for bno, row in reads(conn, tenant):
-        by_batch.setdefault(bno, {})[row.read_id] = readlog.leaf(row)
-    out: list[readlog.Finding] = []
-    for bno in sorted(set(anch) | set(stored) | set(by_batch)):
-        if bno not in anch:
-            out.append(readlog.Finding("anchor_mismatch", bno))
-            continue
-        if bno not in stored and bno in gone and not by_batch.get(bno):
-            continue
-        b = stored.get(bno)
-        out += readlog.compare_batch(bno, anch[bno][1], b.members if b else None, by_batch.get(bno, {}))
     return out

@@ -137,12 +137,20 @@ def detect(ctx: "Context", *, mark: bool = True) -> dict[str, Any]:
     Returns ``{"tenants": {T: {"pg_head", "lake_head"}}, "ahead": [T…], "pending"}``.
     Meant for server start (``oml serve``) and ``oml restore check``.
     """
+    from deltalake import DeltaTable
+
+    from oml.workers.lake_schema import app_id
+    from oml.workers.lake_writer import table_uri
+
+    uri = table_uri(ctx.settings.lake, "journal")
+    opts = ctx.settings.lake_storage_options or None
+    # The lake-writer records, per tenant, the last journal seq it copied (a Delta application
+    # transaction): read from the log, without scanning the table.
+    journal = DeltaTable(uri, storage_options=opts) if DeltaTable.is_deltatable(uri, storage_options=opts) else None
     heads: dict[str, dict[str, int]] = {}
-    lake_max: dict[str, int] = {}
-    for r in _lake_journal(ctx, columns=["tenant_id", "seq"]):
-        lake_max[r["tenant_id"]] = max(lake_max.get(r["tenant_id"], 0), int(r["seq"]))
     for t in _tenants(ctx.db):
-        heads[t] = {"pg_head": _pg_head(ctx.db, t), "lake_head": lake_max.get(t, 0)}
+        lake_head = (journal.transaction_version(app_id(t)) or 0) if journal is not None else 0
+        heads[t] = {"pg_head": _pg_head(ctx.db, t), "lake_head": int(lake_head)}
     ahead = sorted(t for t, h in heads.items() if h["lake_head"] > h["pg_head"])
     if ahead and mark and not pending(ctx.db, ROLE):
         log.error("the lake's journal is ahead of PostgreSQL for %d tenant(s): reads refused until "

@@ -18,7 +18,9 @@ logs.
 Public API::
 
     declare(broker, ctx) -> dict[str, dramatiq.Actor]   one actor per consumer, queues "oml-lake", "oml-index"
-    WorkerRuntime(ctx, ...).start() / .stop() / .wait_idle(timeout)
+    WorkerRuntime(ctx, ..., consumers=None).start() / .stop() / .wait_idle(timeout)
+                                                         consumers: which queues this process consumes
+                                                         (None: all; () with relay=True: the relay only)
     start_workers(ctx, **kw) -> WorkerRuntime            started
     CONSUMER_QUEUES
 """
@@ -27,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import dramatiq
 
@@ -46,6 +48,10 @@ CONSUMER_QUEUES: dict[str, tuple[str, Callable[["Context", str], int]]] = {
     lake_writer.CONSUMER: ("oml-lake", lake_writer.catch_up),
     indexer.CONSUMER: ("oml-index", indexer.catch_up),
 }
+
+
+# The database role each consumer connects as (its own sweep uses it too).
+CONSUMER_ROLES: dict[str, str] = {lake_writer.CONSUMER: lake_writer.ROLE, indexer.CONSUMER: indexer.ROLE}
 
 
 class ConsumerFailed(RuntimeError):
@@ -84,15 +90,30 @@ class WorkerRuntime:
     """
 
     def __init__(self, ctx: "Context", *, relay: bool = True, worker_threads: int = 2, poll_seconds: float = 2.0,
-                 sweep_seconds: float = 30.0, broker: dramatiq.Broker | None = None) -> None:
+                 sweep_seconds: float = 30.0, broker: dramatiq.Broker | None = None,
+                 consumers: Sequence[str] | None = None) -> None:
         self.ctx = ctx
         self.broker = broker or make_broker(ctx.settings)
+        # Every actor is declared (the relay sends to all queues); only ``consumers`` are consumed here.
         self.actors = declare(self.broker, ctx)
-        self.worker = dramatiq.Worker(self.broker, worker_threads=worker_threads, worker_timeout=200)
+        self.consuming = tuple(CONSUMER_QUEUES) if consumers is None else tuple(consumers)
+        unknown = set(self.consuming) - set(CONSUMER_QUEUES)
+        if unknown:
+            raise ValueError(f"unknown consumers: {sorted(unknown)}")
+        self.worker = dramatiq.Worker(self.broker, worker_threads=worker_threads, worker_timeout=200,
+                                      queues={CONSUMER_QUEUES[c][0] for c in self.consuming}) if self.consuming else None
         self.stop_event = threading.Event()
+        self.sweep_seconds = sweep_seconds
         self.relay = Relay(ctx, self.send, poll_seconds=poll_seconds, sweep=self.sweep,
                            sweep_seconds=sweep_seconds) if relay else None
         self._relay_thread: threading.Thread | None = None
+        self._sweep_thread: threading.Thread | None = None
+
+    def _sweep_role(self) -> str:
+        # One consumer per process (deploy/compose.yaml): sweep with that consumer's own role.
+        if len(self.consuming) == 1:
+            return CONSUMER_ROLES[self.consuming[0]]
+        return lag.ROLE
 
     def send(self, tenant: str, seq: int) -> None:
         """Wake every consumer for ``tenant`` (raises when the broker is unreachable)."""
@@ -102,27 +123,50 @@ class WorkerRuntime:
     def sweep(self) -> int:
         """Re-wake each consumer whose cursor is behind its tenant's head; returns the wake-ups sent."""
         sent = 0
-        for row in lag.report(self.ctx, tuple(self.actors)):
+        if not self.consuming:
+            return 0  # a relay-only process: each consumer process sweeps for itself
+        role = self._sweep_role()
+        for row in lag.report(self.ctx, self.consuming, role=role):
             if row.lag > 0:
                 self.actors[row.consumer].send(row.tenant, row.head)
+                sent += 1
+        if lake_writer.CONSUMER in self.consuming:
+            for tenant, newest, _ in lag.checkpoints_behind(self.ctx, role=role):
+                self.actors[lake_writer.CONSUMER].send(tenant, newest)
                 sent += 1
         return sent
 
     def start(self) -> "WorkerRuntime":
-        if is_in_process(self.broker) and self.relay is None:
-            raise RuntimeError("the in-process broker needs the relay in the same process (set OML_REDIS_URL to split them)")
-        self.worker.start()
+        if is_in_process(self.broker) and (self.relay is None or set(self.consuming) != set(CONSUMER_QUEUES)):
+            raise RuntimeError("the in-process broker needs the relay and every consumer in one process "
+                               "(set OML_REDIS_URL to split them)")
+        if self.worker is not None:
+            self.worker.start()
         if self.relay is not None:
             self._relay_thread = threading.Thread(target=self.relay.run, args=(self.stop_event,), name="oml-relay",
                                                   daemon=True)
             self._relay_thread.start()
+        elif self.consuming:
+            # No relay here, so no relay-driven sweep: lost wake-ups are re-sent by this loop.
+            self._sweep_thread = threading.Thread(target=self._sweep_loop, name="oml-sweep", daemon=True)
+            self._sweep_thread.start()
         return self
+
+    def _sweep_loop(self) -> None:
+        while not self.stop_event.wait(self.sweep_seconds):
+            try:
+                self.sweep()
+            except Exception as exc:  # type only: driver errors can quote parameters
+                log.warning("sweep failed (%s)", type(exc).__name__)
 
     def stop(self, timeout_ms: int = 30_000) -> None:
         self.stop_event.set()
         if self._relay_thread is not None:
             self._relay_thread.join(timeout_ms / 1000)
-        self.worker.stop(timeout=timeout_ms)
+        if self._sweep_thread is not None:
+            self._sweep_thread.join(timeout_ms / 1000)
+        if self.worker is not None:
+            self.worker.stop(timeout=timeout_ms)
         try:
             self.broker.close()
         except Exception:

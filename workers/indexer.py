@@ -9,7 +9,9 @@ KeyStore key, a signing key, or a database role that can read artifacts or
 wrapped DEKs: plaintext reaches it only through
 :class:`oml.services.server.indexing_feed.IndexingFeed`, and every such read
 is logged by the feed. On the embedded default the feed runs in the same
-process (docs/security-model.md).
+process (docs/security-model.md); with ``OML_INDEXING_FEED_URL`` set it is
+called over HTTP (``POST /v1/indexing-feed``, :mod:`oml.workers.remote_feed`)
+and this process needs only the key files.
 
 What it maintains, per tenant: for every interval during which a promoted,
 untainted version was its claim's default tip (``tip_intervals``), one row
@@ -37,6 +39,7 @@ Public API::
     rebuild(ctx, tenant) -> int      delete the tenant's rows and replay its journal, in one transaction
     enroll(ctx, tenant) -> str       create the tenant's indexer principal; returns the API key (stored 0600)
     indexer_principal(ctx, tenant) -> Principal
+    default_feed(ctx)                InProcessFeed, or RemoteFeed when OML_INDEXING_FEED_URL is set
     register_simulation_indexer(fn)
 """
 from __future__ import annotations
@@ -82,12 +85,12 @@ class Event:
     data: dict[str, Any]
 
 
-SimulationIndexer = Callable[[sa.Connection, str, Sequence[Event]], None]
+SimulationIndexer = Callable[[sa.Connection, str, Sequence[Event], "_Run"], None]
 _simulation_indexers: list[SimulationIndexer] = []
 
 
 def register_simulation_indexer(fn: SimulationIndexer) -> None:
-    """Register ``fn(conn, tenant, events)`` to maintain the per-simulation tables.
+    """Register ``fn(conn, tenant, events, run)`` to maintain the per-simulation tables (``run`` gives the feed and model).
 
     It is called once per batch with every event of the batch, inside the
     indexer's transaction (so the ``indexer`` cursor covers its effect). The
@@ -214,25 +217,61 @@ def _register_vector(conn: sa.Connection) -> None:
 
 # ------------------------------------------------------------------------------------ the batch
 
+class InProcessFeed:
+    """The server's feed called in this process (embedded default): authenticates the stored key, enrolling if needed."""
+
+    def __init__(self, ctx: "Context") -> None:
+        self.ctx = ctx
+        self.feed = feedmod.indexing_feed(ctx)
+        self._principals: dict[str, Principal] = {}
+
+    def fetch(self, tenant: str, version_ids: Sequence[str]) -> list[feedmod.FeedItem]:
+        p = self._principals.get(tenant)
+        if p is None:
+            p = self._principals[tenant] = indexer_principal(self.ctx, tenant)
+        return self.feed.fetch(p, version_ids)
+
+
+class RemoteFeed:
+    """The server's feed over HTTP (:mod:`oml.workers.remote_feed`) for an indexer in its own process.
+
+    One client per tenant with that tenant's stored indexer key; never enrols
+    (this process holds no admission role): without a key file it raises
+    ``indexer.not_enrolled``.
+    """
+
+    def __init__(self, ctx: "Context") -> None:
+        self.ctx = ctx
+        self._feeds: dict[str, Any] = {}
+
+    def fetch(self, tenant: str, version_ids: Sequence[str]) -> list[feedmod.FeedItem]:
+        from oml.workers.remote_feed import remote_feed_for
+
+        feed = self._feeds.get(tenant)
+        if feed is None:
+            feed = self._feeds[tenant] = remote_feed_for(self.ctx, tenant)
+        return feed.fetch(None, version_ids)
+
+
+def default_feed(ctx: "Context"):
+    """:class:`RemoteFeed` when ``OML_INDEXING_FEED_URL`` is set, else :class:`InProcessFeed`."""
+    from oml.workers.remote_feed import feed_url
+
+    return RemoteFeed(ctx) if feed_url() else InProcessFeed(ctx)
+
+
 class _Run:
-    """State shared by the batches of one catch-up: the lazily obtained principal, feed and model."""
+    """State shared by the batches of one catch-up: the feed and the tenant."""
 
     def __init__(self, ctx: "Context", tenant: str, feed: Any = None) -> None:
         self.ctx, self.tenant = ctx, tenant
-        self.feed = feed or feedmod.indexing_feed(ctx)
-        self._principal: Principal | None = None
-
-    @property
-    def principal(self) -> Principal:
-        if self._principal is None:
-            self._principal = indexer_principal(self.ctx, self.tenant)
-        return self._principal
+        self.feed = feed or default_feed(ctx)
 
     def fetch(self, version_ids: Sequence[str]) -> dict[str, feedmod.FeedItem]:
         out: dict[str, feedmod.FeedItem] = {}
         ids = list(version_ids)
         for i in range(0, len(ids), feedmod.MAX_VERSIONS):
-            for item in self.feed.fetch(self.principal, ids[i:i + feedmod.MAX_VERSIONS]):
+            for item in self.feed.fetch(self.tenant, ids[i:i + feedmod.MAX_VERSIONS]):
                 out[item.version_id] = item
         return out
 
@@ -411,7 +450,7 @@ def _batch(conn: sa.Connection, run: _Run, cursor: int, limit: int) -> int:
     if reparent:
         _refresh_paths(conn, tenant)
     for fn in _simulation_indexers:
-        fn(conn, tenant, events)
+        fn(conn, tenant, events, run)
     last = rows[-1].seq
     after_write_hook(tenant, last)
     conn.execute(sa.text("UPDATE consumer_cursors SET seq = :s, updated_at = now() WHERE tenant_id = :t AND consumer = :c"),
@@ -431,8 +470,8 @@ def catch_up(ctx: "Context", tenant: str, *, batch_events: int = BATCH_EVENTS, f
 
     One transaction per batch of ``batch_events`` events (cursor and rows
     together). Idempotent and safe to call concurrently (the cursor row lock
-    serialises callers). ``feed`` replaces the in-process indexing feed
-    (anything with ``fetch(principal, version_ids)``). Raises
+    serialises callers). ``feed`` replaces :func:`default_feed` (anything
+    with ``fetch(tenant, version_ids) -> list[FeedItem]``). Raises
     ``indexer.not_enrolled`` or a storage error; a body the feed cannot serve
     is recorded as poison and skipped, not raised.
     """
@@ -478,3 +517,9 @@ def rebuild(ctx: "Context", tenant: str, *, batch_events: int = BATCH_EVENTS, fe
         conn.execute(sa.text("UPDATE consumer_cursors SET seq = :s, updated_at = now() WHERE tenant_id = :t AND consumer = :c"),
                      {"s": cursor, "t": tenant, "c": CONSUMER})
     return cursor
+
+
+# The simulation part (issue 7): per-simulation partitions for tainted versions (workers/sim_indexer.py).
+from oml.workers import sim_indexer as _sim_indexer  # noqa: E402
+
+register_simulation_indexer(_sim_indexer.index_events)

@@ -59,10 +59,14 @@ def _bind(conn: sa.Connection, tenant: str) -> None:
     conn.execute(sa.text("SELECT set_config('oml.tenant_id', :t, true)"), {"t": tenant})
 
 
-def report(ctx: "Context", consumers: Sequence[str] = CONSUMERS, tenant: str | None = None) -> list[Lag]:
-    """One :class:`Lag` per consumer and tenant (or only ``tenant``), ordered by tenant then consumer."""
+def report(ctx: "Context", consumers: Sequence[str] = CONSUMERS, tenant: str | None = None, *, role: str = ROLE) -> list[Lag]:
+    """One :class:`Lag` per consumer and tenant (or only ``tenant``), ordered by tenant then consumer.
+
+    ``role``: a consumer process reads its own lag with its own role (``oml_lake_writer`` and
+    ``oml_indexer`` may read chain heads, cursors and poison rows), so it never needs ``oml_server``.
+    """
     out: list[Lag] = []
-    with ctx.db.system(ROLE) as conn:
+    with ctx.db.system(role) as conn:
         for t in ([tenant] if tenant else _tenants(conn)):
             _bind(conn, t)
             head = conn.execute(sa.text("SELECT seq FROM chain_heads WHERE tenant_id = :t"), {"t": t}).scalar() or 0
@@ -84,6 +88,24 @@ def poison(ctx: "Context", tenant: str | None = None) -> list[Poison]:
                     "SELECT tenant_id, consumer, seq, reason, recorded_at FROM poison_messages WHERE tenant_id = :t"), {"t": t}):
                 out.append(Poison(r.tenant_id, r.consumer, r.seq, r.reason, r.recorded_at))
     return sorted(out, key=lambda p: p.recorded_at, reverse=True)
+
+
+def checkpoints_behind(ctx: "Context", *, role: str = ROLE) -> list[tuple[str, int, int]]:
+    """Tenants whose newest checkpoint is above the lake-writer's checkpoint hint: (tenant, newest, copied).
+
+    Issuing a checkpoint appends no journal event, so no outbox row wakes the
+    lake-writer for it; the runtime's sweep uses this instead.
+    """
+    out = []
+    with ctx.db.system(role) as conn:
+        for t in _tenants(conn):
+            _bind(conn, t)
+            newest = conn.execute(sa.text("SELECT max(tree_size) FROM checkpoints WHERE tenant_id = :t"), {"t": t}).scalar()
+            copied = conn.execute(sa.text("SELECT seq FROM consumer_cursors WHERE tenant_id = :t AND consumer = 'lake-writer:checkpoints'"),
+                                  {"t": t}).scalar() or 0
+            if newest and newest > copied:
+                out.append((t, int(newest), int(copied)))
+    return out
 
 
 def undispatched(ctx: "Context") -> int:

@@ -27,8 +27,8 @@ What ``purge(ctx, tenant)`` does:
    value (delta-rs has reported success while deleting nothing, #3911,
    #4646): every Parquet file of the table outside other tenants'
    partitions is read row by row and checked for an erased ``artifact_id``,
-   ``sha256`` or ``SHA-256(ciphertext)``; every other file (``_delta_log``
-   JSON, checkpoints, CRCs) is searched byte-wise for erased artifact ids.
+   ``sha256`` or ``SHA-256(ciphertext)``; ``_delta_log`` files are checked
+   for statistics on content columns (see :func:`verify`).
    With ``force_now``, a file the current table version no longer
    references but that still holds erased rows is removed from storage and
    the listing repeated.
@@ -151,26 +151,77 @@ def _is_parquet(path: str, head: bytes) -> bool:
     return path.endswith(".parquet") or head[:4] == b"PAR1"
 
 
+def _stats_columns(stats: Any) -> set[str]:
+    if isinstance(stats, str):
+        try:
+            stats = json.loads(stats)
+        except ValueError:
+            return {"<unparsable>"}
+    if not isinstance(stats, dict):
+        return set()
+    cols: set[str] = set()
+    for k in ("minValues", "maxValues", "nullCount"):
+        if isinstance(stats.get(k), dict):
+            cols.update(stats[k])
+    return cols
+
+
+def _log_violations(rel: str, blob: bytes, allowed: set[str]) -> int:
+    """Add actions in a ``_delta_log`` file whose statistics name a column outside ``allowed`` (content in the log)."""
+    import pyarrow.parquet as pq
+
+    bad = 0
+    if rel.endswith(".json"):
+        for line in blob.splitlines():
+            try:
+                action = json.loads(line)
+            except ValueError:
+                continue
+            add = action.get("add") if isinstance(action, dict) else None
+            if isinstance(add, dict) and _stats_columns(add.get("stats")) - allowed:
+                bad += 1
+    elif blob[:4] == b"PAR1":
+        t = pq.read_table(io.BytesIO(blob))
+        if "add" in t.column_names:
+            for add in t.column("add").to_pylist():
+                if isinstance(add, dict) and (_stats_columns(add.get("stats")) | set(add.get("stats_parsed") or {})) - allowed - {"numRecords", "minValues", "maxValues", "nullCount", "tightBounds"}:
+                    bad += 1
+    return bad
+
+
 def verify(ctx: "Context", tenant: str, erased: dict[str, Erased] | None = None, *, table: str = TABLE,
            referenced: set[str] | None = None) -> dict[str, Any]:
     """List every file of the Delta table and report any that still holds an erased artifact.
 
+    Data files (every Parquet file outside ``_delta_log``, ``_change_data``
+    included) are read row by row: a row whose ``artifact_id``, ``sha256``
+    or ``SHA-256(ciphertext)`` is erased makes the file dirty. ``_delta_log``
+    files are checked structurally: an ``add`` action with statistics on any
+    column but the table's statistics columns (``lake_schema.STATS_COLUMNS``)
+    would copy content into the log and makes the file dirty. The log does
+    name erased artifact ids (a delete's predicate is recorded in its
+    ``commitInfo``): ids, like the journal's.
+
     Returns ``{"listed_at", "table_uri", "files", "parquet_files",
-    "bytes", "skipped_other_tenants", "dirty": [{"path", "rows",
-    "referenced"}], "clean"}``; ``path`` is relative to the table root.
+    "log_files", "bytes", "skipped_other_tenants", "dirty": [{"path", "rows",
+    "kind": "rows" | "log_stats", "referenced"}], "clean"}``; ``path`` is
+    relative to the table root.
     """
     import pyarrow.parquet as pq
     from pyarrow import fs as pafs
+
+    from oml.workers.lake_schema import STATS_COLUMNS
 
     erased = erased_artifacts(ctx, tenant) if erased is None else erased
     lake = _lake(ctx)
     uri = lake.uri_of(table)
     filesystem, root = _filesystem(uri, lake.storage_options)
+    root = root.rstrip("/")
     ids = set(erased)
     digests = {e.sha256 for e in erased.values()}
-    id_bytes = [a.encode() for a in ids]
-    out: dict[str, Any] = {"listed_at": format_time(now()), "table_uri": uri, "files": 0, "parquet_files": 0, "bytes": 0,
-                           "skipped_other_tenants": 0, "dirty": [], "clean": True}
+    allowed = set(STATS_COLUMNS.get(table, "").split(","))
+    out: dict[str, Any] = {"listed_at": format_time(now()), "table_uri": uri, "files": 0, "parquet_files": 0, "log_files": 0,
+                           "bytes": 0, "skipped_other_tenants": 0, "dirty": [], "clean": True}
     try:
         infos = filesystem.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
     except FileNotFoundError:
@@ -179,7 +230,7 @@ def verify(ctx: "Context", tenant: str, erased: dict[str, Erased] | None = None,
     for info in infos:
         if info.type != pafs.FileType.File:
             continue
-        rel = info.path[len(root.rstrip("/")) + 1:] if info.path.startswith(root.rstrip("/")) else info.path
+        rel = info.path[len(root) + 1:] if info.path.startswith(root + "/") else info.path
         parts = rel.split("/")
         if any(p.startswith("tenant_id=") and p != own for p in parts):
             # Another tenant's partition: its rows carry other (random, unique) artifact ids.
@@ -189,22 +240,27 @@ def verify(ctx: "Context", tenant: str, erased: dict[str, Erased] | None = None,
         out["bytes"] += info.size or 0
         with filesystem.open_input_file(info.path) as f:
             blob = f.read()
+        if parts[0] == "_delta_log":
+            out["log_files"] += 1
+            bad = _log_violations(rel, blob, allowed)
+            if bad:
+                out["dirty"].append({"path": rel, "rows": bad, "kind": "log_stats", "referenced": None})
+            continue
+        if not _is_parquet(rel, blob):
+            continue
+        out["parquet_files"] += 1
+        t = pq.read_table(io.BytesIO(blob))
+        cols = set(t.column_names)
+        arts = t.column("artifact_id").to_pylist() if "artifact_id" in cols else [None] * t.num_rows
+        shas = t.column("sha256").to_pylist() if "sha256" in cols else [None] * t.num_rows
+        cts = t.column("ciphertext").to_pylist() if "ciphertext" in cols else [None] * t.num_rows
         hits = 0
-        if _is_parquet(rel, blob) and not rel.startswith("_delta_log/"):
-            out["parquet_files"] += 1
-            t = pq.read_table(io.BytesIO(blob))
-            cols = set(t.column_names)
-            arts = t.column("artifact_id").to_pylist() if "artifact_id" in cols else [None] * t.num_rows
-            shas = t.column("sha256").to_pylist() if "sha256" in cols else [None] * t.num_rows
-            cts = t.column("ciphertext").to_pylist() if "ciphertext" in cols else [None] * t.num_rows
-            for a, s, c in zip(arts, shas, cts):
-                if a in ids or (s is not None and bytes(s) in digests) or (
-                        c is not None and hashlib.sha256(bytes(c)).digest() in digests):
-                    hits += 1
-        else:
-            hits = sum(1 for b in id_bytes if b in blob)
+        for a, s, c in zip(arts, shas, cts):
+            if a in ids or (s is not None and bytes(s) in digests) or (
+                    c is not None and hashlib.sha256(bytes(c)).digest() in digests):
+                hits += 1
         if hits:
-            out["dirty"].append({"path": rel, "rows": hits,
+            out["dirty"].append({"path": rel, "rows": hits, "kind": "rows",
                                  "referenced": None if referenced is None else rel in referenced})
     out["clean"] = not out["dirty"]
     return out
@@ -281,7 +337,7 @@ def purge(ctx: "Context", tenant: str, *, force_now: bool = False) -> dict[str, 
             if force_now and not listing["clean"]:
                 filesystem, root = _filesystem(uri, lake.storage_options)
                 for d in listing["dirty"]:
-                    if not d["referenced"] and not d["path"].startswith("_delta_log/"):
+                    if d["kind"] == "rows" and not d["referenced"]:
                         # Vacuum left a file the table no longer references (delta-rs #3911, #4646).
                         filesystem.delete_file(f"{root.rstrip('/')}/{d['path']}")
                         result["removed_by_listing"].append(d["path"])

@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 
 ROLE = "oml_lake_writer"
 CONSUMER = "lake-writer"
+# consumer_cursors row holding the last checkpoint tree size copied (a hint, like the journal one).
+CHECKPOINTS_CONSUMER = "lake-writer:checkpoints"
 BATCH_ROWS = 5000
 # delta-rs' post-commit hook writes a checkpoint every this many commits (many tiny
 # commits make table opens slow: delta-rs #2518).
@@ -293,9 +295,15 @@ def catch_up(ctx: "Context", tenant: str, *, batch_rows: int = BATCH_ROWS) -> in
         written += _copy(lake, "checkpoints", checkpoints_app_id(tenant), tenant,
                          lambda after: _checkpoint_rows(conn, tenant, after, batch_rows),
                          lambda rows: rows[-1]["tree_size"])
-        # The lag hint: what the lake records for the journal, whatever this run wrote.
+        # The lag hints: what the lake records, whatever this run wrote. Checkpoints get their own
+        # row because issuing one appends no journal event (so no outbox wake-up): the sweep
+        # compares it with the newest checkpoint to re-wake the writer.
         conn.execute(sa.text("UPDATE consumer_cursors SET seq = :s, updated_at = now() WHERE tenant_id = :t AND consumer = :c"),
                      {"s": lake.recorded("journal", app), "t": tenant, "c": CONSUMER})
+        conn.execute(sa.text(
+            "INSERT INTO consumer_cursors (tenant_id, consumer, seq) VALUES (:t, :c, :s)"
+            " ON CONFLICT (tenant_id, consumer) DO UPDATE SET seq = EXCLUDED.seq, updated_at = now()"),
+            {"s": lake.recorded("checkpoints", checkpoints_app_id(tenant)), "t": tenant, "c": CHECKPOINTS_CONSUMER})
     if written:
         log.info("lake-writer: tenant %s: %d rows appended", tenant, written)
     return written

@@ -43,6 +43,11 @@ snapshot is taken: the lake-writer copies only committed rows, so whatever
 the lake held then must be in the later snapshot, and a lake row beyond the
 Postgres head is a real cut tail, not a race.
 
+**Memory.** One run holds every chain hash of the tenant (32 bytes each,
+twice over for the Merkle tree), the range's Postgres journal rows and the
+range's lake rows (journal and bodies, ciphertext included) in Python
+objects; reconcile a large tenant in ``--from-seq``/``--to-seq`` slices.
+
 The report is built by :mod:`oml.services.reconcile_report` (JSON whose
 SHA-256 is the digest journalled, and a self-contained HTML page).
 """
@@ -401,8 +406,7 @@ def reconcile(ctx, tenant: str, *, from_seq: int | None = None, to_seq: int | No
         res.postgres_rows = len(pg_rows)
         res.signatures_verified = scanner.signatures
         keys = scanner.keys
-        res.anchored = bool(anchor) and bool(keys.keys) and not any(
-            d.kind == UNKNOWN_KEY and d.key == 1 for d in res.discrepancies)
+        res.anchored = keys.anchored
         if res.head_seq > pg_max:
             res.add(Discrepancy(TRUNCATED, "postgres", "journal", pg_max + 1,
                                 f"the chain head says seq {res.head_seq} but the journal ends at seq {pg_max}"))
@@ -429,7 +433,7 @@ def reconcile(ctx, tenant: str, *, from_seq: int | None = None, to_seq: int | No
             _projections(res, conn, tenant)
         else:
             res.checks["projections"] = "skipped"
-        _readlog(res, conn, tenant)
+        _readlog(res, ctx, tenant)
         tx.rollback()  # read-only: nothing to keep
 
     res.finished_at = now()
@@ -675,9 +679,9 @@ def _projections(res: Result, conn, tenant: str) -> None:
                             ",".join(d.columns) or None))
 
 
-def _readlog(res: Result, conn, tenant: str) -> None:
-    """Hook for the read log: verify anchored batches inside the retention window (see docs/operator-guide.md)."""
-    findings = _readlog_findings(conn, tenant)
+def _readlog(res: Result, ctx, tenant: str) -> None:
+    """The read log: every sealed batch against its journalled anchor (see :func:`_readlog_findings`)."""
+    findings = _readlog_findings(ctx, tenant)
     if findings is None:
         res.checks["readlog"] = "unavailable"
         return
@@ -686,33 +690,27 @@ def _readlog(res: Result, conn, tenant: str) -> None:
         res.add(Discrepancy(kind, "readlog", "read_events", key, detail, column))
 
 
-def _readlog_findings(conn, tenant: str):
-    """``[(kind, key, detail, column)]`` for the read log, or ``None`` when it cannot be checked.
+def _readlog_findings(ctx, tenant: str):
+    """``[(kind, key, detail, column)]`` from the read-log module's verifier, or ``None`` when it is absent.
 
-    Every sealed batch is compared with its journalled ``readlog.anchored``
-    event through :func:`oml.domain.readlog.compare_batch` (via
-    :mod:`oml.services.readlog_audit`, which reads the tables directly): an
-    edited, inserted or deleted read inside the retention window is a
+    Calls :func:`oml.services.server.readlog.verify` (keyless, as
+    ``oml_reconciler``, in its own transaction): every batch anchored in the
+    journal and not retired is recomputed from its rows. Each finding is a
     ``mismatch`` on ``read_events`` whose column names what happened
     (``edited``, ``inserted``, ``deleted``, ``anchor_mismatch``,
-    ``members_mismatch``, ``batch_missing``).
+    ``members_mismatch``, ``batch_missing``, ``late_unsealed``) and whose key
+    is the read id (or the batch).
     """
     try:
-        from oml.services import readlog_audit
+        from oml.services.server.readlog import verify
     except ImportError:
         return None
-    sp = conn.begin_nested()
-    try:
-        found = readlog_audit.findings(conn, tenant)
-    except sa.exc.DBAPIError:
-        sp.rollback()
-        return None
-    sp.rollback()
     out = []
-    for f in found:
-        key = f.read_id if f.read_id is not None else f"batch {f.batch_no}"
-        out.append((MISMATCH, key, f"read log batch {f.batch_no}: {f.kind.replace('_', ' ')}"
-                    + (f" (read {f.read_id})" if f.read_id is not None else ""), f.kind))
+    for f in verify(ctx, tenant)["findings"]:
+        rid, bno = f.get("read_id"), f.get("batch_no")
+        key = rid if rid is not None else f"batch {bno}"
+        out.append((MISMATCH, key, f"read log{'' if bno is None else f' batch {bno}'}: {f['kind'].replace('_', ' ')}"
+                    + (f" (read {rid})" if rid is not None else ""), f["kind"]))
     return out
 
 

@@ -45,6 +45,10 @@ CREATE ROLE oml_relay       LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRL
 CREATE ROLE oml_search NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS;
 GRANT oml_search TO oml_owner;
 
+-- Erasure rewrites pg_statistic so freed statistics keep no erased values
+-- (services/storage/sql/70_erasure.sql, PostgreSQL 17+); the owner is no superuser.
+GRANT MAINTAIN ON TABLE pg_catalog.pg_statistic TO oml_owner;
+
 -- Nobody but the roles above reaches the OML database.
 REVOKE ALL ON DATABASE :"db" FROM PUBLIC;
 GRANT CONNECT ON DATABASE :"db" TO oml_owner, oml_admission, oml_server, oml_lake_writer, oml_reconciler, oml_indexer, oml_relay;

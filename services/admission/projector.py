@@ -17,6 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from oml.domain import claims as rules
+from oml.domain import simulation as simrules
 from oml.domain.canonical import parse_time
 from oml.domain.signing import kid as _kid
 
@@ -36,6 +37,7 @@ PROJECTIONS: dict[str, tuple[str, ...]] = {
     "tip_intervals": ("tenant_id", "claim_id", "version_id", "from_seq", "from_at", "to_seq", "to_at"),
     "claim_edges": ("tenant_id", "version_id", "claim_id", "derived_from"),
     "simulations": ("tenant_id", "simulation_id", "audience", "opened_seq", "closed_seq"),
+    "sim_tip_intervals": ("tenant_id", "simulation_id", "claim_id", "version_id", "from_seq", "from_at", "to_seq", "to_at"),
     "retention_policies": ("tenant_id", "readlog_days", "set_seq"),
 }
 
@@ -64,6 +66,38 @@ def _open_tip(conn, tenant, claim_id, version_id, seq, at) -> None:
         sa.text("INSERT INTO tip_intervals (tenant_id, claim_id, version_id, from_seq, from_at) VALUES (:t, :c, :v, :s, :at)"),
         {"t": tenant, "c": claim_id, "v": version_id, "s": seq, "at": at},
     )
+
+
+def _close_sim_tip(conn, tenant, simulation_id, claim_id, seq, at) -> None:
+    conn.execute(
+        sa.text("UPDATE sim_tip_intervals SET to_seq = :s, to_at = :at WHERE tenant_id = :t AND simulation_id = :sim"
+                " AND claim_id = :c AND to_seq IS NULL"),
+        {"s": seq, "at": at, "t": tenant, "sim": simulation_id, "c": claim_id},
+    )
+
+
+def _demote_sim_tip(conn, tenant, claim_id, version_id, seq, at) -> None:
+    """Demoting a simulation tip: the simulation's previous promoted version of the claim becomes its tip, or none."""
+    sim = conn.execute(
+        sa.text("SELECT simulation_id FROM sim_tip_intervals WHERE tenant_id = :t AND version_id = :v AND to_seq IS NULL"),
+        {"t": tenant, "v": version_id},
+    ).scalar()
+    if sim is None:
+        return
+    _close_sim_tip(conn, tenant, sim, claim_id, seq, at)
+    rows = conn.execute(
+        sa.text("SELECT version_id, version_no, status, simulation_id FROM claim_versions WHERE tenant_id = :t AND claim_id = :c"),
+        {"t": tenant, "c": claim_id},
+    ).all()
+    nxt = simrules.sim_tip_after_demotion(
+        [simrules.SimVersion(str(r.version_id), r.version_no, r.status, str(r.simulation_id) if r.simulation_id else None)
+         for r in rows], str(version_id), str(sim))
+    if nxt:
+        conn.execute(
+            sa.text("INSERT INTO sim_tip_intervals (tenant_id, simulation_id, claim_id, version_id, from_seq, from_at)"
+                    " VALUES (:t, :s, :c, :v, :seq, :at)"),
+            {"t": tenant, "s": sim, "c": claim_id, "v": nxt, "seq": seq, "at": at},
+        )
 
 
 def _path(conn, tenant, parent_id, label) -> str:
@@ -147,9 +181,21 @@ def apply(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: di
         status = {"claim.promoted": "promoted", "claim.rejected": "rejected", "claim.demoted": "demoted"}[type]
         v = data["version_id"]
         c = data["claim_id"]
+        if type == "claim.promoted":
+            # A tainted version never opens a default tip interval (docs/simulations.md): the projector
+            # itself refuses, whatever event reaches it; an overlay promotion opens a simulation tip.
+            tainted = bool(x(sa.text("SELECT tainted FROM claim_versions WHERE tenant_id = :t AND version_id = :v"),
+                             {**p, "v": v}).scalar())
+            simrules.check_default_promotion(tainted=tainted, overlay=bool(data.get("overlay", False)))
         if type == "claim.promoted" and not data.get("overlay", False):
             _close_tip(conn, tenant, c, seq, at)
             _open_tip(conn, tenant, c, v, seq, at)
+        elif type == "claim.promoted":
+            _close_sim_tip(conn, tenant, data["simulation_id"], c, seq, at)
+            x(sa.text("INSERT INTO sim_tip_intervals (tenant_id, simulation_id, claim_id, version_id, from_seq, from_at)"
+                      " VALUES (:t, :s, :c, :v, :seq, :at)"), {**p, "s": data["simulation_id"], "c": c, "v": v})
+        if type == "claim.demoted":
+            _demote_sim_tip(conn, tenant, c, v, seq, at)
         if type == "claim.demoted" and current_tip(conn, tenant, c) == v:
             _close_tip(conn, tenant, c, seq, at)
             rows = x(sa.text("SELECT version_id, version_no, status, tainted FROM claim_versions WHERE tenant_id = :t AND claim_id = :c"),
@@ -167,6 +213,8 @@ def apply(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: di
     elif type == "claim.erased":
         c = data["claim_id"]
         _close_tip(conn, tenant, c, seq, at)
+        x(sa.text("UPDATE sim_tip_intervals SET to_seq = :seq, to_at = :at WHERE tenant_id = :t AND claim_id = :c AND to_seq IS NULL"),
+          {**p, "c": c})
         x(sa.text("UPDATE claim_versions SET status = 'erased' WHERE tenant_id = :t AND claim_id = :c"), {**p, "c": c})
         x(sa.text("UPDATE claims SET erased_seq = :seq WHERE tenant_id = :t AND claim_id = :c"), {**p, "c": c})
     elif type in ("claim.hold_placed", "claim.hold_released"):
@@ -177,6 +225,14 @@ def apply(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: di
           {**p, "s": data["simulation_id"], "a": data["audience"]})
     elif type == "simulation.closed":
         x(sa.text("UPDATE simulations SET closed_seq = :seq WHERE tenant_id = :t AND simulation_id = :s"), {**p, "s": data["simulation_id"]})
+        # Closing demotes the simulation's promoted versions (the event names them) and ends its tips.
+        x(sa.text("UPDATE sim_tip_intervals SET to_seq = :seq, to_at = :at WHERE tenant_id = :t AND simulation_id = :s AND to_seq IS NULL"),
+          {**p, "s": data["simulation_id"]})
+        demoted = [d["version_id"] for d in data.get("demoted", [])]
+        if demoted:
+            x(sa.text("UPDATE claim_versions SET status = 'demoted' WHERE tenant_id = :t AND simulation_id = :s"
+                      " AND status = 'promoted' AND version_id = ANY(CAST(:vs AS uuid[]))"),
+              {**p, "s": data["simulation_id"], "vs": demoted})
     elif type == "retention.policy_set":
         x(sa.text("INSERT INTO retention_policies (tenant_id, readlog_days, set_seq) VALUES (:t, :d, :seq)"
                   " ON CONFLICT (tenant_id) DO UPDATE SET readlog_days = EXCLUDED.readlog_days, set_seq = EXCLUDED.set_seq"),

@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from oml.domain import claims as rules
 from oml.domain import envelope, signing
+from oml.domain import simulation as simrules
 from oml.domain.access import Principal, new_api_key
 from oml.domain.canonical import CanonicalError, canonical, format_time, new_id, now
 from oml.domain.errors import OMLError, invalid, not_found
@@ -390,7 +391,9 @@ class Admission:
 
         Returns ``{"items": [{"claim_id", "version_id", "seq"}…]}``.
         Raises ``access.denied``, ``workarea.not_found``, ``claim.not_found``,
-        ``admission.invalid``, ``admission.personal_data``.
+        ``admission.invalid``, ``admission.personal_data``; for simulation
+        material (docs/simulations.md) ``simulation.not_found`` (404, a key
+        outside the audience), ``simulation.closed`` (409), ``simulation.mixed`` (422).
         """
         rules.require_act(p.role, "submit")
         if not items:
@@ -431,49 +434,77 @@ class Admission:
                           field=f"claims[{i}].body") from None
         wa = self._scoped_workarea(conn, p, s.workarea_id)
         subjects = self._check_personal_data(wa, s.body)
+        # Simulation taint (docs/simulations.md): material a key outside the audience cannot see is,
+        # to that key, material that does not exist -- the same refusal as for a missing id.
+        explicit_sim = claim_sim = sup_sim = None
+        if s.simulation_id is not None:
+            explicit_sim = _uuid(s.simulation_id, f"claims[{i}].simulation_id")
+            if self._sim_state(conn, p, explicit_sim) is None:
+                raise simrules.simulation_not_found()
+        existing_versions: list = []
         if s.claim_id is None:
             claim_id, version_no, kind = new_id(), 1, s.kind
             if s.supersedes is not None:
                 raise invalid("supersedes needs claim_id", field=f"claims[{i}].supersedes")
         else:
-            claim = conn.execute(sa.text("SELECT claim_id, workarea_id, kind, erased_seq FROM claims WHERE tenant_id = :t AND claim_id = CAST(:c AS uuid)"),
+            claim = conn.execute(sa.text("SELECT claim_id, workarea_id, kind, erased_seq, simulation_id FROM claims WHERE tenant_id = :t AND claim_id = CAST(:c AS uuid)"),
                                  {"t": p.tenant, "c": _uuid(s.claim_id, f"claims[{i}].claim_id")}).one_or_none()
             if claim is None or claim.erased_seq is not None:
                 raise not_found("claim")
+            if claim.simulation_id is not None:
+                claim_sim = str(claim.simulation_id)
+                if self._sim_state(conn, p, claim_sim) is None:
+                    raise not_found("claim")
             cw = self._workarea(conn, p.tenant, str(claim.workarea_id))
             if not p.can_access(cw.path):
                 raise not_found("claim")
             if str(claim.workarea_id) != s.workarea_id:
                 raise invalid("a new version stays in its claim's workarea", field=f"claims[{i}].workarea_id")
             claim_id, kind = str(claim.claim_id), claim.kind
-            version_no = conn.execute(sa.text("SELECT max(version_no) FROM claim_versions WHERE tenant_id = :t AND claim_id = :c"),
-                                      {"t": p.tenant, "c": claim_id}).scalar() + 1
+            existing_versions = conn.execute(sa.text("SELECT version_id, version_no, tainted, simulation_id FROM claim_versions WHERE tenant_id = :t AND claim_id = :c"),
+                                             {"t": p.tenant, "c": claim_id}).all()
             if s.supersedes is not None:
-                sup = conn.execute(sa.text("SELECT 1 FROM claim_versions WHERE tenant_id = :t AND claim_id = :c AND version_id = CAST(:v AS uuid)"),
-                                   {"t": p.tenant, "c": claim_id, "v": _uuid(s.supersedes, f"claims[{i}].supersedes")}).scalar()
-                if not sup:
+                sup_id = _uuid(s.supersedes, f"claims[{i}].supersedes")
+                sup = next((v for v in existing_versions if str(v.version_id) == sup_id), None)
+                if sup is not None and sup.tainted:
+                    sup_sim = str(sup.simulation_id)
+                    if self._sim_state(conn, p, sup_sim) is None:
+                        sup = None
+                if sup is None:
                     raise invalid("supersedes must name a version of the same claim", field=f"claims[{i}].supersedes")
         derived = []
+        derived_sims: list[str | None] = []
         for j, d in enumerate(s.derived_from):
-            ok = conn.execute(sa.text("SELECT c.claim_id, w.path FROM claims c JOIN workareas w ON w.tenant_id = c.tenant_id AND w.node_id = c.workarea_id"
+            ok = conn.execute(sa.text("SELECT c.claim_id, c.simulation_id, w.path FROM claims c JOIN workareas w ON w.tenant_id = c.tenant_id AND w.node_id = c.workarea_id"
                                       " WHERE c.tenant_id = :t AND c.claim_id = CAST(:c AS uuid)"),
                               {"t": p.tenant, "c": _uuid(d, f"claims[{i}].derived_from[{j}]")}).one_or_none()
+            if ok is not None and ok.simulation_id is not None and self._sim_state(conn, p, str(ok.simulation_id)) is None:
+                ok = None
             if ok is None or not p.can_access(ok.path):
                 raise invalid("derived_from names an unknown claim", field=f"claims[{i}].derived_from[{j}]")
             derived.append(str(ok.claim_id))
+            derived_sims.append(str(ok.simulation_id) if ok.simulation_id else None)
+        sim = simrules.taint_of(explicit=explicit_sim, claim_simulation=claim_sim, supersedes_simulation=sup_sim,
+                                derived_simulations=derived_sims)
+        if sim is not None and self._sim_state(conn, p, sim) != "open":
+            raise OMLError("simulation.closed", "the simulation is closed: nothing more can be written inside it", 409)
+        if s.claim_id is not None:
+            version_no = simrules.next_version_no(
+                [(v.version_no, v.tainted, str(v.simulation_id) if v.simulation_id else None) for v in existing_versions], sim)
+        provenance = "simulation" if explicit_sim is not None else s.provenance
         version_id = new_id()
         artifact_id, digest = self.seal_artifact(conn, p.tenant, s.body, kind="body", claim_id=claim_id,
                                                  version_id=version_id, seq_hint=head.seq + 1)
         data = {
             "claim_id": claim_id, "version_id": version_id, "version_no": version_no, "workarea_id": s.workarea_id,
-            "kind": kind, "provenance": s.provenance, "supersedes": s.supersedes, "derived_from": derived,
+            "kind": kind, "provenance": provenance, "supersedes": s.supersedes, "derived_from": derived,
             "valid_from": _norm_time(s.valid_from, f"claims[{i}].valid_from"),
             "valid_to": _norm_time(s.valid_to, f"claims[{i}].valid_to"),
             "confidence": s.confidence, "artifact_id": artifact_id, "ciphertext_sha256": digest.hex(),
             "key_version": self._encryption_key(conn, p.tenant)[0],
         }
-        if s.simulation_id is not None:
-            data["simulation_id"] = s.simulation_id
+        if sim is not None:
+            data["simulation_id"] = sim
             data["tainted"] = True
         ev = self._append(head, "claim.submitted", self._actor(p), data)
         for kind_, value in subjects:
@@ -487,6 +518,10 @@ class Admission:
 
         Raises ``access.separation_of_duties``, ``claim.stale_supersession``,
         ``claim.invalid_transition``, ``claim.not_found``, ``claim.erased``.
+        A tainted version is reviewed by its simulation's audience only
+        (``claim.not_found`` for anyone else) and is promoted as a simulation
+        tip (``"overlay": true``), or refused with ``simulation.tip_refused``
+        when its simulation is closed (docs/simulations.md).
         """
         rules.require_act(p.role, "review")
         if reason not in REASON_CODES:
@@ -498,11 +533,15 @@ class Admission:
         def act(head):
             conn = head.conn
             v = conn.execute(sa.text(
-                "SELECT v.version_id, v.claim_id, v.status, v.author_identity, v.supersedes, v.tainted, w.path, w.development, c.erased_seq"
+                "SELECT v.version_id, v.claim_id, v.status, v.author_identity, v.supersedes, v.tainted, v.simulation_id, w.path, w.development, c.erased_seq"
                 " FROM claim_versions v JOIN workareas w ON w.tenant_id = v.tenant_id AND w.node_id = v.workarea_id"
                 " JOIN claims c ON c.tenant_id = v.tenant_id AND c.claim_id = v.claim_id"
                 " WHERE v.tenant_id = :t AND v.version_id = CAST(:v AS uuid)"), {"t": p.tenant, "v": vid}).one_or_none()
             if v is None or not p.can_access(v.path):
+                raise not_found("claim version")
+            sim_state = self._sim_state(conn, p, str(v.simulation_id)) if v.tainted else None
+            if v.tainted and sim_state is None:
+                # Reviewers come from the audience; to anyone else the version does not exist.
                 raise not_found("claim version")
             if v.erased_seq is not None:
                 raise OMLError("claim.erased", "the claim was erased", 410)
@@ -511,10 +550,19 @@ class Admission:
             claim_id = str(v.claim_id)
             data: dict[str, Any] = {"claim_id": claim_id, "version_id": vid, "reason": reason}
             if decision == "promote":
+                current = projector.current_tip(conn, p.tenant, claim_id)
                 if v.tainted:
-                    raise OMLError("simulation.tip_refused", "a simulation-tainted version cannot become a default tip", 409)
-                rules.check_supersession(str(v.supersedes) if v.supersedes else None, projector.current_tip(conn, p.tenant, claim_id))
+                    # A tainted version is promoted as a simulation tip (the audience's overlay), never a default tip.
+                    simrules.check_overlay_promotion(simulation_open=sim_state == "open")
+                    sim_tip = conn.execute(sa.text(
+                        "SELECT version_id FROM sim_tip_intervals WHERE tenant_id = :t AND simulation_id = :s AND claim_id = :c AND to_seq IS NULL"),
+                        {"t": p.tenant, "s": v.simulation_id, "c": claim_id}).scalar()
+                    current = str(sim_tip) if sim_tip else current
+                rules.check_supersession(str(v.supersedes) if v.supersedes else None, current)
                 data["self_signed"] = self_signed
+                if v.tainted:
+                    data["overlay"] = True
+                    data["simulation_id"] = str(v.simulation_id)
             if note is not None:
                 art, dig = self.seal_artifact(conn, p.tenant, {"note": note}, kind="note", claim_id=claim_id, version_id=vid, seq_hint=head.seq + 1)
                 data["note"] = {"artifact_id": art, "sha256": dig.hex()}
@@ -524,6 +572,14 @@ class Admission:
                     "self_signed": self_signed, "seq": ev.seq}
 
         return self._run(p, idempotency_key, {"act": "claim.review", "v": vid, "d": decision, "r": reason, "n": note}, act)
+
+    def _sim_state(self, conn, p: Principal, simulation_id: str) -> str | None:
+        """``"open"`` or ``"closed"`` when ``p`` is in the simulation's audience; ``None`` when it is not (or no such simulation)."""
+        row = conn.execute(sa.text("SELECT closed_seq FROM simulations WHERE tenant_id = :t AND simulation_id = CAST(:s AS uuid)"
+                                   " AND :p = ANY(audience)"), {"t": p.tenant, "s": simulation_id, "p": p.principal_id}).one_or_none()
+        if row is None:
+            return None
+        return "open" if row.closed_seq is None else "closed"
 
     # ------------------------------------------------------------------ keys
     def rotate_signing_key(self, tenant: str, *, actor: Actor = SYSTEM, recovery_private_key: str | None = None,

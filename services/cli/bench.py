@@ -9,4 +9,15 @@ def register(app: typer.Typer) -> None:
     from oml.services.bench import admission
 
     admission.register(bench_app)
+    from oml.services.bench import index, lake
+
+    lake.register(bench_app)
+    index.register(bench_app)
+    from oml.services.bench import locomo, recall as recall_bench
+
+    recall_bench.register(bench_app)
+    locomo.register(bench_app)
+    from oml.services.bench import reconcile as reconcile_bench
+
+    reconcile_bench.register(bench_app)
     app.add_typer(bench_app, name="bench")

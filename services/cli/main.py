@@ -5,11 +5,11 @@ import logging
 
 import typer
 
-from . import admin, audit, bench, demo, erasure, ops, recall, simulations
+from . import admin, audit, bench, demo, erasure, ops, recall, serve, simulations
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="OML — governed memory for AI agents.")
 
-for module in (admin, recall, audit, erasure, simulations, ops, bench, demo):
+for module in (admin, recall, audit, erasure, simulations, ops, serve, bench, demo):
     module.register(app)
 
 

@@ -2,7 +2,7 @@
 
 Commands::
 
-    oml worker [--threads N] [--no-relay] [--poll S] [--sweep S]
+    oml worker [--threads N] [--no-relay] [--poll S] [--sweep S] [--relay-only | --consumer C …]
     oml status [--tenant T] [--json]
     oml lake compact [--tenant T]
     oml index rebuild --tenant T
@@ -42,21 +42,38 @@ def worker_cmd(
     no_relay: bool = typer.Option(False, "--no-relay", help="consume only (needs OML_REDIS_URL and a relay elsewhere)"),
     poll: float = typer.Option(2.0, "--poll", min=0.1, help="longest relay sleep without a NOTIFY, seconds"),
     sweep: float = typer.Option(30.0, "--sweep", min=1.0, help="seconds between lag sweeps that re-wake consumers"),
+    consumer: Optional[list[str]] = typer.Option(None, "--consumer", help="consume only this queue's consumer "
+                                                 "(lake-writer | indexer; repeatable; needs OML_REDIS_URL)"),
+    relay_only: bool = typer.Option(False, "--relay-only", help="run the relay and consume nothing (needs OML_REDIS_URL)"),
 ) -> None:
-    """Run the relay and the lake-writer and indexer actors until interrupted."""
+    """Run the relay and the lake-writer and indexer actors until interrupted.
+
+    ``--relay-only`` and ``--consumer`` split them into processes that each
+    hold only their own role and secrets (deploy/compose.yaml).
+    """
     from oml.workers import indexer
-    from oml.workers.actors import WorkerRuntime
+    from oml.workers.actors import CONSUMER_QUEUES, WorkerRuntime
     from oml.workers.broker import is_in_process
 
+    if relay_only and (no_relay or consumer):
+        err.print("--relay-only excludes --no-relay and --consumer")
+        raise typer.Exit(2)
+    if consumer and set(consumer) - set(CONSUMER_QUEUES):
+        err.print(f"--consumer must be one of {', '.join(CONSUMER_QUEUES)}")
+        raise typer.Exit(2)
+    consumers = () if relay_only else (tuple(consumer) if consumer else None)
     with context() as ctx:
-        indexer.embedder_for(ctx)  # load the model and check its dimension against the schema before consuming
-        rt = WorkerRuntime(ctx, relay=not no_relay, worker_threads=threads, poll_seconds=poll, sweep_seconds=sweep)
+        if consumers is None or indexer.CONSUMER in consumers:
+            indexer.embedder_for(ctx)  # load the model and check its dimension against the schema before consuming
+        rt = WorkerRuntime(ctx, relay=not no_relay, worker_threads=threads, poll_seconds=poll, sweep_seconds=sweep,
+                           consumers=consumers)
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
         rt.start()
         where = "in-process broker" if is_in_process(rt.broker) else "Redis broker"
-        err.print(f"oml worker: {where}, {threads} threads, relay {'off' if no_relay else 'on'}; Ctrl-C stops")
+        err.print(f"oml worker: {where}, {threads} threads, relay {'off' if no_relay else 'on'}, consuming "
+                  f"{', '.join(rt.consuming) or 'nothing'}; Ctrl-C stops")
         try:
             while not stop.wait(1.0):
                 pass

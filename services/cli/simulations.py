@@ -1,6 +1,105 @@
-"""CLI: simulations commands."""
+"""CLI: ``oml simulation open | list | show | close`` (docs/simulations.md).
+
+The acts authenticate with an ``admin`` or ``operator`` API key read from
+``OML_API_KEY`` or ``--key-file`` (never from the command line); ``list`` and
+``show`` also accept an audience member's key. The simulation's name is kept
+out of the journal (an encrypted note); pass it with ``--name`` or, to keep
+it out of shell history too, ``--name-file`` (``-`` for standard input).
+Exit statuses: 0 success; 2 usage error or refusal (with its code).
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import List, Optional
+
 import typer
+
+from oml.domain.access import Principal
+from oml.services.auth import authenticate
+
+from .common import console, context, err, read_secret
+
+sim_app = typer.Typer(no_args_is_help=True, help="Simulations: sandboxes with an audience (admin or operator key).")
+
+KEY_FILE = typer.Option(None, "--key-file", help="file holding the API key ('-' for stdin); default: $OML_API_KEY")
+
+
+def _key(ctx, key_file: Optional[str]) -> Principal:
+    key = read_secret(key_file, "the API key") if key_file else os.environ.get("OML_API_KEY", "").strip()
+    if not key:
+        err.print("an API key is required: set OML_API_KEY or pass --key-file")
+        raise typer.Exit(2)
+    return authenticate(ctx.db, key)
+
+
+def _emit(data: dict, as_json: bool, lines: list[str]) -> None:
+    if as_json:
+        typer.echo(json.dumps(data, indent=2, sort_keys=True))
+    else:
+        for line in lines:
+            typer.echo(line)
+
+
+@sim_app.command("open")
+def open_(audience: List[str] = typer.Option(..., "--audience", "-a", help="principal id (16 hex) in the audience; repeat"),
+          name: Optional[str] = typer.Option(None, "--name", help="a label for people (kept out of the journal)"),
+          name_file: Optional[str] = typer.Option(None, "--name-file", help="read the name from this file ('-' for stdin)"),
+          key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Open a simulation; prints its id. Its index partitions are created in the same transaction."""
+    if (name is None) == (name_file is None):
+        err.print("give exactly one of --name and --name-file")
+        raise typer.Exit(2)
+    label = name if name is not None else read_secret(name_file, "the simulation name")
+    from oml.services.simulations import Simulations
+
+    with context() as ctx:
+        out = Simulations(ctx).open(_key(ctx, key_file), label, audience)
+    _emit(out, as_json, [f"simulation: {out['simulation_id']} (seq {out['seq']})",
+                         f"audience: {', '.join(out['audience'])}"])
+
+
+@sim_app.command("list")
+def list_(key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Option(False, "--json")) -> None:
+    """The simulations the key may see, with their status and counts."""
+    from rich.table import Table
+
+    from oml.services.simulations import Simulations
+
+    with context() as ctx:
+        out = Simulations(ctx).list(_key(ctx, key_file))
+    if as_json:
+        typer.echo(json.dumps(out, indent=2, sort_keys=True))
+        return
+    table = Table("simulation", "name", "status", "audience", "open tips", "versions", "opened", "closed")
+    for r in out["items"]:
+        table.add_row(r["simulation_id"], r["name"] or "", r["status"], str(len(r["audience"])), str(r["open_tips"]),
+                      str(r["versions"]), str(r["opened_seq"]), "" if r["closed_seq"] is None else str(r["closed_seq"]))
+    console.print(table)
+
+
+@sim_app.command("show")
+def show(simulation_id: str = typer.Argument(..., help="the simulation id"), key_file: Optional[str] = KEY_FILE) -> None:
+    """One simulation's record as JSON."""
+    from oml.services.simulations import Simulations
+
+    with context() as ctx:
+        out = Simulations(ctx).get(_key(ctx, key_file), simulation_id)
+    typer.echo(json.dumps(out, indent=2, sort_keys=True))
+
+
+@sim_app.command("close")
+def close(simulation_id: str = typer.Argument(..., help="the simulation id"), key_file: Optional[str] = KEY_FILE,
+          as_json: bool = typer.Option(False, "--json")) -> None:
+    """Close a simulation: demote its promoted versions (its overlay tips), drop its partitions."""
+    from oml.services.simulations import Simulations
+
+    with context() as ctx:
+        out = Simulations(ctx).close(_key(ctx, key_file), simulation_id)
+    _emit(out, as_json, [f"simulation {out['simulation_id']} closed (seq {out['seq']})"
+                         + (" earlier" if out["already_closed"] else f"; {len(out['demoted'])} version(s) demoted")])
 
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the root oml app."""
+    app.add_typer(sim_app, name="simulation")

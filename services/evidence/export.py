@@ -114,7 +114,8 @@ def export(ctx, tenant: str, from_seq: int, to_seq: int, *, previous_checkpoint:
         since = readlog_audit.window_start(conn, tenant, at)
         try:
             sp = conn.begin_nested()
-            rl_batches = readlog_audit.batches(conn, tenant, since=since, max_seq=cp.tree_size)
+            gone = readlog_audit.retired(conn, tenant)
+            rl_batches = [b for b in readlog_audit.batches(conn, tenant, since=since, max_seq=cp.tree_size) if b.batch_no not in gone]
             rl_reads = readlog_audit.reads(conn, tenant, [b.batch_no for b in rl_batches])
             sp.commit()
         except sa.exc.DBAPIError:

@@ -13,8 +13,10 @@ from oml.services.context import Context
 
 from . import problems
 from . import routes_admin, routes_audit, routes_claims, routes_erasure, routes_ops, routes_recall, routes_simulations
+from . import routes_feed
 
-ROUTERS = (routes_admin, routes_claims, routes_recall, routes_audit, routes_erasure, routes_simulations, routes_ops)
+ROUTERS = (routes_admin, routes_claims, routes_recall, routes_audit, routes_erasure, routes_simulations, routes_ops,
+           routes_feed)
 
 
 def create_app(ctx: Context) -> FastAPI:

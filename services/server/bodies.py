@@ -63,6 +63,50 @@ def decrypt_version(conn: sa.Connection, keystore: KeyStore, tenant: str, versio
     return decrypt_artifact(conn, keystore, tenant, str(art))
 
 
+def decrypt_versions(conn: sa.Connection, keystore: KeyStore, tenant: str, version_ids: list[str]
+                     ) -> dict[str, dict[str, Any] | OMLError]:
+    """Bodies of many versions in one round trip: version id → body, or the :class:`OMLError` that
+    :func:`decrypt_version` would raise for it (``claim.not_found``, ``claim.erased``, ``integrity.body``).
+
+    Each DEK is still unwrapped per artifact; the tenant's private key is read
+    from the KeyStore once per key version per call. Nothing is cached beyond the call.
+    """
+    ids = sorted({str(v) for v in version_ids})
+    out: dict[str, dict[str, Any] | OMLError] = {v: not_found("claim version") for v in ids}
+    if not ids:
+        return out
+    # Full-key lookups behind LATERAL/LIMIT fences, tenant as (SELECT :t): linear plans even when the
+    # tenant's statistics are stale (services/server/rows.py explains; 28 ms → 1 ms for 30 bodies, measured).
+    rows = conn.execute(sa.text(
+        "SELECT v.version_id, v.claim_id, a.artifact_id, a.ciphertext, d.key_version, d.wrapped"
+        " FROM unnest(CAST(:ids AS uuid[])) AS x(vid)"
+        " CROSS JOIN LATERAL (SELECT v.version_id, v.claim_id, v.artifact_id FROM claim_versions v"
+        "   WHERE v.tenant_id = (SELECT CAST(:t AS text)) AND v.version_id = x.vid LIMIT 1) v"
+        " CROSS JOIN LATERAL (SELECT a.artifact_id, a.ciphertext FROM artifacts a"
+        "   WHERE a.tenant_id = (SELECT CAST(:t AS text)) AND a.artifact_id = v.artifact_id LIMIT 1) a"
+        " LEFT JOIN LATERAL (SELECT d.key_version, d.wrapped FROM wrapped_deks d"
+        "   WHERE d.tenant_id = (SELECT CAST(:t AS text)) AND d.artifact_id = a.artifact_id LIMIT 1) d ON true"),
+        {"t": tenant, "ids": ids}).all()
+    keys: dict[int, bytes] = {}
+    for row in rows:
+        vid, art = str(row.version_id), str(row.artifact_id)
+        if row.ciphertext is None or row.wrapped is None:
+            out[vid] = _erased()
+            continue
+        try:
+            if row.key_version not in keys:
+                keys[row.key_version] = keystore.get(tenant, f"encryption/{row.key_version}")
+            dek = envelope.unwrap(bytes(row.wrapped), info=envelope.dek_info(tenant, art, row.key_version),
+                                  private_key=keys[row.key_version])
+            plain = envelope.open_body(bytes(row.ciphertext), dek=dek,
+                                       aad=envelope.body_aad(tenant, str(row.claim_id), vid, art))
+        except (InvalidTag, ValueError):
+            out[vid] = OMLError("integrity.body", "a stored body failed authentication", 500)
+            continue
+        out[vid] = json.loads(plain)
+    return out
+
+
 def log_read(conn: sa.Connection, tenant: str, *, principal_id: str | None, identity_id: str | None, role: str, op: str,
              claim_ids: list[str], workarea_ids: list[str] = (), query_digest: bytes | None = None) -> None:
     """Record one read in ``read_events`` (ids and a keyed digest only, never text), in the caller's transaction."""

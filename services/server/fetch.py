@@ -1,4 +1,4 @@
-"""Fetch (a tip or a given version), lineage, own-work and journal pages — the other read paths.
+"""Fetch (a tip or a given version), lineage and journal pages — the other read paths.
 
 Each loads versions through :mod:`oml.services.server.rows`, serves only
 what :func:`oml.domain.recall.visible` admits (the same predicate recall
@@ -17,7 +17,6 @@ uses), decrypts after the predicate passed, and logs the read in
   ``depth``. Erased claims appear as tombstones with ids only; claims
   inside access with no servable version appear as ``withheld`` with ids
   only; claims outside access or behind the simulation fence do not appear.
-* :func:`own_work` — an author's held versions, with bodies (writer role).
 * :func:`journal_page` — canonical journal events for ``auditor`` keys.
 
 Credentials: ``oml_server`` and the KeyStore's tenant private key.
@@ -35,17 +34,19 @@ from oml.domain import claims as rules
 from oml.domain import recall as R
 from oml.domain.access import Principal
 from oml.domain.errors import OMLError, invalid, not_found
-from oml.services.server import readlog, rows
+from oml.services.server import readlog, rows, sim_read
 from oml.services.server.bodies import decrypt_version
 
 if TYPE_CHECKING:  # pragma: no cover
     from oml.services.context import Context
 
 ROLE = "oml_server"
+# Statements on the shared projection tables compare the tenant as `(SELECT :t)`: named explicitly,
+# but estimated as an unknown value, so a tenant whose statistics are stale still gets key lookups
+# (services/server/rows.py explains).
 LINEAGE_MAX_DEPTH = 8
 LINEAGE_MAX_NODES = 500
 JOURNAL_PAGE_MAX = 1000
-OWN_WORK_MAX = 200
 
 
 def _uuid(value: object, name: str) -> str:
@@ -70,16 +71,18 @@ def _scopes(conn, principal: Principal, workarea_id: str | None) -> tuple[tuple[
     return R.resolve_scope(principal, wa[1]), [wa[0]]
 
 
-def _claim_erased_in_access(conn, principal: Principal, claim_id: str) -> bool:
+def _claim_erased_in_access(conn, principal: Principal, claim_id: str, audience: frozenset[str] = frozenset()) -> bool:
     row = conn.execute(sa.text(
-        "SELECT c.erased_seq, w.path FROM claims c JOIN workareas w ON w.tenant_id = c.tenant_id AND w.node_id = c.workarea_id"
-        " WHERE c.tenant_id = :t AND c.claim_id = CAST(:c AS uuid)"), {"t": principal.tenant, "c": claim_id}).one_or_none()
+        "SELECT c.erased_seq, c.simulation_id, w.path FROM claims c JOIN workareas w ON w.tenant_id = c.tenant_id AND w.node_id = c.workarea_id"
+        " WHERE c.tenant_id = (SELECT CAST(:t AS text)) AND c.claim_id = CAST(:c AS uuid)"), {"t": principal.tenant, "c": claim_id}).one_or_none()
+    if row is not None and row.simulation_id is not None and str(row.simulation_id) not in audience:
+        return False  # a claim born in a simulation does not exist outside its audience, erased or not
     return row is not None and row.erased_seq is not None and principal.can_access(row.path)
 
 
 def fetch(ctx: "Context", principal: Principal, *, claim_id: str | None = None, version_id: str | None = None,
           workarea_id: str | None = None, as_of: dt.datetime | str | None = None,
-          audience_simulations: frozenset[str] = frozenset()) -> dict[str, Any]:
+          audience_simulations: frozenset[str] | None = None) -> dict[str, Any]:
     """One item with its decrypted body: ``claim_id`` → its tip (now or ``as_of``); ``version_id`` → that version.
 
     ``workarea_id`` scopes the read (needed to fetch a ``self_signed`` row,
@@ -94,21 +97,25 @@ def fetch(ctx: "Context", principal: Principal, *, claim_id: str | None = None, 
     tenant = principal.tenant
     with ctx.db.tenant(ROLE, tenant) as conn:
         scopes, scope_ids = _scopes(conn, principal, workarea_id)
+        if audience_simulations is None:
+            audience_simulations = sim_read.audience_of(conn, principal)
         if claim_id is not None:
             cid = _uuid(claim_id, "claim_id")
-            vid = rows.tip_of_claim(conn, tenant, cid, when)
+            vid = rows.tip_of_claim(conn, tenant, cid, when, audience_simulations)
             mode = "tip"
             if vid is None:
-                if _claim_erased_in_access(conn, principal, cid):
+                if _claim_erased_in_access(conn, principal, cid, audience_simulations):
                     raise OMLError("claim.erased", "the claim was erased", 410)
                 raise not_found("claim")
         else:
             vid = _uuid(version_id, "version_id")
             mode = "history"
-        loaded = rows.load_rows(conn, tenant, [vid], when).get(vid)
+        loaded = rows.load_rows(conn, tenant, [vid], when, audience_simulations).get(vid)
         read = R.ReadScope(principal, scopes, mode, audience_simulations)
         if loaded is None or not R.visible(loaded.facts, read, "item"):
-            if loaded is not None and loaded.facts.claim_erased and principal.can_access(loaded.facts.path):
+            # Behind the simulation fence an erased version is as unknown as a missing one (404, not 410).
+            if loaded is not None and loaded.facts.claim_erased and principal.can_access(loaded.facts.path) and not sim_read.fenced(
+                    loaded.facts.provenance, loaded.facts.tainted, loaded.facts.simulation_id, audience_simulations):
                 raise OMLError("claim.erased", "the claim was erased", 410)
             raise not_found("claim")
         body = decrypt_version(conn, ctx.keystore, tenant, loaded.version_id)
@@ -126,11 +133,11 @@ def _claim_nodes(conn, tenant: str, claim_ids: list[str]) -> dict[str, Any]:
     return {str(r.claim_id): r for r in conn.execute(sa.text(
         "SELECT c.claim_id, c.kind, c.erased_seq, c.simulation_id, c.workarea_id, w.path FROM claims c"
         " JOIN workareas w ON w.tenant_id = c.tenant_id AND w.node_id = c.workarea_id"
-        " WHERE c.tenant_id = :t AND c.claim_id = ANY(CAST(:c AS uuid[]))"), {"t": tenant, "c": claim_ids})}
+        " WHERE c.tenant_id = (SELECT CAST(:t AS text)) AND c.claim_id = ANY(CAST(:c AS uuid[]))"), {"t": tenant, "c": claim_ids})}
 
 
 def lineage(ctx: "Context", principal: Principal, claim_id: str, *, depth: int = LINEAGE_MAX_DEPTH,
-            audience_simulations: frozenset[str] = frozenset()) -> dict[str, Any]:
+            audience_simulations: frozenset[str] | None = None) -> dict[str, Any]:
     """The claim's versions and ``derived_from`` graph both ways; metadata and ids only, no bodies.
 
     Returns ``{"claim_id", "versions": [...], "nodes": [...], "edges": [{"version_id", "claim_id",
@@ -143,7 +150,7 @@ def lineage(ctx: "Context", principal: Principal, claim_id: str, *, depth: int =
     cid = _uuid(claim_id, "claim_id")
     tenant = principal.tenant
     scopes = R.resolve_scope(principal, None)
-    read = R.ReadScope(principal, scopes, "history", audience_simulations)
+    read = R.ReadScope(principal, scopes, "history", audience_simulations or frozenset())
 
     def in_place(node) -> bool:
         p = node.path
@@ -153,6 +160,9 @@ def lineage(ctx: "Context", principal: Principal, claim_id: str, *, depth: int =
         return node.simulation_id is not None and str(node.simulation_id) not in audience_simulations
 
     with ctx.db.tenant(ROLE, tenant) as conn:
+        if audience_simulations is None:
+            audience_simulations = sim_read.audience_of(conn, principal)
+            read = R.ReadScope(principal, scopes, "history", audience_simulations)
         root = _claim_nodes(conn, tenant, [cid]).get(cid)
         if root is None or not in_place(root) or fenced(root):
             raise not_found("claim")
@@ -166,9 +176,9 @@ def lineage(ctx: "Context", principal: Principal, claim_id: str, *, depth: int =
         def load_claims(ids: list[str]) -> None:
             meta = _claim_nodes(conn, tenant, ids)
             vids = [str(v) for v in conn.execute(sa.text(
-                "SELECT version_id FROM claim_versions WHERE tenant_id = :t AND claim_id = ANY(CAST(:c AS uuid[]))"),
+                "SELECT version_id FROM claim_versions WHERE tenant_id = (SELECT CAST(:t AS text)) AND claim_id = ANY(CAST(:c AS uuid[]))"),
                 {"t": tenant, "c": ids}).scalars()]
-            loaded = rows.load_rows(conn, tenant, vids)
+            loaded = rows.load_rows(conn, tenant, vids, None, audience_simulations)
             for c in ids:
                 m = meta.get(c)
                 if m is None or not in_place(m) or fenced(m):
@@ -193,13 +203,16 @@ def lineage(ctx: "Context", principal: Principal, claim_id: str, *, depth: int =
             vids = [x.version_id for c in frontier for x in versions_of.get(c, [])]
             if vids:
                 for r in conn.execute(sa.text(
-                        "SELECT version_id, claim_id, derived_from FROM claim_edges WHERE tenant_id = :t"
+                        "SELECT version_id, claim_id, derived_from FROM claim_edges WHERE tenant_id = (SELECT CAST(:t AS text))"
                         " AND version_id = ANY(CAST(:v AS uuid[])) ORDER BY version_id, derived_from"), {"t": tenant, "v": vids}):
                     edges.append({"version_id": str(r.version_id), "claim_id": str(r.claim_id), "derived_from": str(r.derived_from)})
                     nxt.append(str(r.derived_from))
+            # A tainted version's edge exists only inside its simulation's fence: outside it, never followed.
             for r in conn.execute(sa.text(
-                    "SELECT e.version_id, e.claim_id, e.derived_from FROM claim_edges e WHERE e.tenant_id = :t"
-                    " AND e.derived_from = ANY(CAST(:c AS uuid[])) ORDER BY e.version_id"), {"t": tenant, "c": frontier}):
+                    "SELECT e.version_id, e.claim_id, e.derived_from FROM claim_edges e"
+                    " JOIN claim_versions v ON v.tenant_id = e.tenant_id AND v.version_id = e.version_id WHERE e.tenant_id = (SELECT CAST(:t AS text))"
+                    " AND e.derived_from = ANY(CAST(:c AS uuid[])) AND (NOT v.tainted OR v.simulation_id = ANY(CAST(:sims AS uuid[])))"
+                    " ORDER BY e.version_id"), {"t": tenant, "c": frontier, "sims": sorted(audience_simulations)}):
                 nxt.append(str(r.claim_id))
                 edges.append({"version_id": str(r.version_id), "claim_id": str(r.claim_id), "derived_from": str(r.derived_from)})
             level += 1
@@ -225,37 +238,12 @@ def lineage(ctx: "Context", principal: Principal, claim_id: str, *, depth: int =
             out_versions.append(md)
         if root.erased_seq is not None:
             out_versions = [{"version_id": str(v), "erased": True} for v in conn.execute(sa.text(
-                "SELECT version_id FROM claim_versions WHERE tenant_id = :t AND claim_id = CAST(:c AS uuid) ORDER BY version_no"),
-                {"t": tenant, "c": cid}).scalars()]
+                "SELECT version_id FROM claim_versions WHERE tenant_id = (SELECT CAST(:t AS text)) AND claim_id = CAST(:c AS uuid)"
+                " AND (NOT tainted OR simulation_id = ANY(CAST(:sims AS uuid[]))) ORDER BY version_no, version_id"),
+                {"t": tenant, "c": cid, "sims": sorted(audience_simulations)}).scalars()]
         readlog.record(conn, principal, "lineage", claim_ids=sorted(nodes), workarea_ids=sorted(principal.roots))
     return {"claim_id": cid, "erased": root.erased_seq is not None, "versions": out_versions,
             "nodes": [nodes[c] for c in sorted(nodes)], "edges": [uniq[k] for k in sorted(uniq)], "truncated": truncated}
-
-
-def own_work(ctx: "Context", principal: Principal, *, limit: int = 50) -> dict[str, Any]:
-    """The calling author's held versions with their bodies (writer role; held rows are visible to their author only)."""
-    rules.require_act(principal.role, "own_work")
-    if not (1 <= int(limit) <= OWN_WORK_MAX):
-        raise invalid(f"limit must be between 1 and {OWN_WORK_MAX}", field="limit")
-    tenant = principal.tenant
-    with ctx.db.tenant(ROLE, tenant) as conn:
-        vids = [str(v) for v in conn.execute(sa.text(
-            "SELECT version_id FROM claim_versions WHERE tenant_id = :t AND author_identity = CAST(:i AS uuid)"
-            " AND status = 'held' ORDER BY submitted_seq DESC LIMIT :n"),
-            {"t": tenant, "i": principal.identity_id, "n": int(limit)}).scalars()]
-        read = R.ReadScope(principal, R.resolve_scope(principal, None), "own_work")
-        loaded = rows.load_rows(conn, tenant, vids)
-        items = []
-        for v in vids:
-            x = loaded.get(v)
-            if x is None or not R.visible(x.facts, read, "item"):
-                continue
-            item = x.metadata() | {"status": x.facts.status}
-            item["body"] = decrypt_version(conn, ctx.keystore, tenant, v)
-            items.append(item)
-        readlog.record(conn, principal, "own_work", claim_ids=[i["claim_id"] for i in items],
-                       workarea_ids=sorted(principal.roots))
-    return {"items": items}
 
 
 def journal_page(ctx: "Context", principal: Principal, *, after_seq: int = 0, limit: int = 100) -> dict[str, Any]:

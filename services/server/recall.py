@@ -11,7 +11,8 @@ The contract is seeds/retrieval.md (normative) and docs/recall.md:
 * Segment 2 (``hits``): candidates from one or two ranking legs, each a
   bounded ``ORDER BY … LIMIT n`` so its index is used; then loaded from the
   projections and admitted by the same predicate (segment ``hit``); then
-  ranked (one leg) or fused by RRF (k = 60); then cut by ``k`` and the budget.
+  ranked (one leg) or fused by RRF (k = 10, :data:`~oml.domain.recall.RRF_K`);
+  then cut by ``k`` and the budget.
 * FTS leg: ``oml_fts_search()`` (60_search.sql; SECURITY DEFINER so GIN is
   used under RLS). Lexemes come from ``to_tsvector`` on the server; the AND
   query runs first and the OR query fills the pool when AND finds fewer
@@ -19,7 +20,8 @@ The contract is seeds/retrieval.md (normative) and docs/recall.md:
   the leg is skipped and the diagnostics say why.
 * Vector leg: the query embedded with the indexer's model
   (``workers/embedding.py``). Qualifying rows (tenant, scope, tip, filters)
-  are counted up to :data:`~oml.domain.recall.EXACT_SCAN_MAX` + 1; at or
+  are counted up to :data:`~oml.domain.recall.EXACT_SCAN_MAX` + 1 (not
+  counted when the planner estimates over 4× that); at or
   below the threshold the subtree is searched exactly (an ``ORDER BY``
   expression HNSW cannot serve); above it HNSW runs with
   ``hnsw.iterative_scan = relaxed_order`` and ``hnsw.ef_search`` set per
@@ -36,6 +38,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -46,8 +49,8 @@ from oml.domain import claims as rules
 from oml.domain import recall as R
 from oml.domain.access import Principal
 from oml.domain.errors import OMLError, invalid
-from oml.services.server import readlog, rows
-from oml.services.server.bodies import decrypt_version
+from oml.services.server import readlog, rows, sim_read
+from oml.services.server.bodies import decrypt_versions
 
 if TYPE_CHECKING:  # pragma: no cover
     from oml.services.context import Context
@@ -148,7 +151,14 @@ def _fts_call(conn, tsq: str, f: _Filters, lim: int) -> list[tuple[str, str, flo
 
 
 def fts_leg(conn: sa.Connection, text: str, f: _Filters, n: int, diag: _Diag) -> list[tuple[str, float]]:
-    """Up to ``n`` (version id, ts_rank_cd) pairs: the AND query's hits first, then the OR query's."""
+    """Up to ``n`` (version id, ts_rank) pairs, best first.
+
+    AND of the query's lexemes first; when it finds fewer than ``n`` rows
+    (and there is more than one lexeme), the OR query answers instead — its
+    result contains every AND hit, ranked on the same scale, so scores within
+    the leg stay comparable (FIELD-NOTES: AND alone returns nothing for most
+    natural-language questions).
+    """
     lex = _lexemes(conn, text)
     info: dict[str, Any] = {"lexemes": len(lex)}
     diag.legs["fts"] = info
@@ -156,17 +166,12 @@ def fts_leg(conn: sa.Connection, text: str, f: _Filters, n: int, diag: _Diag) ->
         info["mode"] = "none"
         diag.degrade("fts", "fts.no_lexemes", "the query has no searchable words (empty, stop words or punctuation only)")
         return []
-    and_q = R.tsquery_text(lex, "&")
-    hits = _fts_call(conn, and_q, f, n)
+    hits = _fts_call(conn, R.tsquery_text(lex, "&"), f, n)
     info["and_hits"] = len(hits)
     info["mode"] = "and"
     if len(hits) < n and len(set(lex)) > 1:
-        seen = {v for v, _, _ in hits}
-        or_hits = _fts_call(conn, R.tsquery_text(lex, "|"), f, n + len(hits))
-        added = [h for h in or_hits if h[0] not in seen][: n - len(hits)]
-        info["mode"] = "and+or" if hits else "or"
-        info["or_hits"] = len(added)
-        hits = hits + added
+        hits = _fts_call(conn, R.tsquery_text(lex, "|"), f, n)
+        info["mode"] = "or"
     return [(v, r) for v, _, r in hits]
 
 
@@ -220,6 +225,22 @@ def count_qualifying(conn: sa.Connection, tenant: str, f: _Filters, cap: int) ->
                             params | {"t": tenant, "cap": cap}).scalar())
 
 
+def estimate_qualifying(conn: sa.Connection, tenant: str, f: _Filters) -> int:
+    """The planner's row estimate for the vector leg's filter (statistics only; nothing is read)."""
+    where, params = _vector_where(f)
+    plan = conn.execute(sa.text(f"EXPLAIN (FORMAT JSON) SELECT 1 FROM memory_embeddings m WHERE {where}"),
+                        params | {"t": tenant}).scalar()
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    return int(plan[0]["Plan"]["Plan Rows"])
+
+
+#: Skip the exact count when the planner estimates more than this many times the threshold:
+#: counting 10k wide rows costs ~12 ms at 100k claims (bench), and the choice only affects speed —
+#: the HNSW path still falls back to an exact search if it would under-return.
+ESTIMATE_MARGIN = 4
+
+
 def set_hnsw(conn: sa.Connection, n: int) -> int:
     """Per-transaction HNSW settings for a filtered search of ``n`` rows; returns ef_search."""
     ef = max(R.EF_SEARCH_MIN, min(R.EF_SEARCH_MAX, 2 * n))
@@ -231,7 +252,10 @@ def set_hnsw(conn: sa.Connection, n: int) -> int:
 def vector_leg(conn: sa.Connection, tenant: str, qvec: Sequence[float], f: _Filters, n: int, diag: _Diag,
                exact_scan_max: int = R.EXACT_SCAN_MAX) -> list[tuple[str, float]]:
     """Up to ``n`` (version id, cosine distance) pairs, never fewer than ``min(n, qualifying rows)``."""
-    qualifying = count_qualifying(conn, tenant, f, exact_scan_max + 1)
+    if estimate_qualifying(conn, tenant, f) > ESTIMATE_MARGIN * max(exact_scan_max, 1):
+        qualifying = exact_scan_max + 1
+    else:
+        qualifying = count_qualifying(conn, tenant, f, exact_scan_max + 1)
     info: dict[str, Any] = {"qualifying": qualifying if qualifying <= exact_scan_max else f">{exact_scan_max}"}
     diag.legs["vector"] = info
     if qualifying == 0:
@@ -247,9 +271,9 @@ def vector_leg(conn: sa.Connection, tenant: str, qvec: Sequence[float], f: _Filt
         info["ef_search"] = set_hnsw(conn, n)
         sql, params = vector_sql(f, exact=False)
         got = conn.execute(sa.text(sql), params | {"t": tenant, "q": q, "n": n}).all()
-        if len(got) < n:
-            # More than n rows qualify (qualifying > exact_scan_max >= n) yet the scan stopped short
-            # (hnsw.max_scan_tuples): answer exactly rather than under-return.
+        if len(got) < n and count_qualifying(conn, tenant, f, n) > len(got):
+            # More rows qualify than the scan returned (it stopped at hnsw.max_scan_tuples):
+            # answer exactly rather than under-return.
             info["search"] = "hnsw+exact"
             diag.degrade("vector", "vector.approximate_short",
                          "the approximate scan returned fewer rows than asked; answered by an exact scan")
@@ -263,26 +287,49 @@ def vector_leg(conn: sa.Connection, tenant: str, qvec: Sequence[float], f: _Filt
 EmbedFn = Callable[[str], Sequence[float]]
 
 
+_QUERY_EMBED_LOCK = threading.Lock()
+
+
 def default_embed(ctx: "Context") -> EmbedFn:
+    """The query embedding: the indexer's model (``workers/embedding.py``), one sentence on one torch thread.
+
+    A single short sentence gains nothing from intra-op parallelism, and on a
+    busy 2-core host the threads' barrier waits made the latency tail ~20×
+    the median (measured: p50 17.5 ms / p95 65 ms on two threads, 12.8 / 19.4
+    ms on one, same 80 LoCoMo questions). torch's thread count is
+    process-wide, so it is set and restored under a lock.
+    """
+
     def embed(text: str) -> Sequence[float]:
+        import torch
+
         from oml.workers.embedding import get_embedder
 
-        return get_embedder(ctx.settings).encode([text])[0]
+        emb = get_embedder(ctx.settings)
+        with _QUERY_EMBED_LOCK:
+            before = torch.get_num_threads()
+            torch.set_num_threads(1)
+            try:
+                return emb.encode([text])[0]
+            finally:
+                torch.set_num_threads(before)
 
     return embed
 
 
 class Recaller:
     """The read path for recall. ``embed`` turns query text into a vector (default: the indexer's model);
-    ``exact_scan_max`` is the exact/approximate threshold (docs/recall.md)."""
+    ``exact_scan_max`` is the exact/approximate threshold and ``rrf_k`` the fusion constant (docs/recall.md)."""
 
-    def __init__(self, ctx: "Context", *, embed: EmbedFn | None = None, exact_scan_max: int = R.EXACT_SCAN_MAX) -> None:
+    def __init__(self, ctx: "Context", *, embed: EmbedFn | None = None, exact_scan_max: int = R.EXACT_SCAN_MAX,
+                 rrf_k: int = R.RRF_K) -> None:
         self.ctx = ctx
+        self.rrf_k = rrf_k
         self.embed = embed or default_embed(ctx)
         self.exact_scan_max = exact_scan_max
 
     def recall(self, principal: Principal, req: RecallRequest, *,
-               audience_simulations: frozenset[str] = frozenset()) -> dict[str, Any]:
+               audience_simulations: frozenset[str] | None = None) -> dict[str, Any]:
         """Run one recall for ``principal``; returns ``{"steering": [...], "hits": [...], "diagnostics": {...}}``.
 
         Raises ``access.denied`` (403) unless the key may read,
@@ -331,11 +378,14 @@ class Recaller:
             else:
                 scopes = R.resolve_scope(principal, None)
                 scope_ids = sorted(principal.roots)
+            if audience_simulations is None:
+                # Open simulations whose audience names the key (issue 7); empty: the shared plan only.
+                audience_simulations = sim_read.audience_of(conn, principal)
             read = R.ReadScope(principal, scopes, "tip", audience_simulations)
 
             # Segment 1: steering, from the projections.
-            steer_ids = rows.steering_version_ids(conn, tenant, R.steering_paths(scopes), as_of)
-            loaded = rows.load_rows(conn, tenant, steer_ids, as_of)
+            steer_ids = rows.steering_version_ids(conn, tenant, R.steering_paths(scopes), as_of, audience_simulations)
+            loaded = rows.load_rows(conn, tenant, steer_ids, as_of, audience_simulations)
             steering = [x for x in loaded.values() if R.visible(x.facts, read, "steering")]
             steering.sort(key=lambda x: R.steering_order_key(x.facts.path, x.tip_from_at, x.claim_id, x.version_id))
 
@@ -347,9 +397,13 @@ class Recaller:
                 legs["fts"] = fts_leg(conn, text, f, pool, diag)
             if use_vec and qvec is not None:
                 legs["vector"] = vector_leg(conn, tenant, qvec, f, pool, diag, self.exact_scan_max)
+            if audience_simulations:
+                # An audience member: the simulation query, merged leg by leg by the same score.
+                legs = sim_read.merge_legs(conn, tenant, legs, audience_simulations, text, qvec if use_vec else None,
+                                           f, pool, diag, self.exact_scan_max)
             for name, got in legs.items():
                 diag.candidates[name] = len(got)
-            cand = rows.load_rows(conn, tenant, {v for got in legs.values() for v, _ in got}, as_of)
+            cand = rows.load_rows(conn, tenant, {v for got in legs.values() for v, _ in got}, as_of, audience_simulations)
             admitted = {v for v, x in cand.items() if R.visible(x.facts, read, "hit")}
             diag.excluded_by_predicate = len({v for got in legs.values() for v, _ in got} - admitted)
             ranked = self._rank(legs, admitted, req.retriever)
@@ -359,19 +413,21 @@ class Recaller:
                     if d["reason"] == "fts.no_lexemes":
                         d["detail"] += "; hybrid answered by the vector leg only"
 
-            # Decrypt on serve, after the predicate; budget in rank order.
+            # Decrypt on serve, after the predicate (one round trip); then the budget, in rank order.
+            considered = ranked[: budget.k]
+            bodies = decrypt_versions(conn, self.ctx.keystore, tenant,
+                                      [x.version_id for x in steering] + [rk[0] for rk in considered])
             steer_items, steer_chars = [], []
             for x in steering:
-                item = self._item(conn, tenant, x, None, diag)
+                item = self._item(x, None, bodies, diag)
                 if item is not None:
                     steer_items.append(item)
                     steer_chars.append(R.body_chars(json.dumps(item["body"], ensure_ascii=False)))
             hit_items = []
             limit = budget.char_limit
             used = sum(steer_chars)
-            considered = ranked[: budget.k]
             for i, rk in enumerate(considered):
-                item = self._item(conn, tenant, cand[rk[0]], rk, diag)
+                item = self._item(cand[rk[0]], rk, bodies, diag)
                 if item is None:
                     continue
                 c = R.body_chars(json.dumps(item["body"], ensure_ascii=False))
@@ -392,7 +448,7 @@ class Recaller:
                 "retriever": req.retriever,
                 "scope": list(scopes),
                 "as_of": None if as_of is None else as_of.isoformat(),
-                "fusion": {"method": "rrf", "k": R.RRF_K} if req.retriever == "hybrid" else None,
+                "fusion": {"method": "rrf", "k": self.rrf_k} if req.retriever == "hybrid" else None,
                 "candidates": diag.candidates,
                 "legs": diag.legs,
                 "returned": {"steering": len(steer_items), "hits": len(hit_items)},
@@ -405,24 +461,29 @@ class Recaller:
             },
         }
 
-    @staticmethod
-    def _rank(legs: dict[str, list[tuple[str, float]]], admitted: set[str], retriever: str
+    def _rank(self, legs: dict[str, list[tuple[str, float]]], admitted: set[str], retriever: str
               ) -> list[tuple[str, float, dict[str, dict[str, float | int]]]]:
         """``(version id, score, {retriever: {"rank", "score"|"distance"}})`` best first.
 
-        One leg: its own order (FTS by ts_rank_cd descending, vector by cosine
-        distance ascending, ties by id); the score is ts_rank_cd or cosine
-        similarity (1 − distance). Two legs: RRF over those orders; the
-        score is the fused score.
+        FTS keeps the leg's own order (AND hits, then OR hits, each by
+        ts_rank); vector is ordered by cosine distance ascending, ties by id.
+        One leg: its order, with ts_rank or cosine similarity (1 − distance)
+        as the score. Two legs: RRF over those orders (k = ``self.rrf_k``);
+        the score is the fused score.
         """
         kept = {name: [(v, s) for v, s in got if v in admitted] for name, got in legs.items()}
         per: dict[str, dict[str, dict[str, float | int]]] = {}
         order: dict[str, list[str]] = {}
         for name, got in kept.items():
-            ranked = R.rank_single(name, [v for v, _ in got], [s for _, s in got], higher_is_better=(name == "fts"))
-            order[name] = [r.key for r in ranked]
-            for i, r in enumerate(ranked):
-                per.setdefault(r.key, {})[name] = {"rank": i + 1, ("score" if name == "fts" else "distance"): r.score}
+            if name == "fts":
+                seen: set[str] = set()
+                ranked = [(v, s) for v, s in got if not (v in seen or seen.add(v))]
+            else:
+                ranked = [(r.key, r.score) for r in R.rank_single(name, [v for v, _ in got], [d for _, d in got],
+                                                                  higher_is_better=False)]
+            order[name] = [v for v, _ in ranked]
+            for i, (v, sc) in enumerate(ranked):
+                per.setdefault(v, {})[name] = {"rank": i + 1, ("score" if name == "fts" else "distance"): sc}
         single = [n for n in ("fts", "vector") if n in kept]
         if retriever != "hybrid" or len(single) == 1:
             name = retriever if retriever != "hybrid" else single[0]
@@ -431,14 +492,14 @@ class Recaller:
                 raw = per[key][name]
                 out.append((key, float(raw["score"]) if name == "fts" else 1.0 - float(raw["distance"]), per[key]))
             return out
-        return [(x.key, x.score, per[x.key]) for x in R.fuse_rrf(order)]
+        return [(x.key, x.score, per[x.key]) for x in R.fuse_rrf(order, k=self.rrf_k)]
 
-    def _item(self, conn, tenant: str, x: rows.Loaded, rk: tuple | None, diag: _Diag) -> dict | None:
-        try:
-            body = decrypt_version(conn, self.ctx.keystore, tenant, x.version_id)
-        except OMLError as exc:
+    @staticmethod
+    def _item(x: rows.Loaded, rk: tuple | None, bodies: dict[str, Any], diag: _Diag) -> dict | None:
+        body = bodies.get(x.version_id)
+        if not isinstance(body, dict):
             # An erased or unreadable body is never served; counted, not fatal.
-            log.warning("recall: version not served (%s)", exc.code)
+            log.warning("recall: version not served (%s)", getattr(body, "code", "missing"))
             diag.unreadable += 1
             return None
         item = x.metadata()
@@ -449,7 +510,7 @@ class Recaller:
             item["score"] = rk[1]
             item["retrievers"] = rk[2]
         item["body"] = body
-        item["source"] = body.get("source") if isinstance(body, dict) else None
+        item["source"] = body.get("source")
         return item
 
 

@@ -7,7 +7,8 @@ might serve through :func:`load_rows` and serves only those
 from the derived index tables, which may lag — so a version demoted or
 erased since it was indexed is refused here even if the index still names it.
 
-All statements name ``tenant_id = :t`` besides RLS (DESIGN.md, Tenants).
+All statements name the tenant (``tenant_id = :t``, or ``(SELECT :t)`` as explained below) besides RLS
+(DESIGN.md, Tenants).
 """
 from __future__ import annotations
 
@@ -23,28 +24,43 @@ from oml.domain.recall import RowFacts
 _TIP_AT = ("(CASE WHEN CAST(:as_of AS timestamptz) IS NULL THEN ti.to_seq IS NULL"
            " ELSE ti.from_at <= CAST(:as_of AS timestamptz) AND (ti.to_at IS NULL OR ti.to_at > CAST(:as_of AS timestamptz)) END)")
 
+# Plans must stay linear even when a tenant's statistics are stale: claim_versions, claims, workareas
+# and tip_intervals are shared by every tenant, and a tenant created since the last ANALYZE is
+# estimated at one row. The planner then saw no difference between a tenant-prefix index scan and a
+# full-key lookup and picked the former, turning these joins into scans of the tenant's every version
+# per candidate (2.6 s for one steering lookup at 2,760 claims, measured). So each row is found in a
+# LATERAL subquery behind a LIMIT/OFFSET fence (never pulled up into the join), and the tenant is
+# compared as `(SELECT :t)`: still named explicitly, but estimated as an unknown value (1/n_distinct),
+# which makes the full-key index the obviously cheaper path. (The partitioned index tables keep the
+# literal `tenant_id = :t`: there it prunes to the tenant's partition at plan time, with its own stats.)
 _ROWS = sa.text(
     "SELECT v.version_id, v.claim_id, v.workarea_id, w.path, v.kind, v.provenance, v.status, v.self_signed,"
     "       v.tainted, COALESCE(v.simulation_id, c.simulation_id) AS simulation_id, v.author_identity,"
     "       v.author_principal, v.valid_from, v.valid_to, v.confidence, v.version_no, v.supersedes, v.created_at,"
     "       v.submitted_seq, v.decided_seq, c.erased_seq, tip.from_seq AS tip_from_seq, tip.from_at AS tip_from_at"
-    "  FROM claim_versions v"
-    "  JOIN claims c ON c.tenant_id = v.tenant_id AND c.claim_id = v.claim_id"
-    "  JOIN workareas w ON w.tenant_id = v.tenant_id AND w.node_id = v.workarea_id"
+    "  FROM unnest(CAST(:ids AS uuid[])) AS x(vid)"
+    "  CROSS JOIN LATERAL (SELECT * FROM claim_versions v WHERE v.tenant_id = (SELECT CAST(:t AS text)) AND v.version_id = x.vid LIMIT 1) v"
+    "  CROSS JOIN LATERAL (SELECT c.erased_seq, c.simulation_id FROM claims c"
+    "                       WHERE c.tenant_id = (SELECT CAST(:t AS text)) AND c.claim_id = v.claim_id LIMIT 1) c"
+    "  CROSS JOIN LATERAL (SELECT w.path FROM workareas w WHERE w.tenant_id = (SELECT CAST(:t AS text)) AND w.node_id = v.workarea_id LIMIT 1) w"
     "  LEFT JOIN LATERAL (SELECT ti.from_seq, ti.from_at FROM tip_intervals ti"
-    "                      WHERE ti.tenant_id = v.tenant_id AND ti.version_id = v.version_id AND " + _TIP_AT +
-    "                      ORDER BY ti.from_seq DESC LIMIT 1) tip ON true"
-    " WHERE v.tenant_id = :t AND v.version_id = ANY(CAST(:ids AS uuid[]))")
+    "                      WHERE ti.tenant_id = (SELECT CAST(:t AS text)) AND ti.version_id = v.version_id AND " + _TIP_AT +
+    "                      ORDER BY ti.from_seq DESC LIMIT 1) tip ON true")
 
+# Driven from the few workareas that apply, then the partial index claim_versions_steering
+# (60_search.sql: promoted steering versions by workarea) and the primary key of tip_intervals,
+# each behind a fence for the same reason as above. A tip is always a promoted version.
 _STEERING = sa.text(
     "SELECT ti.version_id"
-    "  FROM tip_intervals ti"
-    "  JOIN claim_versions v ON v.tenant_id = ti.tenant_id AND v.version_id = ti.version_id"
-    "  JOIN workareas w ON w.tenant_id = v.tenant_id AND w.node_id = v.workarea_id"
-    " WHERE ti.tenant_id = :t AND v.kind = 'steering' AND w.path = ANY(CAST(:paths AS text[])) AND " + _TIP_AT)
+    "  FROM workareas w"
+    "  CROSS JOIN LATERAL (SELECT v.version_id FROM claim_versions v WHERE v.tenant_id = (SELECT CAST(:t AS text)) AND v.workarea_id = w.node_id"
+    "                       AND v.kind = 'steering' AND v.status = 'promoted' OFFSET 0) v"
+    "  CROSS JOIN LATERAL (SELECT ti.version_id FROM tip_intervals ti"
+    "                       WHERE ti.tenant_id = (SELECT CAST(:t AS text)) AND ti.version_id = v.version_id AND " + _TIP_AT + " LIMIT 1) ti"
+    " WHERE w.tenant_id = (SELECT CAST(:t AS text)) AND w.path = ANY(CAST(:paths AS text[]))")
 
 _TIP_OF_CLAIM = sa.text(
-    "SELECT ti.version_id FROM tip_intervals ti WHERE ti.tenant_id = :t AND ti.claim_id = CAST(:c AS uuid) AND " + _TIP_AT +
+    "SELECT ti.version_id FROM tip_intervals ti WHERE ti.tenant_id = (SELECT CAST(:t AS text)) AND ti.claim_id = CAST(:c AS uuid) AND " + _TIP_AT +
     " ORDER BY ti.from_seq DESC LIMIT 1")
 
 
@@ -96,9 +112,13 @@ def _iso(t: dt.datetime | None) -> str | None:
     return t.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def load_rows(conn: sa.Connection, tenant: str, version_ids: Iterable[str], as_of: dt.datetime | None = None
-              ) -> dict[str, Loaded]:
-    """Facts of ``version_ids`` (unknown ids are absent); ``is_tip`` is evaluated at ``as_of`` (None: now)."""
+def load_rows(conn: sa.Connection, tenant: str, version_ids: Iterable[str], as_of: dt.datetime | None = None,
+              audience: frozenset[str] = frozenset()) -> dict[str, Loaded]:
+    """Facts of ``version_ids`` (unknown ids are absent); ``is_tip`` is evaluated at ``as_of`` (None: now).
+
+    ``audience``: the reader's open simulations; when non-empty their simulation tips shadow default tips
+    (:func:`oml.services.server.sim_read.overlay_view`). Empty: the default tips only, no simulation table read.
+    """
     ids = sorted({str(v) for v in version_ids})
     if not ids:
         return {}
@@ -112,18 +132,34 @@ def load_rows(conn: sa.Connection, tenant: str, version_ids: Iterable[str], as_o
         out[facts.version_id] = Loaded(facts, str(r.workarea_id), r.valid_from, r.valid_to, r.confidence, r.version_no,
                                        str(r.supersedes) if r.supersedes else None, r.created_at, r.tip_from_seq,
                                        r.tip_from_at)
+    if audience:
+        from oml.services.server import sim_read
+
+        out = sim_read.overlay_view(conn, tenant, out, audience, as_of)
     return out
 
 
-def steering_version_ids(conn: sa.Connection, tenant: str, paths: Sequence[str], as_of: dt.datetime | None) -> list[str]:
-    """Versions that are steering tips (at ``as_of``; now when None) in any of the workarea ``paths``."""
+def steering_version_ids(conn: sa.Connection, tenant: str, paths: Sequence[str], as_of: dt.datetime | None,
+                         audience: frozenset[str] = frozenset()) -> list[str]:
+    """Versions that are steering tips (at ``as_of``; now when None) in any of the workarea ``paths``
+    (plus the simulation tips of ``audience``'s simulations, when non-empty)."""
     if not paths:
         return []
-    return [str(v) for v in conn.execute(_STEERING, {"t": tenant, "paths": list(paths), "as_of": as_of}).scalars()]
+    out = [str(v) for v in conn.execute(_STEERING, {"t": tenant, "paths": list(paths), "as_of": as_of}).scalars()]
+    if audience:
+        from oml.services.server import sim_read
+
+        out += sim_read.steering_version_ids(conn, tenant, paths, audience, as_of)
+    return out
 
 
-def tip_of_claim(conn: sa.Connection, tenant: str, claim_id: str, as_of: dt.datetime | None) -> str | None:
+def tip_of_claim(conn: sa.Connection, tenant: str, claim_id: str, as_of: dt.datetime | None,
+                 audience: frozenset[str] = frozenset()) -> str | None:
     v = conn.execute(_TIP_OF_CLAIM, {"t": tenant, "c": claim_id, "as_of": as_of}).scalar()
+    if audience:
+        from oml.services.server import sim_read
+
+        return sim_read.tip_of_claim(conn, tenant, claim_id, audience, as_of, str(v) if v else None)
     return str(v) if v else None
 
 

@@ -76,6 +76,9 @@ class Database:
                     # DISCARD ALL drops server-side prepared statements behind
                     # psycopg's back; never prepare, so nothing can go stale.
                     connect_args={"prepare_threshold": None},
+                    # Parameters carry plaintext (the indexer's text, a subject under erasure): never
+                    # in SQLAlchemy's INFO log nor in a StatementError's message (docs/erasure.md, Logs).
+                    hide_parameters=True,
                 )
                 event.listen(eng, "checkin", _discard_all)
                 self._engines[key] = eng

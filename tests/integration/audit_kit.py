@@ -68,3 +68,99 @@ def lake_copy(ctx, tenant: str) -> int:
 def head_seq(ctx, tenant: str) -> int:
     with owner(ctx, tenant) as c:
         return c.execute(sa.text("SELECT seq FROM chain_heads WHERE tenant_id = :t"), {"t": tenant}).scalar()
+
+
+# ---------------------------------------------------------------- lake tampering
+
+
+def lake_table(ctx, name: str, tenant: str):
+    from deltalake import DeltaTable
+
+    return DeltaTable(f"{ctx.settings.lake}/{name}").to_pyarrow_table(filters=[("tenant_id", "=", tenant)])
+
+
+def lake_overwrite(ctx, name: str, tenant: str, table) -> None:
+    """Replace the tenant's partition of lake table ``name`` with ``table`` (what an attacker with lake write access does)."""
+    from deltalake import write_deltalake
+
+    from oml.workers.lake_schema import TABLES
+
+    write_deltalake(f"{ctx.settings.lake}/{name}", table.cast(TABLES[name]), mode="overwrite",
+                    predicate=f"tenant_id = '{tenant}'", partition_by=["tenant_id"])
+
+
+def with_cell(table, column: str, row: int, value):
+    import pyarrow as pa
+
+    values = table.column(column).to_pylist()
+    values[row] = value
+    idx = table.schema.get_field_index(column)
+    return table.set_column(idx, table.schema.field(column), pa.array(values, type=table.schema.field(column).type))
+
+
+def flip(b: bytes, i: int = 0) -> bytes:
+    b = bytearray(b)
+    b[i] ^= 0x01
+    return bytes(b)
+
+
+# ---------------------------------------------------------------- read log
+
+
+def seal_reads(ctx, tenant: str, n: int = 4) -> int:
+    """Log ``n`` reads as the server does and seal them with the read-log module; returns the batch number."""
+    import uuid
+
+    from oml.services.server import readlog
+
+    with ctx.db.tenant("oml_server", tenant) as c:
+        for i in range(n):
+            c.execute(sa.text("INSERT INTO read_events (tenant_id, principal_id, identity_id, role, op, workarea_ids, claim_ids, query_digest)"
+                              " VALUES (:t, 'p', CAST(:i AS uuid), 'reader', 'recall', CAST(:w AS uuid[]), CAST(:c AS uuid[]), :q)"),
+                      {"t": tenant, "i": str(uuid.uuid4()), "w": [str(uuid.uuid4())], "c": [str(uuid.uuid4())], "q": bytes([i]) * 32})
+    anchors = readlog.seal(ctx, tenant)
+    assert len(anchors) == 1
+    return anchors[0]["batch_no"]
+
+
+# ---------------------------------------------------------------- a re-signed history
+
+
+def resign_history(ctx, tenant: str):
+    """Rewrite ``tenant``'s whole journal under a fresh signing key, as an attacker with database and
+    KeyStore write access would: new tenant.created key, every event re-hashed and re-signed, the
+    public-key table, chain head and stored checkpoints replaced. Returns the forger's private key."""
+    import json
+
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from oml.domain import chain, signing
+    from oml.domain.canonical import canonical
+
+    forger = Ed25519PrivateKey.generate()
+    pub = signing.raw_public(forger)
+    kid = signing.kid(pub)
+    ctx.keystore.put(tenant, f"signing/{kid}", signing.raw_private(forger))
+    with owner(ctx, tenant) as c:
+        rows = c.execute(sa.text("SELECT seq, event_id, type, at, canonical FROM journal_events WHERE tenant_id = :t ORDER BY seq"),
+                         {"t": tenant}).all()
+        c.execute(sa.text("DELETE FROM journal_events WHERE tenant_id = :t"), {"t": tenant})
+        head = chain.genesis(tenant)
+        for r in rows:
+            ev = json.loads(bytes(r.canonical))
+            ev["kid"] = kid
+            if ev["type"] == "tenant.created":
+                ev["data"]["signing_key"] = pub.hex()
+            body = canonical(ev)
+            h = chain.link(head, body)
+            c.execute(sa.text("INSERT INTO journal_events (tenant_id, seq, event_id, type, kid, at, canonical, hash, prev_hash, signature)"
+                              " VALUES (:t, :s, :e, :ty, :k, :at, :c, :h, :p, :sig)"),
+                      {"t": tenant, "s": r.seq, "e": r.event_id, "ty": r.type, "k": kid, "at": r.at, "c": body, "h": h, "p": head,
+                       "sig": forger.sign(signing.event_message(h))})
+            head = h
+        c.execute(sa.text("UPDATE chain_heads SET hash = :h WHERE tenant_id = :t"), {"h": head, "t": tenant})
+        c.execute(sa.text("UPDATE tenant_keys SET kid = :k, public_key = :p WHERE tenant_id = :t AND purpose = 'signing'"),
+                  {"k": kid, "p": pub, "t": tenant})
+        c.execute(sa.text("DELETE FROM checkpoints WHERE tenant_id = :t"), {"t": tenant})
+        c.execute(sa.text("DELETE FROM merkle_state WHERE tenant_id = :t"), {"t": tenant})
+    return forger

@@ -33,6 +33,9 @@ EXCEPTIONS = {
     # The NOLOGIN owner of the SECURITY DEFINER full-text search function, which takes the
     # tenant from the bound setting and names it in its own WHERE (60_search.sql).
     ("memories_fts", "oml_search"),
+    # Its twin over simulation partitions (65_simulations.sql): same construction, and it also restricts to
+    # open simulations of the bound tenant among the ids the server passes (docs/simulations.md).
+    ("sim_memories_fts", "oml_search"),
 }
 
 

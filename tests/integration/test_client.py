@@ -228,3 +228,95 @@ def test_async_client_in_process(ctx, app, tenant):
         assert _journal_count(ctx, tenant["tenant"], "claim.submitted") == before + 1
 
     asyncio.run(go())
+
+
+def test_read_audit_and_erasure_methods(ctx, base_url, tenant, tmp_path, monkeypatch):
+    """Every other method once, end to end: recall, fetch, lineage, journal, proofs, evidence, hold, erasure, ops."""
+    from oml.client import ClaimErased, LegalHold
+    from oml.workers import indexer
+
+    monkeypatch.setenv("OML_INDEXER_KEY_DIR", str(tmp_path / "indexer-keys"))
+    root = tenant["root"]
+    with OMLClient(base_url, tenant["admin"]) as admin:
+        ids = {role: admin.create_identity("person", role).identity_id for role in ("reader", "auditor", "operator")}
+        keys = {role: admin.create_principal(i, role, [root]).api_key for role, i in ids.items()}
+    with OMLClient(base_url, tenant["writer"]) as w, OMLClient(base_url, tenant["reviewer"]) as rv:
+        fact = w.submit(root, {"statement": "the nightly backup runs at two", "source": {"uri": "https://wiki.example/ops"}})
+        steer = w.submit(root, {"statement": "answer in metric units"}, kind="steering")
+        derived = w.submit(root, {"statement": "restores are tested weekly"}, derived_from=[fact.claim_id])
+        for v in (fact, steer, derived):
+            rv.promote(v.version_id)
+    indexer.catch_up(ctx, tenant["tenant"])  # in process here; deploy/ runs it as its own worker
+
+    with OMLClient(base_url, keys["reader"]) as reader:
+        got = reader.recall("when does the nightly backup run", k=5, budget={"max_chars": 100_000}, filters={"kinds": ["fact"]})
+        assert [s.statement for s in got.steering] == ["answer in metric units"]
+        assert got.hits and got.hits[0].claim_id == fact.claim_id and got.hits[0].source["uri"].startswith("https://")
+        assert reader.fetch_claim(fact.claim_id).is_tip
+        assert reader.fetch_version(fact.version_id).statement == "the nightly backup runs at two"
+        lin = reader.lineage(derived.claim_id)
+        assert lin.claim_id == derived.claim_id and any(fact.claim_id in e.values() for e in lin.edges)
+
+    with OMLClient(base_url, keys["operator"]) as op:
+        cp = op.issue_checkpoint()
+        assert cp.origin == f"oml/{tenant['tenant']}" and cp.tree_size >= 1
+        assert "oml_journal_head_seq" in op.metrics()
+        assert op.health().status == "ok"
+        held = op.place_hold(fact.claim_id)
+        assert held.legal_hold
+        with pytest.raises(LegalHold) as ei:
+            op.erase_claim(fact.claim_id)
+        assert ei.value.claim_ids == [fact.claim_id]
+        op.release_hold(fact.claim_id)
+        erased = op.erase_claim(fact.claim_id, "data_subject_request")
+        assert erased.erasures[0].claim_id == fact.claim_id and not erased.erasures[0].already_erased
+        again = op.erase_claim(fact.claim_id, "data_subject_request")  # a new key: answers already_erased
+        assert again.erasures[0].already_erased
+        assert isinstance(op.erasure_report(fact.claim_id), dict)
+        assert "<html" in op.erasure_report(fact.claim_id, format="html").lower()
+    with OMLClient(base_url, keys["reader"]) as reader, pytest.raises(ClaimErased):
+        reader.fetch_claim(fact.claim_id)
+
+    with OMLClient(base_url, keys["auditor"]) as aud:
+        events = list(aud.journal_events(limit=7))
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        latest = aud.latest_checkpoint()
+        assert latest.tree_size == cp.tree_size
+        assert aud.inclusion_proof(1).startswith("c2sp.org/tlog-proof@v1")
+        proof = aud.consistency_proof(latest.tree_size)
+        assert proof.proof == "" and proof.from_size == proof.to_size == latest.tree_size
+        ev = aud.export_evidence(1, latest.tree_size)
+        assert ev.data[:1] and ev.archive_sha256 and ev.evidence_seq > latest.tree_size
+        assert ev.save(tmp_path / "evidence.tar").stat().st_size == len(ev.data)
+
+
+def test_simulation_methods(base_url, tenant):
+    from oml.client import ClaimIn
+
+    root = tenant["root"]
+    with OMLClient(base_url, tenant["admin"]) as admin:
+        w = admin.create_identity("service", "sim-writer")
+        r = admin.create_identity("person", "sim-reviewer")
+        wk = admin.create_principal(w.identity_id, "writer", [root])
+        rk = admin.create_principal(r.identity_id, "reviewer", [root])
+        sim = admin.open_simulation("what if we freeze deploys", [wk.principal_id, rk.principal_id])
+        assert set(sim.audience) == {wk.principal_id, rk.principal_id}
+    with OMLClient(base_url, wk.api_key) as w_, OMLClient(base_url, rk.api_key) as r_, \
+            OMLClient(base_url, tenant["writer"]) as outsider:
+        real = outsider.submit(root, {"statement": "deploys run daily"})
+        with OMLClient(base_url, tenant["reviewer"]) as rv:
+            rv.promote(real.version_id)
+        inside = w_.submit_in_simulation(sim.simulation_id, root, {"statement": "deploys pause for a week"})
+        batch = w_.submit_batch_in_simulation(sim.simulation_id, [ClaimIn(workarea_id=root, body={"statement": "b1"})])
+        over = w_.supersede_in_simulation(sim.simulation_id, real.claim_id, {"statement": "deploys run weekly"})
+        assert over.claim_id == real.claim_id and len(batch.items) == 1
+        r_.promote(inside.version_id)
+        r_.promote(over.version_id)
+        rec = r_.get_simulation(sim.simulation_id)
+        assert rec.status == "open" and rec.versions == 3
+        assert sim.simulation_id in {s.simulation_id for s in w_.list_simulations().items}
+        with pytest.raises(NotFound):
+            outsider.get_simulation(sim.simulation_id)
+    with OMLClient(base_url, tenant["admin"]) as admin:
+        closed = admin.close_simulation(sim.simulation_id)
+        assert {d.version_id for d in closed.demoted} == {inside.version_id, over.version_id}

@@ -82,7 +82,24 @@ def test_roles_migration_and_workloads(cluster, tmp_path):
                                 role_passwords={"oml_admission": PASSWORDS["OML_ADMISSION_DB_PASSWORD"],
                                                 "oml_server": PASSWORDS["OML_SERVER_DB_PASSWORD"]}))
     t = api.admission.create_tenant("deployed")
-    assert authenticate(api.db, t.admin_key).role == "admin"
+    admin = authenticate(api.db, t.admin_key)
+    assert admin.role == "admin"
+
+    # An erasure's rewrite runs through the owner's SECURITY DEFINER function: it must work for a
+    # non-superuser owner, pg_statistic included (GRANT MAINTAIN in the init script).
+    from oml.services.admission.service import Submission
+    from oml.services.erasure import Erasure
+
+    ident = api.admission.create_identity(admin, "service", "w")
+    writer = authenticate(api.db, api.admission.create_principal(admin, ident["identity_id"], "writer", [t.root_workarea])["api_key"])
+    op_id = api.admission.create_identity(admin, "person", "op")
+    operator = authenticate(api.db, api.admission.create_principal(admin, op_id["identity_id"], "operator", [t.root_workarea])["api_key"])
+    claim = api.admission.submit(writer, [Submission(t.root_workarea, {"statement": "to be erased"})])["items"][0]
+    out = Erasure(api).erase_claim(operator, claim["claim_id"], "data_subject_request")
+    rewrite = out["rewrite"]
+    assert rewrite["status"] == "done", rewrite
+    stats = [r for r in rewrite["relations"] if r["target"] == "pg_statistic"]
+    assert stats and all(r["stats_cleared"] for r in stats), rewrite
     assert "__owner__" not in api.db._engines
     api.close()
 

@@ -10,7 +10,7 @@ from oml.services.admission.service import Submission
 from oml.services.server.indexing_feed import IndexingFeed
 from oml.workers import embedding, indexer
 
-from oml_workers_support import assert_index_exact, head, index_rows, promote, setup_tenant, submit, supersede, tip_intervals
+from oml_workers_support import assert_index_exact, head, index_rows, promote, setup_tenant, submit, supersede
 
 
 @pytest.fixture(scope="module")
@@ -155,24 +155,26 @@ def test_reparent_rewrites_paths(ctx, env):
 
 
 def test_tainted_versions_never_enter_shared_tables(ctx, env):
-    sim = "11111111-1111-1111-1111-111111111111"
-    item = ctx.admission.submit(env.writer, [Submission(env.root, {"statement": "what if we moved to mars"},
-                                                        provenance="simulation", simulation_id=sim)])["items"][0]
-    with pytest.raises(OMLError):
-        ctx.admission.review(env.reviewer, item["version_id"], "promote", "accurate")
-    # Even if a projection row claimed otherwise, the indexer's query excludes tainted versions.
-    with ctx.db.engine(None).begin() as c:
-        c.execute(sa.text("INSERT INTO tip_intervals (tenant_id, claim_id, version_id, from_seq, from_at)"
-                          " VALUES (:t, :c, :v, :s, now())"), {"t": env.tenant, "c": item["claim_id"], "v": item["version_id"], "s": item["seq"]})
-        c.execute(sa.text("UPDATE claim_versions SET status = 'promoted' WHERE tenant_id = :t AND version_id = :v"),
-                  {"t": env.tenant, "v": item["version_id"]})
-    ctx.admission.system_event(env.tenant, "claim.hold_released", {"claim_id": item["claim_id"]})
+    from oml.services.simulations import Simulations
+
+    sims = Simulations(ctx)
+    real = promote(ctx, env, "the launch is planned for march")
     indexer.catch_up(ctx, env.tenant)
-    assert item["version_id"] not in {x for x, _, _ in index_rows(ctx, env.tenant)}
-    with ctx.db.engine(None).begin() as c:
-        c.execute(sa.text("DELETE FROM tip_intervals WHERE tenant_id = :t AND version_id = :v"), {"t": env.tenant, "v": item["version_id"]})
-        c.execute(sa.text("UPDATE claim_versions SET status = 'held' WHERE tenant_id = :t AND version_id = :v"),
-                  {"t": env.tenant, "v": item["version_id"]})
+    before = sorted(index_rows(ctx, env.tenant))
+    sim = sims.open(env.admin, "what-if", [env.writer.principal_id, env.reviewer.principal_id])["simulation_id"]
+    overlay = sims.supersede(env.writer, sim, real["claim_id"], {"statement": "what if the launch slipped to june"})
+    born = sims.submit(env.writer, sim, [Submission(env.root, {"statement": "a claim born in the simulation"})])["items"][0]
+    for v in (overlay, born):
+        sims.review(env.reviewer, v["version_id"], "promote", "accurate")
+    indexer.catch_up(ctx, env.tenant)
+    shared = {x for t in ("memories_fts", "memory_embeddings") for x, _, _ in index_rows(ctx, env.tenant, t)}
+    assert overlay["version_id"] not in shared and born["version_id"] not in shared
+    # The real claim's default tip row did not move.
+    assert sorted(index_rows(ctx, env.tenant)) == before
+    sims.close(env.admin, sim)
+    indexer.catch_up(ctx, env.tenant)
+    assert sorted(index_rows(ctx, env.tenant)) == before
+    assert_index_exact(ctx, env.tenant)
 
 
 def test_rebuild_reproduces_the_index(ctx, env):
@@ -198,3 +200,53 @@ def test_model_dimension_is_checked_against_the_schema(ctx):
         embedding.check_dimension(Wrong(), ctx.db)
     vecs = emb.encode(["a", "b", "c"])
     assert vecs.shape == (3, 384) and np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-4)
+
+
+def test_indexer_through_the_http_feed(ctx, env, monkeypatch):
+    """The split deployment: with OML_INDEXING_FEED_URL the indexer presents its key to POST /v1/indexing-feed."""
+    import threading
+    import time
+
+    import uvicorn
+
+    from oml.services.http.app import create_app
+    from oml_workers_support import free_port
+
+    indexer.indexer_principal(ctx, env.tenant)  # enrolled: the key file exists
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(ctx), host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        monkeypatch.setenv("OML_INDEXING_FEED_URL", f"http://127.0.0.1:{port}")
+        assert isinstance(indexer.default_feed(ctx), indexer.RemoteFeed)
+        v = promote(ctx, env, "a statement fetched over http")
+        with ctx.db.tenant("oml_server", env.tenant) as c:
+            reads = c.execute(sa.text("SELECT count(*) FROM read_events WHERE tenant_id = :t AND op = 'indexing_feed'"),
+                              {"t": env.tenant}).scalar()
+        indexer.catch_up(ctx, env.tenant)
+        assert v["version_id"] in {x for x, _, to in index_rows(ctx, env.tenant) if to is None}
+        assert_index_exact(ctx, env.tenant)
+        with ctx.db.tenant("oml_server", env.tenant) as c:
+            assert c.execute(sa.text("SELECT count(*) FROM read_events WHERE tenant_id = :t AND op = 'indexing_feed'"),
+                             {"t": env.tenant}).scalar() == reads + 1
+        # Without a key file the remote indexer cannot enrol itself: it refuses, it does not guess.
+        other = setup_tenant(ctx, "idx-remote")
+        promote(ctx, other, "no key for this tenant")
+        with pytest.raises(OMLError) as e:
+            indexer.catch_up(ctx, other.tenant)
+        assert e.value.code == "indexer.not_enrolled"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def test_bench_index_runs(ctx):
+    from oml.services.bench import index as bench
+
+    res = bench.run(ctx, claims=5)
+    assert res["indexer"]["rows"] == 5 and res["raw"]["claims"] == 5
+    assert any("raw ÷ indexer" in line for line in bench.render(res))

@@ -167,11 +167,16 @@ def test_catch_up_copies_verbatim_exactly_once(ctx, writer_ctx):
 
 
 def test_concurrent_writers_on_one_table_lose_nothing(ctx, writer_ctx, db_url):
-    """Two tenants' catch-ups commit to the same three Delta tables at once (put-if-absent on S3)."""
+    """Three tenants' catch-ups commit to the same three Delta tables at once (put-if-absent on S3),
+    with the ``aws_conditional_put: etag`` option deploy/compose.yaml passes for MinIO."""
     tenants = ["s3-par-a", "s3-par-b", "s3-par-c"]
     for t in tenants:
         _populate(ctx, t, 4)
-    others = [Context(writer_ctx.settings, Database(db_url), NoKeys()) for _ in tenants]  # type: ignore[arg-type]
+    settings = writer_ctx.settings.model_copy(update={
+        "lake_uri": f"s3://{BUCKET}/lake-etag",
+        "lake_storage_options": {**writer_ctx.settings.lake_storage_options, "aws_conditional_put": "etag"}})
+    writer_ctx = Context(settings, Database(db_url), NoKeys())  # type: ignore[arg-type]
+    others = [Context(settings, Database(db_url), NoKeys()) for _ in tenants]  # type: ignore[arg-type]
     errors: list[BaseException] = []
 
     def run(c, t):
@@ -192,6 +197,7 @@ def test_concurrent_writers_on_one_table_lose_nothing(ctx, writer_ctx, db_url):
     assert not errors, errors
     for t in tenants:
         assert _lake(writer_ctx, t) == _pg(ctx, t)
+    writer_ctx.close()
 
 
 def test_no_plaintext_and_no_content_statistics_in_the_bucket(ctx, writer_ctx, s3):

@@ -192,3 +192,12 @@ def test_catch_up_all(ctx, env):
     promote(ctx, env, "one more")
     assert lake_writer.catch_up_all(ctx) > 0
     assert lake_writer.catch_up_all(ctx) == 0
+
+
+def test_bench_lake_runs(ctx):
+    from oml.services.bench import lake as bench
+
+    res = bench.run(ctx, claims=20)
+    assert res["lake_writer"]["events"] == res["raw"]["events"] > 20
+    assert res["lake_writer"]["rows"] == res["raw"]["rows"]
+    assert any("raw ÷ lake-writer" in line for line in bench.render(res))

@@ -180,6 +180,14 @@ def test_in_process_runtime_end_to_end(ctx, tenants):
             promote(ctx, a, f"in-process pipeline {i}")
             promote(ctx, b, f"in-process pipeline b {i}")
         assert rt.wait_idle(120, [a.tenant, b.tenant])
+        # A checkpoint appends no journal event: the sweep, not the outbox, wakes the lake-writer.
+        from oml.services.admission.checkpoints import issue_checkpoint
+
+        cp = issue_checkpoint(ctx, a.tenant)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and lake_writer.recorded_versions(ctx, a.tenant)["checkpoints"] < cp.tree_size:
+            time.sleep(0.2)
+        assert lake_writer.recorded_versions(ctx, a.tenant)["checkpoints"] == cp.tree_size
     finally:
         rt.stop()
     for e in (a, b):

@@ -32,6 +32,10 @@ class _Probe:
     def read(self, q: str | None = None, flag: bool | None = None):
         return self._invoke(self.read, params={"q": q, "flag": flag})
 
+    @operation("POST", "/search", read=True)
+    def search(self):
+        return self._invoke(self.search, json={"query": "q"})
+
 
 class Client(_Probe, OMLClient):
     pass
@@ -130,6 +134,12 @@ def test_non_idempotent_write_is_retried_only_when_nothing_was_sent():
     s = Script(httpx.ConnectError("refused"), httpx.Response(200, json={"ok": True}))
     assert client(s).plain_write() == {"ok": True}
     assert "idempotency-key" not in s.requests[0].headers
+
+
+def test_a_post_that_only_reads_is_retried_without_a_key():
+    s = Script(problem(503, "x"), httpx.ReadError("reset"), httpx.Response(200, json={"ok": 1}))
+    assert client(s).search() == {"ok": 1}
+    assert len(s.requests) == 3 and all("idempotency-key" not in r.headers for r in s.requests)
 
 
 def test_backoff_is_jittered_exponential_and_honours_retry_after():

@@ -30,13 +30,16 @@ VAR = re.compile(r"\$\{([A-Z0-9_]+)(?:[:?\-][^}]*)?\}")
 SECRETS: dict[str, set[str]] = {
     "POSTGRES_PASSWORD": {"postgres"},
     "OML_OWNER_DB_PASSWORD": {"postgres", "migrate"},
-    "OML_ADMISSION_DB_PASSWORD": {"postgres", "api"},
-    "OML_SERVER_DB_PASSWORD": {"postgres", "api"},
+    "OML_ADMISSION_DB_PASSWORD": {"postgres", "api", "mcp"},
+    "OML_SERVER_DB_PASSWORD": {"postgres", "api", "mcp"},
     "OML_LAKE_WRITER_DB_PASSWORD": {"postgres", "lake-writer"},
-    "OML_RECONCILER_DB_PASSWORD": {"postgres", "reconciler"},
+    # The api reads as oml_reconciler and oml_relay for erasure reports and /metrics.
+    "OML_RECONCILER_DB_PASSWORD": {"postgres", "reconciler", "api"},
     "OML_INDEXER_DB_PASSWORD": {"postgres", "indexer"},
-    "OML_RELAY_DB_PASSWORD": {"postgres", "relay"},
-    "OML_MASTER_KEY": {"api"},
+    "OML_RELAY_DB_PASSWORD": {"postgres", "relay", "api"},
+    # The MCP server runs recall and remember in process: it needs the KeyStore too.
+    "OML_MASTER_KEY": {"api", "mcp"},
+    "OML_METRICS_TOKEN": {"api"},
     "OML_REDIS_PASSWORD": {"redis", "relay", "lake-writer", "indexer"},
     "MINIO_ROOT_USER": {"minio", "minio-init"},
     "MINIO_ROOT_PASSWORD": {"minio", "minio-init"},
@@ -44,15 +47,17 @@ SECRETS: dict[str, set[str]] = {
     "OML_LAKE_WRITER_S3_SECRET": {"minio-init", "lake-writer"},
     "OML_RECONCILER_S3_KEY": {"minio-init", "reconciler"},
     "OML_RECONCILER_S3_SECRET": {"minio-init", "reconciler"},
+    "OML_API_S3_KEY": {"minio-init", "api"},
+    "OML_API_S3_SECRET": {"minio-init", "api"},
 }
 # The database roles each OML workload logs in as (keys of OML_ROLE_PASSWORDS).
 ROLES = {
-    "api": {"oml_admission", "oml_server"},
+    "api": {"oml_admission", "oml_server", "oml_reconciler", "oml_relay"},
     "relay": {"oml_relay"},
     "lake-writer": {"oml_lake_writer"},
     "indexer": {"oml_indexer"},
     "reconciler": {"oml_reconciler"},
-    "mcp": set(),
+    "mcp": {"oml_admission", "oml_server"},
 }
 ONE_SHOT = {"migrate", "minio-init"}
 
@@ -95,6 +100,18 @@ def test_every_service_has_an_image_and_a_healthcheck(services):
         assert svc.get("restart") in ("unless-stopped", "always"), name
 
 
+def test_dependencies_exist_and_workers_wait_for_what_they_use(services):
+    for name, svc in services.items():
+        for dep in (svc.get("depends_on") or {}):
+            assert dep in services, (name, dep)
+    for name in ("relay", "lake-writer", "indexer"):
+        assert services[name]["depends_on"]["redis"]["condition"] == "service_healthy"
+    for name in ("lake-writer", "reconciler", "api"):
+        assert services[name]["depends_on"]["minio-init"]["condition"] == "service_completed_successfully"
+    for name in set(ROLES):
+        assert services[name]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+
+
 def test_oml_services_build_this_repository(services):
     for name in set(ROLES) | {"migrate"}:
         build = services[name]["build"]
@@ -109,16 +126,24 @@ def test_each_secret_reaches_exactly_its_services(services):
             seen.setdefault(var, set()).add(name)
     for secret, allowed in SECRETS.items():
         assert seen.get(secret, set()) == allowed, f"{secret}: {sorted(seen.get(secret, set()))} != {sorted(allowed)}"
-    unknown = {v for v in seen if re.search(r"PASSWORD|SECRET|MASTER|_KEY$", v)} - set(SECRETS)
+    unknown = {v for v in seen if re.search(r"PASSWORD|SECRET|MASTER|TOKEN|_KEY$", v)} - set(SECRETS)
     assert not unknown, f"unclassified secrets: {unknown}"
 
 
-def test_only_the_api_holds_the_keystore(services):
+KEY_HOLDERS = {"api", "mcp"}
+
+
+def test_only_the_serving_processes_hold_the_keystore(services):
     for name, svc in services.items():
         vols = [str(v) for v in svc.get("volumes", [])]
-        has_keys = any(v.startswith("keystore:") for v in vols)
-        assert has_keys == (name == "api"), name
-        assert ("OML_MASTER_KEY" in _env(svc)) == (name == "api"), name
+        keys = [v for v in vols if v.startswith("keystore:")]
+        assert bool(keys) == (name in KEY_HOLDERS), name
+        assert ("OML_MASTER_KEY" in _env(svc)) == (name in KEY_HOLDERS), name
+        if name == "mcp":
+            assert all(v.endswith(":ro") for v in keys)  # it reads keys, never writes them
+    # The keyless workers: no key, no server role (which can read wrapped DEKs).
+    for name in ("relay", "lake-writer", "indexer", "reconciler"):
+        assert "oml_server" not in ROLES[name] and "OML_MASTER_KEY" not in _env(services[name])
 
 
 def test_each_workload_has_its_own_database_role(services):
@@ -131,8 +156,8 @@ def test_each_workload_has_its_own_database_role(services):
             # Workloads never migrate and never hold the owner's password.
             assert env["OML_AUTO_MIGRATE"] == "false", name
             assert ":" not in env["OML_DATABASE_URL"].split("//", 1)[1].split("@", 1)[0], name
-    with_roles = [frozenset(r) for r in ROLES.values() if r]
-    assert len(with_roles) == len(set(with_roles))
+    keyless = [frozenset(ROLES[n]) for n in ("relay", "lake-writer", "indexer", "reconciler")]
+    assert len(keyless) == len(set(keyless)) and all(len(r) == 1 for r in keyless)
     assert set().union(*ROLES.values()) == set(WORKLOAD_ROLES)
 
 
@@ -184,11 +209,21 @@ def test_dockerfile_copies_real_files_and_drops_root():
     assert (DEPLOY / "Dockerfile.dockerignore").exists()
 
 
-def _workloads() -> dict[str, list[str]]:
-    """``workload -> argv`` from the case arms of deploy/entrypoint.sh."""
-    out = {}
-    for m in re.finditer(r"^\s*([a-z-]+)\)\s+exec (.+?) ;;", (DEPLOY / "entrypoint.sh").read_text(), re.M):
-        out[m.group(1)] = shlex.split(re.sub(r"\"\$\{[A-Z_]+:-([^}]*)\}\"", r"\1", m.group(2)).replace('"$@"', ""))
+def _entrypoint() -> str:
+    return (DEPLOY / "entrypoint.sh").read_text()
+
+
+def _workloads() -> set[str]:
+    """The case labels of deploy/entrypoint.sh."""
+    return set(re.findall(r"^\s*([a-z-]+)\)\s", _entrypoint(), re.M))
+
+
+def _oml_invocations() -> list[list[str]]:
+    """Every ``oml …`` command line the entrypoint runs, ${VAR:-default} replaced by the default."""
+    out = []
+    for m in re.finditer(r"(?:^|exec |\s)(oml [a-z][^|;\n]*)", _entrypoint(), re.M):
+        text = re.sub(r"\"\$\{[A-Z_]+:-([^}]*)\}\"", r"\1", m.group(1)).replace('"$@"', "")
+        out.append(shlex.split(re.sub(r'"\$[a-z_]+"', "X", text)))
     return out
 
 
@@ -206,15 +241,15 @@ def test_entrypoint_workloads_name_real_commands():
     from oml.services.cli.main import app
 
     root = typer.main.get_command(app)
-    for workload, argv in _workloads().items():
-        if argv[0] != "oml":
-            continue
+    invocations = _oml_invocations()
+    assert len(invocations) >= 6
+    for argv in invocations:
         cmd = root  # typer vendors click: duck-type groups by their ``commands``
         args = argv[1:]
         while hasattr(cmd, "commands") and args and not args[0].startswith("-"):
-            assert args[0] in cmd.commands, f"{workload}: `oml {' '.join(argv[1:])}` — no command {args[0]!r}"
+            assert args[0] in cmd.commands, f"`{' '.join(argv)}` — no command {args[0]!r}"
             cmd, args = cmd.commands[args[0]], args[1:]
         opts = {o for p in cmd.params for o in p.opts + p.secondary_opts}
         for a in args:
             if a.startswith("--"):
-                assert a.split("=", 1)[0] in opts, f"{workload}: {cmd.name} has no option {a}"
+                assert a.split("=", 1)[0] in opts, f"`{' '.join(argv)}`: {cmd.name} has no option {a}"

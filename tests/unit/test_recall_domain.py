@@ -166,13 +166,15 @@ def test_steering_paths_and_order():
 # ---------------------------------------------------------------- fusion
 
 def test_rrf_constant_and_scores():
-    assert R.RRF_K == 60
-    fused = R.fuse_rrf({"fts": ["a", "b", "c"], "vector": ["b", "d"]})
+    assert R.RRF_K == 10 and R.RRF_K_CLASSIC == 60
+    fused = R.fuse_rrf({"fts": ["a", "b", "c"], "vector": ["b", "d"]}, k=60)
     score = {x.key: x.score for x in fused}
     assert score["b"] == pytest.approx(1 / 62 + 1 / 61)
     assert score["a"] == pytest.approx(1 / 61)
     assert [x.key for x in fused][0] == "b"
     assert fused[0].ranks == {"fts": 2, "vector": 1}
+    default = {x.key: x.score for x in R.fuse_rrf({"fts": ["a", "b"], "vector": ["b"]})}
+    assert default["b"] == pytest.approx(1 / 12 + 1 / 11)
 
 
 def test_rrf_ties_are_deterministic():
@@ -286,3 +288,33 @@ def test_ranges():
     assert rl.expand_ranges([[1, 3], [7, 8]]) == {1, 2, 3, 7, 8}
     for ns in itertools.combinations(range(6), 3):
         assert rl.expand_ranges(rl.compress_ranges(ns)) == set(ns)
+
+
+# ---------------------------------------------------------------- LoCoMo evidence ids and SQL hygiene
+
+def test_locomo_evidence_ids_are_normalised():
+    from oml.services.bench.locomo import normalise_ids
+
+    assert normalise_ids(["D8:6; D9:17", "D:11:26", "D30:05", "D", "D1:3", "D1:3", "", "X4:2"]) == [
+        "D8:6", "D9:17", "D11:26", "D30:5", "D1:3"]
+    assert normalise_ids([]) == [] and normalise_ids(None) == []
+
+
+def test_every_read_path_statement_names_the_tenant():
+    """Besides RLS, every statement on a tenant table names tenant_id (partition pruning, DESIGN.md)."""
+    import pathlib
+    import re
+
+    root = pathlib.Path(__file__).resolve().parents[2] / "services" / "server"
+    for name in ("recall.py", "fetch.py", "rows.py", "readlog.py"):
+        src = (root / name).read_text()
+        for m in re.finditer(r'sa\.text\(\s*((?:f?"[^"]*"\s*)+)', src):
+            sql = "".join(re.findall(r'"([^"]*)"', m.group(1)))
+            if re.search(r"\b(FROM|UPDATE|INTO)\s+(?!unnest|c\b|x\b|\()", sql, re.I) and "tsvector_to_array" not in sql \
+                    and "set_config" not in sql and "oml_fts_search" not in sql and "{where}" not in sql:
+                assert "tenant_id" in sql, (name, sql[:120])
+    # The vector leg's statements are built around one WHERE clause.
+    from oml.services.server.recall import _Filters, _vector_where
+
+    where, _ = _vector_where(_Filters(("main",), None, None, None, None, []))
+    assert where.startswith("m.tenant_id = :t")

@@ -36,13 +36,15 @@ GRANT SELECT ON memories_fts TO oml_search;
 DROP POLICY IF EXISTS search_definer ON memories_fts;
 CREATE POLICY search_definer ON memories_fts FOR SELECT TO oml_search USING (true);
 
+-- Ranking is ts_rank (term frequency), not ts_rank_cd (cover density): chosen by
+-- comparing both on the LoCoMo development split (docs/recall.md, "Ranking").
 -- The one query text both the search and its EXPLAIN run, so the plan a test
 -- inspects is the plan recall gets. $1 tsquery, $2 scope paths, $3 as_of
 -- (NULL: current tips), $4 kinds, $5 provenances, $6 valid_at (NULL: any),
 -- $7 version ids to leave out (segment-1 steering rows), $8 limit, $9 tenant.
 CREATE OR REPLACE FUNCTION oml_fts_search_sql() RETURNS text
   LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $f$ SELECT $q$
-SELECT m.version_id, m.claim_id, ts_rank_cd(m.tsv, $1) AS rank
+SELECT m.version_id, m.claim_id, ts_rank(m.tsv, $1) AS rank
   FROM memories_fts m
  WHERE m.tenant_id = $9
    AND m.tsv @@ $1
@@ -90,7 +92,17 @@ BEGIN
   RETURN QUERY EXECUTE 'EXPLAIN (COSTS OFF) ' || oml_fts_search_sql() USING q, scopes, as_of, kinds, provenances, valid_at, exclude, lim, t;
 END $f$;
 
+-- A new owner needs CREATE on the schema (checked for a non-superuser owner,
+-- as in deploy/); oml_search holds it only for the hand-over.
+GRANT CREATE ON SCHEMA public TO oml_search;
 ALTER FUNCTION oml_fts_search(tsquery, text[], timestamptz, text[], text[], timestamptz, uuid[], int) OWNER TO oml_search;
 ALTER FUNCTION oml_fts_search_plan(tsquery, text[], timestamptz, text[], text[], timestamptz, uuid[], int) OWNER TO oml_search;
+REVOKE CREATE ON SCHEMA public FROM oml_search;
 REVOKE ALL ON FUNCTION oml_fts_search(tsquery, text[], timestamptz, text[], text[], timestamptz, uuid[], int) FROM PUBLIC;
 REVOKE ALL ON FUNCTION oml_fts_search_plan(tsquery, text[], timestamptz, text[], text[], timestamptz, uuid[], int) FROM PUBLIC;
+
+-- Read-path lookups (services/server/rows.py): segment 1 finds the promoted steering versions of a
+-- handful of workareas; fetch by claim at an instant walks that claim's tip intervals.
+CREATE INDEX IF NOT EXISTS claim_versions_steering ON claim_versions (tenant_id, workarea_id)
+  WHERE kind = 'steering' AND status = 'promoted';
+CREATE INDEX IF NOT EXISTS tip_intervals_claim ON tip_intervals (tenant_id, claim_id, from_seq);

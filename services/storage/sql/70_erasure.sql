@@ -8,12 +8,15 @@ CREATE INDEX IF NOT EXISTS claim_subjects_claim ON claim_subjects (tenant_id, cl
 -- One row per tenant and target; requested_* name the latest erasure that
 -- needs the rewrite, done_seq the latest one a completed rewrite covered.
 -- target: artifacts | wrapped_deks | claim_subjects | memories_fts |
--- memory_embeddings | sim_memories_fts | sim_memory_embeddings; simulation_id
--- is the nil UUID except for the sim_* targets.
+-- memory_embeddings | sim_memories_fts | sim_memory_embeddings | pg_statistic
+-- (the catalog: ANALYZE and the statistics reset leave the old statistics,
+-- frequent lexemes included, as dead tuples in its heap); simulation_id is
+-- the nil UUID except for the sim_* targets.
 CREATE TABLE erasure_rewrites (
   tenant_id      text NOT NULL,
   target         text NOT NULL CHECK (target IN ('artifacts','wrapped_deks','claim_subjects','memories_fts',
-                                                  'memory_embeddings','sim_memories_fts','sim_memory_embeddings')),
+                                                  'memory_embeddings','sim_memories_fts','sim_memory_embeddings',
+                                                  'pg_statistic')),
   simulation_id  uuid NOT NULL DEFAULT '00000000-0000-0000-0000-000000000000',
   requested_seq  bigint NOT NULL,
   requested_xid  xid8 NOT NULL,           -- the erasure's transaction: older snapshots may still see old tuples
@@ -72,14 +75,20 @@ CREATE TRIGGER refuse_erased BEFORE INSERT ON sim_memories_fts
 CREATE TRIGGER refuse_erased BEFORE INSERT ON sim_memory_embeddings
   FOR EACH ROW EXECUTE FUNCTION oml_refuse_erased_index_row();
 
--- 'clear' when no other session of this database holds a snapshot that could
--- still see tuples the transaction `x` deleted (a rewrite would copy them);
--- 'busy' when one does; 'unknown' when this role cannot see other sessions'
--- snapshots (grant pg_read_all_stats to the owner). Replication slots and
--- prepared transactions also hold the horizon; docs/erasure.md says so.
+-- 'clear' when a rewrite started now drops every tuple the transaction `x`
+-- deleted; 'busy' when it would keep them as recently dead: some transaction
+-- anywhere on the server that started before `x` committed still runs (it
+-- holds back the xmin of every new snapshot, the rewrite's own included), or
+-- a session of this database holds a snapshot from before; 'unknown' when
+-- the first test passes but this role cannot see other sessions' snapshots
+-- (grant pg_read_all_stats to the owner). Replication slots and prepared
+-- transactions also hold the horizon; docs/erasure.md says so.
 CREATE OR REPLACE FUNCTION oml_erasure_horizon(x xid8) RETURNS text
   LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
 BEGIN
+  IF pg_snapshot_xmin(pg_current_snapshot()) <= x THEN
+    RETURN 'busy';
+  END IF;
   IF NOT (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
      AND NOT pg_has_role(current_user, 'pg_read_all_stats', 'USAGE') THEN
     RETURN 'unknown';
@@ -101,8 +110,10 @@ REVOKE ALL ON FUNCTION oml_erasure_horizon(xid8) FROM PUBLIC;
 -- ANALYZEs. Partitioned targets rewrite the tenant's (or the simulation's)
 -- partition only; the others are not partitioned and are rewritten whole, for
 -- every tenant, under an ACCESS EXCLUSIVE lock (docs/erasure.md, Cost).
--- Returns the rewritten relation and whether statistics were cleared; no row
--- when the partition does not exist.
+-- Target pg_statistic rewrites that catalog (see erasure_rewrites); its
+-- stats_cleared says whether the owner was allowed to. Returns the rewritten
+-- relation and whether statistics were cleared; no row when the partition
+-- does not exist.
 CREATE OR REPLACE FUNCTION oml_erasure_rewrite(target text, sim uuid DEFAULT NULL)
   RETURNS TABLE (relation text, stats_cleared boolean)
   LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
@@ -132,6 +143,17 @@ BEGIN
     SELECT c.oid INTO rel FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
      WHERE i.inhparent = target::regclass AND pg_get_expr(c.relpartbound, c.oid) = format('FOR VALUES IN (%L)', sim);
     parent := target;
+  ELSIF target = 'pg_statistic' THEN
+    -- Rewritten last, after the ANALYZEs: needs MAINTAIN on pg_statistic (PostgreSQL 17+) or a superuser owner.
+    relation := 'pg_catalog.pg_statistic';
+    BEGIN
+      EXECUTE 'CLUSTER pg_catalog.pg_statistic USING pg_statistic_relid_att_inh_index';
+      stats_cleared := true;
+    EXCEPTION WHEN insufficient_privilege THEN
+      stats_cleared := false;
+    END;
+    RETURN NEXT;
+    RETURN;
   ELSE
     RAISE EXCEPTION 'not an erasure target' USING ERRCODE = 'invalid_parameter_value';
   END IF;

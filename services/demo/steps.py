@@ -1,0 +1,73 @@
+"""Step bookkeeping for the demo: numbered, timed, each one asserting its own outcome.
+
+A step that does not do what it should raises :class:`DemoFailed` through
+:func:`check`; any other exception inside a step is turned into one, naming
+the step and the exception's type and message (the client's problems carry
+a stable code and a content-free detail, never a submitted value).
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from rich.console import Console
+
+
+class DemoFailed(Exception):
+    """A step did not do what it should; ``str()`` says which step and why."""
+
+    def __init__(self, message: str, step: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.step = step
+
+    def __str__(self) -> str:
+        return f"step {self.step!r} failed: {self.message}" if self.step else self.message
+
+
+def check(condition: object, message: str) -> None:
+    """Raise :class:`DemoFailed` with ``message`` unless ``condition`` holds."""
+    if not condition:
+        raise DemoFailed(message)
+
+
+@dataclass
+class StepRecord:
+    number: int
+    title: str
+    seconds: float = 0.0
+    ok: bool = False
+    outcome: str = ""
+
+
+@dataclass
+class Steps:
+    console: Console
+    records: list[StepRecord] = field(default_factory=list)
+
+    @contextmanager
+    def step(self, title: str) -> Iterator[StepRecord]:
+        rec = StepRecord(len(self.records) + 1, title)
+        self.records.append(rec)
+        self.console.rule(f"[bold cyan]{rec.number}. {title}", align="left")
+        started = time.perf_counter()
+        try:
+            yield rec
+        except DemoFailed as exc:
+            rec.seconds = time.perf_counter() - started
+            exc.step = exc.step or title
+            rec.outcome = exc.message
+            raise
+        except KeyboardInterrupt:
+            rec.seconds = time.perf_counter() - started
+            rec.outcome = "interrupted"
+            raise DemoFailed("interrupted", title) from None
+        except Exception as exc:  # noqa: BLE001 - every failure ends the demo with a clear message
+            rec.seconds = time.perf_counter() - started
+            rec.outcome = f"{type(exc).__name__}: {exc}"
+            raise DemoFailed(rec.outcome, title) from exc
+        rec.seconds = time.perf_counter() - started
+        rec.ok = True
+        self.console.print(f"[green]✓[/green] {rec.outcome or 'done'} [dim]({rec.seconds:.1f} s)[/dim]")

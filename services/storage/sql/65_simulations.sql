@@ -1,0 +1,157 @@
+-- Simulations (DESIGN.md, Simulations; seeds/retrieval.md, tip resolution; docs/simulations.md):
+-- simulation tips, version numbering, per-simulation index partitions and their search function.
+
+-- A promoted simulation-tainted version is a tip inside its simulation's fence
+-- only: for a real claim the audience's overlay tip (shadowing the default tip),
+-- for a claim born in the simulation its only tip. The default tip_intervals
+-- table never records a tainted version. Journal-derived (projector.PROJECTIONS).
+CREATE TABLE sim_tip_intervals (
+  tenant_id      text NOT NULL,
+  simulation_id  uuid NOT NULL,
+  claim_id       uuid NOT NULL,
+  version_id     uuid NOT NULL,
+  from_seq       bigint NOT NULL,
+  from_at        timestamptz NOT NULL,
+  to_seq         bigint,
+  to_at          timestamptz,
+  PRIMARY KEY (tenant_id, version_id, from_seq)
+);
+CREATE UNIQUE INDEX sim_tip_intervals_open ON sim_tip_intervals (tenant_id, simulation_id, claim_id) WHERE to_seq IS NULL;
+CREATE INDEX sim_tip_intervals_claim ON sim_tip_intervals (tenant_id, claim_id);
+
+-- Version numbers: a real claim's counter counts its untainted versions only,
+-- so a simulation never moves a number a key outside the audience can see;
+-- a simulation numbers its versions of a claim on its own counter (after the
+-- real ones). Uniqueness therefore holds per domain, and a tainted version
+-- always names its simulation.
+ALTER TABLE claim_versions DROP CONSTRAINT IF EXISTS claim_versions_tenant_id_claim_id_version_no_key;
+CREATE UNIQUE INDEX claim_versions_real_no ON claim_versions (tenant_id, claim_id, version_no) WHERE NOT tainted;
+CREATE UNIQUE INDEX claim_versions_sim_no ON claim_versions (tenant_id, claim_id, simulation_id, version_no) WHERE tainted;
+ALTER TABLE claim_versions ADD CONSTRAINT claim_versions_taint_names_simulation CHECK (NOT tainted OR simulation_id IS NOT NULL);
+CREATE INDEX claim_versions_simulation ON claim_versions (tenant_id, simulation_id) WHERE simulation_id IS NOT NULL;
+
+-- Per-simulation index partitions, created when a simulation opens and
+-- dropped when it closes, both inside the admission transaction of the act.
+-- SECURITY DEFINER because only the owner may create or drop partitions; the
+-- tenant comes from the bound GUC, never from an argument, and the simulation
+-- must belong to that tenant (open to create, closed to drop). CREATE without
+-- IF NOT EXISTS: a partition already holding that value is a refusal, never
+-- a shared partition.
+CREATE OR REPLACE FUNCTION oml_sim_create_partitions(sim uuid) RETURNS void
+  LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+  t text := oml_current_tenant();
+  s text := replace(sim::text, '-', '');
+  f text := 'sim_memories_fts_s' || replace(sim::text, '-', '');
+  e text := 'sim_memory_embeddings_s' || replace(sim::text, '-', '');
+BEGIN
+  IF t IS NULL THEN
+    RAISE EXCEPTION 'no tenant bound' USING ERRCODE = 'insufficient_privilege';
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM simulations WHERE tenant_id = t AND simulation_id = sim AND closed_seq IS NULL) THEN
+    RAISE EXCEPTION 'no open simulation with this id in the bound tenant' USING ERRCODE = 'insufficient_privilege';
+  END IF;
+  EXECUTE format('CREATE TABLE %I PARTITION OF sim_memories_fts FOR VALUES IN (%L)', f, sim);
+  EXECUTE format('CREATE INDEX %I ON %I USING gin (tsv)', f || '_tsv', f);
+  EXECUTE format('CREATE INDEX %I ON %I (path text_pattern_ops)', f || '_path', f);
+  EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY', f);
+  EXECUTE format('CREATE TABLE %I PARTITION OF sim_memory_embeddings FOR VALUES IN (%L)', e, sim);
+  EXECUTE format('CREATE INDEX %I ON %I USING hnsw (embedding vector_cosine_ops)', e || '_hnsw', e);
+  EXECUTE format('CREATE INDEX %I ON %I (path text_pattern_ops)', e || '_path', e);
+  EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY', e);
+END $$;
+REVOKE ALL ON FUNCTION oml_sim_create_partitions(uuid) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION oml_sim_drop_partitions(sim uuid) RETURNS void
+  LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+  t text := oml_current_tenant();
+BEGIN
+  IF t IS NULL THEN
+    RAISE EXCEPTION 'no tenant bound' USING ERRCODE = 'insufficient_privilege';
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM simulations WHERE tenant_id = t AND simulation_id = sim AND closed_seq IS NOT NULL) THEN
+    RAISE EXCEPTION 'no closed simulation with this id in the bound tenant' USING ERRCODE = 'insufficient_privilege';
+  END IF;
+  EXECUTE format('DROP TABLE IF EXISTS %I', 'sim_memories_fts_s' || replace(sim::text, '-', ''));
+  EXECUTE format('DROP TABLE IF EXISTS %I', 'sim_memory_embeddings_s' || replace(sim::text, '-', ''));
+END $$;
+REVOKE ALL ON FUNCTION oml_sim_drop_partitions(uuid) FROM PUBLIC;
+
+-- Full-text search over simulation partitions, with the GIN index used under
+-- RLS: the same construction as oml_fts_search (60_search.sql). The function
+-- is SECURITY DEFINER as oml_search, takes the tenant from the binding, names
+-- `tenant_id = t` and `simulation_id = ANY(open simulations of t among $10)`
+-- (which also prunes to those partitions), and returns ids and ranks only.
+-- The server passes the reader's audience simulations; the read predicate
+-- re-checks every row it serves.
+GRANT SELECT ON sim_memories_fts, simulations TO oml_search;
+DROP POLICY IF EXISTS search_definer ON sim_memories_fts;
+CREATE POLICY search_definer ON sim_memories_fts FOR SELECT TO oml_search USING (true);
+
+-- $1 tsquery, $2 scope paths, $3 as_of, $4 kinds, $5 provenances, $6 valid_at,
+-- $7 version ids to leave out, $8 limit, $9 tenant, $10 simulation ids.
+CREATE OR REPLACE FUNCTION oml_sim_fts_search_sql() RETURNS text
+  LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $f$ SELECT $q$
+SELECT m.simulation_id, m.version_id, m.claim_id, ts_rank(m.tsv, $1) AS rank
+  FROM sim_memories_fts m
+ WHERE m.simulation_id = ANY($10)
+   AND m.tenant_id = $9
+   AND m.tsv @@ $1
+   AND EXISTS (SELECT 1 FROM unnest($2) AS s(p) WHERE m.path = s.p OR starts_with(m.path, s.p || '.'))
+   AND (NOT m.self_signed OR m.path = ANY($2))
+   AND CASE WHEN $3 IS NULL THEN m.tip_to_seq IS NULL
+            ELSE m.tip_from_at <= $3 AND (m.tip_to_at IS NULL OR m.tip_to_at > $3) END
+   AND ($4 IS NULL OR m.kind = ANY($4))
+   AND ($5 IS NULL OR m.provenance = ANY($5))
+   AND ($6 IS NULL OR ((m.valid_from IS NULL OR m.valid_from <= $6) AND (m.valid_to IS NULL OR m.valid_to > $6)))
+   AND ($7 IS NULL OR m.version_id <> ALL($7))
+ ORDER BY rank DESC, m.version_id
+ LIMIT $8
+$q$ $f$;
+
+CREATE OR REPLACE FUNCTION oml_sim_fts_search(sims uuid[], q tsquery, scopes text[], as_of timestamptz, kinds text[],
+                                              provenances text[], valid_at timestamptz, exclude uuid[], lim int)
+  RETURNS TABLE (simulation_id uuid, version_id uuid, claim_id uuid, rank real)
+  LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $f$
+DECLARE
+  t text := oml_current_tenant();
+  open_sims uuid[];
+BEGIN
+  IF t IS NULL THEN
+    RAISE EXCEPTION 'no tenant bound' USING ERRCODE = 'insufficient_privilege';
+  END IF;
+  IF lim IS NULL OR lim < 1 OR lim > 10000 THEN
+    RAISE EXCEPTION 'limit out of range' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  SELECT coalesce(array_agg(s.simulation_id ORDER BY s.simulation_id), '{}') INTO open_sims FROM simulations s
+   WHERE s.tenant_id = t AND s.closed_seq IS NULL AND s.simulation_id = ANY(sims);
+  IF cardinality(open_sims) = 0 THEN
+    RETURN;
+  END IF;
+  RETURN QUERY EXECUTE oml_sim_fts_search_sql() USING q, scopes, as_of, kinds, provenances, valid_at, exclude, lim, t, open_sims;
+END $f$;
+
+CREATE OR REPLACE FUNCTION oml_sim_fts_search_plan(sims uuid[], q tsquery, scopes text[], as_of timestamptz, kinds text[],
+                                                   provenances text[], valid_at timestamptz, exclude uuid[], lim int)
+  RETURNS SETOF text
+  LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $f$
+DECLARE
+  t text := oml_current_tenant();
+  open_sims uuid[];
+BEGIN
+  IF t IS NULL THEN
+    RAISE EXCEPTION 'no tenant bound' USING ERRCODE = 'insufficient_privilege';
+  END IF;
+  SELECT coalesce(array_agg(s.simulation_id ORDER BY s.simulation_id), '{}') INTO open_sims FROM simulations s
+   WHERE s.tenant_id = t AND s.closed_seq IS NULL AND s.simulation_id = ANY(sims);
+  RETURN QUERY EXECUTE 'EXPLAIN (COSTS OFF) ' || oml_sim_fts_search_sql()
+    USING q, scopes, as_of, kinds, provenances, valid_at, exclude, lim, t, open_sims;
+END $f$;
+
+GRANT CREATE ON SCHEMA public TO oml_search;
+ALTER FUNCTION oml_sim_fts_search(uuid[], tsquery, text[], timestamptz, text[], text[], timestamptz, uuid[], int) OWNER TO oml_search;
+ALTER FUNCTION oml_sim_fts_search_plan(uuid[], tsquery, text[], timestamptz, text[], text[], timestamptz, uuid[], int) OWNER TO oml_search;
+REVOKE CREATE ON SCHEMA public FROM oml_search;
+REVOKE ALL ON FUNCTION oml_sim_fts_search(uuid[], tsquery, text[], timestamptz, text[], text[], timestamptz, uuid[], int) FROM PUBLIC;
+REVOKE ALL ON FUNCTION oml_sim_fts_search_plan(uuid[], tsquery, text[], timestamptz, text[], text[], timestamptz, uuid[], int) FROM PUBLIC;

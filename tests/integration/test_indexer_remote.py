@@ -1,0 +1,112 @@
+"""A keyless oml-indexer in its own "process": the indexing feed over HTTP (deploy/compose.yaml's indexer).
+
+The indexer's context here can log in as ``oml_indexer`` only (any other
+role raises) and has no KeyStore (any key access raises); it reaches
+plaintext only through ``POST /v1/indexing-feed`` on a real uvicorn server
+holding the server's role and keys, with the tenant's indexer API key.
+"""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+import sqlalchemy as sa
+import uvicorn
+
+from oml.client import AccessDenied, OMLClient
+from oml.services.admission.service import Submission
+from oml.services.auth import authenticate
+from oml.services.context import Context
+from oml.services.http.app import create_app
+from oml.services.settings import Settings
+from oml.services.storage.db import Database
+from oml.workers import indexer
+
+
+class NoKeys:
+    def __getattr__(self, name):
+        raise AssertionError(f"the indexer touched the KeyStore ({name})")
+
+
+class Fenced(Database):
+    """A Database that can log in as the listed roles only."""
+
+    def __init__(self, url: str, allowed: set[str]) -> None:
+        super().__init__(url)
+        self.allowed = allowed
+
+    def engine(self, role):
+        if role not in self.allowed:
+            raise AssertionError(f"this workload may not connect as {role or 'the owner'}")
+        return super().engine(role)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("OML_INDEXER_KEY_DIR", str(tmp_path_factory.mktemp("indexer-keys")))
+    yield mp
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def server(ctx, env):
+    port = _free_port()
+    srv = uvicorn.Server(uvicorn.Config(create_app(ctx), host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    th = threading.Thread(target=srv.run, daemon=True)
+    th.start()
+    deadline = time.monotonic() + 30
+    while not srv.started:
+        assert th.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    srv.should_exit = True
+    th.join(timeout=10)
+
+
+def test_keyless_indexer_over_http(ctx, db_url, server, env, tmp_path):
+    adm = ctx.admission
+    t = adm.create_tenant("feed-co")
+    admin = authenticate(ctx.db, t.admin_key)
+    w = adm.create_identity(admin, "service", "ingest")
+    r = adm.create_identity(admin, "person", "reviewer")
+    wkey = adm.create_principal(admin, w["identity_id"], "writer", [t.root_workarea])["api_key"]
+    writer = authenticate(ctx.db, wkey)
+    reviewer = authenticate(ctx.db, adm.create_principal(admin, r["identity_id"], "reviewer", [t.root_workarea])["api_key"])
+    out = adm.submit(writer, [Submission(t.root_workarea, {"statement": f"the staging cluster is in region {i}",
+                                                           "tags": ["infra"]}) for i in range(4)])
+    for item in out["items"][:3]:
+        adm.review(reviewer, item["version_id"], "promote", "accurate")
+    indexer.enroll(ctx, "feed-co")  # where admission and the KeyStore live (the api container)
+
+    env.setenv("OML_INDEXING_FEED_URL", server)
+    keyless = Context(Settings(home=tmp_path / "indexer", database_url=db_url), Fenced(db_url, {"oml_indexer"}), NoKeys())  # type: ignore[arg-type]
+    try:
+        assert indexer.catch_up(keyless, "feed-co") > 0
+        assert indexer.catch_up(keyless, "feed-co") == 0
+    finally:
+        env.delenv("OML_INDEXING_FEED_URL")
+        keyless.close()
+
+    promoted = {i["version_id"] for i in out["items"][:3]}
+    with ctx.db.tenant("oml_indexer", "feed-co") as c:
+        fts = set(map(str, c.execute(sa.text("SELECT version_id FROM memories_fts WHERE tenant_id = 'feed-co'"
+                                             " AND tip_to_seq IS NULL")).scalars()))
+        emb = set(map(str, c.execute(sa.text("SELECT version_id FROM memory_embeddings WHERE tenant_id = 'feed-co'"
+                                             " AND tip_to_seq IS NULL")).scalars()))
+    assert fts == promoted == emb
+    with ctx.db.tenant("oml_server", "feed-co") as c:
+        ops = c.execute(sa.text("SELECT count(*) FROM read_events WHERE tenant_id = 'feed-co' AND op = 'indexing_feed'")).scalar()
+    assert ops >= 1  # every served read is logged by the server
+
+    # The feed answers indexer keys only.
+    with OMLClient(server, wkey) as oml, pytest.raises(AccessDenied):
+        oml.indexing_feed([out["items"][0]["version_id"]])

@@ -1,0 +1,159 @@
+"""The MCP server with the SDK's own client: stdio (spawning ``oml mcp``) and streamable HTTP (bearer keys)."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+import time
+
+import anyio
+import httpx
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from recall_kit import make_world
+
+
+@pytest.fixture(scope="module")
+def world(ctx):
+    w = make_world(ctx, "mcp-a")
+    w.steer = w.remember("main", "Answer briefly and cite sources.", kind="steering")
+    w.fact = w.remember("main.team", "The team standup happens at nine thirty every weekday.",
+                        source={"uri": "https://wiki/standup"})
+    w.index()
+    w.reader_key = w.keys[w.key("reader").principal_id]
+    w.agent_writer_key = w.keys[w.key("writer").principal_id]
+    other = make_world(ctx, "mcp-b")
+    other.remember("main", "Tenant B secret plan about the standup.")
+    other.index()
+    w.other = other
+    return w
+
+
+def payload(result) -> dict:
+    assert not result.is_error, result.content
+    if result.structured_content is not None:
+        sc = result.structured_content
+        return sc.get("result", sc) if isinstance(sc, dict) and set(sc) == {"result"} else sc
+    return json.loads(result.content[0].text)
+
+
+def error_text(result) -> str:
+    assert result.is_error
+    return result.content[0].text
+
+
+def env_for(ctx, keys: str) -> dict[str, str]:
+    return {"OML_DATABASE_URL": ctx.settings.database_url, "OML_HOME": str(ctx.settings.home),
+            "OML_MASTER_KEY": ctx.settings.master_key, "OML_API_KEY": keys, "HF_HUB_OFFLINE": "1",
+            "PYTHONPATH": os.environ.get("PYTHONPATH", ""), "OML_SHARED_DIR": os.environ.get("OML_SHARED_DIR", "")}
+
+
+def test_stdio_tools_with_the_sdk_client(world, ctx):
+    params = StdioServerParameters(command=sys.executable, args=["-m", "oml.services.cli.main", "mcp", "--transport", "stdio"],
+                                   env=env_for(ctx, f"{world.reader_key},{world.agent_writer_key}"))
+
+    async def run():
+        async with Client(params, read_timeout_seconds=120) as client:
+            tools = {t.name for t in (await client.list_tools()).tools}
+            assert tools == {"recall", "fetch", "remember"}
+            out = payload(await client.call_tool("recall", {"query": "when is the team standup", "retriever": "fts"}))
+            assert [s["claim_id"] for s in out["steering"]] == [world.steer["claim_id"]]
+            assert out["hits"][0]["claim_id"] == world.fact["claim_id"]
+            assert out["hits"][0]["source"] == {"uri": "https://wiki/standup"}
+            assert all("Tenant B" not in h["body"]["statement"] for h in out["hits"])
+            got = payload(await client.call_tool("fetch", {"claim_id": world.fact["claim_id"]}))
+            assert got["body"]["statement"].startswith("The team standup")
+            mem = payload(await client.call_tool("remember", {"statement": "Standups moved to ten on Fridays.",
+                                                              "workarea_id": world.workareas["main.team"],
+                                                              "source_uri": "https://chat/123", "idempotency_key": "m1"}))
+            assert mem["status"] == "held"
+            again = payload(await client.call_tool("remember", {"statement": "Standups moved to ten on Fridays.",
+                                                                "workarea_id": world.workareas["main.team"],
+                                                                "source_uri": "https://chat/123", "idempotency_key": "m1"}))
+            assert again["claim_id"] == mem["claim_id"]
+            # Held: not served until a reviewer promotes it.
+            assert "claim.not_found" in error_text(await client.call_tool("fetch", {"claim_id": mem["claim_id"]}))
+            # A tenant argument does not exist; the credential decides.
+            foreign = await client.call_tool("recall", {"query": "secret plan standup", "retriever": "fts", "tenant": "mcp-b"})
+            if not foreign.is_error:
+                assert all("Tenant B" not in h["body"]["statement"] for h in payload(foreign)["hits"])
+            bad = error_text(await client.call_tool("recall", {"query": "x", "retriever": "magic"}))
+            assert "admission.invalid" in bad and "magic" not in bad
+            return mem
+
+    mem = anyio.run(run)
+    ctx.admission.review(world.reviewer, mem["version_id"], "promote", "accurate")
+    world.index()
+
+    async def after():
+        async with Client(params, read_timeout_seconds=120) as client:
+            out = payload(await client.call_tool("recall", {"query": "standups on Fridays", "k": 5}))  # hybrid: the real model
+            assert mem["claim_id"] in {h["claim_id"] for h in out["hits"]}
+            assert out["diagnostics"]["fusion"] == {"method": "rrf", "k": 10}
+
+    anyio.run(after)
+
+
+def test_stdio_refuses_to_start_without_a_key(world, ctx):
+    import subprocess
+
+    env = dict(os.environ, **env_for(ctx, ""))
+    p = subprocess.run([sys.executable, "-m", "oml.services.cli.main", "mcp"], env=env, capture_output=True, text=True,
+                       timeout=120, stdin=subprocess.DEVNULL)
+    assert p.returncode == 2 and "OML_API_KEY" in p.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def http_server(world, ctx):
+    import uvicorn
+
+    from oml.services.mcp_server import http_app
+
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(http_app(ctx), host="127.0.0.1", port=port, log_level="warning"))
+    t = threading.Thread(target=server.run, daemon=True)
+    t.start()
+    deadline = time.time() + 30
+    while not server.started and time.time() < deadline:
+        time.sleep(0.05)
+    assert server.started
+    yield f"http://127.0.0.1:{port}/mcp"
+    server.should_exit = True
+    t.join(timeout=10)
+
+
+def test_streamable_http_with_bearer_keys(world, http_server):
+    def client(key):
+        return Client(streamable_http_client(http_server, http_client=create_mcp_http_client(
+            headers={"Authorization": f"Bearer {key}"})), read_timeout_seconds=60)
+
+    async def run():
+        async with client(world.reader_key) as c:
+            out = payload(await c.call_tool("recall", {"query": "team standup weekday", "retriever": "fts"}))
+            assert world.fact["claim_id"] in {h["claim_id"] for h in out["hits"]}
+            denied = error_text(await c.call_tool("remember", {"statement": "x"}))
+            assert "access.denied" in denied
+        other_reader = world.other.keys[world.other.key("reader").principal_id]
+        async with client(other_reader) as c:
+            out = payload(await c.call_tool("recall", {"query": "standup", "retriever": "fts"}))
+            assert all(h["claim_id"] != world.fact["claim_id"] for h in out["hits"])
+            assert any("Tenant B" in h["body"]["statement"] for h in out["hits"])
+
+    anyio.run(run)
+    r = httpx.post(http_server, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}},
+                   headers={"Accept": "application/json, text/event-stream"})
+    assert r.status_code == 401 and r.json()["code"] == "access.unauthenticated"
+    r = httpx.post(http_server, json={}, headers={"Authorization": "Bearer oml_0000000000000000_" + "0" * 64})
+    assert r.status_code == 401
