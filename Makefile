@@ -29,5 +29,8 @@ test: $(VENV)/.installed
 serve: $(VENV)/.installed
 	$(BIN)/oml serve
 
+# Stop the embedded PostgreSQL servers before deleting their data directories,
+# or their postmasters outlive the files they serve.
 clean:
+	-for d in .oml/pg .oml-test/pg; do [ -f $$d/postmaster.pid ] && kill $$(head -1 $$d/postmaster.pid); done; sleep 1
 	rm -rf .oml .oml-test
