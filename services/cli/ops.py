@@ -45,6 +45,10 @@ def worker_cmd(
     consumer: Optional[list[str]] = typer.Option(None, "--consumer", help="consume only this queue's consumer "
                                                  "(lake-writer | indexer; repeatable; needs OML_REDIS_URL)"),
     relay_only: bool = typer.Option(False, "--relay-only", help="run the relay and consume nothing (needs OML_REDIS_URL)"),
+    reconcile_every: float = typer.Option(0.0, "--reconcile-every", min=0.0,
+                                          help="seconds between scheduled reconciliations of every tenant (0: off)"),
+    checkpoint_every: float = typer.Option(0.0, "--checkpoint-every", min=0.0,
+                                           help="seconds between periodic checkpoints (0: off)"),
 ) -> None:
     """Run the relay and the lake-writer and indexer actors until interrupted.
 
@@ -67,10 +71,21 @@ def worker_cmd(
             indexer.embedder_for(ctx)  # load the model and check its dimension against the schema before consuming
         rt = WorkerRuntime(ctx, relay=not no_relay, worker_threads=threads, poll_seconds=poll, sweep_seconds=sweep,
                            consumers=consumers)
+        schedule = None
+        if reconcile_every or checkpoint_every:
+            # Declared before the worker starts so its consumers cover the audit queues.
+            from oml.workers import reconciler
+
+            schedule = reconciler.Schedule(reconciler.declare(rt.broker, ctx), reconcile_seconds=reconcile_every,
+                                           checkpoint_seconds=checkpoint_every)
+            if rt.worker is not None and rt.worker.consumer_whitelist:
+                rt.worker.consumer_whitelist |= {"oml-audit", "oml-admission"}
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
         rt.start()
+        if schedule is not None:
+            schedule.start()
         where = "in-process broker" if is_in_process(rt.broker) else "Redis broker"
         err.print(f"oml worker: {where}, {threads} threads, relay {'off' if no_relay else 'on'}, consuming "
                   f"{', '.join(rt.consuming) or 'nothing'}; Ctrl-C stops")
@@ -79,6 +94,8 @@ def worker_cmd(
                 pass
         finally:
             err.print("oml worker: stopping")
+            if schedule is not None:
+                schedule.stop()
             rt.stop()
 
 
