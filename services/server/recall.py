@@ -176,8 +176,13 @@ def fts_leg(conn: sa.Connection, text: str, f: _Filters, n: int, diag: _Diag) ->
 
 
 def _vector_where(f: _Filters) -> tuple[str, dict[str, Any]]:
-    conds = ["m.tenant_id = :t", "m.provenance <> 'simulation'"]
-    params: dict[str, Any] = {"scopes": list(f.scopes)}
+    return filter_conditions(f, ["m.tenant_id = :t", "m.provenance <> 'simulation'"], {})
+
+
+def filter_conditions(f: _Filters, conds: list[str], params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The index-row filters every vector leg shares (scope, self_signed, tip or ``as_of``, kinds,
+    provenances, valid time, exclusions), appended to ``conds``; one place for shared and simulation legs."""
+    params["scopes"] = list(f.scopes)
     scope_terms = []
     for i, s in enumerate(f.scopes):
         scope_terms.append(f"(m.path = :s{i} OR starts_with(m.path, :sp{i}))")

@@ -165,33 +165,10 @@ def fts_leg(conn: sa.Connection, text: str, f: "_Filters", n: int, sims: list[st
 
 
 def _vector_where(f: "_Filters", sims: list[str]) -> tuple[str, dict[str, Any]]:
-    # The shared leg's conditions (recall._vector_where), on the simulation partitions named by id.
-    conds = ["m.simulation_id = ANY(CAST(:sims AS uuid[]))", "m.tenant_id = :t"]
-    params: dict[str, Any] = {"sims": sims, "scopes": list(f.scopes)}
-    terms = []
-    for i, s in enumerate(f.scopes):
-        terms.append(f"(m.path = :s{i} OR starts_with(m.path, :sp{i}))")
-        params[f"s{i}"], params[f"sp{i}"] = s, s + "."
-    conds.append("(" + " OR ".join(terms) + ")")
-    conds.append("(NOT m.self_signed OR m.path = ANY(CAST(:scopes AS text[])))")
-    if f.as_of is None:
-        conds.append("m.tip_to_seq IS NULL")
-    else:
-        conds.append("m.tip_from_at <= :as_of AND (m.tip_to_at IS NULL OR m.tip_to_at > :as_of)")
-        params["as_of"] = f.as_of
-    if f.kinds is not None:
-        conds.append("m.kind = ANY(CAST(:kinds AS text[]))")
-        params["kinds"] = f.kinds
-    if f.provenances is not None:
-        conds.append("m.provenance = ANY(CAST(:provs AS text[]))")
-        params["provs"] = f.provenances
-    if f.valid_at is not None:
-        conds.append("(m.valid_from IS NULL OR m.valid_from <= :valid) AND (m.valid_to IS NULL OR m.valid_to > :valid)")
-        params["valid"] = f.valid_at
-    if f.exclude:
-        conds.append("m.version_id <> ALL(CAST(:excl AS uuid[]))")
-        params["excl"] = f.exclude
-    return " AND ".join(conds), params
+    # The shared leg's conditions, on the simulation partitions named by id.
+    from .recall import filter_conditions
+
+    return filter_conditions(f, ["m.simulation_id = ANY(CAST(:sims AS uuid[]))", "m.tenant_id = :t"], {"sims": sims})
 
 
 def vector_sql(f: "_Filters", sims: list[str], *, exact: bool) -> tuple[str, dict[str, Any]]:
