@@ -19,6 +19,8 @@ Prints each rate and raw/admission ratios; ``--quick`` is CI-sized.
 """
 from __future__ import annotations
 
+from oml.services.bench import rate
+
 import json
 import os
 import platform
@@ -50,9 +52,6 @@ def bodies(n: int) -> list[dict[str, Any]]:
         turns = [{"statement": f"Synthetic observation number {i} about the build pipeline and its nightly cache."} for i in range(1000)]
     return [turns[i % len(turns)] for i in range(n)]
 
-
-def _rate(n: int, seconds: float) -> float:
-    return n / seconds if seconds > 0 else float("inf")
 
 
 def run(ctx, *, single: int = 300, batched: int = 3000, batch: int = 100) -> dict[str, Any]:
@@ -116,7 +115,7 @@ def run(ctx, *, single: int = 300, batched: int = 3000, batch: int = 100) -> dic
             c.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
 
     for k in ("admission_single", "admission_batched", "raw_single", "raw_batched"):
-        res[k]["claims_per_s"] = round(_rate(res[k]["claims"], res[k]["seconds"]), 1)
+        res[k]["claims_per_s"] = round(rate(res[k]["claims"], res[k]["seconds"]), 1)
         res[k]["seconds"] = round(res[k]["seconds"], 3)
     res["ratio_single"] = round(res["raw_single"]["claims_per_s"] / res["admission_single"]["claims_per_s"], 2)
     res["ratio_batched"] = round(res["raw_batched"]["claims_per_s"] / res["admission_batched"]["claims_per_s"], 2)

@@ -22,6 +22,8 @@ tenant is kept (the journal is append-only).
 """
 from __future__ import annotations
 
+from oml.services.bench import rate
+
 import json
 import os
 import platform
@@ -34,9 +36,6 @@ import typer
 
 from oml.domain.canonical import format_time, now
 
-
-def _rate(n: int, seconds: float) -> float:
-    return n / seconds if seconds > 0 else float("inf")
 
 
 def run(ctx, *, claims: int = 1000, batch: int = 100) -> dict[str, Any]:
@@ -104,7 +103,7 @@ def run(ctx, *, claims: int = 1000, batch: int = 100) -> dict[str, Any]:
     res["raw"] = {"claims": claims, "encode_seconds": round(t_encode, 3), "copy_seconds": round(t_copy, 3),
                   "seconds": t_encode + t_copy}
     for k in ("indexer", "raw"):
-        res[k]["claims_per_s"] = round(_rate(res[k]["claims"], res[k]["seconds"]), 1)
+        res[k]["claims_per_s"] = round(rate(res[k]["claims"], res[k]["seconds"]), 1)
         res[k]["seconds"] = round(res[k]["seconds"], 3)
     res["ratio"] = round(res["raw"]["claims_per_s"] / res["indexer"]["claims_per_s"], 2)
     import torch

@@ -23,6 +23,8 @@ deleted.
 """
 from __future__ import annotations
 
+from oml.services.bench import rate
+
 import dataclasses
 import json
 import os
@@ -39,9 +41,6 @@ import typer
 
 from oml.domain.canonical import format_time, now
 
-
-def _rate(n: int, seconds: float) -> float:
-    return n / seconds if seconds > 0 else float("inf")
 
 
 def run(ctx, *, claims: int = 5000, batch: int = 100, batch_rows: int | None = None) -> dict[str, Any]:
@@ -105,7 +104,7 @@ def run(ctx, *, claims: int = 5000, batch: int = 100, batch_rows: int | None = N
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     for k in ("lake_writer", "raw"):
-        res[k]["events_per_s"] = round(_rate(res[k]["events"], res[k]["seconds"]), 1)
+        res[k]["events_per_s"] = round(rate(res[k]["events"], res[k]["seconds"]), 1)
         res[k]["seconds"] = round(res[k]["seconds"], 3)
     res["ratio"] = round(res["raw"]["events_per_s"] / res["lake_writer"]["events_per_s"], 2)
     import deltalake

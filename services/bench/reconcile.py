@@ -25,6 +25,8 @@ tenant is kept (the journal is append-only); the lake directory is deleted.
 """
 from __future__ import annotations
 
+from oml.services.bench import rate
+
 import dataclasses
 import hashlib
 import json
@@ -42,9 +44,6 @@ import typer
 
 from oml.domain.canonical import format_time, now
 
-
-def _rate(n: int, seconds: float) -> float:
-    return n / seconds if seconds > 0 else float("inf")
 
 
 def run(ctx, *, claims: int = 5000, batch: int = 100) -> dict[str, Any]:
@@ -105,7 +104,7 @@ def run(ctx, *, claims: int = 5000, batch: int = 100) -> dict[str, Any]:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     for k in ("reconcile", "reconcile_no_replay", "raw"):
-        res[k]["events_per_s"] = round(_rate(res[k]["events"], res[k]["seconds"]), 1)
+        res[k]["events_per_s"] = round(rate(res[k]["events"], res[k]["seconds"]), 1)
         res[k]["seconds"] = round(res[k]["seconds"], 3)
     res["ratio"] = round(res["raw"]["events_per_s"] / res["reconcile"]["events_per_s"], 2)
     res["ratio_no_replay"] = round(res["raw"]["events_per_s"] / res["reconcile_no_replay"]["events_per_s"], 2)
