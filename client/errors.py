@@ -26,7 +26,8 @@ __all__ = [
     "BadRequest", "Unauthenticated", "Forbidden", "NotFound", "Conflict", "Gone", "TooLarge",
     "InvalidRequest", "ServerError", "ServiceUnavailable",
     "AccessDenied", "SeparationOfDuties", "PersonalDataRefused", "ClaimNotFound", "ClaimErased",
-    "StaleSupersession", "InvalidTransition", "SimulationTipRefused", "IdempotencyConflict", "LegalHold",
+    "StaleSupersession", "InvalidTransition", "SimulationNotFound", "SimulationClosed", "SimulationMixed",
+    "SimulationTipRefused", "IdempotencyConflict", "LegalHold",
     "PROBLEM_CLASSES", "problem_class",
 ]
 
@@ -166,6 +167,18 @@ class InvalidTransition(Conflict):
     """``claim.invalid_transition``: the version's status does not allow the decision."""
 
 
+class SimulationNotFound(NotFound):
+    """``simulation.not_found``: no such simulation, or the key is outside its audience (the same answer)."""
+
+
+class SimulationClosed(Conflict):
+    """``simulation.closed``: the simulation is closed and takes no further writes."""
+
+
+class SimulationMixed(InvalidRequest):
+    """``simulation.mixed``: the write would mix material from two simulations."""
+
+
 class SimulationTipRefused(Conflict):
     """``simulation.tip_refused``: a simulation-tainted version cannot become a default tip."""
 
@@ -188,6 +201,9 @@ PROBLEM_CLASSES: dict[str, type[OMLProblem]] = {
     "claim.erased": ClaimErased,
     "claim.stale_supersession": StaleSupersession,
     "claim.invalid_transition": InvalidTransition,
+    "simulation.not_found": SimulationNotFound,
+    "simulation.closed": SimulationClosed,
+    "simulation.mixed": SimulationMixed,
     "simulation.tip_refused": SimulationTipRefused,
     "idempotency.conflict": IdempotencyConflict,
     "erasure.legal_hold": LegalHold,

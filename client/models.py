@@ -69,7 +69,6 @@ class WorkareaRow(Response):
     path: str
     development: bool
     pii_policy: str
-    created_seq: int
 
 
 class WorkareaList(Response):
@@ -112,10 +111,11 @@ class ClaimIn(BaseModel):
 
 
 class Admitted(Response):
+    """An admitted version. No journal seq: writers and reviewers never see one (docs/simulations.md)."""
+
     claim_id: str
     version_id: str
     version_no: int
-    seq: int
 
 
 class AdmittedOne(Admitted):
@@ -132,7 +132,6 @@ class Reviewed(Response):
     version_id: str
     status: str
     self_signed: bool
-    seq: int
     replayed: bool = False
 
 
@@ -152,13 +151,12 @@ class QueueItem(Response):
     valid_from: Optional[str] = None
     valid_to: Optional[str] = None
     confidence: Optional[int] = None
-    submitted_seq: int
     body: Optional[dict[str, Any]] = None
 
 
 class QueuePage(Response):
     items: list[QueueItem]
-    next_after: Optional[int] = None
+    next_after: Optional[str] = Field(None, description="opaque cursor for the next page; None on the last")
 
 
 class OwnItem(QueueItem):
@@ -167,7 +165,7 @@ class OwnItem(QueueItem):
 
 class OwnPage(Response):
     items: list[OwnItem]
-    next_after: Optional[int] = None
+    next_after: Optional[str] = Field(None, description="opaque cursor for the next page; None on the last")
 
 
 # ---------------------------------------------------------------- audit
@@ -381,7 +379,7 @@ class Simulation(Response):
     name: Optional[str] = None
     audience: list[str]
     status: str
-    opened_seq: int
+    opened_seq: Optional[int] = Field(None, description="admin and operator keys only")
     closed_seq: Optional[int] = None
     open_tips: int
     versions: int

@@ -205,14 +205,14 @@ class Operations:
         return self.review(version_id, "demote", reason, **kw)
 
     @operation("GET", "/v1/review-queue", returns=m.QueuePage)
-    def review_queue(self, *, limit: int | None = None, after: int | None = None) -> m.QueuePage:
+    def review_queue(self, *, limit: int | None = None, after: str | None = None) -> m.QueuePage:
         """Held versions within the reviewer's access, oldest first, bodies decrypted; each call is read-logged.
         Page with ``after=page.next_after``."""
         return self._invoke(self.review_queue, params={"limit": limit, "after": after})
 
     @operation("GET", "/v1/own-work", returns=m.OwnPage)
     def own_work(self, *, status: Literal["held", "promoted", "rejected", "demoted"] | None = None,
-                 decrypt: bool | None = None, limit: int | None = None, after: int | None = None) -> m.OwnPage:
+                 decrypt: bool | None = None, limit: int | None = None, after: str | None = None) -> m.OwnPage:
         """The caller's own versions (held by default); bodies only with ``decrypt=True``. Role: writer."""
         return self._invoke(self.own_work, params={"status": status, "decrypt": decrypt, "limit": limit, "after": after})
 

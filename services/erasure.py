@@ -48,10 +48,14 @@ log = logging.getLogger(__name__)
 
 ROLE = "oml_admission"
 NIL = "00000000-0000-0000-0000-000000000000"
-# Relations every erasure rewrites; sim_* targets are added per simulation touched. pg_statistic goes
+# Relations an erasure rewrites; sim_* targets are added per simulation touched. pg_statistic goes
 # last: every ANALYZE before it leaves the previous statistics as dead tuples in that catalog.
 BASE_TARGETS = ("wrapped_deks", "artifacts", "claim_subjects", "memories_fts", "memory_embeddings", "pg_statistic")
 SIM_TARGETS = ("sim_memories_fts", "sim_memory_embeddings")
+# A claim born in a simulation never had a row in the shared index tables (the shared indexer skips every
+# tainted version), so its erasure leaves them alone: rewriting them re-analyses the statistics the vector
+# leg's plan choice reads, which would let a key outside the audience notice the erasure.
+SHARED_INDEX_TARGETS = ("memories_fts", "memory_embeddings")
 MAX_SUBJECT_CHARS = 1000
 
 
@@ -144,13 +148,20 @@ def shred(conn: sa.Connection, tenant: str, claim_id: str, seq: int, artifact_id
         "SELECT DISTINCT simulation_id FROM claim_versions WHERE tenant_id = :t AND claim_id = :c AND simulation_id IS NOT NULL"
         " UNION SELECT simulation_id FROM claims WHERE tenant_id = :t AND claim_id = :c AND simulation_id IS NOT NULL"),
         t).scalars())
-    request_rewrites(conn, tenant, seq, sims)
+    born_in_simulation = conn.execute(sa.text(
+        "SELECT simulation_id IS NOT NULL FROM claims WHERE tenant_id = :t AND claim_id = :c"), t).scalar()
+    request_rewrites(conn, tenant, seq, sims, shared_index=not born_in_simulation)
     return counts
 
 
-def request_rewrites(conn: sa.Connection, tenant: str, seq: int, simulations: Iterable[str] = ()) -> None:
-    """Record, in the erasure's transaction, that its relations need a rewrite (crash-safe: a job can finish it)."""
-    targets = [(g, NIL) for g in BASE_TARGETS] + [(g, s) for s in sorted(set(simulations)) for g in SIM_TARGETS]
+def request_rewrites(conn: sa.Connection, tenant: str, seq: int, simulations: Iterable[str] = (), *,
+                     shared_index: bool = True) -> None:
+    """Record, in the erasure's transaction, that its relations need a rewrite (crash-safe: a job can finish it).
+
+    ``shared_index=False`` leaves out the shared index tables (a claim born in a simulation).
+    """
+    base = [g for g in BASE_TARGETS if shared_index or g not in SHARED_INDEX_TARGETS]
+    targets = [(g, NIL) for g in base] + [(g, s) for s in sorted(set(simulations)) for g in SIM_TARGETS]
     for target, sim in targets:
         conn.execute(sa.text(
             "INSERT INTO erasure_rewrites (tenant_id, target, simulation_id, requested_seq, requested_xid)"

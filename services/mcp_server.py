@@ -176,7 +176,7 @@ def build_server(ctx: "Context", *, stdio_keys: list[str] | None = None):
             sub = Submission(str(wa), body, kind=kind, provenance=provenance, derived_from=list(derived_from or []),
                              valid_from=valid_from, valid_to=valid_to)
             item = ctx.admission.submit(p, [sub], idempotency_key=idempotency_key)["items"][0]
-            return {"claim_id": item["claim_id"], "version_id": item["version_id"], "status": "held", "seq": item["seq"],
+            return {"claim_id": item["claim_id"], "version_id": item["version_id"], "status": "held",
                     "note": "held until a reviewer promotes it; recall does not return it before then"}
 
         return await _call(run)

@@ -157,13 +157,18 @@ class Simulations:
         ``supersedes`` defaults to the claim's tip as the audience sees it
         (its simulation tip, else its default tip). Once promoted by an
         audience reviewer it is the audience's overlay tip. Raises
-        ``claim.not_found`` (404) for a claim the key cannot see, and the
-        errors of :meth:`submit`.
+        ``simulation.not_found`` (404) for a key outside the audience (checked
+        before the claim is looked up), ``claim.not_found`` (404) for a claim
+        the key cannot see, and the errors of :meth:`submit`.
         """
         rules.require_act(p.role, "submit")
         sid = _uuid(simulation_id, "simulation_id")
         cid = _uuid(claim_id, "claim_id")
         with self.ctx.db.tenant(ADMISSION, p.tenant) as conn:
+            # The audience first: to a key outside it the simulation does not exist, whatever claim is named
+            # (looking the claim up first would tell it which claims were born in the simulation).
+            if self.adm.simulation_state(conn, p, sid) is None:
+                raise simrules.simulation_not_found()
             claim = conn.execute(sa.text(
                 "SELECT c.workarea_id, c.simulation_id, c.erased_seq, w.path FROM claims c"
                 " JOIN workareas w ON w.tenant_id = c.tenant_id AND w.node_id = c.workarea_id"
@@ -199,7 +204,9 @@ class Simulations:
         """A simulation's record with its decrypted name, for ``admin``/``operator`` keys and audience members.
 
         Returns ``{"simulation_id", "name", "audience", "status", "opened_seq",
-        "closed_seq", "open_tips", "versions"}``. The read is logged
+        "closed_seq", "open_tips", "versions"}``; the two seqs only for ``admin``/``operator``
+        keys (None for an audience member: a journal seq counts every simulation's acts,
+        docs/simulations.md "Sequence numbers"). The read is logged
         (op ``fetch``, no claim ids). Raises ``simulation.not_found`` (404) for
         anyone else, exactly as for an unknown id.
         """
@@ -212,7 +219,7 @@ class Simulations:
                 " AND simulation_id = CAST(:s AS uuid)"), {"t": p.tenant, "s": sid}).one_or_none()
             if row is None or not self._visible(p, row.audience):
                 raise simrules.simulation_not_found()
-            out = self._record(conn, p.tenant, row)
+            out = self._record(conn, p, row)
             readlog.record(conn, p, "fetch")
         return out
 
@@ -227,13 +234,14 @@ class Simulations:
             rows = conn.execute(sa.text(
                 "SELECT simulation_id, audience, opened_seq, closed_seq FROM simulations WHERE tenant_id = :t"
                 + ("" if include_closed else " AND closed_seq IS NULL") + " ORDER BY opened_seq"), {"t": p.tenant}).all()
-            items = [self._record(conn, p.tenant, r) for r in rows if self._visible(p, r.audience)]
+            items = [self._record(conn, p, r) for r in rows if self._visible(p, r.audience)]
             readlog.record(conn, p, "fetch")
         return {"items": items}
 
-    def _record(self, conn: sa.Connection, tenant: str, row) -> dict[str, Any]:
+    def _record(self, conn: sa.Connection, p: Principal, row) -> dict[str, Any]:
         from oml.services.server.bodies import decrypt_artifact
 
+        tenant = p.tenant
         sid = str(row.simulation_id)
         ev = json.loads(bytes(conn.execute(sa.text(
             "SELECT canonical FROM journal_events WHERE tenant_id = :t AND seq = :s"), {"t": tenant, "s": row.opened_seq}).scalar()))
@@ -251,8 +259,9 @@ class Simulations:
             "SELECT count(*) FROM claim_versions WHERE tenant_id = :t AND simulation_id = CAST(:s AS uuid)"),
             {"t": tenant, "s": sid}).scalar()
         return {"simulation_id": sid, "name": name, "audience": sorted(row.audience),
-                "status": "open" if row.closed_seq is None else "closed", "opened_seq": row.opened_seq,
-                "closed_seq": row.closed_seq, "open_tips": int(counts.open_tips), "versions": int(versions)}
+                "status": "open" if row.closed_seq is None else "closed", "open_tips": int(counts.open_tips),
+                "versions": int(versions)} | ({"opened_seq": row.opened_seq, "closed_seq": row.closed_seq}
+                                             if p.role in simrules.OPENER_ROLES else {"opened_seq": None, "closed_seq": None})
 
 
 def simulations(ctx: "Context") -> Simulations:

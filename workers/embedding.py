@@ -55,6 +55,8 @@ class Embedder:
     def __init__(self, path: str, *, batch_size: int = DEFAULT_BATCH, device: str = "cpu") -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        # The weights' loading bar goes to stderr, which an MCP stdio client shows as server noise.
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         if not Path(path).is_dir():
             raise FileNotFoundError(f"embedding model directory not found: {path}")
         from sentence_transformers import SentenceTransformer

@@ -787,7 +787,9 @@ def declare(broker, ctx, *, out_dir: Path | str | None = None, reconciler: bool 
       ``reconciliation.completed`` through admission — declare it only in the
       process that plays admission (``admission=True``);
     * ``oml_issue_checkpoints`` (``oml-admission``): periodic checkpoints
-      (:func:`oml.services.admission.checkpoints.issue_due`).
+      (:func:`oml.services.admission.checkpoints.issue_due`);
+    * ``oml_seal_readlog`` (``oml-admission``): seal every tenant's unsealed
+      reads and journal their anchors (:func:`oml.services.server.readlog.seal_all`).
 
     Nothing is declared at import time, so importing this module never
     touches a broker. Every actor is idempotent: a duplicate reconcile is a
@@ -809,8 +811,15 @@ def declare(broker, ctx, *, out_dir: Path | str | None = None, reconciler: bool 
 
         actors["record"] = dramatiq.actor(record_reconciliation, broker=broker, actor_name="oml_record_reconciliation",
                                           queue_name="oml-admission", max_retries=5)
+        def seal_readlog() -> None:
+            from oml.services.server.readlog import seal_all
+
+            seal_all(ctx)
+
         actors["checkpoints"] = dramatiq.actor(issue_checkpoints, broker=broker, actor_name="oml_issue_checkpoints",
                                                queue_name="oml-admission", max_retries=0)
+        actors["seal_readlog"] = dramatiq.actor(seal_readlog, broker=broker, actor_name="oml_seal_readlog",
+                                                queue_name="oml-admission", max_retries=0)
     if reconciler:
         def reconcile_tenant(tenant: str) -> None:
             from oml.domain.claims import TENANT_SLUG
@@ -842,15 +851,17 @@ def declare(broker, ctx, *, out_dir: Path | str | None = None, reconciler: bool 
 
 
 class Schedule:
-    """A thread that sends ``oml_reconcile_all`` every ``reconcile_seconds`` and ``oml_issue_checkpoints``
-    every ``checkpoint_seconds`` (``0`` disables either). Run one per deployment (two only duplicate work).
-    A cron job running ``oml reconcile --tenant T`` is the alternative (docs/operator-guide.md)."""
+    """A thread that sends ``oml_reconcile_all`` every ``reconcile_seconds``, ``oml_issue_checkpoints``
+    every ``checkpoint_seconds`` and ``oml_seal_readlog`` every ``seal_seconds`` (``0`` disables one).
+    Run one per deployment (two only duplicate work). Cron jobs running ``oml reconcile``,
+    ``oml checkpoint issue`` and ``oml readlog seal`` are the alternative (docs/operator-guide.md)."""
 
-    def __init__(self, actors: dict[str, Any], *, reconcile_seconds: float = 24 * 3600, checkpoint_seconds: float = 3600) -> None:
+    def __init__(self, actors: dict[str, Any], *, reconcile_seconds: float = 24 * 3600, checkpoint_seconds: float = 3600,
+                 seal_seconds: float = 0) -> None:
         import threading
 
         self.actors = actors
-        self.periods = {"reconcile_all": reconcile_seconds, "checkpoints": checkpoint_seconds}
+        self.periods = {"reconcile_all": reconcile_seconds, "checkpoints": checkpoint_seconds, "seal_readlog": seal_seconds}
         self.stop_event = threading.Event()
         self._thread = threading.Thread(target=self._run, name="oml-audit-schedule", daemon=True)
 

@@ -9,6 +9,7 @@ even if the lock were bypassed.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,17 @@ from oml.domain.events import Actor, encode, event_object
 from .signer import Signer
 
 
+# Data-modifying CTEs run exactly once whether or not the outer query reads them (PostgreSQL docs,
+# "Data-Modifying Statements in WITH"); the outer SELECT only sends the NOTIFY when asked to.
+_APPEND = sa.text(
+    "WITH j AS (INSERT INTO journal_events (tenant_id, seq, event_id, type, kid, at, canonical, hash, prev_hash, signature)"
+    "           VALUES (:t, :seq, :eid, :type, :kid, :at, :c, :h, :p, :s)),"
+    "     head AS (UPDATE chain_heads SET seq = :seq, hash = :h WHERE tenant_id = :t),"
+    "     o AS (INSERT INTO outbox (tenant_id, seq, topic, payload) VALUES (:t, :seq, :type, CAST(:payload AS jsonb)))"
+    " SELECT pg_notify('oml_outbox', :t) WHERE CAST(:notify AS boolean)"
+)
+
+
 @dataclass(frozen=True)
 class Appended:
     seq: int
@@ -30,7 +42,11 @@ class Appended:
 
 
 class Head:
-    """The locked chain head of one tenant for the current transaction."""
+    """The locked chain head of one tenant for the current transaction.
+
+    ``memo`` caches lookups for the rest of the transaction (the encryption key, workareas): while the
+    head is locked no other transaction can append, and every change to those rows is an appended act.
+    """
 
     def __init__(self, conn: sa.Connection, tenant: str) -> None:
         row = conn.execute(
@@ -39,6 +55,8 @@ class Head:
         if row is None:
             raise LookupError("tenant has no chain head")
         self.conn, self.tenant, self.seq, self.hash = conn, tenant, row.seq, bytes(row.hash)
+        self.memo: dict[Any, Any] = {}
+        self.notified = False
         self.signing_kid = conn.execute(
             sa.text(
                 "SELECT kid FROM tenant_keys WHERE tenant_id = :t AND purpose = 'signing' AND retired_seq IS NULL"
@@ -81,34 +99,16 @@ def append(
     body = encode(event)
     h = chain.link(head.hash, body)
     sig = signer.sign_event(head.tenant, kid, h)
-    head.conn.execute(
-        sa.text(
-            "INSERT INTO journal_events (tenant_id, seq, event_id, type, kid, at, canonical, hash, prev_hash, signature)"
-            " VALUES (:t, :seq, :eid, :type, :kid, :at, :c, :h, :p, :s)"
-        ),
-        {"t": head.tenant, "seq": seq, "eid": event["event_id"], "type": type, "kid": kid, "at": at,
-         "c": body, "h": h, "p": head.hash, "s": sig},
-    )
-    head.conn.execute(
-        sa.text("UPDATE chain_heads SET seq = :seq, hash = :h WHERE tenant_id = :t"),
-        {"seq": seq, "h": h, "t": head.tenant},
-    )
-    head.seq, head.hash = seq, h
+    # One round trip: the row, the head and the outbox message (ids and seqs only), then one NOTIFY per
+    # transaction -- PostgreSQL delivers one per distinct payload at commit however often it is sent.
+    head.conn.execute(_APPEND, {
+        "t": head.tenant, "seq": seq, "eid": event["event_id"], "type": type, "kid": kid, "at": at,
+        "c": body, "h": h, "p": head.hash, "s": sig, "payload": json.dumps({"seq": seq, "type": type}),
+        "notify": not head.notified})
+    head.seq, head.hash, head.notified = seq, h, True
     if type == "tenant.created":
         head.signing_kid = kid
     elif type == "signing_key.rotated":
         head.signing_kid = signing.kid(bytes.fromhex(data["new_key"]))
-    # Every event wakes the downstream consumers; each catches up from its own cursor.
-    outbox(head.conn, head.tenant, seq, type, {"seq": seq, "type": type})
     return Appended(seq, h, at, event)
 
-
-def outbox(conn: sa.Connection, tenant: str, seq: int, topic: str, payload: dict[str, Any]) -> None:
-    """Queue a message for the relay in the same transaction. ``payload`` holds ids and seqs only."""
-    import json
-
-    conn.execute(
-        sa.text("INSERT INTO outbox (tenant_id, seq, topic, payload) VALUES (:t, :s, :topic, CAST(:p AS jsonb))"),
-        {"t": tenant, "s": seq, "topic": topic, "p": json.dumps(payload)},
-    )
-    conn.execute(sa.text("SELECT pg_notify('oml_outbox', :t)"), {"t": tenant})

@@ -63,6 +63,13 @@ class Submission:
     simulation_id: str | None = None
 
 
+def _memo(head: journal.Head, key: Any, load: Callable[[], Any]) -> Any:
+    """``load()`` once per transaction (a batch's claims share their workareas and the encryption key)."""
+    if key not in head.memo:
+        head.memo[key] = load()
+    return head.memo[key]
+
+
 def request_digest(payload: Any) -> bytes:
     """SHA-256 of the canonical request; what an idempotency record keeps instead of the body."""
     return hashlib.sha256(canonical(payload)).digest()
@@ -336,10 +343,14 @@ class Admission:
                            {"t": tenant}).one()
         return row.version, bytes(row.public_key)
 
-    def seal_artifact(self, conn, tenant: str, body: dict, *, kind: str, claim_id: str | None, version_id: str | None, seq_hint: int) -> tuple[str, bytes]:
-        """Encrypt ``body`` as a new artifact; stores ciphertext and wrapped DEK; returns (artifact id, digest)."""
+    def seal_artifact(self, conn, tenant: str, body: dict, *, kind: str, claim_id: str | None, version_id: str | None, seq_hint: int,
+                      key: tuple[int, bytes] | None = None) -> tuple[str, bytes]:
+        """Encrypt ``body`` as a new artifact; stores ciphertext and wrapped DEK; returns (artifact id, digest).
+
+        ``key`` is the tenant's current ``(version, public key)`` for encryption when the caller already has it.
+        """
         artifact_id = new_id()
-        version, pub = self._encryption_key(conn, tenant)
+        version, pub = key or self._encryption_key(conn, tenant)
         sealed = envelope.seal(
             body,
             aad=envelope.body_aad(tenant, claim_id or "", version_id or "", artifact_id),
@@ -347,31 +358,35 @@ class Admission:
             public_key=pub,
             key_version=version,
         )
-        conn.execute(sa.text("INSERT INTO artifacts (tenant_id, artifact_id, kind, claim_id, version_id, ciphertext, sha256, created_seq)"
-                             " VALUES (:t, :a, :k, :c, :v, :ct, :d, :s)"),
+        # One round trip for the ciphertext and its wrapped DEK.
+        conn.execute(sa.text("WITH a AS (INSERT INTO artifacts (tenant_id, artifact_id, kind, claim_id, version_id, ciphertext, sha256, created_seq)"
+                             "           VALUES (:t, :a, :k, :c, :v, :ct, :d, :s))"
+                             " INSERT INTO wrapped_deks (tenant_id, artifact_id, key_version, wrapped) VALUES (:t, :a, :kv, :w)"),
                      {"t": tenant, "a": artifact_id, "k": kind, "c": claim_id, "v": version_id, "ct": sealed.ciphertext,
-                      "d": sealed.digest, "s": seq_hint})
-        conn.execute(sa.text("INSERT INTO wrapped_deks (tenant_id, artifact_id, key_version, wrapped) VALUES (:t, :a, :kv, :w)"),
-                     {"t": tenant, "a": artifact_id, "kv": version, "w": sealed.wrapped_dek})
+                      "d": sealed.digest, "s": seq_hint, "kv": version, "w": sealed.wrapped_dek})
         return artifact_id, sealed.digest
 
     def subject_hmac(self, tenant: str, kind: str, normalised: str) -> bytes:
         key = self.keystore.get(tenant, "subject-hmac")
         return hmac.new(key, f"{kind}:{normalised}".encode(), hashlib.sha256).digest()
 
-    def _check_personal_data(self, wa, body: dict) -> list[tuple[str, str]]:
-        """Run the classifier under the workarea's policy; returns normalised declared subjects."""
+    def _check_personal_data(self, wa, body: dict, field: str = "body") -> list[tuple[str, str]]:
+        """Run the classifier under the workarea's policy; returns normalised declared subjects.
+
+        Raises ``admission.personal_data`` (422) naming ``field`` (the body's place in the request) and
+        each finding's kind, path and offsets, never its text; ``admission.invalid`` for bad ``data_subjects``.
+        """
         from oml.domain import pii
 
         declared_raw = body.get("data_subjects") or []
         subjects: list[tuple[str, str]] = []
         for i, s in enumerate(declared_raw):
             if not isinstance(s, dict) or not isinstance(s.get("kind"), str) or not isinstance(s.get("value"), str):
-                raise invalid("each data subject needs string kind and value", field=f"body.data_subjects[{i}]")
+                raise invalid("each data subject needs string kind and value", field=f"{field}.data_subjects[{i}]")
             try:
                 subjects.append((s["kind"], pii.normalise_subject(s["kind"], s["value"])))
             except ValueError:
-                raise invalid("data subject value cannot be normalised for its kind", field=f"body.data_subjects[{i}].value") from None
+                raise invalid("data subject value cannot be normalised for its kind", field=f"{field}.data_subjects[{i}].value") from None
         findings = pii.classify_body(body)
         try:
             pii.decide(wa.pii_policy, findings, subjects)
@@ -380,7 +395,7 @@ class Admission:
                 "admission.personal_data",
                 f"the body contains personal data not allowed by the workarea policy ({wa.pii_policy})",
                 422,
-                {"reason": exc.reason,
+                {"field": field, "reason": exc.reason,
                  "findings": [{"kind": f.kind, "path": f.path, "start": f.start, "end": f.end, "in_key": getattr(f, "in_key", False)}
                               for f in exc.findings]},
             ) from None
@@ -389,7 +404,9 @@ class Admission:
     def submit(self, p: Principal, items: Sequence[Submission], *, idempotency_key: str | None = None) -> dict:
         """Admit one or more claim versions as ``held`` in one transaction (group commit), all or nothing.
 
-        Returns ``{"items": [{"claim_id", "version_id", "seq"}…]}``.
+        Returns ``{"items": [{"claim_id", "version_id", "version_no"}…]}``. No journal ``seq``: it
+        counts every act of the tenant, simulated ones included, so a writer outside an audience
+        must not see it (docs/simulations.md, "Sequence numbers").
         Raises ``access.denied``, ``workarea.not_found``, ``claim.not_found``,
         ``admission.invalid``, ``admission.personal_data``; for simulation
         material (docs/simulations.md) ``simulation.not_found`` (404, a key
@@ -410,7 +427,13 @@ class Admission:
             conn = head.conn
             out = []
             for i, s in enumerate(items):
-                out.append(self._submit_one(head, p, s, i))
+                try:
+                    out.append(self._submit_one(head, p, s, i))
+                except OMLError as exc:
+                    if "field" in exc.extra:
+                        raise
+                    # All or nothing: the refusal names the item that caused it (a copy: some refusals are shared constants).
+                    raise OMLError(exc.code, exc.detail, exc.status, {**exc.extra, "field": f"claims[{i}]"}) from None
             return {"items": out}
 
         return self._run(p, idempotency_key, request, act)
@@ -432,14 +455,14 @@ class Admission:
         except CanonicalError as exc:
             raise invalid(f"body must be canonical JSON without floats or integers beyond 2^53 ({exc.args[0].split(':')[0]})",
                           field=f"claims[{i}].body") from None
-        wa = self._scoped_workarea(conn, p, s.workarea_id)
-        subjects = self._check_personal_data(wa, s.body)
+        wa = _memo(head, ("workarea", s.workarea_id), lambda: self._scoped_workarea(conn, p, s.workarea_id))
+        subjects = self._check_personal_data(wa, s.body, f"claims[{i}].body")
         # Simulation taint (docs/simulations.md): material a key outside the audience cannot see is,
         # to that key, material that does not exist -- the same refusal as for a missing id.
         explicit_sim = claim_sim = sup_sim = None
         if s.simulation_id is not None:
             explicit_sim = _uuid(s.simulation_id, f"claims[{i}].simulation_id")
-            if self._sim_state(conn, p, explicit_sim) is None:
+            if self.simulation_state(conn, p, explicit_sim) is None:
                 raise simrules.simulation_not_found()
         existing_versions: list = []
         if s.claim_id is None:
@@ -453,7 +476,7 @@ class Admission:
                 raise not_found("claim")
             if claim.simulation_id is not None:
                 claim_sim = str(claim.simulation_id)
-                if self._sim_state(conn, p, claim_sim) is None:
+                if self.simulation_state(conn, p, claim_sim) is None:
                     raise not_found("claim")
             cw = self._workarea(conn, p.tenant, str(claim.workarea_id))
             if not p.can_access(cw.path):
@@ -468,7 +491,7 @@ class Admission:
                 sup = next((v for v in existing_versions if str(v.version_id) == sup_id), None)
                 if sup is not None and sup.tainted:
                     sup_sim = str(sup.simulation_id)
-                    if self._sim_state(conn, p, sup_sim) is None:
+                    if self.simulation_state(conn, p, sup_sim) is None:
                         sup = None
                 if sup is None:
                     raise invalid("supersedes must name a version of the same claim", field=f"claims[{i}].supersedes")
@@ -478,7 +501,7 @@ class Admission:
             ok = conn.execute(sa.text("SELECT c.claim_id, c.simulation_id, w.path FROM claims c JOIN workareas w ON w.tenant_id = c.tenant_id AND w.node_id = c.workarea_id"
                                       " WHERE c.tenant_id = :t AND c.claim_id = CAST(:c AS uuid)"),
                               {"t": p.tenant, "c": _uuid(d, f"claims[{i}].derived_from[{j}]")}).one_or_none()
-            if ok is not None and ok.simulation_id is not None and self._sim_state(conn, p, str(ok.simulation_id)) is None:
+            if ok is not None and ok.simulation_id is not None and self.simulation_state(conn, p, str(ok.simulation_id)) is None:
                 ok = None
             if ok is None or not p.can_access(ok.path):
                 raise invalid("derived_from names an unknown claim", field=f"claims[{i}].derived_from[{j}]")
@@ -486,31 +509,32 @@ class Admission:
             derived_sims.append(str(ok.simulation_id) if ok.simulation_id else None)
         sim = simrules.taint_of(explicit=explicit_sim, claim_simulation=claim_sim, supersedes_simulation=sup_sim,
                                 derived_simulations=derived_sims)
-        if sim is not None and self._sim_state(conn, p, sim) != "open":
+        if sim is not None and self.simulation_state(conn, p, sim) != "open":
             raise OMLError("simulation.closed", "the simulation is closed: nothing more can be written inside it", 409)
         if s.claim_id is not None:
             version_no = simrules.next_version_no(
                 [(v.version_no, v.tainted, str(v.simulation_id) if v.simulation_id else None) for v in existing_versions], sim)
         provenance = "simulation" if explicit_sim is not None else s.provenance
         version_id = new_id()
+        enc = _memo(head, "encryption_key", lambda: self._encryption_key(conn, p.tenant))
         artifact_id, digest = self.seal_artifact(conn, p.tenant, s.body, kind="body", claim_id=claim_id,
-                                                 version_id=version_id, seq_hint=head.seq + 1)
+                                                 version_id=version_id, seq_hint=head.seq + 1, key=enc)
         data = {
             "claim_id": claim_id, "version_id": version_id, "version_no": version_no, "workarea_id": s.workarea_id,
             "kind": kind, "provenance": provenance, "supersedes": s.supersedes, "derived_from": derived,
             "valid_from": _norm_time(s.valid_from, f"claims[{i}].valid_from"),
             "valid_to": _norm_time(s.valid_to, f"claims[{i}].valid_to"),
             "confidence": s.confidence, "artifact_id": artifact_id, "ciphertext_sha256": digest.hex(),
-            "key_version": self._encryption_key(conn, p.tenant)[0],
+            "key_version": enc[0],
         }
         if sim is not None:
             data["simulation_id"] = sim
             data["tainted"] = True
-        ev = self._append(head, "claim.submitted", self._actor(p), data)
+        self._append(head, "claim.submitted", self._actor(p), data)
         for kind_, value in subjects:
             conn.execute(sa.text("INSERT INTO claim_subjects (tenant_id, claim_id, subject_hmac) VALUES (:t, :c, :h) ON CONFLICT DO NOTHING"),
                          {"t": p.tenant, "c": claim_id, "h": self.subject_hmac(p.tenant, kind_, value)})
-        return {"claim_id": claim_id, "version_id": version_id, "version_no": version_no, "seq": ev.seq}
+        return {"claim_id": claim_id, "version_id": version_id, "version_no": version_no}
 
     def review(self, p: Principal, version_id: str, decision: str, reason: str, *, note: str | None = None,
                idempotency_key: str | None = None) -> dict:
@@ -539,7 +563,7 @@ class Admission:
                 " WHERE v.tenant_id = :t AND v.version_id = CAST(:v AS uuid)"), {"t": p.tenant, "v": vid}).one_or_none()
             if v is None or not p.can_access(v.path):
                 raise not_found("claim version")
-            sim_state = self._sim_state(conn, p, str(v.simulation_id)) if v.tainted else None
+            sim_state = self.simulation_state(conn, p, str(v.simulation_id)) if v.tainted else None
             if v.tainted and sim_state is None:
                 # Reviewers come from the audience; to anyone else the version does not exist.
                 raise not_found("claim version")
@@ -566,14 +590,15 @@ class Admission:
             if note is not None:
                 art, dig = self.seal_artifact(conn, p.tenant, {"note": note}, kind="note", claim_id=claim_id, version_id=vid, seq_hint=head.seq + 1)
                 data["note"] = {"artifact_id": art, "sha256": dig.hex()}
-            ev = self._append(head, {"promote": "claim.promoted", "reject": "claim.rejected", "demote": "claim.demoted"}[decision],
-                              self._actor(p), data)
+            self._append(head, {"promote": "claim.promoted", "reject": "claim.rejected", "demote": "claim.demoted"}[decision],
+                         self._actor(p), data)
+            # No journal seq in the answer, for the reason given in submit().
             return {"claim_id": claim_id, "version_id": vid, "status": {"promote": "promoted", "reject": "rejected", "demote": "demoted"}[decision],
-                    "self_signed": self_signed, "seq": ev.seq}
+                    "self_signed": self_signed}
 
         return self._run(p, idempotency_key, {"act": "claim.review", "v": vid, "d": decision, "r": reason, "n": note}, act)
 
-    def _sim_state(self, conn, p: Principal, simulation_id: str) -> str | None:
+    def simulation_state(self, conn, p: Principal, simulation_id: str) -> str | None:
         """``"open"`` or ``"closed"`` when ``p`` is in the simulation's audience; ``None`` when it is not (or no such simulation)."""
         row = conn.execute(sa.text("SELECT closed_seq FROM simulations WHERE tenant_id = :t AND simulation_id = CAST(:s AS uuid)"
                                    " AND :p = ANY(audience)"), {"t": p.tenant, "s": simulation_id, "p": p.principal_id}).one_or_none()

@@ -49,6 +49,8 @@ def worker_cmd(
                                           help="seconds between scheduled reconciliations of every tenant (0: off)"),
     checkpoint_every: float = typer.Option(0.0, "--checkpoint-every", min=0.0,
                                            help="seconds between periodic checkpoints (0: off)"),
+    seal_every: float = typer.Option(0.0, "--seal-every", min=0.0,
+                                     help="seconds between read-log seals of every tenant (0: off)"),
 ) -> None:
     """Run the relay and the lake-writer and indexer actors until interrupted.
 
@@ -72,12 +74,12 @@ def worker_cmd(
         rt = WorkerRuntime(ctx, relay=not no_relay, worker_threads=threads, poll_seconds=poll, sweep_seconds=sweep,
                            consumers=consumers)
         schedule = None
-        if reconcile_every or checkpoint_every:
+        if reconcile_every or checkpoint_every or seal_every:
             # Declared before the worker starts so its consumers cover the audit queues.
             from oml.workers import reconciler
 
             schedule = reconciler.Schedule(reconciler.declare(rt.broker, ctx), reconcile_seconds=reconcile_every,
-                                           checkpoint_seconds=checkpoint_every)
+                                           checkpoint_seconds=checkpoint_every, seal_seconds=seal_every)
             if rt.worker is not None and rt.worker.consumer_whitelist:
                 rt.worker.consumer_whitelist |= {"oml-audit", "oml-admission"}
         stop = threading.Event()

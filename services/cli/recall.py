@@ -93,8 +93,7 @@ def readlog_seal(tenant: Optional[str] = typer.Option(None, "--tenant", help="on
     from oml.services.server import readlog
 
     with context() as ctx:
-        tenants = [tenant] if tenant else _tenants(ctx)
-        out = {t: readlog.seal(ctx, t) for t in tenants}
+        out = readlog.seal_all(ctx, [tenant] if tenant else None)
     if as_json:
         typer.echo(json.dumps(out, indent=2))
         return
@@ -164,13 +163,6 @@ def mcp_cmd(transport: str = typer.Option("stdio", "--transport", "-t", help="st
         err.print("transport must be stdio or http")
         raise typer.Exit(2)
     mcp_server.main(transport=transport, host=host, port=port, path=path)
-
-
-def _tenants(ctx) -> list[str]:
-    import sqlalchemy as sa
-
-    with ctx.db.system("oml_server") as conn:
-        return list(conn.execute(sa.text("SELECT tenant_id FROM tenants ORDER BY tenant_id")).scalars())
 
 
 def register(app: typer.Typer) -> None:

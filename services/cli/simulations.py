@@ -74,7 +74,7 @@ def list_(key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Option(False
     table = Table("simulation", "name", "status", "audience", "open tips", "versions", "opened", "closed")
     for r in out["items"]:
         table.add_row(r["simulation_id"], r["name"] or "", r["status"], str(len(r["audience"])), str(r["open_tips"]),
-                      str(r["versions"]), str(r["opened_seq"]), "" if r["closed_seq"] is None else str(r["closed_seq"]))
+                      str(r["versions"]), *("" if r[k] is None else str(r[k]) for k in ("opened_seq", "closed_seq")))
     console.print(table)
 
 

@@ -147,7 +147,6 @@ class WorkareaRow(BaseModel):
     path: str
     development: bool
     pii_policy: str
-    created_seq: int
 
 
 class WorkareaList(BaseModel):
@@ -155,10 +154,14 @@ class WorkareaList(BaseModel):
 
 
 def list_workareas(ctx: Context, p: Principal) -> list[dict]:
-    """Workareas the principal may see: all of the tenant's for an admin, its subtrees for anyone else."""
+    """Workareas the principal may see: all of the tenant's for an admin, its subtrees for anyone else.
+
+    No ``created_seq``: every key may list workareas, and a journal seq moves with simulated acts
+    (docs/simulations.md, "Sequence numbers").
+    """
     with ctx.db.tenant("oml_server", p.tenant) as conn:
         rows = conn.execute(sa.text(
-            "SELECT node_id, parent_id, label, path, development, pii_policy, created_seq FROM workareas"
+            "SELECT node_id, parent_id, label, path, development, pii_policy FROM workareas"
             " WHERE tenant_id = :t ORDER BY path"), {"t": p.tenant}).mappings().all()
     out = []
     for r in rows:

@@ -11,6 +11,7 @@ as the decryption, so an unlogged read cannot be served.
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any, Literal, Optional
 
 import sqlalchemy as sa
@@ -59,10 +60,10 @@ class BatchIn(Closed):
 
 
 class Admitted(BaseModel):
+    """No journal ``seq``: it moves with simulated acts, which a writer outside the audience must not see."""
     claim_id: str
     version_id: str
     version_no: int
-    seq: int
 
 
 class AdmittedOne(Admitted):
@@ -115,7 +116,6 @@ class ReviewOut(BaseModel):
     version_id: str
     status: str
     self_signed: bool
-    seq: int
     replayed: bool = False
 
 
@@ -145,25 +145,55 @@ class QueueItem(BaseModel):
     valid_from: Optional[str]
     valid_to: Optional[str]
     confidence: Optional[int]
-    submitted_seq: int
     body: Optional[dict[str, Any]] = None
+
+
+CURSOR_DOC = ("opaque cursor: the `next_after` of the previous page. It names the last version that page listed, never"
+              " a journal position, so it reveals nothing a key outside a simulation's audience could not see")
 
 
 class QueueOut(BaseModel):
     items: list[QueueItem]
-    next_after: Optional[int] = Field(None, description="pass as `after` for the next page")
+    next_after: Optional[str] = Field(None, description="pass as `after` for the next page; null on the last page")
 
 
+# The versions a key may list: under its roots, and a simulation's rows only for its audience (DESIGN.md,
+# Simulations). Used for the listed rows and for resolving the cursor, so a cursor naming a version the key
+# cannot see is refused exactly like one naming no version.
+_VISIBLE = (
+    "EXISTS (SELECT 1 FROM unnest(CAST(:roots AS text[])) r WHERE {w}.path = r OR starts_with({w}.path, r || '.'))"
+    " AND ({v}.simulation_id IS NULL OR EXISTS (SELECT 1 FROM simulations s WHERE s.tenant_id = {v}.tenant_id"
+    "      AND s.simulation_id = {v}.simulation_id AND s.closed_seq IS NULL AND :p = ANY(s.audience)))"
+)
+# Pages are ordered by admission order (submitted_seq), which is used here and never returned.
 _HELD_WITHIN = (
     "SELECT v.version_id, v.claim_id, v.version_no, v.workarea_id, w.path, w.development, v.kind, v.provenance, v.status,"
-    " v.author_principal, v.author_identity, v.supersedes, v.valid_from, v.valid_to, v.confidence, v.submitted_seq"
+    " v.author_principal, v.author_identity, v.supersedes, v.valid_from, v.valid_to, v.confidence"
     " FROM claim_versions v JOIN workareas w ON w.tenant_id = v.tenant_id AND w.node_id = v.workarea_id"
-    " WHERE v.tenant_id = :t AND v.submitted_seq > :after"
-    " AND EXISTS (SELECT 1 FROM unnest(CAST(:roots AS text[])) r WHERE w.path = r OR starts_with(w.path, r || '.'))"
-    # A simulation's rows exist only for its audience (DESIGN.md, Simulations).
-    " AND (v.simulation_id IS NULL OR EXISTS (SELECT 1 FROM simulations s WHERE s.tenant_id = v.tenant_id"
-    "      AND s.simulation_id = v.simulation_id AND s.closed_seq IS NULL AND :p = ANY(s.audience)))"
+    " WHERE v.tenant_id = :t AND v.submitted_seq > :after AND " + _VISIBLE.format(v="v", w="w")
 )
+_CURSOR = (
+    "SELECT c.submitted_seq FROM claim_versions c JOIN workareas cw ON cw.tenant_id = c.tenant_id AND cw.node_id = c.workarea_id"
+    " WHERE c.tenant_id = :t AND c.version_id = CAST(:cursor AS uuid) AND " + _VISIBLE.format(v="c", w="cw")
+)
+
+
+def _position(conn, p: Principal, after: str | None) -> int:
+    """The admission position just after the cursor's version (0 without a cursor).
+
+    Raises ``admission.invalid`` (field ``after``) for a cursor that names no version this key may list.
+    """
+    if after is None:
+        return 0
+    try:
+        uuid.UUID(after)
+    except (TypeError, ValueError):
+        raise invalid("after is not a cursor this key was given", field="after") from None
+    pos = conn.execute(sa.text(_CURSOR), {"t": p.tenant, "cursor": after, "roots": list(p.root_paths),
+                                          "p": p.principal_id}).scalar()
+    if pos is None:
+        raise invalid("after is not a cursor this key was given", field="after")
+    return int(pos)
 
 
 def _iso(t) -> str | None:
@@ -178,15 +208,24 @@ def _item(r, p: Principal) -> dict:
             "author_principal": r.author_principal, "author_identity": str(r.author_identity),
             "own": str(r.author_identity) == p.identity_id, "development": r.development,
             "supersedes": str(r.supersedes) if r.supersedes else None, "valid_from": _iso(r.valid_from),
-            "valid_to": _iso(r.valid_to), "confidence": r.confidence, "submitted_seq": r.submitted_seq}
+            "valid_to": _iso(r.valid_to), "confidence": r.confidence}
 
 
-def review_queue(ctx: Context, p: Principal, *, limit: int = 50, after: int = 0) -> dict:
-    """Held versions within the reviewer's access, oldest first, decrypted; the read is logged (op ``review_queue``)."""
+def _next(items: list[dict], limit: int) -> str | None:
+    return items[-1]["version_id"] if len(items) == limit else None
+
+
+def review_queue(ctx: Context, p: Principal, *, limit: int = 50, after: str | None = None) -> dict:
+    """Held versions within the reviewer's access, oldest first, decrypted; the read is logged (op ``review_queue``).
+
+    Returns ``{"items": [...], "next_after": cursor | None}``; ``after`` is a previous page's ``next_after``.
+    Raises ``access.denied`` and ``admission.invalid`` (an unknown cursor).
+    """
     rules.require_act(p.role, "review_queue")
     with ctx.db.tenant("oml_server", p.tenant) as conn:
         rows = conn.execute(sa.text(_HELD_WITHIN + " AND v.status = 'held' ORDER BY v.submitted_seq LIMIT :n"),
-                            {"t": p.tenant, "after": after, "roots": list(p.root_paths), "p": p.principal_id, "n": limit}).all()
+                            {"t": p.tenant, "after": _position(conn, p, after), "roots": list(p.root_paths),
+                             "p": p.principal_id, "n": limit}).all()
         items = []
         for r in rows:
             item = _item(r, p)
@@ -194,11 +233,12 @@ def review_queue(ctx: Context, p: Principal, *, limit: int = 50, after: int = 0)
             items.append(item)
         log_read(conn, p.tenant, principal_id=p.principal_id, identity_id=p.identity_id, role=p.role, op="review_queue",
                  claim_ids=[i["claim_id"] for i in items], workarea_ids=[i["workarea_id"] for i in items])
-    return {"items": items, "next_after": items[-1]["submitted_seq"] if len(items) == limit else None}
+    return {"items": items, "next_after": _next(items, limit)}
 
 
 @router.get("/v1/review-queue", response_model=QueueOut, summary="Held claims awaiting review, decrypted for a reviewer")
-def get_review_queue(limit: int = Query(50, ge=1, le=200), after: int = Query(0, ge=0, description="submitted_seq cursor"),
+def get_review_queue(limit: int = Query(50, ge=1, le=200),
+                     after: Optional[str] = Query(None, pattern=UUID_PATTERN, description=CURSOR_DOC),
                      p: Principal = Depends(principal), ctx: Context = Depends(context)) -> dict:
     """Role: reviewer. Only versions under the key's workarea roots; every call is logged in the read log."""
     return review_queue(ctx, p, limit=limit, after=after)
@@ -210,16 +250,20 @@ class OwnItem(QueueItem):
 
 class OwnOut(BaseModel):
     items: list[OwnItem]
-    next_after: Optional[int] = None
+    next_after: Optional[str] = Field(None, description="pass as `after` for the next page; null on the last page")
 
 
-def own_work(ctx: Context, p: Principal, *, status: str = "held", decrypt: bool = False, limit: int = 50, after: int = 0) -> dict:
-    """Versions authored by the caller's identity within its access; bodies only when ``decrypt``. Logged (op ``own_work``)."""
+def own_work(ctx: Context, p: Principal, *, status: str = "held", decrypt: bool = False, limit: int = 50,
+             after: str | None = None) -> dict:
+    """Versions authored by the caller's identity within its access; bodies only when ``decrypt``. Logged (op ``own_work``).
+
+    Paged like :func:`review_queue`.
+    """
     rules.require_act(p.role, "own_work")
     with ctx.db.tenant("oml_server", p.tenant) as conn:
         rows = conn.execute(sa.text(_HELD_WITHIN + " AND v.status = :st AND v.author_identity = CAST(:i AS uuid)"
                                     " ORDER BY v.submitted_seq LIMIT :n"),
-                            {"t": p.tenant, "after": after, "roots": list(p.root_paths), "p": p.principal_id,
+                            {"t": p.tenant, "after": _position(conn, p, after), "roots": list(p.root_paths), "p": p.principal_id,
                              "st": status, "i": p.identity_id, "n": limit}).all()
         items = []
         for r in rows:
@@ -229,12 +273,13 @@ def own_work(ctx: Context, p: Principal, *, status: str = "held", decrypt: bool 
             items.append(item)
         log_read(conn, p.tenant, principal_id=p.principal_id, identity_id=p.identity_id, role=p.role, op="own_work",
                  claim_ids=[i["claim_id"] for i in items], workarea_ids=[i["workarea_id"] for i in items])
-    return {"items": items, "next_after": items[-1]["submitted_seq"] if len(items) == limit else None}
+    return {"items": items, "next_after": _next(items, limit)}
 
 
 @router.get("/v1/own-work", response_model=OwnOut, summary="The caller's own claim versions (held by default)")
 def get_own_work(status: Literal["held", "promoted", "rejected", "demoted"] = "held", decrypt: bool = False,
-                 limit: int = Query(50, ge=1, le=200), after: int = Query(0, ge=0),
+                 limit: int = Query(50, ge=1, le=200),
+                 after: Optional[str] = Query(None, pattern=UUID_PATTERN, description=CURSOR_DOC),
                  p: Principal = Depends(principal), ctx: Context = Depends(context)) -> dict:
     """Role: writer. Ids and status; with ``decrypt=true`` also the bodies (the author reading their own work)."""
     return own_work(ctx, p, status=status, decrypt=decrypt, limit=limit, after=after)

@@ -58,8 +58,8 @@ class SimulationRecord(BaseModel):
     name: Optional[str] = Field(None, description="decrypted from its note for admin/operator keys and audience members")
     audience: list[str]
     status: str = Field(description="open | closed")
-    opened_seq: int
-    closed_seq: Optional[int] = None
+    opened_seq: Optional[int] = Field(None, description="admin and operator keys only (null for an audience member)")
+    closed_seq: Optional[int] = Field(None, description="admin and operator keys only")
     open_tips: int = Field(description="claims with a simulation tip now (overlay tips of real claims included)")
     versions: int = Field(description="versions written inside the simulation")
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -55,6 +56,8 @@ from oml.services.server.bodies import log_read
 
 if TYPE_CHECKING:  # pragma: no cover
     from oml.services.context import Context
+
+log = logging.getLogger(__name__)
 
 #: An unsealed read older than the newest seal by more than this is reported as ``late_unsealed``
 #: (a read's transaction may straddle one seal; one that old was probably inserted by hand).
@@ -101,6 +104,25 @@ class _Pending:
     first_at: dt.datetime | None = None
     last_at: dt.datetime | None = None
     data: dict | None = None
+
+
+def seal_all(ctx: "Context", tenants: list[str] | None = None) -> dict[str, list[dict]]:
+    """:func:`seal` for every tenant (or ``tenants``); returns ``{tenant: anchors}``.
+
+    Tenants are listed as ``oml_server``. A tenant whose sealing fails is
+    logged by code and skipped: the others are still sealed, and its reads
+    stay unsealed for the next run (nothing is half-sealed: one transaction a batch).
+    """
+    if tenants is None:
+        with ctx.db.system("oml_server") as conn:
+            tenants = list(conn.execute(sa.text("SELECT tenant_id FROM tenants ORDER BY tenant_id")).scalars())
+    out: dict[str, list[dict]] = {}
+    for t in tenants:
+        try:
+            out[t] = seal(ctx, t)
+        except OMLError as exc:
+            log.error("read log not sealed tenant=%s code=%s", t, exc.code)
+    return out
 
 
 def seal(ctx: "Context", tenant: str, *, batch_max: int = rl.BATCH_MAX) -> list[dict]:

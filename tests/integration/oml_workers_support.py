@@ -39,7 +39,13 @@ def setup_tenant(ctx, tenant: str) -> Env:
 def submit(ctx, env: Env, statements, *, workarea=None, claim_id=None, supersedes=None) -> list[dict]:
     items = [Submission(workarea or env.root, {"statement": s, "tags": ["t1"], "subject": "subj"},
                         claim_id=claim_id, supersedes=supersedes) for s in statements]
-    return ctx.admission.submit(env.writer, items)["items"]
+    out = ctx.admission.submit(env.writer, items)["items"]
+    # Admission answers carry no journal seq (docs/simulations.md); these tests reason about seqs, so look them up.
+    with ctx.db.tenant("oml_server", env.tenant) as c:
+        seqs = dict(c.execute(sa.text("SELECT version_id::text, submitted_seq FROM claim_versions"
+                                      " WHERE tenant_id = :t AND version_id = ANY(CAST(:v AS uuid[]))"),
+                              {"t": env.tenant, "v": [i["version_id"] for i in out]}).all())
+    return [i | {"seq": seqs[i["version_id"]]} for i in out]
 
 
 def promote(ctx, env: Env, statement: str, **kw) -> dict:

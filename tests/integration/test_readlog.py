@@ -154,3 +154,35 @@ def test_workload_roles_cannot_rewrite_the_log(world, ctx):
     with ctx.db.tenant("oml_server", world.tenant) as c:
         with pytest.raises(sa.exc.ProgrammingError):
             c.execute(sa.text("DELETE FROM read_events WHERE tenant_id = :t"), {"t": world.tenant})
+
+
+def test_oml_worker_schedule_seals_every_tenant(world, ctx, tmp_path):
+    """``oml worker --seal-every`` sends ``oml_seal_readlog``; one run seals every tenant's pending reads."""
+    import time
+
+    import dramatiq
+    from dramatiq.brokers.stub import StubBroker
+
+    from oml.workers import reconciler
+
+    reads(world, 3)
+    before = len(anchored_events(ctx, world.tenant))
+    broker = StubBroker()
+    actors = reconciler.declare(broker, ctx, out_dir=tmp_path)
+    schedule = reconciler.Schedule(actors, reconcile_seconds=0, checkpoint_seconds=0, seal_seconds=0.2)
+    worker = dramatiq.Worker(broker, worker_threads=1)
+    worker.start()
+    schedule.start()
+    try:
+        deadline = time.monotonic() + 60
+        while len(anchored_events(ctx, world.tenant)) == before and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        schedule.stop()
+        broker.join("oml-admission")
+        worker.join()
+        worker.stop()
+    assert len(anchored_events(ctx, world.tenant)) > before
+    with owner(ctx, world.tenant) as c:
+        assert c.execute(sa.text("SELECT count(*) FROM read_events WHERE tenant_id = :t AND batch_no IS NULL"),
+                         {"t": world.tenant}).scalar() == 0

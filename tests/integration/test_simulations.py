@@ -7,6 +7,7 @@ partitions), recall/fetch/lineage as ``oml_server``.
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
 import sqlalchemy as sa
@@ -131,6 +132,14 @@ def test_outsiders_cannot_write_review_or_derive_inside(w, ctx):
     with pytest.raises(OMLError) as e:
         ctx.admission.submit(w.writer, [Submission(w.area("main.ops"), {"statement": "x"}, derived_from=[w.born["claim_id"]])])
     assert e.value.code == "admission.invalid"  # the same answer as for an unknown claim id
+    # Supersede inside: the audience is checked before the claim, so a claim born in the simulation, a real
+    # claim and an unknown id get one answer (a lookup first would say which claims were born inside).
+    answers = set()
+    for claim in (w.born["claim_id"], w.real["claim_id"], str(uuid.uuid4())):
+        with pytest.raises(OMLError) as e:
+            w.sims.supersede(w.writer, w.sim, claim, {"statement": "x"})
+        answers.add((e.value.code, e.value.detail, tuple(sorted(e.value.extra.items()))))
+    assert answers == {("simulation.not_found", "simulation not found", ())}
     held = w.sims.submit(w.inside_writer, w.sim, [sub])["items"][0]
     with pytest.raises(OMLError) as e:
         ctx.admission.review(w.outside_reviewer, held["version_id"], "promote", "accurate")
@@ -195,6 +204,29 @@ def test_an_edge_of_a_tainted_version_exists_only_inside_the_fence(w, ctx):
     with pytest.raises(OMLError) as e:
         F.fetch(ctx, w.inside_reader, version_id=ov["version_id"])
     assert e.value.code == "claim.erased"
+
+
+def test_erasing_a_claim_born_inside_leaves_the_shared_indexes_alone(w, ctx):
+    """A shared index rewrite re-analyses statistics the vector plan reads: only a real claim's erasure asks for one."""
+    from oml.services.erasure import Erasure
+
+    def requested(seq):
+        with owner(ctx, w.tenant) as c:
+            return {(r.target, r.simulation_id is not None and str(r.simulation_id) != "00000000-0000-0000-0000-000000000000")
+                    for r in c.execute(sa.text("SELECT target, simulation_id FROM erasure_rewrites WHERE tenant_id = :t"
+                                               " AND requested_seq = :s"), {"t": w.tenant, "s": seq})}
+
+    op = w.key("operator")
+    born = w.sims.submit(w.inside_writer, w.sim, [Submission(w.area("main.ops"), {"statement": "A what-if to erase."})])["items"][0]
+    w.sims.review(w.inside_reviewer, born["version_id"], "promote", "accurate")
+    w.index()
+    out = Erasure(ctx).erase_claim(op, born["claim_id"], "retention", rewrite=False)
+    targets = requested(out["erasures"][0]["seq"])
+    assert {"memories_fts", "memory_embeddings"}.isdisjoint(t for t, _ in targets)
+    assert {("sim_memories_fts", True), ("sim_memory_embeddings", True), ("artifacts", False)} <= targets
+    real = w.remember("main.ops", "A real fact to erase.")
+    out = Erasure(ctx).erase_claim(op, real["claim_id"], "retention", rewrite=False)
+    assert {("memories_fts", False), ("memory_embeddings", False)} <= requested(out["erasures"][0]["seq"])
 
 
 def test_simulation_steering_leads_segment_one_for_the_audience(w, ctx):

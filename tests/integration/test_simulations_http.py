@@ -39,7 +39,11 @@ def test_the_simulation_routes(w, ctx):
     assert bad.status_code == 422 and "SECRETVALUE" not in bad.text
     assert c.post("/v1/simulations", json={"name": "x", "audience": audience}, headers=h(w, w.writer)).json()["code"] == "access.denied"
     assert c.get(f"/v1/simulations/{sim}", headers=h(w, w.outside_reader)).json()["code"] == "simulation.not_found"
-    assert c.get(f"/v1/simulations/{sim}", headers=h(w, w.inside_reader)).json()["name"] == "status page drill"
+    record = c.get(f"/v1/simulations/{sim}", headers=h(w, w.inside_reader)).json()
+    assert record["name"] == "status page drill"
+    # A journal seq counts every simulation's acts: audience members get none, admins and operators do.
+    assert record["opened_seq"] is None and record["closed_seq"] is None
+    assert isinstance(c.get(f"/v1/simulations/{sim}", headers=h(w, w.operator)).json()["opened_seq"], int)
     assert c.get("/v1/simulations", headers=h(w, w.outside_reader)).json()["items"] == []
 
     sup = c.post(f"/v1/simulations/{sim}/claims/{w.real['claim_id']}/supersede",

@@ -21,15 +21,18 @@ The comparison (docs/simulations.md, "How containment is tested"):
   appear in no recall, fetch or lineage answer; in the review queue they are
   mapped to the key's name in the script. The only fields dropped are
   wall-clock times (``tip_since``, ``elapsed_ms``), which cannot match across
-  two tenants, and the review queue's seq cursor.
+  two tenants.
+* **Every real act's answer** (a writer's admitted ids and numbers, a
+  reviewer's decision) is identical in both worlds, whole: no journal seq
+  reaches a writer or reviewer.
 * **Every key outside every audience** (a reader rooted at the tenant root,
   a reader rooted in a sub-workarea, a reviewer) asks, in both worlds: six
   recalls (three queries hybrid, one FTS, one vector, one scoped to a
   sub-workarea; k = 50, so no tie is cut), a fetch of every claim id and
   every version id either world ever created (simulation ids included:
   they must be as unknown in A as they are absent from B), the lineage
-  of every claim id, and (reviewers) the review queue without its seq
-  cursor. Errors are compared by code.
+  of every claim id, the workareas it may list and (reviewers) the review
+  queue, paged two at a time, cursors included. Errors are compared by code.
 * **Default tips.** The tip-interval history (version ids, in order) and the
   untainted rows of ``claim_versions`` (number, status, supersedes,
   provenance, kind, workarea) of every real claim are equal between worlds.
@@ -55,6 +58,7 @@ from oml.services.admission import service as admission_service
 from oml.services.admission.service import Submission
 from oml.services.auth import authenticate
 from oml.services.erasure import Erasure
+from oml.services.http.routes_admin import list_workareas
 from oml.services.http.routes_claims import review_queue
 from oml.services.server import fetch as F
 from oml.services.server.recall import Recaller, RecallRequest
@@ -144,17 +148,16 @@ def strip(x):
     return x
 
 
-def without_seq(x):
-    if isinstance(x, dict):
-        return {k: without_seq(v) for k, v in x.items() if k not in ("seq", "rewrite")}
-    if isinstance(x, (list, tuple)):
-        return [without_seq(v) for v in x]
-    return x
-
-
-def without_cursor(page, names):
-    return [{k: (names.get(v, v) if k == "author_principal" else v) for k, v in item.items() if k != "submitted_seq"}
-            for item in page["items"]]
+def queue_pages(ctx, p, names, size: int = 2) -> list:
+    """Every page of the review queue, cursors included; API key ids (random per world) mapped to key names."""
+    pages, after = [], None
+    while True:
+        page = review_queue(ctx, p, limit=size, after=after)
+        pages.append({"items": [{k: (names.get(v, v) if k == "author_principal" else v) for k, v in item.items()}
+                                for item in page["items"]], "next_after": page["next_after"]})
+        after = page["next_after"]
+        if after is None:
+            return pages
 
 
 def pick(seq, n):
@@ -207,10 +210,9 @@ class Run:
         a = outcome(lambda: fn(self.A))
         self.ids.at(label)
         b = outcome(lambda: fn(self.B))
-        # The journal seq a write returns counts every act of the tenant, simulated ones included: the one
-        # number a writer outside the audience sees move (docs/simulations.md, "Sequence numbers").
-        va = a if a[0] == "error" else ("ok", without_seq(view(a[1])))
-        vb = b if b[0] == "error" else ("ok", without_seq(view(b[1])))
+        # Whole answers: a write or review answer carries no journal seq (docs/simulations.md, "Sequence numbers").
+        va = a if a[0] == "error" else ("ok", view(a[1]))
+        vb = b if b[0] == "error" else ("ok", view(b[1]))
         assert va == vb, (label, a, b)
         return a
 
@@ -352,10 +354,11 @@ class Run:
             out[("lineage", c)] = outcome(lambda: strip(F.lineage(self.ctx, p, c)))
         for v in self.versions:
             out[("fetch_version", v)] = outcome(lambda: strip(F.fetch(self.ctx, p, version_id=v)))
+        out[("workareas",)] = outcome(lambda: list_workareas(self.ctx, p))
         if p.role == "reviewer":
-            # The review queue's rows (bodies included); its seq cursor is the documented residual.
+            # The review queue's rows (bodies included) and its opaque cursors.
             names = {k.principal_id: n for n, k in w.keys.items()}   # API key ids differ between worlds: map to roles
-            out[("review_queue",)] = outcome(lambda: without_cursor(review_queue(self.ctx, p, limit=200), names))
+            out[("review_queue",)] = outcome(lambda: queue_pages(self.ctx, p, names))
         return out
 
     def default_state(self, w: World) -> dict:
