@@ -5,7 +5,7 @@ Commands::
     oml reconcile --tenant T [--from-seq N] [--to-seq N] [--trusted-key FP] [-o DIR] [--max-lag S] [--no-record]
     oml checkpoint issue --tenant T            |  oml checkpoint show --tenant T [--size N]
     oml proof inclusion --tenant T --seq N     |  oml proof consistency --tenant T --from N [--to N]
-    oml evidence export --tenant T --from-seq N --to-seq N [--previous-checkpoint F] -o FILE [--key-file F]
+    oml evidence export --tenant T --from-seq N [--to-seq N] [--previous-checkpoint F] -o FILE [--key-file F]
     oml evidence verify FILE [--trusted-key FP] [--previous-checkpoint F]
 
 Exit statuses: 0 success; 1 a discrepancy other than ``pending`` (reconcile)
@@ -145,7 +145,7 @@ def proof_consistency(tenant: str = TENANT, from_size: int = typer.Option(..., "
 def evidence_export(
     tenant: str = TENANT,
     from_seq: int = typer.Option(..., "--from-seq", min=1),
-    to_seq: int = typer.Option(..., "--to-seq", min=1),
+    to_seq: Optional[int] = typer.Option(None, "--to-seq", min=1, help="last event (default: the chain head)"),
     previous_checkpoint: Optional[Path] = typer.Option(None, "--previous-checkpoint", exists=True, dir_okay=False,
                                                        help="your last checkpoint note; the archive proves the log extends it"),
     output: Path = typer.Option(..., "-o", "--output", help="archive file (.tar)"),
@@ -162,7 +162,7 @@ def evidence_export(
         principal = authenticate(ctx.db, key) if key else None
         ex = export(ctx, tenant, from_seq, to_seq, previous_checkpoint=prev, principal=principal)
     output.write_bytes(ex.data)
-    console.print(f"wrote {output}: events {from_seq}..{to_seq}, pinned checkpoint size {ex.checkpoint_size}")
+    console.print(f"wrote {output}: events {from_seq}..{ex.manifest['range']['to_seq']}, pinned checkpoint size {ex.checkpoint_size}")
     console.print(f"archive sha256 {ex.archive_sha256}\nmanifest sha256 {ex.manifest_sha256}\njournalled as evidence.exported at seq {ex.seq}")
 
 

@@ -596,19 +596,37 @@ def _print_summary(console: Console, summary: dict, w: World, settings, home: Pa
                   f"{c.get('refused_personal_data', 0)} refused (personal data), {c.get('questions', 0)} questions recalled over MCP, "
                   f"{c.get('erased', 0)} claim erased, {c.get('journal_events', 0)} journal events reconciled, "
                   f"{c.get('evidence_events', 0)} events in the verified evidence archive")
+    # Paths, keys and commands are printed unwrapped (soft_wrap): a narrow or non-terminal console must not
+    # split what is meant to be copied.
     console.print("[bold]reports[/bold]")
     for name, path in summary["reports"].items():
-        console.print(f"  {name.replace('_', ' ')}: {path}")
+        console.print(f"  {name.replace('_', ' ')}: {path}", soft_wrap=True)
     keys = home / "demo" / w.tenant / "keys.env"
     _write_keys(keys, w)
     env = "" if home == Path(".oml").resolve() else f"OML_HOME={home} "
     ext = "  (with the same OML_DATABASE_URL and OML_MASTER_KEY)" if settings.database_url else ""
+    oml = _runnable(oml_command())
     console.print("[bold]keep it running[/bold]")
-    console.print(f"  {env}oml serve{ext}\n    HTTP API on 127.0.0.1:8765 with the workers in-process (or: make serve)")
+    console.print(f"  {env}{oml} serve{ext}", soft_wrap=True)
+    console.print("    HTTP API on 127.0.0.1:8765 with the workers in-process (or: make serve)")
     console.print("[bold]point an agent at it[/bold] (MCP over stdio; the reader key of this tenant)")
-    console.print(f"  {env}OML_API_KEY={w.keys['reader']} oml mcp")
-    console.print(f"  all of this run's API keys: {keys} (mode 0600); trust anchor {w.fingerprint}")
+    console.print(f"  {env}OML_API_KEY={w.keys['reader']} {oml} mcp", soft_wrap=True)
+    console.print(f"  all of this run's API keys: {keys} (mode 0600); trust anchor {w.fingerprint}", soft_wrap=True)
     console.print("[bold green]demo OK[/bold green]: every step did what it should")
+
+
+def _runnable(command: list[str]) -> str:
+    """``oml`` when PATH finds this same script, else its path (relative to here when shorter): ``.venv/bin/oml``."""
+    import shutil
+
+    if len(command) != 1:
+        return " ".join(command)
+    script = Path(command[0]).resolve()
+    found = shutil.which("oml")
+    if found and Path(found).resolve() == script:
+        return "oml"
+    rel = os.path.relpath(script)
+    return rel if len(rel) < len(str(script)) else str(script)
 
 
 def _write_keys(path: Path, w: World) -> None:

@@ -71,9 +71,11 @@ def _rows(conn, sql: str, params: dict) -> list[JournalRow]:
             for r in conn.execute(sa.text(sql), params)]
 
 
-def export(ctx, tenant: str, from_seq: int, to_seq: int, *, previous_checkpoint: bytes | None = None,
+def export(ctx, tenant: str, from_seq: int, to_seq: int | None, *, previous_checkpoint: bytes | None = None,
            principal: Principal | None = None) -> Exported:
     """Build, sign and journal an evidence archive for ``tenant``'s events ``from_seq``..``to_seq``.
+
+    ``to_seq=None`` means the chain head when the checkpoint is issued (the archive's ``to_seq`` says which).
 
     ``principal`` (an ``auditor``) is recorded as the actor of
     ``evidence.exported``; ``None`` means the local operator CLI (actor
@@ -83,7 +85,8 @@ def export(ctx, tenant: str, from_seq: int, to_seq: int, *, previous_checkpoint:
         rules.require_act(principal.role, "evidence")
         if principal.tenant != tenant:
             raise OMLError("access.denied", "the key belongs to another tenant", 403)
-    if not (isinstance(from_seq, int) and isinstance(to_seq, int)) or from_seq < 1 or to_seq < from_seq:
+    if not (isinstance(from_seq, int) and isinstance(to_seq, (int, type(None)))) or from_seq < 1 or (
+            to_seq is not None and to_seq < from_seq):
         raise OMLError("evidence.invalid_range", "need 1 <= from_seq <= to_seq", 422, {"field": "from_seq"})
     prev = None
     if previous_checkpoint is not None:
@@ -95,6 +98,10 @@ def export(ctx, tenant: str, from_seq: int, to_seq: int, *, previous_checkpoint:
             raise OMLError("evidence.previous_checkpoint_invalid", "the previous checkpoint is for another log", 422)
 
     cp = issue_checkpoint(ctx, tenant)
+    if to_seq is None:
+        to_seq = cp.tree_size
+        if to_seq < from_seq:
+            raise OMLError("evidence.invalid_range", "from_seq is beyond the chain head", 422, {"field": "from_seq", "head": cp.tree_size})
     if to_seq > cp.tree_size:
         raise OMLError("evidence.invalid_range", "to_seq is beyond the chain head", 422, {"field": "to_seq", "head": cp.tree_size})
     if prev is not None and prev.size > cp.tree_size:

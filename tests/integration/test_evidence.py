@@ -111,6 +111,14 @@ def test_cli_export_and_verify_exit_codes(ctx, ak, tmp_path):
                 env={"OML_API_KEY": ""})
     assert r.exit_code == 0, r.output
     assert last_event(ctx, ak.tenant)[1]["actor"] == {"principal": None, "identity": None}
+    # Without --to-seq the export runs to the head; a range from seq 1 holds tenant.created, a key event
+    # that is also a journal row: one receipt, counted once.
+    r = run_cli(ctx, ["evidence", "export", "--tenant", ak.tenant, "--from-seq", "1", "-o", str(out)], env={"OML_API_KEY": ""})
+    assert r.exit_code == 0, r.output
+    manifest = json.loads(next(m for m in archive.read(out.read_bytes()) if m.name == fmt.MANIFEST).data)
+    assert manifest["range"]["to_seq"] == manifest["checkpoint"]["tree_size"] and f"..{manifest['range']['to_seq']}," in r.output
+    r = run_cli(ctx, ["evidence", "verify", str(out), "--trusted-key", ak.kit.fingerprint])
+    assert r.exit_code == 0 and f"{manifest['counts']['receipts']} inclusion receipts" in r.output, r.output
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None or shutil.which("bash") is None, reason="needs bash and openssl")
