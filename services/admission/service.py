@@ -22,7 +22,7 @@ from oml.domain import claims as rules
 from oml.domain import envelope, signing
 from oml.domain import simulation as simrules
 from oml.domain.access import Principal, new_api_key
-from oml.domain.canonical import CanonicalError, canonical, format_time, new_id, now
+from oml.domain.canonical import CanonicalError, canonical, format_time, new_id
 from oml.domain.errors import OMLError, invalid, not_found
 from oml.domain.events import REASON_CODES, SYSTEM, Actor
 from oml.services.keystore import KeyStore
@@ -424,7 +424,6 @@ class Admission:
         request = {"act": "claim.submit", "items": [_submission_request(s) for s in items]}
 
         def act(head):
-            conn = head.conn
             out = []
             for i, s in enumerate(items):
                 try:

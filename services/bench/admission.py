@@ -19,8 +19,6 @@ Prints each rate and raw/admission ratios; ``--quick`` is CI-sized.
 """
 from __future__ import annotations
 
-from oml.services.bench import rate
-
 import json
 import os
 import platform
@@ -34,6 +32,7 @@ import sqlalchemy as sa
 import typer
 
 from oml.domain.canonical import format_time, now
+from oml.services.bench import bench_tenant, emit, rate, submit_all
 
 SHARED = Path(os.environ.get("OML_SHARED_DIR", Path(__file__).resolve().parents[3] / "shared"))
 
@@ -56,31 +55,18 @@ def bodies(n: int) -> list[dict[str, Any]]:
 
 def run(ctx, *, single: int = 300, batched: int = 3000, batch: int = 100) -> dict[str, Any]:
     """Run the four measurements; returns counts, seconds, claims/s and ratios (raw ÷ admission)."""
-    from oml.services.admission.service import Submission
-    from oml.services.auth import authenticate
-
-    tenant = f"bench-{secrets.token_hex(4)}"
-    adm = ctx.admission
-    t = adm.create_tenant(tenant)
-    admin = authenticate(ctx.db, t.admin_key)
-    # "allow": measure the classifier's cost without refusing LoCoMo turns that mention people.
-    adm.set_workarea_policy(admin, t.root_workarea, pii_policy="allow")
-    ident = adm.create_identity(admin, "service", "bench")["identity_id"]
-    writer = authenticate(ctx.db, adm.create_principal(admin, ident, "writer", [t.root_workarea])["api_key"])
+    bt = bench_tenant(ctx, "bench")
     items = bodies(single + batched)
     warm = bodies(20)
-    for b in warm:  # connections, key cache, plan cache
-        adm.submit(writer, [Submission(t.root_workarea, b)])
+    submit_all(ctx, bt, warm, 1)  # connections, key cache, plan cache
 
-    res: dict[str, Any] = {"tenant": tenant, "batch": batch}
+    res: dict[str, Any] = {"tenant": bt.tenant, "batch": batch}
     t0 = time.perf_counter()
-    for b in items[:single]:
-        adm.submit(writer, [Submission(t.root_workarea, b)])
+    submit_all(ctx, bt, items[:single], 1)
     res["admission_single"] = {"claims": single, "seconds": time.perf_counter() - t0}
     rest = items[single:]
     t0 = time.perf_counter()
-    for i in range(0, len(rest), batch):
-        adm.submit(writer, [Submission(t.root_workarea, b) for b in rest[i:i + batch]])
+    submit_all(ctx, bt, rest, batch)
     res["admission_batched"] = {"claims": len(rest), "seconds": time.perf_counter() - t0}
 
     table = f"bench_raw_{secrets.token_hex(4)}"
@@ -93,8 +79,8 @@ def run(ctx, *, single: int = 300, batched: int = 3000, batch: int = 100) -> dic
     ins = sa.text(f"INSERT INTO {table} VALUES (:t, :c, :v, 1, :w, 'fact', 'observed', 'held', :p, :i, :at, CAST(:b AS jsonb))")
 
     def row(b):
-        return {"t": tenant, "c": str(uuid.uuid4()), "v": str(uuid.uuid4()), "w": t.root_workarea, "p": writer.principal_id,
-                "i": ident, "at": now(), "b": json.dumps(b)}
+        return {"t": bt.tenant, "c": str(uuid.uuid4()), "v": str(uuid.uuid4()), "w": bt.root, "p": bt.writer.principal_id,
+                "i": bt.writer.identity_id, "at": now(), "b": json.dumps(b)}
 
     try:
         for b in warm:
@@ -153,8 +139,4 @@ def register(bench_app: typer.Typer) -> None:
             single, batched = 30, 300
         with context() as ctx:
             res = run(ctx, single=single, batched=batched, batch=batch)
-        if as_json:
-            typer.echo(json.dumps(res, indent=2))
-        else:
-            for line in render(res):
-                typer.echo(line)
+        emit(res, render, as_json)

@@ -22,12 +22,8 @@ tenant is kept (the journal is append-only).
 """
 from __future__ import annotations
 
-from oml.services.bench import rate
-
-import json
 import os
 import platform
-import secrets
 import time
 from typing import Any
 
@@ -35,6 +31,7 @@ import sqlalchemy as sa
 import typer
 
 from oml.domain.canonical import format_time, now
+from oml.services.bench import bench_tenant, emit, rate, submit_all
 
 
 
@@ -43,27 +40,17 @@ def run(ctx, *, claims: int = 1000, batch: int = 100) -> dict[str, Any]:
     import numpy as np
     from pgvector.psycopg import register_vector
 
-    from oml.services.admission.service import Submission
     from oml.services.auth import authenticate
     from oml.services.bench.admission import bodies
     from oml.workers import indexer
 
-    tenant = f"bench-index-{secrets.token_hex(4)}"
-    adm = ctx.admission
-    t = adm.create_tenant(tenant)
-    admin = authenticate(ctx.db, t.admin_key)
-    adm.set_workarea_policy(admin, t.root_workarea, pii_policy="allow")
-    w = adm.create_identity(admin, "service", "bench-writer")["identity_id"]
-    r = adm.create_identity(admin, "person", "bench-reviewer")["identity_id"]
-    writer = authenticate(ctx.db, adm.create_principal(admin, w, "writer", [t.root_workarea])["api_key"])
-    reviewer = authenticate(ctx.db, adm.create_principal(admin, r, "reviewer", [t.root_workarea])["api_key"])
+    bt = bench_tenant(ctx, "bench-index")
+    tenant, adm = bt.tenant, ctx.admission
+    r = adm.create_identity(bt.admin, "person", "bench-reviewer")["identity_id"]
+    reviewer = authenticate(ctx.db, adm.create_principal(bt.admin, r, "reviewer", [bt.root])["api_key"])
     items = bodies(claims)
-    versions: list[str] = []
-    for i in range(0, len(items), batch):
-        out = adm.submit(writer, [Submission(t.root_workarea, b) for b in items[i:i + batch]])
-        versions += [x["version_id"] for x in out["items"]]
-    for v in versions:
-        adm.review(reviewer, v, "promote", "accurate")
+    for item in submit_all(ctx, bt, items, batch):
+        adm.review(reviewer, item["version_id"], "promote", "accurate")
     indexer.indexer_principal(ctx, tenant)
     emb = indexer.embedder_for(ctx)
     emb.encode(["warm-up"])
@@ -144,8 +131,4 @@ def register(bench_app: typer.Typer) -> None:
             claims = 50
         with context() as ctx:
             res = run(ctx, claims=claims)
-        if as_json:
-            typer.echo(json.dumps(res, indent=2))
-        else:
-            for line in render(res):
-                typer.echo(line)
+        emit(res, render, as_json)

@@ -23,13 +23,9 @@ deleted.
 """
 from __future__ import annotations
 
-from oml.services.bench import rate
-
 import dataclasses
-import json
 import os
 import platform
-import secrets
 import shutil
 import tempfile
 import time
@@ -40,6 +36,7 @@ import sqlalchemy as sa
 import typer
 
 from oml.domain.canonical import format_time, now
+from oml.services.bench import bench_tenant, emit, rate, submit_all
 
 
 
@@ -47,23 +44,14 @@ def run(ctx, *, claims: int = 5000, batch: int = 100, batch_rows: int | None = N
     """Run both measurements; returns counts, seconds, events/s and the ratio raw ÷ lake-writer."""
     from deltalake import write_deltalake
 
-    from oml.services.admission.service import Submission
-    from oml.services.auth import authenticate
     from oml.services.bench.admission import bodies
     from oml.workers import lake_writer
     from oml.workers.lake_schema import BODIES, JOURNAL, PARTITION_BY
 
     batch_rows = batch_rows or lake_writer.BATCH_ROWS
-    tenant = f"bench-lake-{secrets.token_hex(4)}"
-    adm = ctx.admission
-    t = adm.create_tenant(tenant)
-    admin = authenticate(ctx.db, t.admin_key)
-    adm.set_workarea_policy(admin, t.root_workarea, pii_policy="allow")
-    ident = adm.create_identity(admin, "service", "bench")["identity_id"]
-    writer = authenticate(ctx.db, adm.create_principal(admin, ident, "writer", [t.root_workarea])["api_key"])
-    items = bodies(claims)
-    for i in range(0, len(items), batch):
-        adm.submit(writer, [Submission(t.root_workarea, b) for b in items[i:i + batch]])
+    bt = bench_tenant(ctx, "bench-lake")
+    tenant = bt.tenant
+    submit_all(ctx, bt, bodies(claims), batch)
 
     tmp = Path(tempfile.mkdtemp(prefix="oml-bench-lake-"))
     res: dict[str, Any] = {"tenant": tenant, "claims": claims, "batch_rows": batch_rows}
@@ -141,8 +129,4 @@ def register(bench_app: typer.Typer) -> None:
             claims = 300
         with context() as ctx:
             res = run(ctx, claims=claims, batch_rows=batch_rows or None)
-        if as_json:
-            typer.echo(json.dumps(res, indent=2))
-        else:
-            for line in render(res):
-                typer.echo(line)
+        emit(res, render, as_json)

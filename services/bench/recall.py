@@ -203,8 +203,6 @@ def measure(ctx, tenant: str, reader, questions: list[str], qvecs, qtsq: list[st
 
 def run(ctx, *, sizes: Sequence[int] = (10_000, 100_000), others: int = 2, other_size: int = 20_000,
         queries: int = 200, progress=None) -> dict[str, Any]:
-    import numpy as np
-
     from oml.domain.recall import FTS_CONFIG, tsquery_text
     from oml.workers.embedding import get_embedder
 
@@ -220,9 +218,7 @@ def run(ctx, *, sizes: Sequence[int] = (10_000, 100_000), others: int = 2, other
     say(f"embedded {len(texts)} base texts in {time.perf_counter() - t0:.1f}s")
     pop = Population(texts, base)
     qs = [questions[i % len(questions)] for i in range(queries)]
-    t0 = time.perf_counter()
     qvecs = [emb.encode([q])[0] for q in qs]
-    embed_ms = [(time.perf_counter() - t0) * 1000 / len(qs)]
     from oml.services.server.recall import default_embed
 
     query_embed = default_embed(ctx)  # exactly what recall runs per query

@@ -25,14 +25,10 @@ tenant is kept (the journal is append-only); the lake directory is deleted.
 """
 from __future__ import annotations
 
-from oml.services.bench import rate
-
 import dataclasses
 import hashlib
-import json
 import os
 import platform
-import secrets
 import shutil
 import tempfile
 import time
@@ -43,6 +39,7 @@ import sqlalchemy as sa
 import typer
 
 from oml.domain.canonical import format_time, now
+from oml.services.bench import bench_tenant, emit, rate, submit_all
 
 
 
@@ -52,21 +49,12 @@ def run(ctx, *, claims: int = 5000, batch: int = 100) -> dict[str, Any]:
 
     from oml.domain import chain, signing
     from oml.services.admission.checkpoints import issue_checkpoint
-    from oml.services.admission.service import Submission
-    from oml.services.auth import authenticate
     from oml.services.bench.admission import bodies
     from oml.workers import lake_writer, reconciler
 
-    tenant = f"bench-rec-{secrets.token_hex(4)}"
-    adm = ctx.admission
-    t = adm.create_tenant(tenant)
-    admin = authenticate(ctx.db, t.admin_key)
-    adm.set_workarea_policy(admin, t.root_workarea, pii_policy="allow")
-    ident = adm.create_identity(admin, "service", "bench")["identity_id"]
-    writer = authenticate(ctx.db, adm.create_principal(admin, ident, "writer", [t.root_workarea])["api_key"])
-    items = bodies(claims)
-    for i in range(0, len(items), batch):
-        adm.submit(writer, [Submission(t.root_workarea, b) for b in items[i:i + batch]])
+    bt = bench_tenant(ctx, "bench-rec")
+    tenant = bt.tenant
+    submit_all(ctx, bt, bodies(claims), batch)
     issue_checkpoint(ctx, tenant)
 
     tmp = Path(tempfile.mkdtemp(prefix="oml-bench-rec-"))
@@ -79,7 +67,7 @@ def run(ctx, *, claims: int = 5000, batch: int = 100) -> dict[str, Any]:
         # The lighter run first, so the first lake open and imports are not billed to the full run.
         for key, proj in (("reconcile_no_replay", False), ("reconcile", True)):
             t0 = time.perf_counter()
-            result = reconciler.reconcile(lctx, tenant, trusted_fingerprint=t.fingerprint, check_projections=proj)
+            result = reconciler.reconcile(lctx, tenant, trusted_fingerprint=bt.fingerprint, check_projections=proj)
             seconds = time.perf_counter() - t0
             if not result.ok:
                 raise RuntimeError(f"the benchmark tenant did not reconcile cleanly: {result.counts}")
@@ -140,8 +128,4 @@ def register(bench_app: typer.Typer) -> None:
             claims = 300
         with context() as ctx:
             res = run(ctx, claims=claims)
-        if as_json:
-            typer.echo(json.dumps(res, indent=2))
-        else:
-            for line in render(res):
-                typer.echo(line)
+        emit(res, render, as_json)
