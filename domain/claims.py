@@ -28,7 +28,7 @@ ROLE_ACTS = {
     "reader": {"read"},
     "auditor": {"journal", "evidence", "read_audit"},
     "operator": {"reconcile", "erase", "hold", "retention", "lake", "simulation", "keys"},
-    "admin": {"admin", "simulation"},
+    "admin": {"admin", "simulation", "keys"},
     "indexer": {"indexing_feed"},
 }
 

@@ -24,6 +24,7 @@ EVENT_TYPES = frozenset(
         "workarea.created",
         "workarea.reparented",
         "workarea.policy_set",
+        "tenant.policy_set",
         "claim.submitted",
         "claim.promoted",
         "claim.rejected",
