@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import uuid
+from json.encoder import encode_basestring as _escape
 from typing import Any
 
 import rfc8785
@@ -22,37 +23,92 @@ class CanonicalError(ValueError):
     """A value cannot be encoded canonically (a float, a big int, a non-str key)."""
 
 
-def _check(value: Any, path: str) -> None:
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return
-    if isinstance(value, int):
+def _utf16_key(item: tuple[str, Any]) -> bytes:
+    return item[0].encode("utf-16-be")
+
+
+def _encode(value: Any, out: list[str], path: str) -> None:
+    """Append the JCS text of ``value`` to ``out`` (RFC 8785 §3.2 for the values OML writes).
+
+    Strings use the standard library's C string escaper, which escapes
+    exactly what RFC 8785 §3.2.2.2 (ECMAScript ``JSON.stringify``) escapes:
+    ``"`` ``\\`` the short forms ``\\b \\f \\n \\r \\t`` and other code
+    points below U+0020 as lower-case ``\\u00xx``; everything else is literal.
+    Object members are sorted by the UTF-16 code units of their keys
+    (§3.2.3); code point order is the same whenever every key is ASCII.
+    """
+    if isinstance(value, str):
+        out.append(_escape(value))
+    elif value is None:
+        out.append("null")
+    elif value is True:
+        out.append("true")
+    elif value is False:
+        out.append("false")
+    elif isinstance(value, int):
         if abs(value) > MAX_SAFE_INT:
             raise CanonicalError(f"{path}: integer outside ±(2^53-1)")
-        return
-    if isinstance(value, float):
-        raise CanonicalError(f"{path}: floating-point numbers are not allowed")
-    if isinstance(value, dict):
-        for k, v in value.items():
+        out.append(int.__repr__(value))
+    elif isinstance(value, dict):
+        if not value:
+            out.append("{}")
+            return
+        for k in value:
             if not isinstance(k, str):
                 raise CanonicalError(f"{path}: object keys must be strings")
-            _check(v, f"{path}/{k}")
-        return
-    if isinstance(value, (list, tuple)):
+        items = value.items()
+        items = sorted(items) if all(k.isascii() for k in value) else sorted(items, key=_utf16_key)
+        sep = "{"
+        for k, v in items:
+            out.append(sep)
+            out.append(_escape(k))
+            out.append(":")
+            _encode(v, out, f"{path}/{k}")
+            sep = ","
+        out.append("}")
+    elif isinstance(value, (list, tuple)):
+        if not value:
+            out.append("[]")
+            return
+        sep = "["
         for i, v in enumerate(value):
-            _check(v, f"{path}/{i}")
-        return
-    raise CanonicalError(f"{path}: unsupported type {type(value).__name__}")
+            out.append(sep)
+            _encode(v, out, f"{path}/{i}")
+            sep = ","
+        out.append("]")
+    elif isinstance(value, float):
+        raise CanonicalError(f"{path}: floating-point numbers are not allowed")
+    else:
+        raise CanonicalError(f"{path}: unsupported type {type(value).__name__}")
 
 
 def canonical(value: Any) -> bytes:
-    """RFC 8785 bytes of ``value``.
+    """RFC 8785 bytes of ``value`` (strings, integers, booleans, null, lists and objects).
+
+    A direct encoder for the JSON subset OML writes; ``reference_canonical``
+    (the ``rfc8785`` library) is the reference, and a Hypothesis differential
+    test (tests/unit/test_canonical.py) checks the two agree byte for byte.
 
     Raises:
-        CanonicalError: floats, integers beyond ±(2^53−1), non-string keys or
-            unsupported types anywhere in ``value``.
+        CanonicalError: floats, integers beyond ±(2^53−1), non-string keys,
+            unsupported types, or strings that are not valid Unicode (lone
+            surrogates) anywhere in ``value``.
     """
-    _check(value, "")
-    return rfc8785.dumps(value)
+    out: list[str] = []
+    _encode(value, out, "")
+    try:
+        return "".join(out).encode("utf-8")
+    except UnicodeEncodeError:
+        raise CanonicalError("strings must be valid Unicode (no lone surrogates)") from None
+
+
+def reference_canonical(value: Any) -> bytes:
+    """RFC 8785 bytes by the ``rfc8785`` library, after the same domain checks as :func:`canonical`."""
+    _encode(value, [], "")
+    try:
+        return rfc8785.dumps(value)
+    except (rfc8785.CanonicalizationError, UnicodeEncodeError) as exc:
+        raise CanonicalError(str(exc)) from None
 
 
 def sha256(data: bytes) -> bytes:

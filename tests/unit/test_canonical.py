@@ -1,0 +1,56 @@
+"""The fast RFC 8785 encoder agrees byte for byte with the ``rfc8785`` library (issue 14, item 2).
+
+A Hypothesis differential test over the JSON subset OML writes — strings
+(including non-BMP code points, escapes and control characters), integers up
+to ±(2^53−1), booleans, null, lists and objects whose keys mix BMP and
+non-BMP characters (where UTF-16 order and code point order differ).
+"""
+from __future__ import annotations
+
+import pytest
+import rfc8785
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from oml.domain.canonical import MAX_SAFE_INT, CanonicalError, canonical, reference_canonical
+
+# Code points where JCS needs care: controls, quote and backslash, DEL, line separators,
+# the top of the BMP (sorted after U+10000 in UTF-16 order) and astral characters.
+_TRICKY = st.sampled_from(["\x00", "\x1f", "\b", "\f", "\n", "\r", "\t", '"', "\\", "/", "\x7f", "\u2028",
+                           "\u2029", "\ue000", "\uffff", "\U00010000", "\U0001f600", "é", "€"])
+_TEXT = st.text(alphabet=st.one_of(st.characters(exclude_categories=["Cs"]), _TRICKY), max_size=12)
+_INT = st.integers(min_value=-MAX_SAFE_INT, max_value=MAX_SAFE_INT)
+_JSON = st.recursive(
+    st.none() | st.booleans() | _INT | _TEXT,
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(_TEXT, inner, max_size=5),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=1500, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_JSON)
+def test_fast_encoder_matches_rfc8785(value):
+    assert canonical(value) == rfc8785.dumps(value)
+
+
+@pytest.mark.parametrize("keys", [["\uffff", "\U00010000"], ["b", "a", "\u00e9", "\U0001f600", "\ue000"]])
+def test_keys_sort_by_utf16_code_units(keys):
+    value = {k: 1 for k in keys}
+    assert canonical(value) == rfc8785.dumps(value)
+    # U+10000 is D800 DC00 in UTF-16, so it sorts before U+FFFF although its code point is larger.
+    if "\uffff" in keys:
+        assert canonical(value).index("\U00010000".encode()) < canonical(value).index("\uffff".encode())
+
+
+@pytest.mark.parametrize("value", [1.5, {"a": 0.0}, [2**53], {"n": -(2**53)}, {1: "x"}, b"bytes", {"s": "\ud800"}])
+def test_refusals_match_reference(value):
+    with pytest.raises(CanonicalError):
+        canonical(value)
+    with pytest.raises(CanonicalError):
+        reference_canonical(value)
+
+
+def test_rfc8785_appendix_b_style_example():
+    # Escapes and literal non-ASCII exactly as RFC 8785 §3.2.2.2 prescribes.
+    value = {"literals": [None, True, False], "string": "\u20ac$\u000f\u000aA'\u0042\u0022\u005c\\\"/", "int": -(2**53 - 1)}
+    assert canonical(value) == b'{"int":-9007199254740991,"literals":[null,true,false],"string":"\xe2\x82\xac$\\u000f\\nA\'B\\"\\\\\\\\\\"/"}'
