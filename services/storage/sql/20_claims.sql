@@ -111,13 +111,15 @@ CREATE TABLE idempotency_keys (
 );
 
 CREATE TABLE outbox (
-  id            bigserial PRIMARY KEY,
+  id            bigserial,
   tenant_id     text NOT NULL,
   seq           bigint NOT NULL,
   topic         text NOT NULL,
   payload       jsonb NOT NULL,       -- ids and seqs only
   created_at    timestamptz NOT NULL DEFAULT now(),
-  dispatched_at timestamptz
+  dispatched_at timestamptz,
+  -- tenant_id in the key so the table can be distributed by it (docs/operations.md, Citus).
+  PRIMARY KEY (tenant_id, id)
 );
 CREATE INDEX outbox_undispatched ON outbox (id) WHERE dispatched_at IS NULL;
 

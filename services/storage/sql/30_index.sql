@@ -59,7 +59,7 @@ CREATE TABLE sim_memories_fts (
   tip_to_seq     bigint,
   tip_to_at      timestamptz,
   tsv            tsvector NOT NULL,
-  PRIMARY KEY (simulation_id, version_id, tip_from_seq)
+  PRIMARY KEY (tenant_id, simulation_id, version_id, tip_from_seq)  -- tenant_id first: Citus-ready (docs/operations.md)
 ) PARTITION BY LIST (simulation_id);
 
 CREATE TABLE sim_memory_embeddings (
@@ -79,7 +79,7 @@ CREATE TABLE sim_memory_embeddings (
   tip_to_seq     bigint,
   tip_to_at      timestamptz,
   embedding      vector(384) NOT NULL,
-  PRIMARY KEY (simulation_id, version_id, tip_from_seq)
+  PRIMARY KEY (tenant_id, simulation_id, version_id, tip_from_seq)  -- tenant_id first: Citus-ready (docs/operations.md)
 ) PARTITION BY LIST (simulation_id);
 
 -- Creates the tenant's index partitions. SECURITY DEFINER because only the
