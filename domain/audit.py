@@ -24,13 +24,16 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import chain, signing
+from . import chain, event_format, signing
+from .event_format import EventFormatError, EventIds
+from .event_format import parse_event as strict_parse_event
 from .checkpoint import Checkpoint, CheckpointError, oml_origin, verify_checkpoint
 
 BROKEN_LINK = "broken_link"
 BAD_SIGNATURE = "bad_signature"
 UNKNOWN_KEY = "unknown_key"
-FINDING_KINDS = (BROKEN_LINK, BAD_SIGNATURE, UNKNOWN_KEY)
+BAD_FORMAT = "bad_format"  # stored bytes break the normative format (oml.domain.event_format)
+FINDING_KINDS = (BROKEN_LINK, BAD_SIGNATURE, UNKNOWN_KEY, BAD_FORMAT)
 
 KEY_EVENT_TYPES = frozenset({"tenant.created", "signing_key.rotated"})
 ANCHOR_MISMATCH = "the signing key registered by tenant.created does not match the trusted fingerprint"
@@ -205,6 +208,7 @@ class KeyHistory:
 
 
 def parse_event(canonical: bytes) -> dict[str, Any] | None:
+    """Lenient parse for reading fields of rows already verified; verification itself uses the strict parser."""
     try:
         ev = json.loads(canonical)
     except (ValueError, UnicodeDecodeError):
@@ -213,11 +217,18 @@ def parse_event(canonical: bytes) -> dict[str, Any] | None:
 
 
 def check_event(
-    tenant: str, row: chain.JournalRow, keys: KeyHistory, *, verify_signature: bool = True
+    tenant: str, row: chain.JournalRow, keys: KeyHistory, *, verify_signature: bool = True,
+    event_ids: EventIds | None = None,
 ) -> tuple[list[Finding], dict[str, Any] | None]:
-    """Check one row on its own: hash, header, kid and signature (not the link to the previous row).
+    """Check one row on its own: hash, strict format, header, kid and signature (not the link to the previous row).
 
-    Returns the findings and the parsed event (``None`` if it is not JSON).
+    The bytes are parsed by :func:`oml.domain.event_format.parse_event`; a
+    format failure is one ``bad_format`` finding whose detail names the
+    field and the rule, and the event is then ``None`` (nothing else is
+    checked). ``event_ids``, when given, records the ``event_id`` and
+    reports a repeated one.
+
+    Returns the findings and the parsed event (``None`` if it breaks the format).
     Key events (``tenant.created``, ``signing_key.rotated``) always have their
     signature and proof of possession checked, whatever ``verify_signature``
     says, because the key history depends on them.
@@ -226,12 +237,17 @@ def check_event(
     seq = row.seq
     if chain.link(row.prev_hash, row.canonical) != row.hash:
         out.append(Finding(BROKEN_LINK, seq, "hash is not SHA-256 of the domain, prev_hash and canonical bytes", "hash"))
-    ev = parse_event(row.canonical)
-    if ev is None:
-        out.append(Finding(BROKEN_LINK, seq, "canonical bytes are not a JSON object", "canonical"))
+    try:
+        ev = strict_parse_event(row.canonical, seq=seq, tenant=tenant)
+        if event_ids is not None:
+            event_ids.see(seq, ev["event_id"])
+    except EventFormatError as exc:
+        if exc.rule in (event_format.SEQ, event_format.TENANT):
+            # Bytes of another position or chain: a link problem (a moved or transplanted row).
+            out.append(Finding(BROKEN_LINK, seq, f"event header names another tenant or seq: {exc.describe()}", "canonical"))
+        else:
+            out.append(Finding(BAD_FORMAT, seq, exc.describe(), "canonical"))
         return out, None
-    if ev.get("v") != 1 or ev.get("tenant") != tenant or ev.get("seq") != seq:
-        out.append(Finding(BROKEN_LINK, seq, f"event header names another version, tenant or seq ({ev.get('seq')!r})", "canonical"))
     if ev.get("kid") != row.kid:
         out.append(Finding(BROKEN_LINK, seq, "row kid differs from the event's kid", "kid"))
     etype = ev.get("type")
@@ -277,6 +293,7 @@ class ChainScanner:
         self.findings: list[Finding] = []
         self.rows = 0
         self.signatures = 0
+        self.event_ids = EventIds()
 
     def start_at(self, seq: int, prev_hash: bytes) -> None:
         """Start in the middle of a chain: the first row must be ``seq`` and link to ``prev_hash``."""
@@ -293,7 +310,7 @@ class ChainScanner:
         if row.prev_hash != self.head:
             found.append(Finding(BROKEN_LINK, row.seq, "prev_hash does not link to the previous row's hash", "prev_hash"))
         verify = row.seq >= self.verify_from
-        event_findings, ev = check_event(self.tenant, row, self.keys, verify_signature=verify)
+        event_findings, ev = check_event(self.tenant, row, self.keys, verify_signature=verify, event_ids=self.event_ids)
         found += event_findings
         if ev is not None and (verify or ev.get("type") in KEY_EVENT_TYPES):
             self.signatures += 1

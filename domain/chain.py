@@ -5,16 +5,18 @@
 32 raw bytes. :func:`verify_chain` replays rows and the key history the chain
 registers (``tenant.created``, ``signing_key.rotated``) and names the first
 bad ``seq``; trust comes only from ``trusted_fingerprint``, an anchor held
-outside the database.
+outside the database. Event bytes are parsed strictly
+(:mod:`oml.domain.event_format`): a row whose bytes are not exactly the
+normative format fails with its seq, field and rule.
 """
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import Iterable
 
 from . import signing
+from .event_format import EventFormatError, EventIds, parse_event
 
 GENESIS_DOMAIN = b"oml.genesis.v1\x00"
 LINK_DOMAIN = b"oml.journal.v1\x00"
@@ -64,13 +66,17 @@ class VerifyResult:
     bad_seq: int | None = None
     reason: str | None = None
     keys: KeyRing = field(default_factory=KeyRing)
+    #: For a format failure, the :class:`oml.domain.event_format.EventFormatError` (its ``field`` and ``rule``).
+    format_error: EventFormatError | None = None
 
 
 class ChainVerifier:
     """Incremental verifier: feed rows in ``seq`` order with :meth:`add`.
 
     Checks per row: contiguous ``seq`` from 1, ``prev_hash`` link, recomputed
-    hash, the event header (``v``, ``tenant``, ``seq``, ``kid``) against the
+    hash, strict parsing of the stored bytes (:func:`oml.domain.event_format.parse_event`:
+    RFC 8785 form, no duplicate keys or floats, the closed header, id formats;
+    ``event_id`` unique in the chain), the header's ``tenant``, ``seq`` and ``kid`` against the
     row, the signature under the key the chain says is current, and the
     rotation rules (proof of possession; recovery-authorised rotations
     signed by the registered recovery key). The first failure is kept in
@@ -85,6 +91,8 @@ class ChainVerifier:
         self.keys = KeyRing()
         self.bad_seq: int | None = None
         self.reason: str | None = None
+        self.format_error: EventFormatError | None = None
+        self.event_ids = EventIds()
 
     def _fail(self, seq: int, reason: str) -> bool:
         if self.bad_seq is None:
@@ -102,17 +110,15 @@ class ChainVerifier:
         if link(self.head, row.canonical) != row.hash:
             return self._fail(row.seq, "hash does not match SHA-256 of the previous hash and canonical bytes")
         try:
-            event = json.loads(row.canonical)
-        except ValueError:
-            return self._fail(row.seq, "canonical bytes are not JSON")
-        if not isinstance(event, dict) or event.get("v") != 1:
-            return self._fail(row.seq, "not a v1 event")
-        if event.get("tenant") != self.tenant or event.get("seq") != row.seq:
-            return self._fail(row.seq, "event header names another tenant or seq")
-        if event.get("kid") != row.kid:
+            event = parse_event(row.canonical, seq=row.seq, tenant=self.tenant)
+            self.event_ids.see(row.seq, event["event_id"])
+        except EventFormatError as exc:
+            self.format_error = exc
+            return self._fail(row.seq, exc.describe())
+        if event["kid"] != row.kid:
             return self._fail(row.seq, "row kid differs from the event's kid")
-        etype = event.get("type")
-        data = event.get("data") or {}
+        etype = event["type"]
+        data = event["data"]
         try:
             signer = self._signer_for(row.seq, etype, data)
         except ValueError as exc:
@@ -185,6 +191,7 @@ class ChainVerifier:
             bad_seq=self.bad_seq,
             reason=self.reason,
             keys=self.keys,
+            format_error=self.format_error,
         )
 
 

@@ -33,7 +33,9 @@ from the anchor):
 
 **Classification** (:data:`KINDS`): ``missing_in_lake``, ``extra_in_lake``,
 ``mismatch`` (with the column), ``broken_link``, ``bad_signature``,
-``unknown_key``, ``truncated``, ``projection_drift``, and ``pending`` — a row
+``unknown_key``, ``bad_format`` (stored bytes that break the normative format:
+:mod:`oml.domain.event_format`, named by field and rule), ``truncated``,
+``projection_drift``, and ``pending`` — a row
 newer than the lake-writer's recorded Delta application-transaction version
 (``oml-lake-writer:<T>``) and younger than ``max_lag_seconds``. ``pending`` is
 not a failure; every other kind is.
@@ -82,10 +84,11 @@ MISMATCH = "mismatch"
 BROKEN_LINK = audit.BROKEN_LINK
 BAD_SIGNATURE = audit.BAD_SIGNATURE
 UNKNOWN_KEY = audit.UNKNOWN_KEY
+BAD_FORMAT = audit.BAD_FORMAT
 TRUNCATED = "truncated"
 PROJECTION_DRIFT = "projection_drift"
 PENDING = "pending"
-KINDS = (MISSING_IN_LAKE, EXTRA_IN_LAKE, MISMATCH, BROKEN_LINK, BAD_SIGNATURE, UNKNOWN_KEY, TRUNCATED,
+KINDS = (MISSING_IN_LAKE, EXTRA_IN_LAKE, MISMATCH, BROKEN_LINK, BAD_SIGNATURE, UNKNOWN_KEY, BAD_FORMAT, TRUNCATED,
          PROJECTION_DRIFT, PENDING)
 
 JOURNAL_COLUMNS = ("event_id", "type", "kid", "at", "canonical", "hash", "prev_hash", "signature")
