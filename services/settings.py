@@ -31,6 +31,11 @@ class Settings(BaseSettings):
     redis_url: str | None = None
     lake_uri: str | None = None
     lake_storage_options: dict[str, str] = {}
+    # A lake-writer waits this long for a tenant's lake lock, then gives up (logged, in ``oml status``).
+    lake_lock_timeout_s: float = 30.0
+    # The lock holder's lease: PostgreSQL ends its session after this long idle in the catch-up's
+    # transaction (a stopped worker). Longer than any one Delta commit (docs/lake.md, Locks).
+    lake_lease_s: float = 300.0
     # "<tenant> <fingerprint>" lines an operator keeps outside the database; reconciliation's
     # trust anchors (docs/operator-guide.md). Default <home>/trust-anchors when present.
     trust_anchors: Path | None = None

@@ -12,7 +12,7 @@ ids, seqs and reason codes only), one transaction re-binding the tenant per
 tenant; the undispatched outbox count with ``oml_relay``.
 
 Public API: ``report(ctx) -> list[Lag]``, ``poison(ctx, tenant=None) -> list[Poison]``,
-``undispatched(ctx) -> int``, ``CONSUMERS``.
+``lock_waits(ctx, tenant=None) -> list[LockWait]``, ``undispatched(ctx) -> int``, ``CONSUMERS``.
 """
 from __future__ import annotations
 
@@ -88,6 +88,27 @@ def poison(ctx: "Context", tenant: str | None = None) -> list[Poison]:
                     "SELECT tenant_id, consumer, seq, reason, recorded_at FROM poison_messages WHERE tenant_id = :t"), {"t": t}):
                 out.append(Poison(r.tenant_id, r.consumer, r.seq, r.reason, r.recorded_at))
     return sorted(out, key=lambda p: p.recorded_at, reverse=True)
+
+
+@dataclass(frozen=True)
+class LockWait:
+    """Lake-writers gave up waiting for ``tenant``'s lake lock ``count`` times in a row, the last at ``last_at``."""
+    tenant: str
+    count: int
+    last_at: dt.datetime
+
+
+def lock_waits(ctx: "Context", tenant: str | None = None, *, role: str = ROLE) -> list[LockWait]:
+    """Tenants whose lake lock a writer could not take since their last successful catch-up (lake_writer.LOCK_WAIT_CONSUMER)."""
+    out: list[LockWait] = []
+    with ctx.db.system(role) as conn:
+        for t in ([tenant] if tenant else _tenants(conn)):
+            _bind(conn, t)
+            r = conn.execute(sa.text("SELECT seq, updated_at FROM consumer_cursors WHERE tenant_id = :t"
+                                     " AND consumer = 'lake-writer:lock-wait' AND seq > 0"), {"t": t}).first()
+            if r is not None:
+                out.append(LockWait(t, int(r.seq), r.updated_at))
+    return out
 
 
 def checkpoints_behind(ctx: "Context", *, role: str = ROLE) -> list[tuple[str, int, int]]:

@@ -12,17 +12,23 @@ What ``purge(ctx, tenant)`` does:
    purged (``purged_seq``) and every artifact named by a ``claim.erased``
    event in the lake's own journal copy (which is ahead of a restored,
    older database).
-2. Takes the lake-writer's cursor row of the tenant ``FOR UPDATE``, so no
-   copy of that tenant runs meanwhile (the writer holds the same lock for a
-   whole catch-up), then deletes the rows from ``bodies`` (``DeltaTable.delete``
-   with a predicate on the tenant partition and ``artifact_id``), writing
-   the remaining rows with the writer's properties (no statistics on
-   content columns).
-3. Vacuums: by default with the table's retention
-   (``delta.deletedFileRetentionDuration``, 7 days unless configured), so
-   time-travel readers keep working and the removed files stay until then;
-   with ``force_now`` (``oml lake purge --force-now``) with retention 0 and
-   ``enforce_retention_duration=False``.
+2. Takes the tenant's lake lock (``lake_writer.lock_tenant``: the
+   lake-writer's cursor row ``FOR UPDATE``, waiting at most
+   ``lake_lock_timeout_s``), so no copy of that tenant runs meanwhile (the
+   writer holds the same lock for a whole catch-up), then deletes the rows
+   from ``bodies`` (``DeltaTable.delete`` with a predicate on the tenant
+   partition and ``artifact_id``), writing the remaining rows with the
+   writer's properties (no statistics on content columns).
+3. Vacuums the tenant's own partition only. Delta's vacuum has no partition
+   filter, so it is run as a dry run (by default with the table's retention,
+   ``delta.deletedFileRetentionDuration``, 7 days unless configured; with
+   ``force_now``, ``oml lake purge --force-now``, with retention 0 and
+   ``enforce_retention_duration=False``) and only the candidates under
+   ``tenant_id=<tenant>/`` are deleted from storage. Another tenant's
+   removed files stay, so its time travel keeps working whatever this
+   tenant's purge does; they are counted in ``other_tenants_files_left``.
+   A table not partitioned by ``tenant_id`` is refused
+   (:class:`PurgeScopeError`): its files would mix tenants.
 4. Proves the result by listing storage, not by trusting vacuum's return
    value (delta-rs has reported success while deleting nothing, #3911,
    #4646): every Parquet file of the table outside other tenants'
@@ -65,10 +71,13 @@ log = logging.getLogger(__name__)
 
 ROLE = "oml_lake_writer"
 CONSUMER = "lake-purge"
-WRITER_CONSUMER = "lake-writer"
 TABLE = "bodies"
 BATCH = 500
 DELETE_ATTEMPTS = 3
+
+
+class PurgeScopeError(RuntimeError):
+    """The purge cannot keep to the tenant's own files (the table is not partitioned by ``tenant_id``)."""
 
 
 @dataclass(frozen=True)
@@ -280,20 +289,46 @@ def _referenced(dtable, root_uri: str) -> set[str]:
     return {u[len(prefix):] if u.startswith(prefix) else u for u in dtable.file_uris()}
 
 
+def _vacuum_own(dtable, uri: str, options: dict[str, str] | None, tenant: str, *, force_now: bool) -> tuple[list[str], int]:
+    """Delete the vacuum candidates of ``tenant``'s partition; returns (removed paths, other tenants' candidates left).
+
+    Paths are relative to the table root. The candidates come from Delta's own
+    vacuum (dry run), so what counts as removable is Delta's rule; the scope is ours.
+    """
+    if force_now:
+        candidates = dtable.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=True)
+    else:
+        candidates = dtable.vacuum(dry_run=True)
+    prefix = uri.rstrip("/") + "/"
+    rel = [c[len(prefix):] if c.startswith(prefix) else c for c in candidates]
+    own = sorted(c for c in rel if c.split("/", 1)[0] == f"tenant_id={tenant}")
+    filesystem, root = _filesystem(uri, options)
+    removed = []
+    for path in own:
+        try:
+            filesystem.delete_file(f"{root.rstrip('/')}/{path}")
+        except FileNotFoundError:
+            continue  # the log still names a file an earlier purge's listing removed
+        removed.append(path)
+    return removed, len(rel) - len(own)
+
+
 def purge(ctx: "Context", tenant: str, *, force_now: bool = False) -> dict[str, Any]:
     """Delete, vacuum and prove; see the module docstring.
 
     Returns ``{"tenant", "erased_artifacts", "rows_deleted", "vacuumed",
-    "removed_by_listing", "force_now", "retention", "listing",
+    "other_tenants_files_left", "removed_by_listing", "force_now", "retention", "listing",
     "purged_through", "status": "clean" | "pending", "pending_until"}``.
     ``pending_until`` (retention mode) is when a vacuum may remove the
     files the delete unreferenced. Raises the storage error after
-    repeated commit conflicts.
+    repeated commit conflicts, :class:`PurgeScopeError` when the table is not
+    partitioned by tenant, and ``lake_writer.LakeLockBusy`` when a writer
+    holds the tenant's lock past ``lake_lock_timeout_s``.
     """
     from deltalake import DeltaTable
 
     from oml.domain.claims import TENANT_SLUG
-    from oml.workers.lake_writer import writer_properties
+    from oml.workers.lake_writer import lock_tenant, writer_properties
 
     if not TENANT_SLUG.match(tenant or ""):
         raise ValueError("invalid tenant id")
@@ -301,18 +336,18 @@ def purge(ctx: "Context", tenant: str, *, force_now: bool = False) -> dict[str, 
     lake = _lake(ctx)
     uri = lake.uri_of(TABLE)
     result: dict[str, Any] = {"tenant": tenant, "erased_artifacts": len(erased), "rows_deleted": 0, "vacuumed": [],
-                              "removed_by_listing": [], "force_now": force_now, "retention": None,
+                              "other_tenants_files_left": 0, "removed_by_listing": [], "force_now": force_now, "retention": None,
                               "pending_until": None}
     with ctx.db.tenant(ROLE, tenant) as conn:
-        # The lake-writer holds this row for a whole catch-up: no copy of this tenant runs while we purge.
-        conn.execute(sa.text("INSERT INTO consumer_cursors (tenant_id, consumer, seq) VALUES (:t, :c, 0) ON CONFLICT DO NOTHING"),
-                     {"t": tenant, "c": WRITER_CONSUMER})
-        conn.execute(sa.text("SELECT seq FROM consumer_cursors WHERE tenant_id = :t AND consumer = :c FOR UPDATE"),
-                     {"t": tenant, "c": WRITER_CONSUMER})
+        # No copy of this tenant runs while we purge. No lease: listing a large lake can take long.
+        lock_tenant(conn, tenant, ctx.settings, lease=False)
         if not DeltaTable.is_deltatable(uri, storage_options=lake.storage_options):
             listing = verify(ctx, tenant, erased)
         else:
             dtable = DeltaTable(uri, storage_options=lake.storage_options)
+            if list(dtable.metadata().partition_columns) != ["tenant_id"]:
+                raise PurgeScopeError("the bodies table is not partitioned by tenant_id alone: a tenant's purge "
+                                      "could not keep to its own files")
             for pred in _predicates(tenant, sorted(erased)):
                 for attempt in range(1, DELETE_ATTEMPTS + 1):
                     try:
@@ -327,11 +362,8 @@ def purge(ctx: "Context", tenant: str, *, force_now: bool = False) -> dict[str, 
                         dtable = DeltaTable(uri, storage_options=lake.storage_options)
             retention = dtable.metadata().configuration.get("delta.deletedFileRetentionDuration") or "interval 7 days"
             result["retention"] = retention
-            if force_now:
-                removed = dtable.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
-            else:
-                removed = dtable.vacuum(dry_run=False)
-            result["vacuumed"] = sorted(removed)
+            result["vacuumed"], result["other_tenants_files_left"] = _vacuum_own(
+                dtable, uri, lake.storage_options, tenant, force_now=force_now)
             referenced = _referenced(dtable, uri)
             listing = verify(ctx, tenant, erased, referenced=referenced)
             if force_now and not listing["clean"]:

@@ -21,6 +21,27 @@ after the Delta commit, so a crash between the two costs nothing. Per tenant,
 one writer at a time: the writer holds the tenant's cursor row
 ``FOR UPDATE`` for the whole catch-up.
 
+A lost lock cannot double a row. The row lock ends with the writer's
+PostgreSQL session (idle-in-transaction timeout, failover, an admin's
+``pg_terminate_backend``), and the Delta commit does not go through that
+session, so a second writer can take the lock and copy the same rows while
+the first is between planning and committing. Each commit is therefore made
+against the ``DeltaTable`` snapshot the recorded version was read from:
+delta-rs' conflict check sees the other writer's commit carrying the same
+application-transaction id and refuses ours (``CommitFailedError``,
+"Concurrent transaction"), and the writer re-reads the record instead of
+committing again (measured: 0 duplicates; committing by URI re-read the
+newest version and copied 4 rows twice; FIELD-NOTES.md, Delta Lake).
+
+A stalled writer cannot stall its tenant. The lock is a lease: the holder
+sets ``idle_in_transaction_session_timeout`` to ``lake_lease_s``
+(``OML_LAKE_LEASE_S``) so PostgreSQL ends a stopped worker's session and
+frees the row; a waiter sets ``lock_timeout`` to ``lake_lock_timeout_s``
+(``OML_LAKE_LOCK_TIMEOUT_S``), gives up with :class:`LakeLockBusy`, logs a
+warning and records the wait in ``consumer_cursors`` (consumer
+``lake-writer:lock-wait``, ``updated_at`` = when, ``seq`` = consecutive
+waits), which ``oml status`` shows until a catch-up of the tenant succeeds.
+
 Why reading ``seq > recorded`` never skips a row: appends to one tenant's
 chain are serialised by the row lock on its chain head, so a transaction
 holding seq N+1 cannot commit before the one holding N; and the writer copies
@@ -42,9 +63,11 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
+import psycopg.errors
 import pyarrow as pa
 import sqlalchemy as sa
 from deltalake import ColumnProperties, CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
+from deltalake.exceptions import CommitFailedError
 
 from oml.workers.lake_schema import PARTITION_BY, STATS_COLUMNS, TABLES, app_id
 
@@ -57,6 +80,8 @@ ROLE = "oml_lake_writer"
 CONSUMER = "lake-writer"
 # consumer_cursors row holding the last checkpoint tree size copied (a hint, like the journal one).
 CHECKPOINTS_CONSUMER = "lake-writer:checkpoints"
+# consumer_cursors row recording that writers gave up waiting for the tenant's lock (``oml status``).
+LOCK_WAIT_CONSUMER = "lake-writer:lock-wait"
 BATCH_ROWS = 5000
 # delta-rs' post-commit hook writes a checkpoint every this many commits (many tiny
 # commits make table opens slow: delta-rs #2518).
@@ -76,12 +101,28 @@ def checkpoints_app_id(tenant: str) -> str:
     return f"{app_id(tenant)}:checkpoints"
 
 
+def before_commit_hook(table: str, tenant: str, version: int) -> None:
+    """Called after a batch is planned (recorded version and rows read) and before its Delta commit; a seam for tests."""
+
+
 def after_commit_hook(table: str, tenant: str, version: int) -> None:
     """Called after each Delta commit and before the Postgres lag hint; a seam for crash tests."""
 
 
 class LakeConflict(RuntimeError):
     """The recorded version moved under the writer (another writer without the cursor lock); re-plan."""
+
+
+class LakeLockBusy(RuntimeError):
+    """Another session held the tenant's lake lock past ``lake_lock_timeout_s``; nothing was copied.
+
+    Carries the tenant id only. The wait is logged and recorded for ``oml status``.
+    """
+
+    def __init__(self, tenant: str, waited_s: float) -> None:
+        super().__init__(f"lake lock of tenant {tenant} busy for {waited_s:g} s")
+        self.tenant = tenant
+        self.waited_s = waited_s
 
 
 def table_uri(lake: str, name: str) -> str:
@@ -144,25 +185,34 @@ class Lake:
         """The version last recorded for ``app`` in table ``name`` (0 when none), read fresh from the log."""
         return self.table(name).transaction_version(app) or 0
 
-    def append(self, name: str, data: pa.Table, *, app: str, version: int, expected_before: int, tenant: str) -> None:
+    def append(self, name: str, data: pa.Table, *, app: str, version: int, expected_before: int, tenant: str,
+               snapshot: DeltaTable) -> None:
         """Append ``data`` with the application transaction ``(app, version)``; exactly once.
 
-        After a failure the recorded version is read again: at or above
-        ``version`` means the commit landed; still ``expected_before`` means
-        it did not and the write is retried; anything else raises
-        :class:`LakeConflict` so the caller re-plans from the lake's record.
+        ``snapshot`` is the ``DeltaTable`` that ``expected_before`` was read
+        from: the commit is checked against every commit since, so another
+        writer's commit of the same ``app`` fails ours (``CommitFailedError``)
+        instead of both landing. After a failure the recorded version is read
+        again: at or above ``version`` means these rows are in the lake (ours
+        landed, or the other writer's did) and nothing is written; still
+        ``expected_before`` means nothing landed and the write is retried;
+        anything else raises :class:`LakeConflict` so the caller re-plans
+        from the lake's record.
         """
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
             try:
                 write_deltalake(
-                    self.uri_of(name), data, mode="append", partition_by=PARTITION_BY,
+                    snapshot, data, mode="append", partition_by=PARTITION_BY,
                     storage_options=self.storage_options, writer_properties=writer_properties(name),
                     commit_properties=CommitProperties(app_transactions=[Transaction(app_id=app, version=version)]),
                 )
             except Exception as exc:
                 recorded = self.recorded(name, app)
                 if recorded >= version:
-                    log.warning("lake %s: commit reported %s but landed (recorded %d)", name, type(exc).__name__, recorded)
+                    if isinstance(exc, CommitFailedError):
+                        log.warning("lake %s: another writer committed through %d first; not committing again", name, recorded)
+                    else:
+                        log.warning("lake %s: commit reported %s but landed (recorded %d)", name, type(exc).__name__, recorded)
                     break
                 if recorded != expected_before:
                     raise LakeConflict(f"{name}: recorded version moved from {expected_before} to {recorded}") from exc
@@ -198,11 +248,40 @@ def _arrow(schema: pa.Schema, rows: list[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=schema)
 
 
-def _lock_cursor(conn: sa.Connection, tenant: str) -> int:
-    conn.execute(sa.text("INSERT INTO consumer_cursors (tenant_id, consumer, seq) VALUES (:t, :c, 0) ON CONFLICT DO NOTHING"),
-                 {"t": tenant, "c": CONSUMER})
-    return conn.execute(sa.text("SELECT seq FROM consumer_cursors WHERE tenant_id = :t AND consumer = :c FOR UPDATE"),
-                        {"t": tenant, "c": CONSUMER}).scalar_one()
+def lock_tenant(conn: sa.Connection, tenant: str, settings: Any, *, lease: bool = True) -> int:
+    """Take the tenant's lake lock (its ``lake-writer`` cursor row) in ``conn``'s transaction; returns the hint seq.
+
+    Waits at most ``settings.lake_lock_timeout_s`` seconds, then raises
+    :class:`LakeLockBusy`. With ``lease`` the holding session is ended by
+    PostgreSQL once idle in this transaction for ``settings.lake_lease_s``
+    seconds (a stopped worker frees the lock). Shared by the purge, which
+    must not copy or delete while a writer runs.
+    """
+    timeout = float(settings.lake_lock_timeout_s)
+    conn.execute(sa.text("SELECT set_config('lock_timeout', :v, true)"), {"v": f"{int(timeout * 1000)}ms"})
+    if lease:
+        conn.execute(sa.text("SELECT set_config('idle_in_transaction_session_timeout', :v, true)"),
+                     {"v": f"{int(float(settings.lake_lease_s) * 1000)}ms"})
+    try:
+        conn.execute(sa.text("INSERT INTO consumer_cursors (tenant_id, consumer, seq) VALUES (:t, :c, 0) ON CONFLICT DO NOTHING"),
+                     {"t": tenant, "c": CONSUMER})
+        return conn.execute(sa.text("SELECT seq FROM consumer_cursors WHERE tenant_id = :t AND consumer = :c FOR UPDATE"),
+                            {"t": tenant, "c": CONSUMER}).scalar_one()
+    except sa.exc.OperationalError as exc:
+        if isinstance(exc.orig, psycopg.errors.LockNotAvailable):
+            raise LakeLockBusy(tenant, timeout) from None
+        raise
+
+
+def record_lock_wait(ctx: "Context", tenant: str) -> None:
+    """Log and record (for ``oml status``) that a writer gave up waiting for ``tenant``'s lake lock."""
+    log.warning("lake-writer: tenant %s: lake lock held by another session for more than %g s; gave up "
+                "(the holder's lease ends after %g s idle)", tenant, ctx.settings.lake_lock_timeout_s, ctx.settings.lake_lease_s)
+    with ctx.db.tenant(ROLE, tenant) as conn:
+        conn.execute(sa.text(
+            "INSERT INTO consumer_cursors (tenant_id, consumer, seq) VALUES (:t, :c, 1)"
+            " ON CONFLICT (tenant_id, consumer) DO UPDATE SET seq = consumer_cursors.seq + 1, updated_at = now()"),
+            {"t": tenant, "c": LOCK_WAIT_CONSUMER})
 
 
 def _journal_rows(conn, tenant: str, after: int, upto: int, limit: int) -> list[dict[str, Any]]:
@@ -253,15 +332,19 @@ def _copy(lake: Lake, name: str, app: str, tenant: str, fetch: Callable[[int], l
     written = 0
     conflicts = 0
     while True:
-        before = lake.recorded(name, app)
+        # One snapshot for the plan and its commit (see "A lost lock" above).
+        snapshot = lake.table(name)
+        before = snapshot.transaction_version(app) or 0
         rows = fetch(before)
         if not rows:
             return written
         version = version_of(rows)
         for r in rows:
             r.pop("_range_end", None)
+        before_commit_hook(name, tenant, version)
         try:
-            lake.append(name, _arrow(TABLES[name], rows), app=app, version=version, expected_before=before, tenant=tenant)
+            lake.append(name, _arrow(TABLES[name], rows), app=app, version=version, expected_before=before, tenant=tenant,
+                        snapshot=snapshot)
         except LakeConflict:
             conflicts += 1
             if conflicts > COMMIT_ATTEMPTS:
@@ -276,36 +359,50 @@ def catch_up(ctx: "Context", tenant: str, *, batch_rows: int = BATCH_ROWS) -> in
     Safe to call any number of times, concurrently and after a crash: it
     takes the tenant's cursor row lock, reads each table's recorded
     application-transaction version and copies only rows above it.
-    Raises the underlying storage error after ``COMMIT_ATTEMPTS`` failed commits.
+    Raises the underlying storage error after ``COMMIT_ATTEMPTS`` failed commits,
+    and :class:`LakeLockBusy` (logged, recorded for ``oml status``) when another
+    session holds the tenant's lock past ``lake_lock_timeout_s``.
     """
     lake = lake_for(ctx)
-    written = 0
-    with ctx.db.tenant(ROLE, tenant) as conn:
-        _lock_cursor(conn, tenant)
-        head = conn.execute(sa.text("SELECT seq FROM chain_heads WHERE tenant_id = :t"), {"t": tenant}).scalar()
-        if head is None:
-            return 0
-        app = app_id(tenant)
-        written += _copy(lake, "journal", app, tenant,
-                         lambda after: _journal_rows(conn, tenant, after, head, batch_rows),
-                         lambda rows: rows[-1]["seq"])
-        written += _copy(lake, "bodies", app, tenant,
-                         lambda after: _body_rows(conn, tenant, after, head, batch_rows),
-                         lambda rows: rows[-1].get("_range_end", rows[-1]["seq"]))
-        written += _copy(lake, "checkpoints", checkpoints_app_id(tenant), tenant,
-                         lambda after: _checkpoint_rows(conn, tenant, after, batch_rows),
-                         lambda rows: rows[-1]["tree_size"])
-        # The lag hints: what the lake records, whatever this run wrote. Checkpoints get their own
-        # row because issuing one appends no journal event (so no outbox wake-up): the sweep
-        # compares it with the newest checkpoint to re-wake the writer.
-        conn.execute(sa.text("UPDATE consumer_cursors SET seq = :s, updated_at = now() WHERE tenant_id = :t AND consumer = :c"),
-                     {"s": lake.recorded("journal", app), "t": tenant, "c": CONSUMER})
-        conn.execute(sa.text(
-            "INSERT INTO consumer_cursors (tenant_id, consumer, seq) VALUES (:t, :c, :s)"
-            " ON CONFLICT (tenant_id, consumer) DO UPDATE SET seq = EXCLUDED.seq, updated_at = now()"),
-            {"s": lake.recorded("checkpoints", checkpoints_app_id(tenant)), "t": tenant, "c": CHECKPOINTS_CONSUMER})
+    try:
+        with ctx.db.tenant(ROLE, tenant) as conn:
+            lock_tenant(conn, tenant, ctx.settings)
+            written = _catch_up_locked(lake, conn, tenant, batch_rows)
+    except LakeLockBusy:
+        record_lock_wait(ctx, tenant)
+        raise
     if written:
         log.info("lake-writer: tenant %s: %d rows appended", tenant, written)
+    return written
+
+
+def _catch_up_locked(lake: Lake, conn: sa.Connection, tenant: str, batch_rows: int) -> int:
+    written = 0
+    head = conn.execute(sa.text("SELECT seq FROM chain_heads WHERE tenant_id = :t"), {"t": tenant}).scalar()
+    if head is None:
+        return 0
+    app = app_id(tenant)
+    written += _copy(lake, "journal", app, tenant,
+                     lambda after: _journal_rows(conn, tenant, after, head, batch_rows),
+                     lambda rows: rows[-1]["seq"])
+    written += _copy(lake, "bodies", app, tenant,
+                     lambda after: _body_rows(conn, tenant, after, head, batch_rows),
+                     lambda rows: rows[-1].get("_range_end", rows[-1]["seq"]))
+    written += _copy(lake, "checkpoints", checkpoints_app_id(tenant), tenant,
+                     lambda after: _checkpoint_rows(conn, tenant, after, batch_rows),
+                     lambda rows: rows[-1]["tree_size"])
+    # The lag hints: what the lake records, whatever this run wrote. Checkpoints get their own
+    # row because issuing one appends no journal event (so no outbox wake-up): the sweep
+    # compares it with the newest checkpoint to re-wake the writer.
+    conn.execute(sa.text("UPDATE consumer_cursors SET seq = :s, updated_at = now() WHERE tenant_id = :t AND consumer = :c"),
+                 {"s": lake.recorded("journal", app), "t": tenant, "c": CONSUMER})
+    conn.execute(sa.text(
+        "INSERT INTO consumer_cursors (tenant_id, consumer, seq) VALUES (:t, :c, :s)"
+        " ON CONFLICT (tenant_id, consumer) DO UPDATE SET seq = EXCLUDED.seq, updated_at = now()"),
+        {"s": lake.recorded("checkpoints", checkpoints_app_id(tenant)), "t": tenant, "c": CHECKPOINTS_CONSUMER})
+    # Caught up while holding the lock: any earlier wait for it is over.
+    conn.execute(sa.text("UPDATE consumer_cursors SET seq = 0, updated_at = now()"
+                         " WHERE tenant_id = :t AND consumer = :c AND seq <> 0"), {"t": tenant, "c": LOCK_WAIT_CONSUMER})
     return written
 
 
@@ -315,8 +412,18 @@ def tenants(ctx: "Context", role: str = ROLE) -> list[str]:
 
 
 def catch_up_all(ctx: "Context") -> int:
-    """:func:`catch_up` for every tenant; returns the total rows appended."""
-    return sum(catch_up(ctx, t) for t in tenants(ctx))
+    """:func:`catch_up` for every tenant; returns the total rows appended.
+
+    A tenant whose lock is busy (:class:`LakeLockBusy`, already logged and
+    recorded) is skipped: one stalled tenant does not hold up the others.
+    """
+    total = 0
+    for t in tenants(ctx):
+        try:
+            total += catch_up(ctx, t)
+        except LakeLockBusy:
+            continue
+    return total
 
 
 def recorded_versions(ctx: "Context", tenant: str) -> dict[str, int]:

@@ -113,6 +113,7 @@ def status_cmd(
     with context() as ctx:
         rows = lag.report(ctx, tenant=tenant)
         poison = lag.poison(ctx, tenant)
+        waits = lag.lock_waits(ctx, tenant)
         try:
             pending = lag.undispatched(ctx)
         except Exception:
@@ -123,6 +124,7 @@ def status_cmd(
                            "poison": r.poison} for r in rows],
             "poison": [{"tenant": p.tenant, "consumer": p.consumer, "seq": p.seq, "reason": p.reason,
                         "recorded_at": p.recorded_at.isoformat()} for p in poison],
+            "lake_lock_waits": [{"tenant": w.tenant, "count": w.count, "last_at": w.last_at.isoformat()} for w in waits],
             "outbox_undispatched": pending}, indent=2))
         return
     table = Table(title="outbox consumers")
@@ -139,6 +141,9 @@ def status_cmd(
         for p in poison:
             pt.add_row(p.tenant, p.consumer, str(p.seq), p.reason, p.recorded_at.isoformat(timespec="seconds"))
         console.print(pt)
+    for w in waits:
+        console.print(f"[red]lake lock busy[/red]: tenant {w.tenant}: a lake-writer gave up waiting {w.count} time(s), "
+                      f"last at {w.last_at.isoformat(timespec='seconds')} (a stalled holder's lease ends it; docs/lake.md)")
     if pending is not None:
         console.print(f"outbox rows not yet dispatched: {pending}")
     console.print("lake-writer cursors are the lag hint; the lake's own record is shown by [bold]oml lake status[/bold].")

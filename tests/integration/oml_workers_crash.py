@@ -3,6 +3,8 @@
 Usage: python oml_workers_crash.py lake|index TENANT BATCH KILL_AT
 ``lake``: killed right after the KILL_AT-th Delta commit, before the Postgres lag hint.
 ``index``: killed after the KILL_AT-th batch wrote its rows, before that batch commits.
+``stall``: the lake-writer stops itself (SIGSTOP) after planning its KILL_AT-th batch, holding the
+tenant's lake lock, and exits 0 only if its commit was refused when resumed (test_lake_locks.py).
 """
 import os
 import signal
@@ -26,6 +28,18 @@ def main() -> None:
     if mode == "lake":
         lake_writer.after_commit_hook = maybe_die
         lake_writer.catch_up(ctx, tenant, batch_rows=batch)
+    elif mode == "stall":
+        def stall(*_args) -> None:
+            calls["n"] += 1
+            if calls["n"] == kill_at:
+                os.kill(os.getpid(), signal.SIGSTOP)
+
+        lake_writer.before_commit_hook = stall
+        try:
+            lake_writer.catch_up(ctx, tenant, batch_rows=batch)
+        except Exception as exc:  # its session was ended while it was stopped
+            print(type(exc).__name__, flush=True)
+            raise SystemExit(0)
     elif mode == "index":
         indexer.after_write_hook = maybe_die
         indexer.catch_up(ctx, tenant, batch_events=batch)

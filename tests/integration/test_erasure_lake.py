@@ -107,3 +107,42 @@ def test_cli_lake_purge(ctx, kit):
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
     assert out["status"] == "clean" and out["rows_deleted"] == 1
+
+
+def test_force_purge_of_one_tenant_leaves_other_tenants_files_and_time_travel(ctx, kit):
+    """Issue 13 item 5: ``--force-now`` once vacuumed table-wide with retention 0, deleting another tenant's removed file."""
+    other = make_ekit(ctx, "lake-purge-other")
+    kept, removed = other.claim("the other tenant keeps this"), other.claim("the other tenant erases this")
+    mine = kit.claim("force-purged by its own tenant")
+    lake_writer.catch_up(ctx, other.tenant)
+    lake_writer.catch_up(ctx, kit.tenant)
+    uri = lake_writer.table_uri(ctx.settings.lake, "bodies")
+    before = DeltaTable(uri).version()
+    # The other tenant erases one claim and purges within its retention: its removed file must stay until then.
+    Erasure(ctx).erase_claim(other.operator, removed["claim_id"], "data_subject_request")
+    theirs = lake_purge.purge(ctx, other.tenant)
+    assert theirs["status"] == "pending" and theirs["listing"]["dirty"], theirs
+    their_files = sorted(d["path"] for d in theirs["listing"]["dirty"])
+
+    Erasure(ctx).erase_claim(kit.operator, mine["claim_id"], "data_subject_request")
+    out = lake_purge.purge(ctx, kit.tenant, force_now=True)
+    assert out["status"] == "clean", out
+    assert out["vacuumed"] and all(p.startswith(f"tenant_id={kit.tenant}/") for p in out["vacuumed"] + out["removed_by_listing"])
+    assert out["other_tenants_files_left"] >= len(their_files)
+    # The other tenant's removed file is still on storage, so its time travel still reads.
+    assert sorted(d["path"] for d in lake_purge.verify(ctx, other.tenant)["dirty"]) == their_files
+    old = DeltaTable(uri, version=before).to_pyarrow_table(filters=[("tenant_id", "=", other.tenant)]).to_pylist()
+    assert {kept["claim_id"], removed["claim_id"]} <= {r["claim_id"] for r in old}
+
+
+def test_purge_refuses_a_table_not_partitioned_by_tenant(ctx, tmp_path, monkeypatch):
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from oml.workers.lake_schema import BODIES
+
+    lake = tmp_path / "flat-lake"
+    write_deltalake(str(lake / "bodies"), pa.Table.from_pylist([], schema=BODIES))  # no partition column
+    monkeypatch.setattr(ctx.settings, "lake_uri", str(lake))
+    with pytest.raises(lake_purge.PurgeScopeError, match="partitioned by tenant_id"):
+        lake_purge.purge(ctx, "lake-purge")
