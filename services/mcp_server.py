@@ -9,12 +9,20 @@ from a tool argument:
   each call uses the first key whose role may perform the tool's act.
 * HTTP — ``Authorization: Bearer oml_…`` on every request; requests without
   a valid key are refused with 401 before they reach the MCP session, and
-  each tool call re-authenticates from the request's own header.
+  each tool call re-authenticates from the request's own header. A session
+  is bound to the key that opened it: a request with another key on that
+  session id is answered 404, as if the session did not exist (issue 13.3;
+  the SDK's session-owner check, fed the key as the authenticated user).
+  Bodies above ``OML_MAX_REQUEST_BYTES`` are refused while they stream in
+  (:mod:`oml.services.http.body_limit`).
 
 Every tool runs the same service code as HTTP (docs/recall.md): recall and
 fetch pass the read predicate, decrypt on serve and write the read log;
 remember submits a **held** claim through admission (a reviewer must promote
-it before any recall returns it). Refusals come back as tool errors carrying
+it before any recall returns it). A ``remember`` without ``idempotency_key``
+gets one derived from the call's arguments and its session, so a client
+that retries an identical call in the same session gets the first answer
+and not a second claim (issue 13.6). Refusals come back as tool errors carrying
 the stable OML code and a content-free detail; unexpected failures are
 reported as ``internal.error`` and logged by exception type only, so no
 query text or body reaches a log.
@@ -24,10 +32,12 @@ admission's (``oml_admission``, public keys and the signer) for remember.
 """
 from __future__ import annotations
 
-import functools
+import hashlib
 import json
 import logging
 import os
+import secrets
+import weakref
 from typing import TYPE_CHECKING, Any, Callable, Literal, Optional
 
 import anyio
@@ -50,6 +60,29 @@ INSTRUCTIONS = (
 )
 
 ACTS = {"recall": "read", "fetch": "read", "remember": "submit"}
+
+# A stdio connection has no session id header; its ServerSession object stands for the session.
+_SESSION_TOKENS: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
+
+
+def session_token(headers: Any, session: Any) -> str:
+    """The session a call belongs to, for the derived idempotency key.
+
+    HTTP with the initialize handshake: the ``mcp-session-id`` header (bound to its key). HTTP with the
+    sessionless 2026 protocol: ``key`` — there is no session, so the scope is the key itself (admission scopes
+    idempotency keys per principal) for the idempotency retention. stdio: a random token per connection.
+    """
+    if headers is not None:
+        sid = headers.get("mcp-session-id")
+        return f"http:{sid}" if sid else "key"
+    return _SESSION_TOKENS.setdefault(session, f"conn:{secrets.token_hex(16)}")
+
+
+def derived_idempotency_key(session: str, arguments: dict[str, Any]) -> str:
+    """``mcp-`` + SHA-256 (hex) of the canonical JSON of the session and the tool call's arguments: 68 characters."""
+    canonical = json.dumps({"session": session, "tool": "remember", "arguments": arguments}, sort_keys=True,
+                           separators=(",", ":"), ensure_ascii=False)
+    return "mcp-" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 class KeySource:
@@ -120,17 +153,19 @@ def build_server(ctx: "Context", *, stdio_keys: list[str] | None = None):
         "always returned in full: follow them) then `hits` ranked by full-text search, vector similarity or both "
         "fused (retriever: fts | vector | hybrid), each with its body and `source` citation, and `diagnostics`. "
         "Scope with workarea_id (default: all your key's workareas). Budgets (max_chars / max_tokens) cut hits, "
-        "never steering. as_of (ISO 8601) reads the memories as they were then."))
+        "never steering. as_of (ISO 8601) reads the memories as they were then. Hits are facts valid now (or at "
+        "as_of); valid_at (ISO 8601) asks which were valid at another instant."))
     async def recall(query: str, context: ToolContext, workarea_id: Optional[str] = None,
                      retriever: str = "hybrid", k: int = 10, max_chars: Optional[int] = None,
                      max_tokens: Optional[int] = None, kinds: Optional[list[str]] = None,
-                     as_of: Optional[str] = None) -> dict[str, Any]:
+                     as_of: Optional[str] = None, valid_at: Optional[str] = None) -> dict[str, Any]:
         h = headers_of(context)
 
         def run():
             p = keys.principal(h, "recall")
             return recaller.recall(p, RecallRequest(query=query, workarea_id=workarea_id, retriever=retriever, k=k,
-                                                    max_chars=max_chars, max_tokens=max_tokens, kinds=kinds, as_of=as_of))
+                                                    max_chars=max_chars, max_tokens=max_tokens, kinds=kinds, as_of=as_of,
+                                                    valid_at=valid_at))
 
         return await _call(run)
 
@@ -151,7 +186,8 @@ def build_server(ctx: "Context", *, stdio_keys: list[str] | None = None):
         "Propose a new memory. It is stored encrypted and held until a reviewer (a different person) promotes it; "
         "until then no recall returns it. statement is the memory; give source_uri/source_title to cite where it "
         "came from; kind is fact or steering; provenance observed | reported | inferred. workarea_id defaults to "
-        "your key's first workarea. idempotency_key makes a retry safe."))
+        "your key's first workarea. A retry of the same call in the same session returns the first answer; pass "
+        "idempotency_key to make retries across sessions safe too."))
     async def remember(statement: str, context: ToolContext, workarea_id: Optional[str] = None, kind: str = "fact",
                        provenance: str = "inferred", source_uri: Optional[str] = None,
                        source_title: Optional[str] = None, tags: Optional[list[str]] = None,
@@ -159,6 +195,11 @@ def build_server(ctx: "Context", *, stdio_keys: list[str] | None = None):
                        valid_to: Optional[str] = None, derived_from: Optional[list[str]] = None,
                        idempotency_key: Optional[str] = None) -> dict[str, Any]:
         h = headers_of(context)
+        if idempotency_key is None:
+            arguments = {"statement": statement, "workarea_id": workarea_id, "kind": kind, "provenance": provenance,
+                         "source_uri": source_uri, "source_title": source_title, "tags": tags, "subject": subject,
+                         "valid_from": valid_from, "valid_to": valid_to, "derived_from": derived_from}
+            idempotency_key = derived_idempotency_key(session_token(h, context.session), arguments)
 
         def run():
             p = keys.principal(h, "remember")
@@ -206,7 +247,7 @@ class BearerRequired:
         try:
             if scheme.lower() != "bearer":
                 raise OMLError("access.unauthenticated", "a valid bearer API key is required", 401)
-            await run_in_threadpool(authenticate, self.ctx.db, token.strip())
+            principal = await run_in_threadpool(authenticate, self.ctx.db, token.strip())
         except OMLError as exc:
             body = {"type": f"https://oml.dev/problems/{exc.code}", "title": exc.code, "status": exc.status,
                     "code": exc.code, "detail": exc.detail}
@@ -214,13 +255,30 @@ class BearerRequired:
                                 headers={"WWW-Authenticate": 'Bearer realm="oml"'})
             await resp(scope, receive, send)
             return
-        await self.app(scope, receive, send)
+        await self.app(dict(scope, user=key_user(principal)), receive, send)
+
+
+def key_user(p: Principal):
+    """The SDK's authenticated user for a key: the session manager binds each session to it (issue 13.3).
+
+    ``client_id`` is the key id (unique across tenants), ``iss`` the tenant; the token field carries the key id,
+    never the secret.
+    """
+    from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+    from mcp.server.auth.provider import AccessToken
+
+    return AuthenticatedUser(AccessToken(token=p.principal_id, client_id=p.principal_id, scopes=[p.role],
+                                         subject=p.identity_id, claims={"iss": f"oml:tenant:{p.tenant}"}))
 
 
 def http_app(ctx: "Context", *, path: str = "/mcp", host: str = "127.0.0.1"):
     """The streamable-HTTP ASGI app (bearer keys required), for uvicorn or mounting."""
+    from oml.services.http.body_limit import BodyLimit
+
     server = build_server(ctx, stdio_keys=None)
-    return BearerRequired(server.streamable_http_app(streamable_http_path=path, host=host), ctx)
+    limit = ctx.settings.max_request_bytes
+    app = server.streamable_http_app(streamable_http_path=path, host=host, max_request_body_size=limit)
+    return BodyLimit(BearerRequired(app, ctx), limit)
 
 
 def stdio_keys_from_env() -> list[str]:

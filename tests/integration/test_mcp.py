@@ -157,3 +157,90 @@ def test_streamable_http_with_bearer_keys(world, http_server):
     assert r.status_code == 401 and r.json()["code"] == "access.unauthenticated"
     r = httpx.post(http_server, json={}, headers={"Authorization": "Bearer oml_0000000000000000_" + "0" * 64})
     assert r.status_code == 401
+
+
+def _http_client(url: str, key: str, mode: str = "legacy"):
+    """An SDK client over streamable HTTP and its httpx client (to change headers mid-session).
+
+    ``legacy`` is the initialize handshake, which opens a session (``mcp-session-id``); the 2026 protocol the SDK
+    prefers (``auto``) has no sessions: every request stands alone with its own credential.
+    """
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {key}"})
+    return Client(streamable_http_client(url, http_client=http), read_timeout_seconds=60, mode=mode), http
+
+
+def test_http_session_is_bound_to_the_key_that_opened_it(world, http_server):
+    """Issue 13.3: tenant B's key on a session tenant A's key opened is answered 404, as if there were no session."""
+    other_reader = world.other.keys[world.other.key("reader").principal_id]
+
+    async def run():
+        client, http = _http_client(http_server, world.reader_key)
+        statuses: list[int] = []
+
+        async def record(response):
+            statuses.append(response.status_code)
+
+        http.event_hooks["response"].append(record)
+        async with client as c:
+            fact = {"claim_id": world.fact["claim_id"]}
+            payload(await c.call_tool("fetch", fact))
+            http.headers["Authorization"] = f"Bearer {other_reader}"
+            statuses.clear()
+            with anyio.fail_after(30), pytest.raises(Exception) as ei:
+                await c.call_tool("fetch", fact)
+            assert "Session not found" in str(ei.value)
+            assert 404 in statuses
+            # The session stays its opener's: A's key goes on using it.
+            http.headers["Authorization"] = f"Bearer {world.reader_key}"
+            assert payload(await c.call_tool("fetch", fact))["claim_id"] == world.fact["claim_id"]
+
+    anyio.run(run)
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_remember_without_a_key_is_deduplicated_per_session(world, http_server, mode):
+    """Issue 13.6: a retried identical ``remember`` in one session makes one claim; another session makes its own.
+
+    The sessionless 2026 protocol has no session: the key is the scope, so a later connection replays too.
+    """
+    args = {"statement": f"The release train leaves every second Tuesday ({mode}).",
+            "workarea_id": world.workareas["main.team"]}
+
+    async def session_of_two():
+        client, _ = _http_client(http_server, world.agent_writer_key, mode)
+        async with client as c:
+            first = payload(await c.call_tool("remember", args))
+            again = payload(await c.call_tool("remember", args))
+            changed = payload(await c.call_tool("remember", {**args, "tags": ["release"]}))
+        return first, again, changed
+
+    first, again, changed = anyio.run(session_of_two)
+    assert again["claim_id"] == first["claim_id"] and again["version_id"] == first["version_id"]
+    assert changed["claim_id"] != first["claim_id"]
+    later, _, _ = anyio.run(session_of_two)
+    assert (later["claim_id"] == first["claim_id"]) is (mode == "auto")
+
+
+def test_http_bodies_past_the_limit_are_refused_while_streaming(world, http_server, ctx):
+    chunk = b"x" * 65_536
+    n = ctx.settings.max_request_bytes // len(chunk) + 2
+    for headers in ({}, {"Authorization": f"Bearer {world.reader_key}"}):
+        r = httpx.post(http_server, content=iter([chunk] * n), timeout=60,
+                       headers=headers | {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
+        assert (r.status_code, r.json()["code"]) == (413, "http.too_large")
+
+
+def test_derived_key_depends_on_the_session_and_every_argument():
+    from oml.services.mcp_server import derived_idempotency_key, session_token
+
+    class Conn:  # stands for a stdio ServerSession: weak-referenceable, one per connection
+        pass
+
+    one, two = Conn(), Conn()
+    assert session_token(None, one) == session_token(None, one) != session_token(None, two)
+    assert session_token({"mcp-session-id": "abc"}, one) == "http:abc"
+    assert session_token({}, one) == "key"
+    k = derived_idempotency_key("s", {"statement": "x", "tags": None})
+    assert k.startswith("mcp-") and len(k) == 68 and k == derived_idempotency_key("s", {"tags": None, "statement": "x"})
+    assert k != derived_idempotency_key("t", {"statement": "x", "tags": None})
+    assert k != derived_idempotency_key("s", {"statement": "x", "tags": ["a"]})
