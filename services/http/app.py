@@ -1,5 +1,8 @@
 """The FastAPI application: OpenAPI at ``/openapi.json``, problems per RFC 9457.
 
+The OpenAPI document declares the bearer scheme and every operation's
+problem+json error responses (:mod:`.openapi_contract`).
+
 Each area's routes live in their own module and are included here. Request
 bodies above ``OML_MAX_REQUEST_BYTES`` are refused with ``http.too_large``
 while they stream in, before anything is buffered past the limit or parsed
@@ -12,7 +15,7 @@ from fastapi import FastAPI
 
 from oml.services.context import Context
 
-from . import problems
+from . import openapi_contract, problems
 from .body_limit import BodyLimit
 from . import routes_admin, routes_audit, routes_claims, routes_erasure, routes_ops, routes_recall, routes_simulations
 from . import routes_feed
@@ -31,4 +34,5 @@ def create_app(ctx: Context) -> FastAPI:
 
     for module in ROUTERS:
         app.include_router(module.router)
+    openapi_contract.install(app)  # bearer scheme and problem+json error responses on every operation
     return app

@@ -87,6 +87,25 @@ def _fields(spec: dict, schema: dict, w) -> None:
         w("Unknown fields are refused.\n")
 
 
+def _errors(spec: dict, w) -> None:
+    """The error responses every operation declares (services/http/openapi_contract.py), once, as a table."""
+    from .openapi_contract import DEFAULT, ERRORS, PUBLIC, PUBLIC_ERRORS
+
+    scheme = spec.get("components", {}).get("securitySchemes", {}).get("bearer")
+    if scheme:
+        w(f"The document declares the security scheme `bearer` (HTTP bearer, `{scheme['bearerFormat']}`) on every "
+          "operation except " + ", ".join(f"`{m} {p}`" for m, p in sorted(PUBLIC)) + ", and on every operation these "
+          "error responses, each an `application/problem+json` `Problem` (public operations: "
+          + ", ".join(PUBLIC_ERRORS) + " and `default`):")
+        w("")
+        w("| status | codes |")
+        w("|---|---|")
+        for status, text in ERRORS.items():
+            w(f"| {status} | {text} |")
+        w(f"| default | {DEFAULT} |")
+        w("")
+
+
 def render(spec: dict[str, Any]) -> str:
     L: list[str] = []
     w = L.append
@@ -101,13 +120,16 @@ def render(spec: dict[str, Any]) -> str:
     w("")
     w("**Writes** take an optional `Idempotency-Key` header (1–200 printable characters), scoped to (tenant, key): the same "
       "key with the same body returns the first response with `replayed: true` and appends nothing; with another body it is "
-      "`409 idempotency.conflict`. A response that carried a secret (`api_key`) does not carry it again on a replay.")
+      "`409 idempotency.conflict`. A response that carried a secret (`api_key`) does not carry it again on a replay. "
+      "**Without the header a retry is a second write** (two identical `POST /v1/claims` make two claims): the Python "
+      "client always sends one, raw callers must (docs/quickstart-service.md).")
     w("")
     w("**Errors** are RFC 9457 `application/problem+json` objects `{type, title, status, code, detail, …}` with a stable "
       "`code`; schema violations are `422 admission.invalid` with `errors: [{field, rule, message}]` that name the field "
       "and the rule and never echo the submitted value. Bodies over the size limit are `413 http.too_large`; bodies that "
       "are not UTF-8 or contain NUL (raw or as a `\\u0000` escape) are refused before anything is appended.")
     w("")
+    _errors(spec, w)
     tags: dict[str, list[tuple[str, str, dict]]] = {}
     for path, item in spec["paths"].items():
         for meth in METHODS:
@@ -146,7 +168,7 @@ def render(spec: dict[str, Any]) -> str:
                 w("")
                 _fields(spec, ok["schema"], w)
     schemas = spec.get("components", {}).get("schemas", {})
-    nested = sorted(n for n in schemas if n not in ("HTTPValidationError", "ValidationError") and any(
+    nested = sorted(n for n in schemas if n not in ("HTTPValidationError", "ValidationError", "Problem") and any(
         f"#/components/schemas/{n}" in str(v) for v in schemas.values()))
     if nested:
         w("## Nested schemas")
