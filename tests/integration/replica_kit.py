@@ -7,6 +7,9 @@ whose reads may go to it while everything that writes stays on the primary.
 """
 from __future__ import annotations
 
+import os
+import shutil
+import uuid
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -16,8 +19,19 @@ from oml.services.storage.db import Database
 from oml.services.storage.standby import Standby
 
 
-def start_standby(pg_server: str, folder: Path, port: int = 5433) -> Standby:
+REPO = Path(__file__).resolve().parents[2]
+
+
+def start_standby(pg_server: str, port: int = 5433) -> Standby:
+    """A standby under ``.oml-test/`` (not pytest's tmp dirs: concurrent pytest runs prune those, and the
+    embedded server's system user must be able to reach the folder)."""
+    folder = REPO / ".oml-test" / f"standby-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     return Standby(pg_server, folder / "pg", port).start()
+
+
+def stop_standby(standby: Standby) -> None:
+    standby.stop()
+    shutil.rmtree(standby.pgdata.parent, ignore_errors=True)
 
 
 def replica_context(ctx: Context, standby: Standby, *, wait_s: float = 0.5) -> Context:

@@ -15,14 +15,14 @@ import sqlalchemy as sa
 from oml.services.admission.service import Submission
 from oml.services.auth import authenticate
 
-from replica_kit import caught_up, in_recovery, replica_context, start_standby
+from replica_kit import caught_up, in_recovery, replica_context, start_standby, stop_standby
 
 
 @pytest.fixture(scope="module")
-def standby(pg_server, tmp_path_factory):
-    sb = start_standby(pg_server, tmp_path_factory.mktemp("standby"))
+def standby(pg_server):
+    sb = start_standby(pg_server)
     yield sb
-    sb.stop()
+    stop_standby(sb)
 
 
 @pytest.fixture(scope="module")
@@ -106,11 +106,9 @@ def test_an_unreachable_standby_is_skipped(ctx, tmp_path):
         db.dispose()
 
 
-def test_a_promoted_standby_keeps_serving(ctx, pg_server, tmp_path_factory, tenants):
+def test_a_promoted_standby_keeps_serving(ctx, pg_server, tenants):
     # A second standby of its own: promoting it must not disturb the module's first one.
-    from replica_kit import start_standby as start
-
-    sb = start(pg_server, tmp_path_factory.mktemp("promoted"), port=5434)
+    sb = start_standby(pg_server, port=5434)
     try:
         caught_up(ctx, sb)
         c = replica_context(ctx, sb)
@@ -120,4 +118,80 @@ def test_a_promoted_standby_keeps_serving(ctx, pg_server, tmp_path_factory, tena
             assert _count_claims(rtx.conn, "rep-a") == 1
         c.db.dispose()
     finally:
-        sb.stop()
+        stop_standby(sb)
+
+
+# ---------------------------------------------------------------- the read path over HTTP, served by the standby
+
+@pytest.fixture(scope="module")
+def world(ctx, rctx, standby):
+    from fastapi.testclient import TestClient
+
+    from oml.services.http.app import create_app
+    from recall_kit import make_world
+
+    w = make_world(ctx, "rep-http")
+    w.fact = w.remember("main", "The nightly export job writes its files to the archive bucket.")
+    w.index()
+    w.reader_key = w.keys[w.key("reader").principal_id]
+    w.writer_key = w.keys[w.writer.principal_id]
+    w.reviewer_key = w.keys[w.reviewer.principal_id]
+    caught_up(ctx, standby)
+    w.client = TestClient(create_app(rctx))
+    return w
+
+
+def _h(key, **extra):
+    return {"Authorization": f"Bearer {key}", **extra}
+
+
+def test_recall_and_fetch_are_served_by_the_standby_and_logged_on_the_primary(world, rctx):
+    from recall_kit import read_events
+
+    before = dict(rctx.db.read_counts)
+    r = world.client.post("/v1/recall", json={"query": "nightly export archive bucket", "k": 3}, headers=_h(world.reader_key))
+    assert r.status_code == 200, r.text
+    assert [h["claim_id"] for h in r.json()["hits"]] == [world.fact["claim_id"]]
+    f = world.client.get(f"/v1/claims/{world.fact['claim_id']}", headers=_h(world.reader_key))
+    assert f.status_code == 200 and f.json()["body"]["statement"].startswith("The nightly export")
+    assert rctx.db.read_counts.get("replica:0", 0) - before.get("replica:0", 0) >= 2
+    ops = [e.op for e in read_events(rctx, "rep-http")]
+    assert "recall" in ops and "fetch" in ops           # the read log row went to the primary
+
+
+def test_read_your_writes_through_the_header(world, ctx, standby):
+    c = world.client
+    standby.pause_replay()
+    try:
+        sub = c.post("/v1/claims", json={"workarea_id": world.root, "body": {"statement": "Written during the pause."}},
+                     headers=_h(world.writer_key))
+        assert sub.status_code == 200, sub.text
+        rev = c.post(f"/v1/versions/{sub.json()['version_id']}/review", json={"decision": "promote", "reason": "accurate"},
+                     headers=_h(world.reviewer_key))
+        assert rev.status_code == 200, rev.text
+        token = rev.headers["OML-Read-After"]
+        assert "/" not in token.replace("_", "").replace("-", "")  # opaque: not a readable WAL position
+        cid = sub.json()["claim_id"]
+        stale = c.get(f"/v1/claims/{cid}", headers=_h(world.reader_key))
+        assert stale.status_code == 404                          # the paused standby has not seen it
+        fresh = c.get(f"/v1/claims/{cid}", headers=_h(world.reader_key, **{"OML-Read-After": token}))
+        assert fresh.status_code == 200                           # waited, then read from the primary
+    finally:
+        standby.resume_replay()
+
+
+def test_a_forged_or_foreign_position_is_refused(world, ctx):
+    from oml.services.server import positions
+
+    other = positions.issue(ctx.keystore, "rep-a", "0/1000000")  # issued to another tenant
+    for token in ("not-a-token", other):
+        r = world.client.get(f"/v1/claims/{world.fact['claim_id']}", headers=_h(world.reader_key, **{"OML-Read-After": token}))
+        assert r.status_code == 422 and r.json()["code"] == "read.invalid_position", r.text
+
+
+def test_metrics_count_reads_by_source(world, monkeypatch):
+    monkeypatch.setenv("OML_METRICS_TOKEN", "replica-metrics-token")
+    world.client.get(f"/v1/claims/{world.fact['claim_id']}", headers=_h(world.reader_key))
+    m = world.client.get("/metrics", headers={"Authorization": "Bearer replica-metrics-token"})
+    assert m.status_code == 200
+    assert 'oml_replica_reads_total{source="replica:0"}' in m.text

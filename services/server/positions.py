@@ -1,0 +1,58 @@
+"""Read-your-writes positions: an opaque token for "read after this write" (issue 16; docs/operations.md).
+
+After a write, the primary's WAL write position (``pg_current_wal_lsn()``)
+tells a hot standby when it has caught up with that write. The position is
+cluster-wide: it moves with every tenant's writes and with every simulated
+act, so handing it out in clear would let a key count acts it must not see
+(docs/simulations.md: "no row, count, sequence number or version counter it
+can see changes"). The token is therefore the position sealed with
+AES-256-GCM under a key derived (HKDF-SHA256, RFC 5869, info
+``oml.read-position.v1``) from the tenant's ``query-hmac`` KeyStore key, with
+the tenant as associated data: opaque, unforgeable, and useless to another
+tenant. It is not plaintext-derived and holds no content.
+"""
+from __future__ import annotations
+
+import base64
+import os
+import re
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from oml.domain.errors import OMLError
+
+HEADER = "OML-Read-After"
+_LSN = re.compile(r"^[0-9A-F]{1,8}/[0-9A-F]{1,8}$")
+
+
+def _key(keystore, tenant: str) -> bytes:
+    base = keystore.get(tenant, "query-hmac")
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"oml.read-position.v1").derive(base)
+
+
+def issue(keystore, tenant: str, lsn: str) -> str:
+    """The token for ``lsn`` (``pg_lsn`` text such as ``0/3000148``): URL-safe base64 of nonce(12) ‖ AES-GCM."""
+    nonce = os.urandom(12)
+    sealed = AESGCM(_key(keystore, tenant)).encrypt(nonce, lsn.encode("ascii"), tenant.encode())
+    return base64.urlsafe_b64encode(nonce + sealed).decode().rstrip("=")
+
+
+def parse(keystore, tenant: str, token: str) -> str:
+    """The position inside ``token``.
+
+    Raises ``read.invalid_position`` (422, field ``OML-Read-After``) for a token that is not one this
+    installation issued to this tenant.
+    """
+    refused = OMLError("read.invalid_position", "OML-Read-After is not a position issued to this tenant", 422,
+                       {"field": HEADER})
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        lsn = AESGCM(_key(keystore, tenant)).decrypt(raw[:12], raw[12:], tenant.encode()).decode("ascii")
+    except (ValueError, InvalidTag, UnicodeDecodeError, TypeError):
+        raise refused from None
+    if not _LSN.match(lsn):
+        raise refused
+    return lsn
