@@ -7,6 +7,10 @@ BIN    := $(VENV)/bin
 
 .PHONY: demo test install serve clean
 
+# The clone's own home (services/home.py): `make clean` removes it, and `oml` run anywhere
+# inside the clone finds it as the nearest .oml.
+OML_HOME ?= $(CURDIR)/.oml
+
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
 
@@ -21,13 +25,13 @@ $(VENV)/.installed: $(BIN)/activate pyproject.toml setup.py
 install: $(VENV)/.installed
 
 demo: $(VENV)/.installed
-	HF_HUB_OFFLINE=1 $(BIN)/oml demo
+	HF_HUB_OFFLINE=1 OML_HOME=$(OML_HOME) $(BIN)/oml demo
 
 test: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest
 
 serve: $(VENV)/.installed
-	$(BIN)/oml serve
+	OML_HOME=$(OML_HOME) $(BIN)/oml serve
 
 # Stop the embedded PostgreSQL servers before deleting their data directories,
 # or their postmasters outlive the files they serve.

@@ -66,7 +66,9 @@ class OMLProblem(OMLClientError):
     def __init__(self, code: str, status: int, detail: str = "", *, title: str | None = None,
                  type: str | None = None, instance: str | None = None, extra: Mapping[str, Any] | None = None,
                  request_id: str | None = None) -> None:
-        super().__init__(f"{code} ({status}): {detail}" if detail else f"{code} ({status})")
+        head = f"{code} ({status}): {detail}" if detail else f"{code} ({status})"
+        where = _where(extra or {})
+        super().__init__(f"{head} [{where}]" if where else head)
         self.code = code
         self.status = status
         self.detail = detail
@@ -227,6 +229,22 @@ def problem_class(code: str, status: int) -> type[OMLProblem]:
     if status >= 500:
         return ServerError
     return OMLProblem
+
+
+def _where(extra: Mapping[str, Any], limit: int = 3) -> str:
+    """The field(s) a problem names, for ``str(exc)``: ``field claims[0].kind (enum)`` …; content-free by the server's rule."""
+    parts: list[str] = []
+    if isinstance(extra.get("field"), str):
+        parts.append(f"field {extra['field']}")
+    errors = extra.get("errors")
+    if isinstance(errors, list):
+        for e in errors[:limit]:
+            if isinstance(e, Mapping) and isinstance(e.get("field"), str):
+                rule = e.get("rule") if isinstance(e.get("rule"), str) else None
+                parts.append(f"field {e['field']}" + (f" ({rule})" if rule else ""))
+        if len(errors) > limit:
+            parts.append(f"{len(errors) - limit} more")
+    return "; ".join(dict.fromkeys(parts))
 
 
 def _fallback_code(status: int) -> str:

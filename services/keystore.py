@@ -122,7 +122,8 @@ def load_master_key(value: str | None, home: Path) -> bytes:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(secrets.token_hex(32))
-    log.warning(
-        "OML_MASTER_KEY is not set: using the generated master key file %s (embedded default; not for production)", path
-    )
+        # Warn once per home, when the file is made; repeating it on every command teaches people to ignore warnings.
+        log.warning("OML_MASTER_KEY is not set: generated the master key file %s (embedded default; not for production)", path)
+    else:
+        log.info("OML_MASTER_KEY is not set: using the master key file %s", path)
     return bytes.fromhex(path.read_text().strip())

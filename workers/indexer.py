@@ -496,15 +496,18 @@ def catch_up_all(ctx: "Context") -> int:
     return sum(catch_up(ctx, t) for t in tenants(ctx))
 
 
-def rebuild(ctx: "Context", tenant: str, *, batch_events: int = BATCH_EVENTS, feed: Any = None) -> int:
+def rebuild(ctx: "Context", tenant: str, *, batch_events: int = BATCH_EVENTS, feed: Any = None,
+            progress: Any = None) -> int:
     """Delete ``tenant``'s index rows and poison records and replay its whole journal, in one transaction.
 
     Readers keep seeing the old rows until the rebuild commits. Returns the
-    number of events replayed.
+    number of events replayed. ``progress(done_seq, head_seq)`` is called
+    after each batch (the CLI's progress bar).
     """
     run = _Run(ctx, tenant, feed)
     with ctx.db.tenant(ROLE, tenant) as conn:
         _lock_cursor(conn, tenant)
+        head = conn.execute(sa.text("SELECT seq FROM chain_heads WHERE tenant_id = :t"), {"t": tenant}).scalar() or 0
         for table in TABLES:
             conn.execute(sa.text(f"DELETE FROM {table} WHERE tenant_id = :t"), {"t": tenant})
         conn.execute(sa.text("DELETE FROM poison_messages WHERE tenant_id = :t AND consumer = :c"), {"t": tenant, "c": CONSUMER})
@@ -514,6 +517,8 @@ def rebuild(ctx: "Context", tenant: str, *, batch_events: int = BATCH_EVENTS, fe
             if new == cursor:
                 break
             cursor = new
+            if progress is not None:
+                progress(cursor, max(head, cursor))
         conn.execute(sa.text("UPDATE consumer_cursors SET seq = :s, updated_at = now() WHERE tenant_id = :t AND consumer = :c"),
                      {"s": cursor, "t": tenant, "c": CONSUMER})
     return cursor

@@ -174,36 +174,8 @@ class Result:
 # ---------------------------------------------------------------- trust anchors
 
 
-def load_trust_anchors(path: Path | str | None) -> dict[str, str]:
-    """Parse an anchors file: one ``<tenant> <64-hex fingerprint>`` per line, ``#`` comments.
-
-    The file is what an operator keeps outside the database (the fingerprint
-    ``oml tenant create`` printed). Raises ``ValueError`` naming the line of
-    a malformed entry.
-    """
-    if path is None:
-        return {}
-    p = Path(path)
-    if not p.exists():
-        return {}
-    out: dict[str, str] = {}
-    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        parts = line.split()
-        if len(parts) != 2 or len(parts[1]) != 64 or any(ch not in "0123456789abcdefABCDEF" for ch in parts[1]):
-            raise ValueError(f"trust anchors file line {n}: expected '<tenant> <64 hex fingerprint>'")
-        out[parts[0]] = parts[1].lower()
-    return out
-
-
-def trust_anchor_for(settings, tenant: str, explicit: str | None = None) -> str | None:
-    """``explicit`` (``--trusted-key``) wins; else ``OML_TRUST_ANCHORS`` or ``<home>/trust-anchors``."""
-    if explicit:
-        return explicit.lower()
-    path = getattr(settings, "trust_anchors", None) or (Path(settings.home) / "trust-anchors")
-    return load_trust_anchors(path).get(tenant)
+# One parser and one lookup rule for every verifying command (services/anchors.py, docs/anchoring.md).
+from oml.services.anchors import load_trust_anchors, trust_anchor_for  # noqa: E402,F401
 
 
 # ---------------------------------------------------------------- lake
@@ -831,14 +803,18 @@ def declare(broker, ctx, *, out_dir: Path | str | None = None, reconciler: bool 
             if not isinstance(tenant, str) or not TENANT_SLUG.match(tenant):
                 log.warning("reconcile: ignored a message with a malformed tenant")
                 return
+            log.info("reconcile: tenant %s: started", tenant)
             result = reconcile(ctx, tenant, max_lag_seconds=max_lag_seconds)
             body = reconcile_report.to_bytes(result)
             digest = hashlib.sha256(body).hexdigest()
-            reconcile_report.write(result, reports, body=body)
+            json_path, _ = reconcile_report.write(result, reports, body=body)
             broker.get_actor("oml_record_reconciliation").send(tenant, summary_data(result, digest))
             if not result.ok:
-                log.error("reconcile: tenant %s: discrepancies %s", tenant,
-                          {k: n for k, n in result.counts.items() if n and k != PENDING})
+                log.error("reconcile: tenant %s: discrepancies %s; report %s", tenant,
+                          {k: n for k, n in result.counts.items() if n and k != PENDING}, json_path)
+            else:
+                log.info("reconcile: tenant %s: %s, seq %s..%s; report %s", tenant,
+                         "OK" if result.anchored else "OK but NOT ANCHORED", result.from_seq, result.to_seq, json_path)
 
         def reconcile_all() -> None:
             with ctx.db.system(ROLE) as conn:

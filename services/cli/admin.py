@@ -2,13 +2,16 @@
 
 ``oml tenant create`` is the operator's bootstrap (no API key exists yet);
 it prints the trust anchor, the checkpoint verifier key, the recovery
-private key and a bootstrap admin key, the last two once. The admin acts
-(``identity``, ``key``, ``workarea``) authenticate with an admin API key
+private key and a bootstrap admin key, the last two once, and records the
+trust anchor in the trust-anchors file (docs/anchoring.md). The admin acts
+(``identity``, ``apikey``, ``workarea``) authenticate with an admin API key
 read from ``OML_API_KEY`` or ``--key-file`` (never from the command line).
+``oml apikey`` manages API keys; ``oml keys`` the tenant's signing and
+encryption keys (``oml key`` is a hidden alias of ``apikey``).
 ``journal verify`` and ``projections rebuild`` run as the keyless
 ``oml_reconciler`` role. Exit statuses: 0 success; 1 verification found a
 bad row or a difference; 2 usage error or refusal (with its code); 3
-``journal verify`` passed but is NOT ANCHORED (no ``--trusted-key``).
+``journal verify`` passed but is NOT ANCHORED (docs/anchoring.md).
 """
 from __future__ import annotations
 
@@ -18,54 +21,64 @@ from typing import List, Optional
 
 import typer
 
-from oml.domain.access import Principal
+from pathlib import Path
+
+from rich.markup import escape
+
 from oml.domain.events import Actor
-from oml.services.auth import authenticate
 
-from .common import context, err, read_secret
+from .common import TENANT, context, emit as _emit, err, fail, key_file_option, principal, read_secret, verdict_exit
 
-tenant_app = typer.Typer(no_args_is_help=True, help="Create tenants (operator bootstrap).")
+tenant_app = typer.Typer(no_args_is_help=True, help="Create and list tenants (operator bootstrap).")
 identity_app = typer.Typer(no_args_is_help=True, help="Identities: people and services (admin key).")
-key_app = typer.Typer(no_args_is_help=True, help="API keys bound to an identity (admin key).")
+key_app = typer.Typer(no_args_is_help=True, help="API keys (bearer keys) bound to an identity (admin key); not the tenant's signing keys.")
 workarea_app = typer.Typer(no_args_is_help=True, help="The workarea tree (admin key).")
 journal_app = typer.Typer(no_args_is_help=True, help="The per-tenant hash-chained journal.")
 projections_app = typer.Typer(no_args_is_help=True, help="Projections rebuilt from the journal.")
 # Other areas attach their key commands (e.g. encryption-key rotation) to this group.
-keys_app = typer.Typer(no_args_is_help=True, help="Tenant signing keys.")
+keys_app = typer.Typer(no_args_is_help=True, help="The tenant's signing and body-encryption keys (not API keys: see apikey).")
 
-KEY_FILE = typer.Option(None, "--key-file", help="file holding the admin API key ('-' for stdin); default: $OML_API_KEY")
-
-
-def _emit(data: dict, as_json: bool, lines: list[str]) -> None:
-    if as_json:
-        typer.echo(json.dumps(data, indent=2, sort_keys=True))
-    else:
-        for line in lines:
-            typer.echo(line)
+KEY_FILE = key_file_option("admin API key")
 
 
-def _admin(ctx, key_file: Optional[str]) -> Principal:
-    if key_file:
-        key = read_secret(key_file, "the admin API key")
-    else:
-        key = os.environ.get("OML_API_KEY", "").strip()
-    if not key:
-        err.print("an API key is required: set OML_API_KEY or pass --key-file")
-        raise typer.Exit(2)
-    return authenticate(ctx.db, key)
+def _admin(ctx, key_file: Optional[str]):
+    return principal(ctx, key_file, "the admin API key")
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Create ``path`` with mode 0600 before any byte is written (it holds the recovery and admin keys)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an existing file keeps its mode under O_CREAT
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
 
 
 # ---------------------------------------------------------------- tenant
 @tenant_app.command("create")
 def tenant_create(tenant: str = typer.Argument(..., help="tenant slug [a-z0-9][a-z0-9-]{0,62}"),
                   root_label: str = typer.Option("main", "--root-label", help="label of the first workarea"),
-                  as_json: bool = typer.Option(False, "--json", help="print one JSON object")) -> None:
+                  as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+                  out: Optional[Path] = typer.Option(None, "--out", dir_okay=False,
+                                                     help="write the JSON object to FILE (mode 0600) instead of stdout; "
+                                                          "it holds the recovery private key and the admin key")) -> None:
     """Create a tenant: its signing, body-encryption and recovery keys, a root workarea and a bootstrap admin key."""
+    from oml.services.anchors import record_anchor
+
+    if out is not None and out.exists():
+        fail(f"--out {out}: the file exists; OML does not overwrite a file that may hold another tenant's keys")
     with context() as ctx:
         t = ctx.admission.create_tenant(tenant, root_label)
+        anchors, replaced = record_anchor(ctx.settings, t.tenant, t.fingerprint)
+    err.print(escape(f"trust anchor recorded in {anchors} (oml reconcile and oml journal verify read it)"))
+    if replaced:
+        err.print(escape(f"  replaced an older line for {t.tenant}: a tenant of that name in another database"))
     data = {"tenant": t.tenant, "fingerprint": t.fingerprint, "verifier_key": t.verifier_key,
             "root_workarea": t.root_workarea, "admin_principal": t.admin_principal, "admin_identity": t.admin_identity,
             "admin_key": t.admin_key, "recovery_private_key": t.recovery_private_key}
+    if out is not None:
+        _write_private(out, json.dumps(data, indent=2, sort_keys=True) + "\n")
+        err.print(escape(f"wrote {out} (mode 0600): it holds the recovery private key and the admin key"))
+        return
     _emit(data, as_json, [
         f"tenant: {t.tenant}",
         f"trust anchor (signing key fingerprint): {t.fingerprint}",
@@ -73,8 +86,43 @@ def tenant_create(tenant: str = typer.Argument(..., help="tenant slug [a-z0-9][a
         f"root workarea: {t.root_workarea} ({root_label})",
         f"bootstrap admin key (shown once): {t.admin_key}",
         f"recovery private key (shown once; keep it offline, OML keeps no copy): {t.recovery_private_key}",
-        "Record the trust anchor outside this system: `oml journal verify --trusted-key` checks against it.",
+        "Keep a copy of the trust anchor outside this machine too: `oml journal verify --trusted-key` checks against it.",
     ])
+
+
+@tenant_app.command("list")
+def tenant_list(as_json: bool = typer.Option(False, "--json")) -> None:
+    """List the tenants of this home's database, with their journal heads and trust anchors."""
+    from oml.services.anchors import anchors_path, load_trust_anchors
+    from oml.services.listing import list_tenants
+
+    with context() as ctx:
+        rows = list_tenants(ctx)
+        anchors = load_trust_anchors(anchors_path(ctx.settings))
+    for r in rows:
+        r["trust_anchor"] = anchors.get(r["tenant"])
+    _emit({"items": rows}, as_json, [f"{r['tenant']}  head seq {r['head_seq']}  created {r['created_at']}  "
+                                     f"anchor {r['trust_anchor'] or 'NONE (see docs/anchoring.md)'}" for r in rows]
+          or ["no tenants in this database (oml tenant create NAME)"])
+
+
+@tenant_app.command("policy")
+def tenant_policy(phone_regions: Optional[str] = typer.Option(
+                      None, "--phone-regions",
+                      help="comma-separated ISO 3166-1 alpha-2 regions whose national phone formats admission reads, "
+                           "e.g. GB,DE,US ('' for +-numbers only); omit to show the current policy"),
+                  key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Show or set the tenant's personal-data classifier policy (setting journals tenant.policy_set; admin key)."""
+    with context() as ctx:
+        p = _admin(ctx, key_file)
+        if phone_regions is None:
+            out = ctx.admission.tenant_policy(p)
+        else:
+            regions = [r.strip() for r in phone_regions.split(",") if r.strip()]
+            out = ctx.admission.set_tenant_policy(p, phone_regions=regions)
+    shown = ",".join(out["phone_regions"]) or "(none: +-numbers only)"
+    _emit(out, as_json, [f"phone regions: {shown}" + (" (defaults)" if out.get("default") else "")
+                         + (f" (seq {out['seq']})" if "seq" in out else "")])
 
 
 # ---------------------------------------------------------------- identity
@@ -88,7 +136,18 @@ def identity_create(kind: str = typer.Option(..., "--kind", help="person or serv
     _emit(out, as_json, [f"identity: {out['identity_id']} (seq {out['seq']})"])
 
 
-# ---------------------------------------------------------------- key
+@identity_app.command("list")
+def identity_list(key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Option(False, "--json")) -> None:
+    """List the tenant's identities."""
+    from oml.services.listing import list_identities
+
+    with context() as ctx:
+        rows = list_identities(ctx, _admin(ctx, key_file))
+    _emit({"items": rows}, as_json, [f"{r['identity_id']}  {r['kind']}  {r['display_name'] or ''}  (seq {r['created_seq']})"
+                                     for r in rows])
+
+
+# ---------------------------------------------------------------- apikey
 @key_app.command("create")
 def key_create(identity: str = typer.Option(..., "--identity", help="identity id"),
                role: str = typer.Option(..., "--role", help="writer, reviewer, reader, auditor, operator, admin or indexer"),
@@ -107,6 +166,18 @@ def key_revoke(principal_id: str = typer.Argument(..., help="the key id (16 hex)
     with context() as ctx:
         out = ctx.admission.revoke_principal(_admin(ctx, key_file), principal_id)
     _emit(out, as_json, [f"revoked: {out['principal_id']} (seq {out['seq']})"])
+
+
+@key_app.command("list")
+def key_list(key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Option(False, "--json")) -> None:
+    """List the tenant's API keys by key id (never their secrets)."""
+    from oml.services.listing import list_api_keys
+
+    with context() as ctx:
+        rows = list_api_keys(ctx, _admin(ctx, key_file))
+    _emit({"items": rows}, as_json, [
+        f"{r['principal_id']}  {r['role']:<8}  identity {r['identity_id']}  roots {','.join(r['roots'])}  "
+        + (f"revoked at seq {r['revoked_seq']}" if r["revoked_seq"] else "active") for r in rows])
 
 
 # ---------------------------------------------------------------- workarea
@@ -152,7 +223,7 @@ def workarea_policy(node: str = typer.Argument(...),
 @workarea_app.command("list")
 def workarea_list(key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Option(False, "--json")) -> None:
     """List the workareas the key may see."""
-    from oml.services.http.routes_admin import list_workareas
+    from oml.services.listing import list_workareas
 
     with context() as ctx:
         rows = list_workareas(ctx, _admin(ctx, key_file))
@@ -162,26 +233,31 @@ def workarea_list(key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Opti
 
 # ---------------------------------------------------------------- journal
 @journal_app.command("verify")
-def journal_verify(tenant: str = typer.Option(..., "--tenant"),
-                   trusted_key: Optional[str] = typer.Option(None, "--trusted-key", help="the fingerprint printed by `oml tenant create`"),
+def journal_verify(tenant: str = TENANT,
+                   trusted_key: Optional[str] = typer.Option(None, "--trusted-key", help="the fingerprint printed by `oml tenant create` "
+                                                             "(default: the tenant's line in OML_TRUST_ANCHORS or <home>/trust-anchors)"),
                    as_json: bool = typer.Option(False, "--json")) -> None:
-    """Recompute every hash, link and signature. Exit 0 anchored, 3 ok but NOT ANCHORED, 1 first bad seq."""
+    """Recompute every hash, link and signature. Exit 0 anchored, 3 ok but NOT ANCHORED, 1 first bad seq (docs/anchoring.md)."""
+    from oml.services.anchors import is_fingerprint, trust_anchor_for
     from oml.services.journal_verify import verify_journal
 
-    if trusted_key is not None and (len(trusted_key) != 64 or any(c not in "0123456789abcdefABCDEF" for c in trusted_key)):
-        err.print("--trusted-key must be a 64-hex fingerprint")
-        raise typer.Exit(2)
+    if trusted_key is not None and not is_fingerprint(trusted_key):
+        fail("--trusted-key must be a 64-hex fingerprint")
     with context() as ctx:
-        rep = verify_journal(ctx.db, tenant, trusted_key)
+        try:
+            anchor = trust_anchor_for(ctx.settings, tenant, trusted_key)
+        except ValueError as exc:
+            fail(str(exc))
+        rep = verify_journal(ctx.db, tenant, anchor)
     r = rep.result
-    _emit({"tenant": tenant, "ok": r.ok, "anchored": r.anchored, "last_seq": r.last_seq, "head": r.head.hex(),
-           "bad_seq": r.bad_seq, "reason": r.reason}, as_json, rep.lines())
-    raise typer.Exit(rep.exit_code)
+    _emit({"tenant": tenant, "ok": rep.ok, "anchored": r.anchored, "last_seq": r.last_seq, "head": r.head.hex(),
+           "bad_seq": r.bad_seq, "reason": r.reason, "findings": [f.as_json() for f in rep.findings]}, as_json, rep.lines())
+    raise typer.Exit(verdict_exit(r.ok, r.anchored))
 
 
 # ---------------------------------------------------------------- projections
 @projections_app.command("rebuild")
-def projections_rebuild(tenant: str = typer.Option(..., "--tenant"),
+def projections_rebuild(tenant: str = TENANT,
                         verify: bool = typer.Option(False, "--verify", help="exit 1 when the live tables differ from the replay"),
                         apply: bool = typer.Option(False, "--apply", help="overwrite the live projection rows with the replay (schema owner)"),
                         as_json: bool = typer.Option(False, "--json")) -> None:
@@ -204,12 +280,12 @@ def projections_rebuild(tenant: str = typer.Option(..., "--tenant"),
 
 # ---------------------------------------------------------------- keys
 @keys_app.command("rotate")
-def keys_rotate(tenant: str = typer.Option(..., "--tenant"),
+def keys_rotate(tenant: str = TENANT,
                 recovery_key_file: Optional[str] = typer.Option(
                     None, "--recovery-key-file", help="file holding the recovery private key ('-' for stdin): for a compromised or lost signing key"),
                 as_json: bool = typer.Option(False, "--json")) -> None:
     """Rotate the tenant's signing key (signed by the current key, or by the recovery key)."""
-    recovery = read_secret(recovery_key_file, "the recovery private key (hex)") if recovery_key_file else None
+    recovery = read_secret(recovery_key_file, "the recovery private key (hex)", "--recovery-key-file") if recovery_key_file else None
     with context() as ctx:
         out = ctx.admission.rotate_signing_key(tenant, actor=Actor(None, None), recovery_private_key=recovery)
     _emit(out, as_json, [f"signing key rotated at seq {out['seq']}: kid {out['kid']}",
@@ -221,7 +297,8 @@ def register(app: typer.Typer) -> None:
     """Add this area's commands to the root oml app."""
     app.add_typer(tenant_app, name="tenant")
     app.add_typer(identity_app, name="identity")
-    app.add_typer(key_app, name="key")
+    app.add_typer(key_app, name="apikey")
+    app.add_typer(key_app, name="key", hidden=True)  # the old name, kept for scripts
     app.add_typer(workarea_app, name="workarea")
     app.add_typer(journal_app, name="journal")
     app.add_typer(projections_app, name="projections")

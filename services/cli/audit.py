@@ -5,13 +5,14 @@ Commands::
     oml reconcile --tenant T [--from-seq N] [--to-seq N] [--trusted-key FP] [-o DIR] [--max-lag S] [--no-record]
     oml checkpoint issue --tenant T            |  oml checkpoint show --tenant T [--size N]
     oml proof inclusion --tenant T --seq N     |  oml proof consistency --tenant T --from N [--to N]
-    oml evidence export --tenant T --from-seq N [--to-seq N] [--previous-checkpoint F] -o FILE [--key-file F]
+    oml evidence export --tenant T [--from-seq N] [--to-seq N] [--previous-checkpoint F] -o FILE [--key-file F]
     oml evidence verify FILE [--trusted-key FP] [--previous-checkpoint F]
 
-Exit statuses: 0 success; 1 a discrepancy other than ``pending`` (reconcile)
-or a failed check (verify); 2 a usage error or a refusal (with its code);
-3 ``evidence verify`` passed but is NOT ANCHORED. ``evidence verify``
-opens no database and no network connection.
+Exit statuses (one rule for every verifying command, docs/anchoring.md): 0
+success and anchored; 1 a discrepancy other than ``pending`` (reconcile) or
+a failed check (verify); 2 a usage error or a refusal (with its code); 3
+``reconcile`` or ``evidence verify`` found nothing wrong but is NOT
+ANCHORED. ``evidence verify`` opens no database and no network connection.
 """
 from __future__ import annotations
 
@@ -22,13 +23,13 @@ from typing import Optional
 
 import typer
 
-from .common import console, context, err, read_secret
+from rich.markup import escape
+
+from .common import TENANT, api_key, console, context, err, verdict_exit
 
 checkpoint_app = typer.Typer(no_args_is_help=True, help="Signed C2SP checkpoints of a tenant's journal tree.")
 proof_app = typer.Typer(no_args_is_help=True, help="Inclusion (tlog-proof@v1) and consistency proofs.")
 evidence_app = typer.Typer(no_args_is_help=True, help="Evidence archives: export (auditor) and offline verify.")
-
-TENANT = typer.Option(..., "--tenant", "-t", help="tenant slug")
 
 
 def _out(data: bytes, output: Optional[Path]) -> None:
@@ -37,7 +38,7 @@ def _out(data: bytes, output: Optional[Path]) -> None:
         sys.stdout.buffer.flush()
     else:
         output.write_bytes(data)
-        err.print(f"wrote {output} ({len(data)} bytes)")
+        err.print(escape(f"wrote {output} ({len(data)} bytes)"))
 
 
 # ---------------------------------------------------------------- reconcile
@@ -69,24 +70,30 @@ def reconcile_cmd(
             result, info = reconciler.run(ctx, tenant, out_dir=out, record_result=not no_record, from_seq=from_seq,
                                           to_seq=to_seq, trusted_fingerprint=trusted_key, max_lag_seconds=max_lag,
                                           progress=progress)
-    table = Table(title=f"reconciliation of {tenant}: seq {result.from_seq}..{result.to_seq}")
+    # A short title: Rich wraps a title wider than the table (two narrow columns) onto several lines.
+    table = Table(title=f"{escape(tenant)} {result.from_seq}..{result.to_seq}", title_justify="left")
     table.add_column("kind")
     table.add_column("count", justify="right")
     for k, n in result.counts.items():
         table.add_row(k, str(n), style=("red" if n and k != "pending" else None))
     console.print(table)
     for d in [d for d in result.discrepancies if d.kind != "pending"][:20]:
-        console.print(f"  [red]{d.kind}[/red] {d.store}.{d.table} [{d.key}]{' column ' + d.column if d.column else ''}: {d.detail}")
+        console.print(f"  [red]{d.kind}[/red] " + escape(f"{d.store}.{d.table} [{d.key}]{' column ' + d.column if d.column else ''}: {d.detail}"))
     console.print(f"chain head: seq {result.head_seq} {result.head_hash.hex()}")
     console.print(f"lake-writer recorded version: {result.writer_version}; lake tables: "
                   + ", ".join(f"{n} v{t.get('version')}" for n, t in result.lake_tables.items()))
-    console.print(f"report: {info['json']}\n        {info['html']}\ndigest: {info['digest']}"
-                  + (f" (journalled at seq {info['seq']})" if info["seq"] else ""))
-    if not result.anchored:
-        err.print("[yellow]NOT ANCHORED[/yellow]: no trust anchor for this tenant; signatures were checked against the chain's own "
-                  "tenant.created key only (pass --trusted-key or configure OML_TRUST_ANCHORS)")
-    console.print("[green]OK[/green]" if result.ok else "[red]DISCREPANCIES FOUND[/red]")
-    raise typer.Exit(result.exit_code)
+    console.print(escape(f"report: {info['json']}\n        {info['html']}\ndigest: {info['digest']}"
+                         + (f" (journalled at seq {info['seq']})" if info["seq"] else "")))
+    code = verdict_exit(result.ok, result.anchored)
+    if not result.ok:
+        console.print("[red]DISCREPANCIES FOUND[/red]")
+    elif not result.anchored:
+        console.print("[yellow]NOT ANCHORED[/yellow] (exit 3): the stores agree, but no trust anchor for this tenant was found, so "
+                      "signatures were checked against the chain's own tenant.created key only. Pass --trusted-key or record "
+                      "the tenant in OML_TRUST_ANCHORS / <home>/trust-anchors (docs/anchoring.md).")
+    else:
+        console.print("[green]OK[/green]")
+    raise typer.Exit(code)
 
 
 # ---------------------------------------------------------------- checkpoints
@@ -144,7 +151,7 @@ def proof_consistency(tenant: str = TENANT, from_size: int = typer.Option(..., "
 @evidence_app.command("export")
 def evidence_export(
     tenant: str = TENANT,
-    from_seq: int = typer.Option(..., "--from-seq", min=1),
+    from_seq: int = typer.Option(1, "--from-seq", min=1, help="first event (default 1)"),
     to_seq: Optional[int] = typer.Option(None, "--to-seq", min=1, help="last event (default: the chain head)"),
     previous_checkpoint: Optional[Path] = typer.Option(None, "--previous-checkpoint", exists=True, dir_okay=False,
                                                        help="your last checkpoint note; the archive proves the log extends it"),
@@ -156,13 +163,14 @@ def evidence_export(
     from oml.services.auth import authenticate
     from oml.services.evidence.export import export
 
-    key = read_secret(key_file, "the auditor API key") if key_file else os.environ.get("OML_API_KEY", "").strip()
+    # Optional here: without a key the export is the local operator's act (so no "key required" exit).
+    key = api_key(key_file, "the auditor API key") if key_file or os.environ.get("OML_API_KEY", "").strip() else ""
     prev = previous_checkpoint.read_bytes() if previous_checkpoint else None
     with context() as ctx:
         principal = authenticate(ctx.db, key) if key else None
         ex = export(ctx, tenant, from_seq, to_seq, previous_checkpoint=prev, principal=principal)
     output.write_bytes(ex.data)
-    console.print(f"wrote {output}: events {from_seq}..{ex.manifest['range']['to_seq']}, pinned checkpoint size {ex.checkpoint_size}")
+    console.print(escape(f"wrote {output}: events {from_seq}..{ex.manifest['range']['to_seq']}, pinned checkpoint size {ex.checkpoint_size}"))
     console.print(f"archive sha256 {ex.archive_sha256}\nmanifest sha256 {ex.manifest_sha256}\njournalled as evidence.exported at seq {ex.seq}")
 
 
@@ -180,7 +188,7 @@ def evidence_verify(
                  previous_checkpoint=previous_checkpoint.read_bytes() if previous_checkpoint else None)
     for line in rep.lines():
         typer.echo(line)
-    raise typer.Exit(rep.exit_code)
+    raise typer.Exit(verdict_exit(rep.ok, rep.anchored))
 
 
 def register(app: typer.Typer) -> None:

@@ -27,7 +27,7 @@ def demo_cmd(
     turns: int = typer.Option(150, "--turns", min=1, help="turns per conversation"),
     questions: int = typer.Option(3, "--questions", min=1, help="questions the agent asks per conversation"),
     home: Optional[Path] = typer.Option(None, "--home", help="OML home (default $OML_HOME or .oml); the embedded database and lake live there"),
-    tenant: Optional[str] = typer.Option(None, "--tenant", help="tenant slug (default demo-<UTC timestamp>)"),
+    tenant: Optional[str] = typer.Option(None, "--tenant", "-t", help="tenant slug (default demo-<UTC timestamp>)"),
     keep: bool = typer.Option(False, "--keep", help="after the summary, keep serving the HTTP API and workers until Ctrl-C"),
 ) -> None:
     """Play every role end to end: write, review, index, recall over MCP, erase, reconcile, export and verify evidence."""

@@ -29,34 +29,28 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 from rich.table import Table
 
-from oml.domain.access import Principal
-from oml.services.auth import authenticate
+from rich.markup import escape
 
-from .common import console, context, err, read_secret
+from .common import TENANT, console, context, err, fail, key_file_option, principal, read_secret
 
 erase_app = typer.Typer(no_args_is_help=True, help="Erase claims everywhere (operator key).")
 hold_app = typer.Typer(no_args_is_help=True, help="Legal hold: a held claim refuses erasure (operator key).")
 restore_app = typer.Typer(no_args_is_help=True, help="Restore a backup without resurrecting erased claims.")
 
-KEY_FILE = typer.Option(None, "--key-file", help="file holding the operator API key; default: $OML_API_KEY")
+KEY_FILE = key_file_option("operator API key")
 REASON = typer.Option(..., "--reason", help="reason code from the closed list, e.g. data_subject_request")
 REPORT_DIR = typer.Option(None, "--report-dir", help="write the erasure report here as JSON and HTML (default: <OML_HOME>/reports)")
 AS_JSON = typer.Option(False, "--json", help="print one JSON object")
 
 
-def _operator(ctx, key_file: Optional[str]) -> Principal:
-    key = read_secret(key_file, "the operator API key") if key_file else os.environ.get("OML_API_KEY", "").strip()
-    if not key:
-        err.print("an operator API key is required: set OML_API_KEY or pass --key-file")
-        raise typer.Exit(2)
-    return authenticate(ctx.db, key)
+def _operator(ctx, key_file: Optional[str]):
+    return principal(ctx, key_file, "the operator API key")
 
 
 def _print(data: dict, as_json: bool) -> bool:
@@ -83,11 +77,11 @@ def _show_report(rep: dict) -> None:
     for col in ("copy class", "status", "complete at"):
         t.add_column(col)
     for c in rep["classes"]:
-        t.add_row(c["title"], c["status"], c["complete_at"] or "when its job has run")
+        t.add_row(escape(c["title"]), c["status"], escape(c["complete_at"] or "when its job has run"))
     console.print(t)
-    console.print(f"complete everywhere after: [bold]{rep['complete_everywhere_at'] or 'pending: ' + ', '.join(rep['pending'] + rep['attention'])}[/bold]")
+    console.print(f"complete everywhere after: [bold]{escape(rep['complete_everywhere_at'] or 'pending: ' + ', '.join(rep['pending'] + rep['attention']))}[/bold]")
     for f in rep.get("_files", []):
-        console.print(f"report: {f}")
+        console.print(escape(f"report: {f}"))
 
 
 def _after_erasure(ctx, out: dict, report_dir: Optional[str], as_json: bool) -> None:
@@ -128,9 +122,8 @@ def erase_subject(kind: str = typer.Option(..., "--kind", help="email, phone, na
     from oml.services.erasure import Erasure
 
     if key_file == "-" and (file is None or file == "-"):
-        err.print("standard input can carry the subject or the key, not both: use --file for one of them")
-        raise typer.Exit(2)
-    value = read_secret(file, f"the subject ({kind})")
+        fail("standard input can carry the subject or the key, not both: use --file for one of them")
+    value = read_secret(file, f"the subject ({kind})", "--file")
     with context() as ctx:
         p = _operator(ctx, key_file)
         out = Erasure(ctx).erase_subject(p, kind, value, reason, rewrite=not no_rewrite)
@@ -139,7 +132,7 @@ def erase_subject(kind: str = typer.Option(..., "--kind", help="email, phone, na
 
 
 @erase_app.command("rewrite")
-def erase_rewrite(tenant: str = typer.Option(..., "--tenant"),
+def erase_rewrite(tenant: str = TENANT,
                   wait: float = typer.Option(30.0, "--wait", help="seconds to wait for older snapshots to end"),
                   as_json: bool = AS_JSON) -> None:
     """Rewrite (CLUSTER + statistics) every relation the tenant's erasures touched and that is still pending."""
@@ -156,7 +149,7 @@ def erase_rewrite(tenant: str = typer.Option(..., "--tenant"),
 
 
 @erase_app.command("report")
-def erase_report(claim_ids: List[str] = typer.Argument(..., help="erased claim ids"), tenant: str = typer.Option(..., "--tenant"),
+def erase_report(claim_ids: List[str] = typer.Argument(..., help="erased claim ids"), tenant: str = TENANT,
                  report_dir: Optional[str] = REPORT_DIR, as_json: bool = AS_JSON) -> None:
     """Rebuild the erasure report of erased claims now (JSON and HTML)."""
     with context() as ctx:
@@ -193,7 +186,7 @@ def hold_release(claim_id: str = typer.Argument(...), reason: str = REASON, key_
 
 
 # ---------------------------------------------------------------- lake purge
-def lake_purge(tenant: str = typer.Option(..., "--tenant", "-t"),
+def lake_purge(tenant: str = TENANT,
                force_now: bool = typer.Option(False, "--force-now",
                                               help="vacuum with retention 0 (enforce_retention_duration off): removed files go now, "
                                                    "breaking time travel to older table versions"),
@@ -218,7 +211,7 @@ def lake_purge(tenant: str = typer.Option(..., "--tenant", "-t"),
 
 
 # ---------------------------------------------------------------- keys
-def keys_rotate_encryption(tenant: str = typer.Option(..., "--tenant"), as_json: bool = AS_JSON) -> None:
+def keys_rotate_encryption(tenant: str = TENANT, as_json: bool = AS_JSON) -> None:
     """Rotate the tenant's body-encryption key and rewrap every live DEK to the new version."""
     from oml.services import keys_rotation
 
@@ -231,7 +224,7 @@ def keys_rotate_encryption(tenant: str = typer.Option(..., "--tenant"), as_json:
         raise typer.Exit(1)
 
 
-def keys_rewrap(tenant: str = typer.Option(..., "--tenant"), as_json: bool = AS_JSON) -> None:
+def keys_rewrap(tenant: str = TENANT, as_json: bool = AS_JSON) -> None:
     """Finish an interrupted rotation: rewrap every DEK not yet wrapped to the current version."""
     from oml.services import keys_rotation
 
@@ -243,7 +236,7 @@ def keys_rewrap(tenant: str = typer.Option(..., "--tenant"), as_json: bool = AS_
         raise typer.Exit(1)
 
 
-def keys_retire(tenant: str = typer.Option(..., "--tenant"),
+def keys_retire(tenant: str = TENANT,
                 older_than_days: Optional[float] = typer.Option(
                     None, "--older-than-days", help="window in days (default OML_BACKUP_RETENTION_DAYS); 0 destroys every retired version"),
                 dry_run: bool = typer.Option(False, "--dry-run"), as_json: bool = AS_JSON) -> None:
@@ -259,7 +252,7 @@ def keys_retire(tenant: str = typer.Option(..., "--tenant"),
             console.print(f"  kept version {k['version']}: {k['reason']}")
 
 
-def keys_versions(tenant: str = typer.Option(..., "--tenant"), as_json: bool = AS_JSON) -> None:
+def keys_versions(tenant: str = TENANT, as_json: bool = AS_JSON) -> None:
     """List the body-encryption key versions: registration, retirement, live DEKs, presence in the KeyStore."""
     from oml.services import keys_rotation
 
@@ -316,7 +309,7 @@ def restore_status(as_json: bool = AS_JSON) -> None:
 
 
 @restore_app.command("reapply-erasures")
-def restore_reapply(tenant: Optional[List[str]] = typer.Option(None, "--tenant", help="only these tenants (the fence stays until all ran)"),
+def restore_reapply(tenant: Optional[List[str]] = typer.Option(None, "--tenant", "-t", help="only these tenants (the fence stays until all ran)"),
                     no_lake: bool = typer.Option(False, "--no-lake", help="replay the PostgreSQL journal's erasures only"),
                     accept_diverged: bool = typer.Option(False, "--accept-diverged",
                                                          help="replay signed erasures from a lake whose journal no longer continues this chain"),
@@ -332,7 +325,7 @@ def restore_reapply(tenant: Optional[List[str]] = typer.Option(None, "--tenant",
             console.print(f"{r['tenant']}: {r['journal_erasures']} journal erasure(s) re-shredded, "
                           f"{len(r['erased_from_lake'])} erased again from the lake's copy, rewrite {r['rewrite']['status']}")
         for f in out["failed"]:
-            console.print(f"[red]{f['tenant']}: {f['code']}[/red]")
+            console.print(f"[red]{escape(f['tenant'] + ': ' + f['code'])}[/red]")
         console.print("restore still pending" if out["pending"] else "restore complete: reads are served again")
     if out["pending"]:
         raise typer.Exit(1)

@@ -6,8 +6,9 @@ import logging
 import typer
 
 from . import admin, audit, bench, demo, erasure, ops, recall, serve, simulations
+from .common import SortedGroup
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="OML — governed memory for AI agents.")
+app = typer.Typer(cls=SortedGroup, no_args_is_help=True, add_completion=False, help="OML — governed memory for AI agents.")
 
 for module in (admin, recall, audit, erasure, simulations, ops, serve, bench, demo):
     module.register(app)

@@ -18,11 +18,13 @@ type or the OML code only: driver messages can quote SQL parameters.
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import threading
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from oml.domain.errors import OMLError
 
@@ -54,7 +56,7 @@ def worker_cmd(
 ) -> None:
     """Run the relay and the lake-writer and indexer actors until interrupted.
 
-    ``--relay-only`` and ``--consumer`` split them into processes that each
+    `--relay-only` and `--consumer` split them into processes that each
     hold only their own role and secrets (deploy/compose.yaml).
     """
     from oml.workers import indexer
@@ -78,6 +80,9 @@ def worker_cmd(
             # Declared before the worker starts so its consumers cover the audit queues.
             from oml.workers import reconciler
 
+            if reconcile_every:
+                # A scheduled run says when it starts, its verdict and its report path, without -v.
+                logging.getLogger("oml.workers.reconciler").setLevel(logging.INFO)
             schedule = reconciler.Schedule(reconciler.declare(rt.broker, ctx), reconcile_seconds=reconcile_every,
                                            checkpoint_seconds=checkpoint_every, seal_seconds=seal_every)
             if rt.worker is not None and rt.worker.consumer_whitelist:
@@ -204,15 +209,20 @@ def index_rebuild(tenant: str = typer.Option(..., "--tenant", "-t", help="tenant
     """Delete the tenant's FTS and embedding rows and rebuild them from the journal and bodies (one transaction)."""
     from oml.workers import indexer
 
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("events"),
+               TaskProgressColumn(), TimeRemainingColumn())
     with context() as ctx:
-        with console.status(f"rebuilding the indexes of {tenant}"):
+        with Progress(*columns, console=err, transient=True) as bar:
+            task = bar.add_task(f"rebuilding the indexes of {escape(tenant)}", total=None)
             try:
-                n = indexer.rebuild(ctx, tenant)
+                n = indexer.rebuild(ctx, tenant, progress=lambda done, head: bar.update(task, completed=done, total=head))
             except Exception as exc:  # noqa: BLE001
                 if isinstance(exc, OMLError):
                     raise
                 _fail(exc)
-    console.print(f"{tenant}: replayed {n} journal events")
+    console.print(escape(f"{tenant}: replayed {n} journal events"))
 
 
 @index_app.command("enroll")

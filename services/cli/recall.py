@@ -10,29 +10,20 @@ printed, never the submitted value).
 from __future__ import annotations
 
 import json
-import os
 import sys
 from typing import List, Optional
 
 import typer
 
-from oml.domain.access import Principal
-from oml.services.auth import authenticate
+from rich.markup import escape
 
-from .common import console, context, err, read_secret
+from .common import TENANT, console, context, err, fail, key_file_option, principal
 
 readlog_app = typer.Typer(no_args_is_help=True, help="The read log: seal batches into the journal, verify anchors.")
 retention_app = typer.Typer(no_args_is_help=True, help="The read log's per-tenant retention window (operator key).")
 
-KEY_FILE = typer.Option(None, "--key-file", help="file holding the API key ('-' for stdin); default: $OML_API_KEY")
-
-
-def _principal(ctx, key_file: Optional[str], what: str = "the API key") -> Principal:
-    key = read_secret(key_file, what) if key_file else os.environ.get("OML_API_KEY", "").strip()
-    if not key:
-        err.print("an API key is required: set OML_API_KEY or pass --key-file")
-        raise typer.Exit(2)
-    return authenticate(ctx.db, key.split(",")[0].strip())
+KEY_FILE = key_file_option()
+_principal = principal
 
 
 def recall_cmd(
@@ -55,9 +46,16 @@ def recall_cmd(
         query = sys.stdin.read()
     with context() as ctx:
         p = _principal(ctx, key_file)
-        out = Recaller(ctx).recall(p, RecallRequest(query=query, workarea_id=workarea, retriever=retriever, k=k,
-                                                    max_chars=max_chars, max_tokens=max_tokens, kinds=kind or None,
-                                                    provenances=provenance or None, as_of=as_of))
+        if retriever != "fts":
+            from oml.workers.embedding import get_embedder
+
+            # The model loads once per process (seconds): say so instead of looking hung.
+            with err.status("loading the embedding model (once per process)…"):
+                get_embedder(ctx.settings)
+        with err.status(f"recalling with {escape(retriever)} retrieval…"):
+            out = Recaller(ctx).recall(p, RecallRequest(query=query, workarea_id=workarea, retriever=retriever, k=k,
+                                                        max_chars=max_chars, max_tokens=max_tokens, kinds=kind or None,
+                                                        provenances=provenance or None, as_of=as_of))
     if as_json:
         typer.echo(json.dumps(out, indent=2, ensure_ascii=False))
         return
@@ -66,17 +64,30 @@ def recall_cmd(
     table = Table(title="recall", show_lines=False)
     for col in ("#", "segment", "score", "workarea", "kind", "statement", "source"):
         table.add_column(col)
+    # Stored text may hold "[...]": escaped, or Rich would read it as markup and drop it.
     for i, it in enumerate(out["steering"], 1):
-        table.add_row(str(i), "steering", "", it["workarea"]["path"], it["kind"], str(it["body"].get("statement", "")),
-                      _source(it))
+        table.add_row(str(i), "steering", "", escape(it["workarea"]["path"]), it["kind"],
+                      escape(str(it["body"].get("statement", ""))), escape(_source(it)))
     for i, it in enumerate(out["hits"], 1):
-        table.add_row(str(i), "hit", f"{it['score']:.4f}", it["workarea"]["path"], it["kind"],
-                      str(it["body"].get("statement", "")), _source(it))
+        table.add_row(str(i), "hit", f"{it['score']:.4f}", escape(it["workarea"]["path"]), it["kind"],
+                      escape(str(it["body"].get("statement", ""))), escape(_source(it)))
     console.print(table)
-    d = out["diagnostics"]
-    console.print(f"candidates {d['candidates']}  returned {d['returned']}  excluded by budget {d['excluded_by_budget']}")
-    for deg in d["degraded"]:
-        console.print(f"[yellow]degraded[/yellow] {deg['retriever']}: {deg['reason']} — {deg['detail']}")
+    console.print(_footer(out["diagnostics"]))
+    for deg in out["diagnostics"]["degraded"]:
+        console.print(f"[yellow]degraded[/yellow] " + escape(f"{deg['retriever']}: {deg['reason']} — {deg['detail']}"))
+
+
+def _footer(d: dict) -> str:
+    """One line of counts; a nested count (per retriever, per reason) reads ``name n, name n`` instead of a dict."""
+    def show(v) -> str:
+        if isinstance(v, dict):
+            return ", ".join(f"{k} {show(x)}" for k, x in v.items()) or "0"
+        if isinstance(v, (list, tuple)):
+            return str(len(v))
+        return str(v)
+
+    return escape("  ".join(f"{name} {show(d.get(key, 0))}" for key, name in
+                            (("candidates", "candidates"), ("returned", "returned"), ("excluded_by_budget", "excluded by budget"))))
 
 
 def _source(item: dict) -> str:
@@ -87,9 +98,9 @@ def _source(item: dict) -> str:
 
 
 @readlog_app.command("seal")
-def readlog_seal(tenant: Optional[str] = typer.Option(None, "--tenant", help="one tenant (default: every tenant)"),
+def readlog_seal(tenant: Optional[str] = typer.Option(None, "--tenant", "-t", help="one tenant (default: every tenant)"),
                  as_json: bool = typer.Option(False, "--json")) -> None:
-    """Seal unsealed reads into batches and journal each batch's digest (``readlog.anchored``)."""
+    """Seal unsealed reads into batches and journal each batch's digest (`readlog.anchored`)."""
     from oml.services.server import readlog
 
     with context() as ctx:
@@ -105,7 +116,7 @@ def readlog_seal(tenant: Optional[str] = typer.Option(None, "--tenant", help="on
 
 
 @readlog_app.command("verify")
-def readlog_verify(tenant: str = typer.Option(..., "--tenant", help="the tenant to verify"),
+def readlog_verify(tenant: str = TENANT,
                    as_json: bool = typer.Option(False, "--json")) -> None:
     """Recompute every anchor inside the retention window; name each edited, inserted or deleted read (exit 1)."""
     from oml.services.server import readlog
@@ -127,7 +138,7 @@ def readlog_verify(tenant: str = typer.Option(..., "--tenant", help="the tenant 
 @retention_app.command("set")
 def retention_set(days: int = typer.Option(..., "--days", help="read-log retention window in days"),
                   key_file: Optional[str] = KEY_FILE) -> None:
-    """Journal the key's tenant's read-log retention window (``retention.policy_set``)."""
+    """Journal the key's tenant's read-log retention window (`retention.policy_set`)."""
     from oml.services.server import readlog
 
     with context() as ctx:
@@ -136,9 +147,9 @@ def retention_set(days: int = typer.Option(..., "--days", help="read-log retenti
 
 
 @retention_app.command("apply")
-def retention_apply(tenant: Optional[str] = typer.Option(None, "--tenant", help="as a scheduled system job, without a key"),
+def retention_apply(tenant: Optional[str] = typer.Option(None, "--tenant", "-t", help="as a scheduled system job, without a key"),
                     key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Option(False, "--json")) -> None:
-    """Seal, then retire the batches older than the window; journals ``retention.applied``."""
+    """Seal, then retire the batches older than the window; journals `retention.applied`."""
     from oml.services.server import readlog
 
     with context() as ctx:
@@ -153,15 +164,27 @@ def retention_apply(tenant: Optional[str] = typer.Option(None, "--tenant", help=
         console.print(f"retired batches {out['batches']}, {out['reads_removed']} reads removed (seq {out['seq']})")
 
 
-def mcp_cmd(transport: str = typer.Option("stdio", "--transport", "-t", help="stdio | http (streamable HTTP)"),
+def mcp_cmd(transport: str = typer.Option("stdio", "--transport", help="stdio | http (streamable HTTP)"),
             host: str = typer.Option("127.0.0.1", "--host"), port: int = typer.Option(8766, "--port"),
             path: str = typer.Option("/mcp", "--path", help="the streamable HTTP endpoint")) -> None:
-    """Run the MCP server (tools recall, fetch, remember). stdio: the key is $OML_API_KEY; http: a bearer key per request."""
+    """Run the MCP server (tools recall, fetch, remember). stdio: the key is $OML_API_KEY; http: a bearer key per request.
+
+    The embedding model is loaded before the server reports ready, so an MCP host's first recall
+    does not wait for it (and time out). Status lines go to stderr: stdout is the stdio protocol.
+    """
     from oml.services import mcp_server
 
+    from .serve import check_port, warm_model
+
     if transport not in ("stdio", "http"):
-        err.print("transport must be stdio or http")
-        raise typer.Exit(2)
+        fail("--transport must be stdio or http")
+    if transport == "http":
+        check_port(host, port)
+    warm_model()
+    if transport == "http":
+        err.print(escape(f"oml mcp: listening on http://{host}:{port}{path} (streamable HTTP; a bearer API key per request)"))
+    else:
+        err.print("oml mcp: ready on stdio (tools recall, fetch, remember)")
     mcp_server.main(transport=transport, host=host, port=port, path=path)
 
 

@@ -10,35 +10,17 @@ Exit statuses: 0 success; 2 usage error or refusal (with its code).
 from __future__ import annotations
 
 import json
-import os
 from typing import List, Optional
 
 import typer
+from rich.markup import escape
 
-from oml.domain.access import Principal
-from oml.services.auth import authenticate
-
-from .common import console, context, err, read_secret
+from .common import console, context, emit as _emit, fail, key_file_option, principal, read_secret
 
 sim_app = typer.Typer(no_args_is_help=True, help="Simulations: sandboxes with an audience (admin or operator key).")
 
-KEY_FILE = typer.Option(None, "--key-file", help="file holding the API key ('-' for stdin); default: $OML_API_KEY")
-
-
-def _key(ctx, key_file: Optional[str]) -> Principal:
-    key = read_secret(key_file, "the API key") if key_file else os.environ.get("OML_API_KEY", "").strip()
-    if not key:
-        err.print("an API key is required: set OML_API_KEY or pass --key-file")
-        raise typer.Exit(2)
-    return authenticate(ctx.db, key)
-
-
-def _emit(data: dict, as_json: bool, lines: list[str]) -> None:
-    if as_json:
-        typer.echo(json.dumps(data, indent=2, sort_keys=True))
-    else:
-        for line in lines:
-            typer.echo(line)
+KEY_FILE = key_file_option()
+_key = principal
 
 
 @sim_app.command("open")
@@ -48,9 +30,8 @@ def open_(audience: List[str] = typer.Option(..., "--audience", "-a", help="prin
           key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Option(False, "--json")) -> None:
     """Open a simulation; prints its id. Its index partitions are created in the same transaction."""
     if (name is None) == (name_file is None):
-        err.print("give exactly one of --name and --name-file")
-        raise typer.Exit(2)
-    label = name if name is not None else read_secret(name_file, "the simulation name")
+        fail("give exactly one of --name and --name-file")
+    label = name if name is not None else read_secret(name_file, "the simulation name", "--name-file")
     from oml.services.simulations import Simulations
 
     with context() as ctx:
@@ -73,7 +54,7 @@ def list_(key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Option(False
         return
     table = Table("simulation", "name", "status", "audience", "open tips", "versions", "opened", "closed")
     for r in out["items"]:
-        table.add_row(r["simulation_id"], r["name"] or "", r["status"], str(len(r["audience"])), str(r["open_tips"]),
+        table.add_row(r["simulation_id"], escape(r["name"] or ""), r["status"], str(len(r["audience"])), str(r["open_tips"]),
                       str(r["versions"]), *("" if r[k] is None else str(r[k]) for k in ("opened_seq", "closed_seq")))
     console.print(table)
 

@@ -197,10 +197,10 @@ def _create_tenant(steps: Steps, ctx, w: World, home: Path) -> None:
         check(len(t.fingerprint) == 64 and t.admin_key.startswith("oml_"), "tenant creation returned no trust anchor or admin key")
         w.fingerprint, w.root = t.fingerprint, t.root_workarea
         w.keys["admin"] = t.admin_key
-        # The anchor is recorded outside the database: `oml reconcile` reads <home>/trust-anchors by default.
-        anchors = home / "trust-anchors"
-        with open(anchors, "a", encoding="utf-8") as f:
-            f.write(f"{w.tenant} {w.fingerprint}\n")
+        # The anchor is recorded outside the database, as `oml tenant create` does (docs/anchoring.md).
+        from oml.services.anchors import record_anchor
+
+        anchors, _ = record_anchor(ctx.settings, w.tenant, w.fingerprint)
         steps.console.print(f"tenant [bold]{w.tenant}[/bold]\ntrust anchor (signing key fingerprint): [bold]{w.fingerprint}[/bold]"
                             f"\n  recorded in {anchors}; the recovery private key printed by `oml tenant create` is discarded here")
         s.outcome = "tenant, signing/encryption/recovery keys, root workarea and a bootstrap admin key"
@@ -443,6 +443,8 @@ def _show_recall(console: Console, q, steering: list, hits: list, hit_ev: list) 
         mark = "[green]✓[/green]" if h["source"]["locator"] in q.evidence else " "
         console.print(f"  {i}. {mark} {h['score']:.4f} {escape('[' + h['source']['locator'] + ']')} "
                       f"{_short(h['body']['statement'], 95)}")
+    if len(hits) > SHOWN_HITS:
+        console.print(f"  [dim](the first {SHOWN_HITS} of {len(hits)} hits shown)[/dim]")
     if not hit_ev:
         console.print(f"  [yellow]evidence not in the top {len(hits)}[/yellow]")
 
@@ -603,12 +605,15 @@ def _print_summary(console: Console, summary: dict, w: World, settings, home: Pa
         console.print(f"  {name.replace('_', ' ')}: {path}", soft_wrap=True)
     keys = home / "demo" / w.tenant / "keys.env"
     _write_keys(keys, w)
-    env = "" if home == Path(".oml").resolve() else f"OML_HOME={home} "
+    from oml.services.home import find_home
+
+    # No OML_HOME= prefix when a shell in this folder finds the same home by itself (services/home.py).
+    env = "" if find_home(env={}).path == Path(home).resolve() else f"OML_HOME={home} "
     ext = "  (with the same OML_DATABASE_URL and OML_MASTER_KEY)" if settings.database_url else ""
     oml = _runnable(oml_command())
     console.print("[bold]keep it running[/bold]")
     console.print(f"  {env}{oml} serve{ext}", soft_wrap=True)
-    console.print("    HTTP API on 127.0.0.1:8765 with the workers in-process (or: make serve)")
+    console.print(f"    HTTP API on {settings.http_host}:{settings.http_port} with the workers in-process (or: make serve)")
     console.print("[bold]point an agent at it[/bold] (MCP over stdio; the reader key of this tenant)")
     console.print(f"  {env}OML_API_KEY={w.keys['reader']} {oml} mcp", soft_wrap=True)
     console.print(f"  all of this run's API keys: {keys} (mode 0600); trust anchor {w.fingerprint}", soft_wrap=True)

@@ -153,21 +153,8 @@ class WorkareaList(BaseModel):
     items: list[WorkareaRow]
 
 
-def list_workareas(ctx: Context, p: Principal) -> list[dict]:
-    """Workareas the principal may see: all of the tenant's for an admin, its subtrees for anyone else.
-
-    No ``created_seq``: every key may list workareas, and a journal seq moves with simulated acts
-    (docs/simulations.md, "Sequence numbers").
-    """
-    with ctx.db.tenant("oml_server", p.tenant) as conn:
-        rows = conn.execute(sa.text(
-            "SELECT node_id, parent_id, label, path, development, pii_policy FROM workareas"
-            " WHERE tenant_id = :t ORDER BY path"), {"t": p.tenant}).mappings().all()
-    out = []
-    for r in rows:
-        if p.role == "admin" or p.can_access(r["path"]):
-            out.append({**r, "node_id": str(r["node_id"]), "parent_id": str(r["parent_id"]) if r["parent_id"] else None})
-    return out
+# The CLI lists workareas too; the query lives where importing it does not import FastAPI.
+from oml.services.listing import list_workareas  # noqa: E402
 
 
 @router.get("/v1/workareas", response_model=WorkareaList, summary="List workareas")

@@ -25,6 +25,11 @@ class PgvectorTooOld(RuntimeError):
 def start(home: Path) -> str:
     """Start (or attach to) the embedded server; returns a ``postgresql+psycopg`` owner URL."""
     pgdata = (home / "pg").resolve()
+    if not pgdata.exists():
+        # A second, empty database in the wrong folder looks exactly like a bad key: never create one silently.
+        from oml.services.home import announce_new_home
+
+        announce_new_home(home, "a new embedded PostgreSQL database")
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():
         # Without XDG_RUNTIME_DIR (containers, CI) platformdirs warns, when pgserver is imported, that it

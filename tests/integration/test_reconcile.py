@@ -100,7 +100,8 @@ def test_writer_behind_is_pending_not_a_discrepancy(ctx, clean, tmp_path):
     add_claims(ctx, clean, 2)
     issue_checkpoint(ctx, clean.tenant)
     r = run_cli(ctx, ["reconcile", "--tenant", clean.tenant, "-o", str(tmp_path), "--no-record"])
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 3, r.output  # nothing wrong, but no trust anchor: NOT ANCHORED (docs/anchoring.md)
+    assert "NOT ANCHORED" in r.stdout and "OK" not in r.stdout
     report = json.loads(next(tmp_path.glob("*.json")).read_bytes())
     counts = report["counts"]
     assert counts["pending"] >= 6 and sum(n for k, n in counts.items() if k != "pending") == 0

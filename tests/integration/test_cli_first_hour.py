@@ -1,0 +1,140 @@
+"""The first hour of a new user (issue 15): anchoring exit statuses, keys written 0600, errors a person can act on,
+list commands, and the embedding model loaded before `oml serve` / `oml mcp` report ready."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+
+import pytest
+
+from admission_kit import run_cli
+
+
+@pytest.fixture(scope="module")
+def tenant(ctx):
+    r = run_cli(ctx, ["tenant", "create", "fh-t", "--json"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def test_tenant_create_records_the_anchor_that_verify_and_reconcile_read(ctx, tenant, tmp_path):
+    anchors = ctx.settings.home / "trust-anchors"
+    assert f"fh-t {tenant['fingerprint']}" in anchors.read_text()
+    # journal verify: anchored from the file with no --trusted-key (exit 0) …
+    r = run_cli(ctx, ["journal", "verify", "-t", "fh-t"])
+    assert r.exit_code == 0, r.output
+    assert "anchored" in r.stdout and "NOT ANCHORED" not in r.stdout
+    # … and it honours OML_TRUST_ANCHORS: an anchors file without the tenant is NOT ANCHORED (exit 3).
+    other = tmp_path / "anchors"
+    other.write_text("# no line for fh-t\n")
+    r = run_cli(ctx, ["journal", "verify", "-t", "fh-t"], env={"OML_TRUST_ANCHORS": str(other)})
+    assert r.exit_code == 3, r.output
+    # reconcile follows the same rule: 0 anchored, 3 NOT ANCHORED (formerly "OK", exit 0).
+    r = run_cli(ctx, ["reconcile", "-t", "fh-t", "-o", str(tmp_path / "rep"), "--no-record"])
+    assert r.exit_code == 0, r.output
+    assert "OK" in r.stdout
+    r = run_cli(ctx, ["reconcile", "-t", "fh-t", "-o", str(tmp_path / "rep"), "--no-record"],
+                env={"OML_TRUST_ANCHORS": str(other)})
+    assert r.exit_code == 3, r.output
+    assert "NOT ANCHORED" in r.stdout
+    # An explicit --trusted-key wins over the file.
+    r = run_cli(ctx, ["journal", "verify", "-t", "fh-t", "--trusted-key", tenant["fingerprint"]],
+                env={"OML_TRUST_ANCHORS": str(other)})
+    assert r.exit_code == 0, r.output
+
+
+def test_tenant_create_out_file_is_0600_and_keeps_secrets_off_stdout(ctx, tmp_path):
+    out = tmp_path / "acme.json"
+    r = run_cli(ctx, ["tenant", "create", "fh-out", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o600
+    data = json.loads(out.read_text())
+    assert data["admin_key"] not in r.output and data["recovery_private_key"] not in r.output
+    # An existing file is never overwritten (it may hold another tenant's keys).
+    again = run_cli(ctx, ["tenant", "create", "fh-out2", "--out", str(out)])
+    assert again.exit_code == 2 and "exists" in again.stderr
+    assert json.loads(out.read_text())["tenant"] == "fh-out"
+
+
+def test_rule_text_keeps_its_square_brackets(ctx):
+    r = run_cli(ctx, ["tenant", "create", "Not_A_Slug"])
+    assert r.exit_code == 2
+    assert "[a-z0-9][a-z0-9-]{0,62}" in r.stderr
+
+
+def test_missing_or_empty_key_file_is_a_message_not_a_traceback(ctx, tmp_path):
+    missing = run_cli(ctx, ["identity", "create", "--kind", "person", "--key-file", str(tmp_path / "nope.key")])
+    assert missing.exit_code == 2 and "no such file" in missing.stderr and "Traceback" not in missing.output
+    empty = tmp_path / "empty.key"
+    empty.write_text("\n")
+    r = run_cli(ctx, ["identity", "create", "--kind", "person", "--key-file", str(empty)])
+    assert r.exit_code == 2 and "the file is empty" in r.stderr and "pass --key-file" not in r.stderr
+    none = run_cli(ctx, ["identity", "create", "--kind", "person"], env={"OML_API_KEY": ""})
+    assert none.exit_code == 2 and "OML_API_KEY" in none.stderr
+
+
+def test_an_unknown_key_says_which_database_was_asked(ctx):
+    r = run_cli(ctx, ["workarea", "list"], env={"OML_API_KEY": "oml_0123456789abcdef_" + "x" * 43})
+    assert r.exit_code == 2
+    assert "access.unauthenticated" in r.stderr
+    name = ctx.db.owner_url.database
+    assert "asked the database" in r.stderr and name in r.stderr and "OML_HOME" in r.stderr
+
+
+def test_list_commands_and_the_apikey_rename(ctx, tenant):
+    env = {"OML_API_KEY": tenant["admin_key"]}
+    tenants = json.loads(run_cli(ctx, ["tenant", "list", "--json"]).stdout)["items"]
+    mine = next(t for t in tenants if t["tenant"] == "fh-t")
+    assert mine["trust_anchor"] == tenant["fingerprint"] and mine["head_seq"] >= 1
+    idents = json.loads(run_cli(ctx, ["identity", "list", "--json"], env=env).stdout)["items"]
+    assert tenant["admin_identity"] in {i["identity_id"] for i in idents}
+    keys = run_cli(ctx, ["apikey", "list", "--json"], env=env)
+    assert keys.exit_code == 0, keys.output
+    items = json.loads(keys.stdout)["items"]
+    assert [k["principal_id"] for k in items] == [tenant["admin_principal"]]
+    assert tenant["admin_key"] not in keys.stdout  # key ids only, never secrets
+    assert run_cli(ctx, ["key", "list", "--json"], env=env).exit_code == 0  # the hidden old name still works
+
+
+def _cached_models():
+    from oml.workers import embedding
+
+    return embedding._cache
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("args", [["serve", "--no-workers"], ["mcp", "--transport", "http"]])
+def test_model_is_loaded_before_the_ready_line(ctx, monkeypatch, args):
+    """uvicorn.run is where the server starts accepting: by then the model is loaded and the ready line printed."""
+    import uvicorn
+
+    seen = {}
+    saved = dict(_cached_models())
+    _cached_models().clear()
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: seen.setdefault("model_loaded", bool(_cached_models())))
+    try:
+        r = run_cli(ctx, [*args, "--port", str(_free_port())])
+    finally:
+        _cached_models().update(saved)
+    assert r.exit_code == 0, r.output
+    assert seen == {"model_loaded": True}
+    loaded = r.stderr.index("embedding model loaded")
+    ready = r.stderr.index("oml serve: http://" if args[0] == "serve" else "oml mcp: listening on http://")
+    assert loaded < ready
+
+
+def test_a_busy_port_fails_before_anything_says_serving(ctx):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        r = run_cli(ctx, ["serve", "--no-workers", "--port", str(port)])
+    assert r.exit_code == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in r.stderr and "oml serve: http" not in r.output

@@ -1,0 +1,58 @@
+"""Fast start (issue 15.2): importing the CLI and ``oml --help`` load no torch, sentence-transformers, deltalake or FastAPI.
+
+Checked in a fresh interpreter by module presence, not by timing.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+HEAVY = ("torch", "sentence_transformers", "deltalake", "fastapi", "pyarrow", "uvicorn", "mcp")
+
+PROBE = """
+import json, sys
+from typer.testing import CliRunner
+from oml.services.cli.main import app
+runner = CliRunner()
+codes = [runner.invoke(app, args).exit_code for args in (["--help"], ["tenant", "--help"], ["apikey", "--help"],
+                                                          ["workarea", "list", "--help"], ["reconcile", "--help"])]
+out = runner.invoke(app, ["--help"]).output
+print(json.dumps({"codes": codes, "loaded": [m for m in sys.argv[1:] if m in sys.modules], "help": out}))
+"""
+
+
+def _probe() -> dict:
+    r = subprocess.run([sys.executable, "-c", PROBE, *HEAVY], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_help_imports_nothing_heavy():
+    got = _probe()
+    assert got["codes"] == [0, 0, 0, 0, 0]
+    assert got["loaded"] == [], f"imported at start: {got['loaded']}"
+
+
+def test_admin_command_modules_import_nothing_heavy():
+    """What `oml tenant create`, `oml workarea list`, `oml journal verify` import to do their work."""
+    code = ("import sys; import oml.services.admission.service, oml.services.listing, oml.services.journal_verify, "
+            "oml.services.anchors, oml.services.auth; print([m for m in sys.argv[1:] if m in sys.modules])")
+    r = subprocess.run([sys.executable, "-c", code, *HEAVY], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
+
+
+def test_top_level_commands_are_sorted_and_apikey_is_named_apart_from_keys():
+    import click
+    import typer
+
+    from oml.services.cli.main import app
+
+    group = typer.main.get_command(app)
+    with click.Context(group) as ctx:
+        names = group.list_commands(ctx)
+        shown = [n for n in names if not group.get_command(ctx, n).hidden]
+    assert names == sorted(names)
+    assert "apikey" in shown and "keys" in shown and "key" not in shown and "key" in names  # `key`: a hidden alias
+    assert _probe()["help"].index("apikey") < _probe()["help"].index("workarea")
