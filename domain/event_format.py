@@ -185,7 +185,8 @@ def loads(raw: bytes, *, seq: int | None = None, field: str = "canonical") -> An
     return value
 
 
-def _members(obj: Any, expected: tuple[str, ...], path: str, seq: int | None) -> None:
+def check_members(obj: Any, expected: tuple[str, ...], path: str, seq: int | None) -> None:
+    """Require ``obj`` to be an object with exactly the members ``expected`` (``missing_member``/``unknown_member``)."""
     if not isinstance(obj, dict):
         raise EventFormatError(seq, path or "canonical", JSON_TYPE, "must be a JSON object")
     for k in expected:
@@ -198,7 +199,10 @@ def _members(obj: Any, expected: tuple[str, ...], path: str, seq: int | None) ->
 
 
 def check_value(fmt: Any, value: Any, path: str, seq: int | None) -> None:
-    """Check one value against a :data:`DATA_FORMATS` format (``None`` is allowed for scalars)."""
+    """Check one value against a format: "uuid", "principal", "kid", "time", ("hex", n bytes) or ("list", format).
+
+    ``None`` is allowed for scalars; raises :class:`EventFormatError`.
+    """
     if isinstance(fmt, tuple) and fmt[0] == "list":
         if not isinstance(value, list):
             raise EventFormatError(seq, path, JSON_TYPE, "must be a JSON array")
@@ -215,6 +219,8 @@ def check_value(fmt: Any, value: Any, path: str, seq: int | None) -> None:
         raise EventFormatError(seq, path, UUID_FORMAT, "ids are lowercase UUID strings (8-4-4-4-12 hex)")
     if fmt == "principal" and not PRINCIPAL_RE.fullmatch(value):
         raise EventFormatError(seq, path, PRINCIPAL_ID_FORMAT, "principal ids are 16 lowercase hex characters")
+    if fmt == "kid" and not KID_RE.fullmatch(value):
+        raise EventFormatError(seq, path, KID_FORMAT, "16 lowercase hex characters")
     if fmt == "time":
         ok = TIME_RE.fullmatch(value)
         if ok:
@@ -249,7 +255,7 @@ def check_header(event: Any, *, seq: int | None = None, tenant: str | None = Non
     ``seq``/``tenant``, when given, must be what the header says. Returns
     ``event``; raises :class:`EventFormatError`.
     """
-    _members(event, HEADER, "", seq)
+    check_members(event, HEADER, "", seq)
     if event["v"] != 1 or isinstance(event["v"], bool):
         raise EventFormatError(seq, "v", VERSION, "must be the integer 1")
     t = event["tenant"]
@@ -268,14 +274,15 @@ def check_header(event: Any, *, seq: int | None = None, tenant: str | None = Non
         raise EventFormatError(seq, "at", TIME_FORMAT, "a string YYYY-MM-DDTHH:MM:SS.ffffffZ")
     check_value("time", event["at"], "at", seq)
     actor = event["actor"]
-    _members(actor, ACTOR_MEMBERS, "actor", seq)
+    check_members(actor, ACTOR_MEMBERS, "actor", seq)
     if (actor["principal"] is None) != (actor["identity"] is None):
         raise EventFormatError(seq, "actor", ACTOR, "principal and identity are both null (the system) or both set")
     if actor["principal"] is not None:
         check_value("principal", actor["principal"], "actor.principal", seq)
         check_value("uuid", actor["identity"], "actor.identity", seq)
-    if not isinstance(event["kid"], str) or not KID_RE.fullmatch(event["kid"]):
+    if not isinstance(event["kid"], str):
         raise EventFormatError(seq, "kid", KID_FORMAT, "16 lowercase hex characters")
+    check_value("kid", event["kid"], "kid", seq)
     if not isinstance(event["data"], dict):
         raise EventFormatError(seq, "data", JSON_TYPE, "must be a JSON object")
     _data_formats(event["data"], "data", seq)

@@ -8,7 +8,11 @@
    hashes 1..size (the tree must reproduce the checkpoint's root), the
    events in range, every key event (``tenant.created``,
    ``signing_key.rotated``) up to the pinned size, and the read log inside
-   the tenant's retention window with its anchors;
+   the tenant's retention window with its anchors, and — for a range that
+   starts after seq 1 — every event before it, which the authority replay
+   (:func:`registry_before`) folds into the registry snapshot
+   ``registry.json`` at ``from_seq - 1`` (its digest and the findings of that
+   replay go into the signed manifest);
 3. writes the files (journal rows as stored bytes with hash and signature,
    key history, one ``tlog-proof@v1`` receipt per event in range and per key
    event and read-log anchor, the consistency proof from the auditor's
@@ -37,7 +41,7 @@ from typing import Any, Callable
 
 import sqlalchemy as sa
 
-from oml.domain import audit, claims as rules, merkle, signing
+from oml.domain import audit, claims as rules, event_format, merkle, signing
 from oml.domain.access import Principal
 from oml.domain.canonical import canonical, format_time, now
 from oml.domain.chain import JournalRow
@@ -45,6 +49,7 @@ from oml.domain.checkpoint import (CheckpointError, format_consistency_proof, fo
                                    parse_checkpoint)
 from oml.domain.errors import OMLError
 from oml.domain.events import SYSTEM, Actor
+from oml.domain.replay import AuthorityReplay, Registry
 from oml.services import proofs, readlog_audit
 from oml.services.admission.checkpoints import issue_checkpoint
 
@@ -131,6 +136,10 @@ def export(ctx, tenant: str, from_seq: int, to_seq: int | None, *, previous_chec
         anchor_seqs = sorted({b.anchored_seq for b in rl_batches})
         anchor_rows = _rows(conn, f"SELECT {_ROW_COLS} FROM journal_events WHERE tenant_id = :t AND seq = ANY(CAST(:s AS bigint[]))"
                                   " ORDER BY seq", {"t": tenant, "s": anchor_seqs}) if anchor_seqs else []
+        registry = None
+        if from_seq > 1:
+            registry = registry_before(tenant, _rows(conn, f"SELECT {_ROW_COLS} FROM journal_events WHERE tenant_id = :t"
+                                                           " AND seq < :a ORDER BY seq", {"t": tenant, "a": from_seq}))
         tx.rollback()
     if len(rows) != to_seq - from_seq + 1:
         raise OMLError("proof.chain_mismatch", "the journal has a gap in the requested range", 409)
@@ -139,7 +148,7 @@ def export(ctx, tenant: str, from_seq: int, to_seq: int | None, *, previous_chec
     data, manifest, manifest_bytes = assemble(
         tenant=tenant, from_seq=from_seq, to_seq=to_seq, rows=rows, key_rows=key_rows, anchor_rows=anchor_rows,
         tree=tree, checkpoint_note=cp.note, previous_checkpoint=previous_checkpoint, readlog_batches=rl_batches,
-        readlog_reads=rl_reads, readlog_since=since, at=at, actor=actor,
+        readlog_reads=rl_reads, readlog_since=since, at=at, actor=actor, registry=registry,
         sign=lambda kid, msg: ctx.admission.signer.sign(tenant, kid, msg))
     manifest_sha = hashlib.sha256(manifest_bytes).hexdigest()
     archive_sha = hashlib.sha256(data).hexdigest()
@@ -151,17 +160,56 @@ def export(ctx, tenant: str, from_seq: int, to_seq: int | None, *, previous_chec
     return Exported(data, manifest, manifest_sha, archive_sha, cp.tree_size, ev.seq)
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """What an export whose range starts after seq 1 carries about the events before it (docs/evidence-format.md).
+
+    ``registry``: the authority replay's state after the last event;
+    ``findings_before``: every ``{"seq", "rule", "detail"}`` found on the
+    way (a strict-format refusal, rule prefixed ``format.``, or an authority
+    finding); ``rows``: the registry-bearing rows
+    (:data:`oml.services.evidence.format.REGISTRY_EVENT_TYPES`), from which
+    the verifier recomputes the registry's principals, identities, workareas,
+    keys and retention window.
+    """
+
+    registry: Registry
+    findings_before: list[dict[str, Any]]
+    rows: list[JournalRow]
+
+
+def registry_before(tenant: str, rows) -> Snapshot:
+    """Replay journal rows from seq 1 in order (pure); see :class:`Snapshot`."""
+    replay, findings, kept = AuthorityReplay(tenant), [], []
+    ids = event_format.EventIds()
+    for r in rows:
+        try:
+            ev = event_format.parse_event(r.canonical, seq=r.seq, tenant=tenant)
+            ids.see(r.seq, ev["event_id"])
+        except event_format.EventFormatError as exc:
+            findings.append({"seq": r.seq, "rule": f"format.{exc.rule}", "detail": exc.describe()})
+        ev = audit.parse_event(r.canonical)
+        findings += [f.as_json() for f in replay.add(r.seq, ev)]
+        if (ev or {}).get("type") in fmt.REGISTRY_EVENT_TYPES:
+            kept.append(r)
+    return Snapshot(replay.registry, findings, kept)
+
+
 def assemble(*, tenant: str, from_seq: int, to_seq: int, rows: list[JournalRow], key_rows: list[JournalRow],
              anchor_rows: list[JournalRow], tree: merkle.MerkleTree, checkpoint_note: bytes,
              previous_checkpoint: bytes | None, readlog_batches: list, readlog_reads: list, readlog_since,
-             at, actor: Actor, sign: Callable[[str, bytes], bytes]) -> tuple[bytes, dict[str, Any], bytes]:
+             at, actor: Actor, sign: Callable[[str, bytes], bytes],
+             registry: Snapshot | None = None) -> tuple[bytes, dict[str, Any], bytes]:
     """Build the archive from rows already read (no I/O but ``sign(kid, message)``).
 
     ``tree`` holds at least the pinned checkpoint's leaves; ``key_rows`` every
-    key event up to its size. Returns ``(archive bytes, manifest object,
-    manifest bytes)``. Raises the ``evidence.*`` / ``proof.*`` errors of
-    :func:`export`.
+    key event up to its size; ``registry`` is :func:`registry_before` of
+    events ``1..from_seq-1`` (required when ``from_seq > 1``). Returns
+    ``(archive bytes, manifest object, manifest bytes)``. Raises the
+    ``evidence.*`` / ``proof.*`` errors of :func:`export`.
     """
+    if (registry is None) != (from_seq == 1):
+        raise ValueError("assemble: a registry snapshot is needed exactly when from_seq > 1")
     cp = parse_checkpoint(checkpoint_note)
     prev = parse_checkpoint(previous_checkpoint) if previous_checkpoint is not None else None
     keys = audit.KeyHistory(tenant)
@@ -184,7 +232,8 @@ def assemble(*, tenant: str, from_seq: int, to_seq: int, rows: list[JournalRow],
         files[fmt.key_pem_name(k.kid)] = fmt.public_key_pem(k.public_key)
     if keys.recovery is not None:
         files[fmt.key_pem_name(signing.kid(keys.recovery))] = fmt.public_key_pem(keys.recovery)
-    for seq in sorted({r.seq for r in rows} | {r.seq for r in key_rows} | set(anchor_seqs)):
+    registry_rows = registry.rows if registry is not None else []
+    for seq in sorted({r.seq for r in rows} | {r.seq for r in key_rows} | set(anchor_seqs) | {r.seq for r in registry_rows}):
         files[fmt.proof_name(seq)] = format_inclusion_proof(seq - 1, tree.inclusion_proof(seq - 1, cp.size), checkpoint_note)
 
     prev_json = None
@@ -218,6 +267,12 @@ def assemble(*, tenant: str, from_seq: int, to_seq: int, rows: list[JournalRow],
     } for b in readlog_batches])
     files[fmt.READLOG_EVENTS] = fmt.jsonl([{"batch_no": bno, **row.as_object()} for bno, row in readlog_reads])
     files[fmt.READLOG_ANCHORS] = b"".join(fmt.row_line(r) for r in anchor_rows)
+    registry_json = None
+    if registry is not None:
+        files[fmt.REGISTRY] = canonical(registry.registry.to_json())
+        files[fmt.REGISTRY_EVENTS] = b"".join(fmt.row_line(r) for r in registry_rows)
+        registry_json = {"file": fmt.REGISTRY, "events_file": fmt.REGISTRY_EVENTS, "at_seq": from_seq - 1,
+                         "digest": registry.registry.digest(), "findings_before": registry.findings_before}
 
     manifest: dict[str, Any] = {
         "format": fmt.FORMAT,
@@ -231,7 +286,8 @@ def assemble(*, tenant: str, from_seq: int, to_seq: int, rows: list[JournalRow],
         "exported_by": actor.as_json(),
         "readlog": {"window_start": format_time(readlog_since) if readlog_since else None, "batches": len(readlog_batches), "reads": len(readlog_reads)},
         "counts": {"events": len(rows), "key_events": len(key_rows), "receipts": sum(1 for n in files if n.startswith("proofs/")),
-                   "reconciliations": len(recon), "erasures": len(erasures)},
+                   "reconciliations": len(recon), "erasures": len(erasures), "registry_events": len(registry_rows)},
+        "registry": registry_json,
         "files": {},
     }
     files[fmt.SUMMARY] = summary.render(manifest, rows, keys.describe(), recon, erasures, readlog_batches).encode("utf-8")

@@ -30,16 +30,17 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from oml.domain import audit, merkle, readlog, signing
-from oml.domain.canonical import canonical, parse_time
+from oml.domain.canonical import parse_time
 from oml.domain.chain import JournalRow, genesis
 from oml.domain.checkpoint import (CheckpointError, ProofFormatError, parse_checkpoint, parse_consistency_proof,
                                    parse_inclusion_proof)
+from oml.domain.event_format import EventIds
 from oml.domain.merkle import ProofError
+from oml.domain.replay import AuthorityReplay, Registry
 
 from . import archive, format as fmt
 
@@ -83,9 +84,9 @@ class Report:
 
 def _json(data: bytes, what: str) -> Any:
     try:
-        return json.loads(data)
-    except ValueError:
-        raise Failure(f"{what} is not JSON") from None
+        return fmt.parse_json(data, what)
+    except fmt.FormatError as exc:
+        raise Failure(str(exc)) from None
 
 
 def verify(data: bytes, *, trusted_key: str | None = None, previous_checkpoint: bytes | None = None) -> Report:
@@ -115,13 +116,12 @@ def _verify(rep: Report, data: bytes, anchor: str | None, prev_note: bytes | Non
     manifest = _json(mbytes, "manifest.json")
     if not isinstance(manifest, dict):
         raise Failure("manifest.json is not a JSON object")
-    try:
-        if canonical(manifest) != mbytes:
-            raise Failure("manifest.json is not in RFC 8785 (JCS) canonical form")
-    except ValueError:
-        raise Failure("manifest.json holds a value JCS cannot encode") from None
     if manifest.get("format") != fmt.FORMAT:
         raise Failure(f"manifest.json: format is {manifest.get('format')!r}, expected {fmt.FORMAT!r}")
+    try:
+        fmt.check_manifest(manifest)
+    except fmt.FormatError as exc:
+        raise Failure(f"manifest.json: {exc}") from None
     listed = manifest.get("files")
     if not isinstance(listed, dict):
         raise Failure("manifest.json has no files object")
@@ -160,6 +160,7 @@ def _verify(rep: Report, data: bytes, anchor: str | None, prev_note: bytes | Non
     except fmt.FormatError as exc:
         raise Failure(str(exc)) from None
     keys = audit.KeyHistory(tenant, anchor)
+    ids = EventIds()  # event_id is unique across every row the archive holds
     last = 0
     for r in key_rows:
         if r.seq <= last or r.seq > size:
@@ -167,7 +168,7 @@ def _verify(rep: Report, data: bytes, anchor: str | None, prev_note: bytes | Non
         last = r.seq
         if r.seq == 1 and r.prev_hash != genesis(tenant):
             raise Failure(f"{fmt.KEY_EVENTS} seq 1: prev_hash is not the genesis hash of {tenant}")
-        found, ev = audit.check_event(tenant, r, keys)
+        found, ev = audit.check_event(tenant, r, keys, event_ids=ids)
         if found:
             raise Failure(f"{fmt.KEY_EVENTS} seq {r.seq}: {found[0].detail}")
         if ev is None or ev.get("type") not in audit.KEY_EVENT_TYPES:
@@ -212,8 +213,8 @@ def _verify(rep: Report, data: bytes, anchor: str | None, prev_note: bytes | Non
     cp, finding = audit.check_checkpoint(tenant, note, keys)
     if finding is not None:
         raise Failure(f"{fmt.CHECKPOINT}: {finding.detail}")
-    if cp.size != size or cp.root.hex() != cpm.get("root"):
-        raise Failure(f"{fmt.CHECKPOINT}: tree size or root differs from the manifest")
+    if cp.size != size or cp.root.hex() != cpm.get("root") or cpm.get("kid") != signer.kid:
+        raise Failure(f"{fmt.CHECKPOINT}: tree size, root or kid differs from the manifest")
     ok(f"pinned checkpoint: size {size}, signed by key {signer.kid}")
 
     # -- events in range
@@ -225,6 +226,7 @@ def _verify(rep: Report, data: bytes, anchor: str | None, prev_note: bytes | Non
         first_bad = next((i + lo for i, r in enumerate(rows) if r.seq != i + lo), lo + len(rows))
         raise Failure(f"{fmt.JOURNAL}: rows must be seq {lo}..{hi} in order; seq {first_bad} is missing or out of place")
     scanner = audit.ChainScanner(tenant, anchor, keys=keys)
+    scanner.event_ids = ids
     scanner.start_at(lo, genesis(tenant) if lo == 1 else rows[0].prev_hash)
     key_by_seq = {r.seq: r for r in key_rows}
     for r in rows:
@@ -234,7 +236,7 @@ def _verify(rep: Report, data: bytes, anchor: str | None, prev_note: bytes | Non
         ev = audit.parse_event(r.canonical) or {}
         if ev.get("type") in audit.KEY_EVENT_TYPES and key_by_seq.get(r.seq) != r:
             raise Failure(f"{fmt.JOURNAL} seq {r.seq}: a key event that {fmt.KEY_EVENTS} does not hold identically")
-    ok(f"{len(rows)} events: hashes, links, headers and signatures")
+    ok(f"{len(rows)} events: strict format, hashes, links, headers and signatures")
 
     # -- receipts
     def receipt(r: JournalRow, where: str) -> None:
@@ -262,6 +264,16 @@ def _verify(rep: Report, data: bytes, anchor: str | None, prev_note: bytes | Non
     # A key event inside the range is in both lists and has one receipt.
     ok(f"{len({r.seq for r in rows} | {r.seq for r in key_rows})} inclusion receipts against the pinned checkpoint")
 
+    # -- authority: replay who was allowed to do what, from the registry at the range's start
+    registry = _registry(files, manifest.get("registry"), tenant, lo, keys, key_rows, ids, receipt)
+    replay = AuthorityReplay(tenant, registry)
+    for r in rows:
+        found = replay.add(r.seq, audit.parse_event(r.canonical))
+        if found:
+            raise Failure(f"{fmt.JOURNAL} seq {found[0].seq}: authority: {found[0].rule}: {found[0].detail}")
+    ok(f"authority replay: every act in {lo}..{hi} was permitted when it was made"
+       + (f" (registry at seq {lo - 1} from {fmt.REGISTRY})" if lo > 1 else ""))
+
     # -- previous checkpoint
     anchors: list[str] = []
     if anchor:
@@ -277,7 +289,7 @@ def _verify(rep: Report, data: bytes, anchor: str | None, prev_note: bytes | Non
         ok("your previous checkpoint is signed by this chain's key and extended by the pinned checkpoint")
 
     # -- read log
-    _check_readlog(files, tenant, keys, note, cp, size, receipt, ok)
+    _check_readlog(files, tenant, keys, note, cp, size, receipt, ok, ids)
 
     # -- reconciliations and erasures
     recon, erased = [], []
@@ -292,7 +304,73 @@ def _verify(rep: Report, data: bytes, anchor: str | None, prev_note: bytes | Non
     if _json(files.get(fmt.ERASURES, b"null"), fmt.ERASURES) != erased:
         raise Failure(f"{fmt.ERASURES} does not list exactly the claim.erased events in range")
     ok(f"{len(recon)} reconciliation result(s) and {len(erased)} erasure record(s) match the journal")
+
+    # -- manifest counts against what the files hold
+    held = {"events": len(rows), "key_events": len(key_rows), "receipts": sum(1 for n in files if n.startswith("proofs/")),
+            "reconciliations": len(recon), "erasures": len(erased)}
+    for k, n in held.items():
+        if manifest["counts"][k] != n:
+            raise Failure(f"manifest.json: counts.{k}: {fmt.COUNT} (the archive holds {n})")
+    rl = manifest["readlog"]
+    for k, name in (("batches", fmt.READLOG_BATCHES), ("reads", fmt.READLOG_EVENTS)):
+        n = len(fmt.parse_jsonl(files.get(name, b""), name))
+        if rl[k] != n:
+            raise Failure(f"manifest.json: readlog.{k}: {fmt.COUNT} (the archive holds {n})")
+    ok("manifest counts equal what the files hold")
     rep.anchored, rep.anchors = bool(anchors), anchors
+
+
+def _registry(files: dict[str, bytes], rm: dict | None, tenant: str, lo: int, keys, key_rows, ids: EventIds,
+              receipt) -> Registry | None:
+    """The registry at ``lo - 1`` the export carries (``None`` for a range from seq 1); see docs/evidence-format.md.
+
+    The principals, identities, workareas, keys and retention window are
+    recomputed from ``registry-events.jsonl`` (each row verified and
+    receipted); the claim state is attested by the manifest signature.
+    """
+    if lo == 1:
+        if rm is not None or fmt.REGISTRY in files or fmt.REGISTRY_EVENTS in files:
+            raise Failure(f"{fmt.REGISTRY}: a range from seq 1 carries no registry snapshot")
+        return None
+    if rm is None or rm["at_seq"] != lo - 1:
+        raise Failure(f"manifest.json: registry: a range from seq {lo} needs the registry snapshot at seq {lo - 1}")
+    if rm["findings_before"]:
+        f = rm["findings_before"][0]
+        raise Failure(f"manifest.json: registry.findings_before: the exporter's replay found {len(rm['findings_before'])} "
+                      f"authority finding(s) before the range, the first at seq {f.get('seq')}: {f.get('rule')}")
+    try:
+        reg = Registry.from_json(_json(files.get(fmt.REGISTRY, b""), fmt.REGISTRY))
+    except ValueError:
+        raise Failure(f"{fmt.REGISTRY}: not a registry snapshot") from None
+    if reg.tenant != tenant or reg.last_seq != lo - 1:
+        raise Failure(f"{fmt.REGISTRY}: the snapshot is not of tenant {tenant} at seq {lo - 1}")
+    if reg.digest() != rm["digest"]:
+        raise Failure(f"{fmt.REGISTRY}: its digest differs from manifest.json registry.digest")
+    try:
+        reg_rows = fmt.parse_rows(files.get(fmt.REGISTRY_EVENTS, b""), fmt.REGISTRY_EVENTS)
+    except fmt.FormatError as exc:
+        raise Failure(str(exc)) from None
+    key_by_seq = {r.seq: r for r in key_rows}
+    partial, last = AuthorityReplay(tenant, Registry(tenant)), 0
+    for r in reg_rows:
+        if r.seq <= last or r.seq >= lo:
+            raise Failure(f"{fmt.REGISTRY_EVENTS} seq {r.seq}: out of order or not before the range")
+        last = r.seq
+        found, ev = audit.check_event(tenant, r, keys, event_ids=ids)
+        if found:
+            raise Failure(f"{fmt.REGISTRY_EVENTS} seq {r.seq}: {found[0].detail}")
+        if ev["type"] not in fmt.REGISTRY_EVENT_TYPES:
+            raise Failure(f"{fmt.REGISTRY_EVENTS} seq {r.seq}: not a registry-bearing event")
+        receipt(r, fmt.REGISTRY_EVENTS)
+        partial.registry.last_seq = r.seq - 1  # the rows in between change none of the recomputed sections
+        partial.add(r.seq, ev)
+    missing = [r.seq for r in key_rows if r.seq < lo and key_by_seq[r.seq] not in reg_rows]
+    if missing:
+        raise Failure(f"{fmt.REGISTRY_EVENTS}: the key event at seq {missing[0]} in {fmt.KEY_EVENTS} is missing")
+    for section in fmt.REGISTRY_SECTIONS:
+        if getattr(partial.registry, section) != getattr(reg, section):
+            raise Failure(f"{fmt.REGISTRY}: its {section} differ from a replay of {fmt.REGISTRY_EVENTS}")
+    return reg
 
 
 def _check_previous(files, body: bytes | None, pm: dict, tenant: str, keys, cp, what: str) -> None:
@@ -332,7 +410,7 @@ def _check_user_previous(files, pm: dict | None, prev_note: bytes, tenant: str, 
                       f"consistency proof from it (size {pcp.size}); ask for an export with --previous-checkpoint")
 
 
-def _check_readlog(files, tenant: str, keys, note: bytes, cp, size: int, receipt, ok) -> None:
+def _check_readlog(files, tenant: str, keys, note: bytes, cp, size: int, receipt, ok, ids: EventIds) -> None:
     try:
         anchor_rows = fmt.parse_rows(files.get(fmt.READLOG_ANCHORS, b""), fmt.READLOG_ANCHORS)
         batches = fmt.parse_jsonl(files.get(fmt.READLOG_BATCHES, b""), fmt.READLOG_BATCHES)
@@ -341,7 +419,7 @@ def _check_readlog(files, tenant: str, keys, note: bytes, cp, size: int, receipt
         raise Failure(str(exc)) from None
     anchors: dict[int, dict] = {}
     for r in anchor_rows:
-        found, ev = audit.check_event(tenant, r, keys)
+        found, ev = audit.check_event(tenant, r, keys, event_ids=ids)
         if found:
             raise Failure(f"{fmt.READLOG_ANCHORS} seq {r.seq}: {found[0].detail}")
         if r.seq > size or (ev or {}).get("type") != "readlog.anchored":

@@ -26,7 +26,7 @@ from oml.domain.chain import JournalRow
 from oml.domain.checkpoint import checkpoint_body, oml_origin, sign_note
 from oml.domain.events import SYSTEM, Actor, encode, event_object
 from oml.services.evidence import archive, format as fmt
-from oml.services.evidence.export import assemble
+from oml.services.evidence.export import assemble, registry_before
 from oml.services.evidence.verify import EXIT_FAILED, EXIT_NOT_ANCHORED, EXIT_OK, verify
 from oml.services.readlog_audit import Batch
 
@@ -106,7 +106,9 @@ class FakeLog:
                               anchor_rows=[self.rows[s - 1] for s in anchor_seqs], tree=self.tree(),
                               checkpoint_note=self.checkpoint(), previous_checkpoint=previous,
                               readlog_batches=list(readlog_batches), readlog_reads=list(readlog_reads), readlog_since=None,
-                              at=AT, actor=Actor("0123456789abcdef", str(uuid.UUID(int=7))), sign=self.sign)
+                              at=AT, actor=Actor("0123456789abcdef", str(uuid.UUID(int=7))), sign=self.sign,
+                              registry=registry_before(self.tenant, self.rows[:lo - 1])
+                              if lo > 1 else None)
         return data
 
 
@@ -305,8 +307,9 @@ def test_rotations_and_a_range_that_does_not_start_at_one() -> None:
     assert [(k["first_seq"], k["last_seq"], k["authorised_by"]) for k in signing_keys] == [
         (1, 6, "anchor"), (7, 10, "current"), (11, None, "recovery")]
     assert json.loads(files[fmt.MANIFEST])["signing_key"]["kid"] == signing_keys[-1]["kid"]
-    # The receipts cover the range and every key event before it.
-    assert {n for n in files if n.startswith("proofs/")} == {fmt.proof_name(s) for s in [1, 6, 10] + list(range(9, 15))}
+    # The receipts cover the range and every key and registry-bearing event before it (here all are identity.created).
+    assert {n for n in files if n.startswith("proofs/")} == {fmt.proof_name(s) for s in range(1, 15)}
+    assert [json.loads(line)["seq"] for line in files[fmt.REGISTRY_EVENTS].splitlines()] == list(range(1, 9))
 
 
 def test_a_rotation_missing_from_the_key_history_fails() -> None:
