@@ -15,6 +15,8 @@ import sqlalchemy as sa
 from oml.services.admission.service import Submission
 from oml.services.auth import authenticate
 
+import oml_test_backends as backends
+
 
 @dataclass
 class Env:
@@ -115,31 +117,44 @@ def free_port() -> int:
 
 
 class RedisServer:
-    """A private redis-server on its own port (never the shared 6379)."""
+    """A private Redis on its own port (never the shared 6379), stopped and restarted on that port.
+
+    A local ``redis-server`` process by default; a Redis container under
+    ``OML_TEST_BACKEND=containers`` (tests/oml_test_backends.py). Neither persists.
+    """
 
     def __init__(self, port: int | None = None) -> None:
         self.port = port or free_port()
         self.proc: subprocess.Popen | None = None
+        self.container = None
+        self.host = "127.0.0.1"
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://{self.host}:{self.port}/0"
 
     def start(self) -> "RedisServer":
-        exe = shutil.which("redis-server")
-        assert exe, "redis-server is not installed"
-        self.proc = subprocess.Popen([exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if backends.current().name == "containers":
+            self.container = backends.redis_container(self.port)
+            self.host = self.container.get_container_host_ip()
+        else:
+            exe = shutil.which("redis-server")
+            assert exe, "redis-server is not installed"
+            self.proc = subprocess.Popen([exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                with socket.create_connection((self.host, self.port), timeout=0.5):
                     return self
             except OSError:
                 time.sleep(0.05)
         raise RuntimeError("redis-server did not start")
 
     def stop(self) -> None:
+        if self.container is not None:
+            self.container.stop()
+            self.container = None
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:

@@ -21,9 +21,6 @@ import json
 import logging
 import os
 import shutil
-import socket
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -39,38 +36,23 @@ from oml.services.server.recall import RecallRequest, recall
 from oml.workers import indexer, lake_purge, lake_writer
 
 from erasure_kit import canary, make_ekit, owner
+from oml_workers_support import RedisServer
+
+import oml_test_backends as backends
 
 
 # ---------------------------------------------------------------------------------------------- fixtures
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def redis_url():
-    binary = shutil.which("redis-server")
-    if binary is None:
+    # A private Redis (local redis-server, or a container under OML_TEST_BACKEND=containers).
+    if backends.current().name != "containers" and shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed")
-    port = _free_port()
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = RedisServer().start()
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("redis-server did not start")
-                time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0"
+        yield server.url
     finally:
-        proc.terminate()
-        proc.wait(10)
+        server.stop()
 
 
 class _Capture(logging.Handler):

@@ -1,9 +1,11 @@
-"""The lake-writer against an ``s3://`` lake: moto's S3 server on a free 127.0.0.1 port.
+"""The lake-writer against an ``s3://`` lake: moto's S3 server on a free 127.0.0.1 port, or MinIO.
 
-moto runs in a child process (``python -m moto.server``), not in a thread
+The server comes from tests/conftest.py's ``s3_server``: by default moto in a
+child process (``python -m moto.server``), not in a thread
 (``ThreadedMotoServer``): some deltalake calls (``DeltaTable.is_deltatable``)
 hold the GIL while they wait for S3, so an in-process server cannot answer
 them until they time out (measured: the call returned only at its timeout).
+With ``OML_TEST_BACKEND=containers``, the MinIO image deploy/compose.yaml runs.
 
 What production needs from the object store (docs/operations.md, deploy/):
 the storage options below, passed as ``OML_LAKE_STORAGE_OPTIONS`` JSON, and
@@ -16,12 +18,7 @@ The lake-writer's context holds no KeyStore: any key access fails the test.
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
 import threading
-import time
-from pathlib import Path
 
 import boto3
 import pytest
@@ -48,42 +45,17 @@ class NoKeys:
         raise AssertionError(f"the lake-writer touched the KeyStore ({name})")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    port = _free_port()
-    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("moto server did not start")
-                time.sleep(0.1)
-        endpoint = f"http://127.0.0.1:{port}"
-        creds = {"aws_access_key_id": "lake-writer", "aws_secret_access_key": "lake-writer-secret", "region_name": "us-east-1"}
-        client = boto3.client("s3", endpoint_url=endpoint, **creds)
-        client.create_bucket(Bucket=BUCKET)
-        options = {"AWS_ENDPOINT_URL": endpoint, "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1",
-                   "AWS_ACCESS_KEY_ID": creds["aws_access_key_id"], "AWS_SECRET_ACCESS_KEY": creds["aws_secret_access_key"]}
-        yield {"client": client, "options": options}
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+def s3(s3_server):
+    # moto's server or MinIO (OML_TEST_BACKEND=containers): tests/conftest.py's s3_server.
+    endpoint = s3_server["endpoint"]
+    creds = {"aws_access_key_id": s3_server["access_key"], "aws_secret_access_key": s3_server["secret_key"],
+             "region_name": "us-east-1"}
+    client = boto3.client("s3", endpoint_url=endpoint, **creds)
+    client.create_bucket(Bucket=BUCKET)
+    options = {"AWS_ENDPOINT_URL": endpoint, "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1",
+               "AWS_ACCESS_KEY_ID": creds["aws_access_key_id"], "AWS_SECRET_ACCESS_KEY": creds["aws_secret_access_key"]}
+    yield {"client": client, "options": options}
 
 
 @pytest.fixture(scope="module")
