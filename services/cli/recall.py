@@ -166,7 +166,9 @@ def retention_apply(tenant: Optional[str] = typer.Option(None, "--tenant", "-t",
 
 def mcp_cmd(transport: str = typer.Option("stdio", "--transport", help="stdio | http (streamable HTTP)"),
             host: str = typer.Option("127.0.0.1", "--host"), port: int = typer.Option(8766, "--port"),
-            path: str = typer.Option("/mcp", "--path", help="the streamable HTTP endpoint")) -> None:
+            path: str = typer.Option("/mcp", "--path", help="the streamable HTTP endpoint"),
+            print_config: bool = typer.Option(False, "--print-config",
+                                              help="print an MCP host configuration (absolute paths) for this oml and home, and exit")) -> None:
     """Run the MCP server (tools recall, fetch, remember). stdio: the key is $OML_API_KEY; http: a bearer key per request.
 
     The embedding model is loaded before the server reports ready, so an MCP host's first recall
@@ -178,6 +180,9 @@ def mcp_cmd(transport: str = typer.Option("stdio", "--transport", help="stdio | 
 
     if transport not in ("stdio", "http"):
         fail("--transport must be stdio or http")
+    if print_config:
+        typer.echo(json.dumps(desktop_config(), indent=2))
+        return
     if transport == "http":
         check_port(host, port)
     warm_model()
@@ -186,6 +191,26 @@ def mcp_cmd(transport: str = typer.Option("stdio", "--transport", help="stdio | 
     else:
         err.print("oml mcp: ready on stdio (tools recall, fetch, remember)")
     mcp_server.main(transport=transport, host=host, port=port, path=path)
+
+
+def desktop_config() -> dict:
+    """The ``mcpServers`` entry of an MCP host (Claude Desktop style) for this installation.
+
+    ``command`` is the absolute path of this ``oml``: a desktop host starts it without the shell's PATH.
+    The key is a placeholder: a secret is never printed.
+    """
+    import shutil
+    from pathlib import Path
+
+    from oml.services.settings import get_settings
+
+    script = Path(sys.argv[0])
+    found = script if script.name == "oml" and script.exists() else (shutil.which("oml") and Path(shutil.which("oml")))
+    command = str(Path(found).resolve()) if found else str(Path(sys.executable).with_name("oml"))
+    return {"mcpServers": {"oml": {
+        "command": command, "args": ["mcp", "--transport", "stdio"],
+        "env": {"OML_API_KEY": "oml_<reader id>_<secret>", "OML_HOME": str(Path(get_settings().home).resolve()),
+                "HF_HUB_OFFLINE": "1"}}}}
 
 
 def register(app: typer.Typer) -> None:

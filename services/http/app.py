@@ -25,7 +25,9 @@ ROUTERS = (routes_admin, routes_claims, routes_recall, routes_audit, routes_eras
 
 
 def create_app(ctx: Context) -> FastAPI:
-    app = FastAPI(title="OML", version="0.1.0", description="Governed memory for AI agents.")
+    # No /docs or /redoc: FastAPI's pages load Swagger UI from a CDN and are blank offline (issue 15.6);
+    # the contract is /openapi.json (docs/api.md).
+    app = FastAPI(title="OML", version="0.1.0", description="Governed memory for AI agents.", docs_url=None, redoc_url=None)
     app.state.ctx = ctx
     problems.install(app)
 

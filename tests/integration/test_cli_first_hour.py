@@ -138,3 +138,22 @@ def test_a_busy_port_fails_before_anything_says_serving(ctx):
         r = run_cli(ctx, ["serve", "--no-workers", "--port", str(port)])
     assert r.exit_code == 2
     assert f"cannot listen on 127.0.0.1:{port}" in r.stderr and "oml serve: http" not in r.output
+
+
+def test_no_blank_swagger_page_offline(ctx):
+    """/docs and /redoc would load Swagger UI from a CDN: they are off; /openapi.json is the contract."""
+    from fastapi.testclient import TestClient
+
+    from oml.services.http.app import create_app
+
+    with TestClient(create_app(ctx)) as c:
+        assert c.get("/docs").status_code == 404 and c.get("/redoc").status_code == 404
+        assert c.get("/openapi.json").status_code == 200
+
+
+def test_evidence_export_range_error_names_the_head(ctx, tenant, tmp_path):
+    r = run_cli(ctx, ["evidence", "export", "-t", "fh-t", "--to-seq", "999999", "-o", str(tmp_path / "x.tar")],
+                env={"OML_API_KEY": ""})
+    assert r.exit_code == 2, r.output
+    assert "evidence.invalid_range" in r.stderr and "head " in r.stderr and "field to_seq" in r.stderr
+    assert not (tmp_path / "x.tar").exists()
