@@ -5,7 +5,7 @@ PYTHON ?= python3.11
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test install serve clean
+.PHONY: demo test install serve clean softhsm
 
 # The clone's own home (services/home.py): `make clean` removes it, and `oml` run anywhere
 # inside the clone finds it as the nearest .oml.
@@ -27,7 +27,14 @@ install: $(VENV)/.installed
 demo: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 OML_HOME=$(OML_HOME) $(BIN)/oml demo
 
-test: $(VENV)/.installed
+# SoftHSM2 (a software PKCS#11 token) for the HSM KeyStore tests; installed with apt-get where that works
+# (root on Debian), otherwise those tests skip and say why.
+softhsm:
+	@command -v softhsm2-util >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  { apt-get install -y -qq softhsm2 >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq softhsm2 >/dev/null 2>&1; }; }; } || \
+	  echo "softhsm2 is not installed: the PKCS#11 KeyStore tests will skip"
+
+test: $(VENV)/.installed softhsm
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest
 
 serve: $(VENV)/.installed

@@ -180,7 +180,12 @@ def build(ctx: "Context", tenant: str, claim_ids: list[str], *, now: dt.datetime
         touched.append({"version": v.version, "retired_at": format_time(v.retired_at) if v.retired_at else None,
                         "destroy_due": format_time(v.retired_at + dt.timedelta(days=s.backup_retention_days)) if v.retired_at else None,
                         "in_keystore": ctx.keystore.exists(tenant, f"encryption/{v.version}")})
+    from oml.services.context import describe_keystore
+
     ev["wal_and_backups"] = {"backup_retention_days": s.backup_retention_days, "window_ends": format_time(window_end),
+                             # Where the key versions live, so "destroyed" says what was destroyed (a token's objects
+                             # are C_DestroyObject-ed; local files overwritten and unlinked: docs/key-management.md).
+                             "keystore": describe_keystore(ctx.keystore),
                              "key_versions_that_wrapped_these_deks": touched,
                              "all_destroyed": bool(touched) and not any(k["in_keystore"] for k in touched)}
 

@@ -142,7 +142,8 @@ def retire(ctx: "Context", tenant: str, *, older_than: dt.timedelta | None = Non
     current time (tests and drills move it). The current version is never
     destroyed, nor one that still wraps a live DEK (``rewrap_incomplete``).
     Returns ``{"tenant", "window_seconds", "cutoff", "destroyed", "kept":
-    [{"version", "reason"}], "dry_run"}``.
+    [{"version", "reason"}], "dry_run", "keystore"}`` — ``keystore`` says where the
+    destroyed versions lived (a PKCS#11 token's objects are destroyed with ``C_DestroyObject``).
     """
     window = older_than if older_than is not None else dt.timedelta(days=ctx.settings.backup_retention_days)
     if window < dt.timedelta(0):
@@ -162,5 +163,7 @@ def retire(ctx: "Context", tenant: str, *, older_than: dt.timedelta | None = Non
             if not dry_run:
                 ctx.keystore.destroy(tenant, f"encryption/{v['version']}")
             destroyed.append(v["version"])
+    from oml.services.context import describe_keystore
+
     return {"tenant": tenant, "window_seconds": int(window.total_seconds()), "cutoff": format_time(cutoff),
-            "destroyed": destroyed, "kept": kept, "dry_run": dry_run}
+            "destroyed": destroyed, "kept": kept, "dry_run": dry_run, "keystore": describe_keystore(ctx.keystore)}
