@@ -188,8 +188,8 @@ def hold_release(claim_id: str = typer.Argument(...), reason: str = REASON, key_
 # ---------------------------------------------------------------- lake purge
 def lake_purge(tenant: str = TENANT,
                force_now: bool = typer.Option(False, "--force-now",
-                                              help="vacuum with retention 0 (enforce_retention_duration off): removed files go now, "
-                                                   "breaking time travel to older table versions"),
+                                              help="vacuum this tenant's partition with retention 0: its removed files go now, breaking "
+                                                   "time travel to older versions of this tenant's partition (others are not touched)"),
                as_json: bool = AS_JSON) -> None:
     """Delete erased ciphertext from the Delta bodies table, vacuum, and prove it by listing storage."""
     from oml.workers import lake_purge as lp
