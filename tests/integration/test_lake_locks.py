@@ -72,12 +72,16 @@ def test_writer_that_lost_its_lock_does_not_commit_again(ctx, monkeypatch):
     assert lake_writer.catch_up(ctx, e.tenant) == 0
 
 
-def _status_json(ctx) -> dict:
+def _status(ctx, *args: str):
     from oml.services.cli.main import app
 
-    res = CliRunner().invoke(app, ["status", "--json"], env=child_env(ctx, OML_AUTO_MIGRATE="false"))
+    res = CliRunner().invoke(app, ["status", *args], env=child_env(ctx, OML_AUTO_MIGRATE="false"))
     assert res.exit_code == 0, res.output
-    return json.loads(res.output)
+    return res
+
+
+def _status_json(ctx) -> dict:
+    return json.loads(_status(ctx, "--json").output)
 
 
 def test_waiter_gives_up_on_a_held_lock_logs_it_shows_it_and_catches_up_after(ctx, monkeypatch, caplog):
@@ -93,6 +97,7 @@ def test_waiter_gives_up_on_a_held_lock_logs_it_shows_it_and_catches_up_after(ct
         assert waits[e.tenant].count == 1
         shown = _status_json(ctx)["lake_lock_waits"]
         assert [w["tenant"] for w in shown] == [e.tenant] and shown[0]["count"] == 1
+        assert f"lake lock busy: tenant {e.tenant}" in _status(ctx).output
         # Other tenants are not held up by this one.
         other = setup_tenant(ctx, "free-lock")
         submit(ctx, other, ["not held"])
