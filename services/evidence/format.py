@@ -51,6 +51,8 @@ REGISTRY_EVENT_TYPES = frozenset({
 #: The registry members the verifier recomputes from registry-events.jsonl (the rest are attested by the manifest signature).
 REGISTRY_SECTIONS = ("principals", "identities", "workareas", "keys", "readlog_days")
 ROW_KEYS = ("canonical", "hash", "kid", "prev_hash", "seq", "signature")
+BATCH_KEYS = ("anchored_seq", "batch_no", "count", "digest", "first_at", "first_read_id", "last_at", "last_read_id",
+              "members")
 
 
 BASE64_FORMAT = "base64_format"

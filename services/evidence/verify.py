@@ -447,6 +447,13 @@ def _check_readlog(files, tenant: str, keys, note: bytes, cp, size: int, receipt
         data = anchors.get(seq)
         if data is None or data.get("batch_no") != bno:
             raise Failure(f"{fmt.READLOG_BATCHES} batch {bno}: no anchor event at seq {seq} names it")
+        if not isinstance(b, dict) or tuple(sorted(b)) != fmt.BATCH_KEYS:
+            raise Failure(f"{fmt.READLOG_BATCHES} line {n}: members must be exactly {', '.join(fmt.BATCH_KEYS)}")
+        # The batch line restates its anchor; every restated member must agree with the signed event.
+        for mine, theirs in (("digest", "root"), ("count", "count"), ("first_read_id", "first_read_id"),
+                             ("last_read_id", "last_read_id"), ("first_at", "first_at"), ("last_at", "last_at")):
+            if theirs in data and b[mine] != data[theirs]:
+                raise Failure(f"{fmt.READLOG_BATCHES} batch {bno}: {mine} differs from the anchor event's {theirs}")
         for f in readlog.compare_batch(bno, data, members, by_batch.get(bno, {})):
             raise Failure(f"read log batch {bno}: {f.kind.replace('_', ' ')}" + (f" (read {f.read_id})" if f.read_id else ""))
         seen.add(bno)

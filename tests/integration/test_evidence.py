@@ -134,7 +134,9 @@ def test_worked_example_with_openssl(ctx, tmp_path):
     env = {"ARCHIVE": str(tmp_path / "export.tar"), "ANCHOR": ak.kit.fingerprint, "PATH": "/usr/bin:/bin:/usr/local/bin"}
     r = subprocess.run(["bash", "-c", block], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.count("Signature Verified Successfully") == 3
+    # manifest, tenant.created, each of the 8 events, checkpoint (no rotation here)
+    assert r.stdout.count("Signature Verified Successfully") == 1 + 1 + 8 + 1
+    assert "0 rotation(s), 8 event(s) from seq 2" in r.stdout
     assert "verified: digests" in r.stdout
     # The same commands reject a wrong anchor and a tampered signature.
     shutil.rmtree(tmp_path / "ev")

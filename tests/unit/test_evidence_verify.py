@@ -372,3 +372,107 @@ def test_readlog_section_verifies_and_an_edited_or_deleted_read_is_named() -> No
 
     rep = verify(rebuild(data, lg.current, delete_read), trusted_key=lg.fingerprint)
     assert rep.failure == "read log batch 1: deleted (read 2)"
+
+
+def test_a_batch_line_that_disagrees_with_its_anchor_fails() -> None:
+    import json
+
+    lg = FakeLog()
+    lg.claims(3)
+    rows, batch, anchor = _readlog_fixture(lg)
+    data = lg.export(2, 5, readlog_batches=[batch], readlog_reads=[(1, r) for r in rows], anchor_seqs=[anchor.seq])
+    assert verify(data, trusted_key=lg.fingerprint).exit_code == EXIT_OK
+
+    def edit(files, manifest):
+        obj = json.loads(files[fmt.READLOG_BATCHES])
+        obj["last_read_id"] = 4  # the member list and root are untouched: only the restated member lies
+        files[fmt.READLOG_BATCHES] = canonical(obj) + b"\n"
+
+    rep = verify(rebuild(data, lg.current, edit), trusted_key=lg.fingerprint)
+    assert rep.failure == "readlog/batches.jsonl batch 1: last_read_id differs from the anchor event's last_read_id"
+
+
+def test_the_checkpoint_before_a_recovery_rotation_is_signed_by_the_retiring_key() -> None:
+    from oml.domain import audit
+
+    lg = FakeLog()
+    lg.claims(3)
+    retiring = lg.current
+    lg.rotate(recovery=True)  # seq 5, signed by the recovery key
+    lg.claims(1)
+    keys = audit.KeyHistory(T, lg.fingerprint)
+    for r in lg.rows:
+        ev = __import__("json").loads(r.canonical)
+        keys.register(r.seq, ev["type"], ev["data"])
+    assert audit.check_checkpoint(T, lg.checkpoint(size=4, key=retiring), keys)[1] is None
+    found = audit.check_checkpoint(T, lg.checkpoint(size=4, key=lg.rk), keys)[1]
+    assert found is not None and found.kind == audit.UNKNOWN_KEY  # the recovery key signs no checkpoint
+    assert audit.check_checkpoint(T, lg.checkpoint(size=5, key=lg.current), keys)[1] is None
+    assert audit.check_checkpoint(T, lg.checkpoint(size=5, key=retiring), keys)[1].kind == audit.BAD_SIGNATURE
+
+
+def _worked_example(tmp_path, data: bytes, anchor: str):
+    import pathlib
+    import re
+    import shutil
+    import subprocess
+
+    doc = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "evidence-format.md").read_text()
+    block = re.search(r"<!-- worked-example:begin -->\n```sh\n(.*?)```\n<!-- worked-example:end -->", doc, re.S).group(1)
+    shutil.rmtree(tmp_path / "ev", ignore_errors=True)
+    (tmp_path / "export.tar").write_bytes(data)
+    env = {"ARCHIVE": str(tmp_path / "export.tar"), "ANCHOR": anchor, "PATH": "/usr/bin:/bin:/usr/local/bin"}
+    return subprocess.run(["bash", "-c", block], cwd=tmp_path, env=env, capture_output=True, text=True)
+
+
+def test_worked_example_with_rotations(tmp_path) -> None:
+    import json
+    import subprocess
+
+    probe = subprocess.run(["openssl", "pkeyutl", "-help"], capture_output=True, text=True)
+    if "-rawin" not in probe.stdout + probe.stderr:
+        pytest.skip("this openssl has no pkeyutl -rawin (needs OpenSSL >= 3.0)")
+    lg = FakeLog()
+    lg.claims(3)
+    lg.rotate()                 # seq 5, before the range
+    lg.claims(2)
+    lg.rotate(recovery=True)    # seq 8, inside the range: signed by the recovery key
+    lg.claims(3)
+    data = lg.export(7, 11)
+    assert verify(data, trusted_key=lg.fingerprint).exit_code == EXIT_OK
+    r = _worked_example(tmp_path, data, lg.fingerprint)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # manifest + tenant.created + 2 per rotation + 5 events + checkpoint
+    assert r.stdout.count("Signature Verified Successfully") == 1 + 1 + 4 + 5 + 1
+    assert "2 rotation(s), 5 event(s) from seq 7" in r.stdout
+    assert _worked_example(tmp_path, data, "00" * 32).returncode != 0
+
+    # A rotation whose proof of possession is another key's: re-signed consistently, the shell steps still refuse it.
+    def bad_pop(files, manifest):
+        lines = files[fmt.KEY_EVENTS].splitlines(keepends=True)
+        row = json.loads(lines[1])
+        assert json.loads(base64.b64decode(row["canonical"]))["type"] == "signing_key.rotated"
+        ev = json.loads(base64.b64decode(row["canonical"]))
+        ev["data"]["pop"] = ev["data"]["pop"][::-1]
+        body = canonical(ev)
+        h = chain.link(bytes.fromhex(row["prev_hash"]), body)
+        row.update(canonical=base64.b64encode(body).decode(), hash=h.hex(),
+                   signature=lg.keys[row["kid"]].sign(signing.event_message(h)).hex())
+        lines[1] = canonical(row) + b"\n"
+        files[fmt.KEY_EVENTS] = b"".join(lines)
+
+    r = _worked_example(tmp_path, rebuild(data, lg.current, bad_pop), lg.fingerprint)
+    assert r.returncode != 0 and "Signature Verification Failure" in r.stdout + r.stderr
+
+    # An event in range signed by a registered key that was not current at its seq.
+    def wrong_key(files, manifest):
+        lines = files[fmt.JOURNAL].splitlines(keepends=True)
+        row = json.loads(lines[3])  # seq 10, after the recovery rotation
+        old = next(k for kid, k in lg.keys.items() if k is lg.sk)
+        row.update(kid=signing.kid(signing.raw_public(old)),
+                   signature=old.sign(signing.event_message(bytes.fromhex(row["hash"]))).hex())
+        lines[3] = canonical(row) + b"\n"
+        files[fmt.JOURNAL] = b"".join(lines)
+
+    r = _worked_example(tmp_path, rebuild(data, lg.current, wrong_key), lg.fingerprint)
+    assert r.returncode != 0 and "Signature Verification Failure" not in r.stdout  # refused by the kid test first
