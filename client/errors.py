@@ -25,7 +25,7 @@ __all__ = [
     "OMLClientError", "OMLConnectionError", "OMLProblem",
     "BadRequest", "Unauthenticated", "Forbidden", "NotFound", "Conflict", "Gone", "TooLarge",
     "InvalidRequest", "ServerError", "ServiceUnavailable",
-    "AccessDenied", "SeparationOfDuties", "PersonalDataRefused", "ClaimNotFound", "ClaimErased",
+    "AccessDenied", "SeparationOfDuties", "PersonalDataRefused", "CredentialRefused", "ClaimNotFound", "ClaimErased",
     "StaleSupersession", "InvalidTransition", "SimulationNotFound", "SimulationClosed", "SimulationMixed",
     "SimulationTipRefused", "IdempotencyConflict", "LegalHold",
     "PROBLEM_CLASSES", "problem_class",
@@ -153,6 +153,14 @@ class PersonalDataRefused(InvalidRequest):
     """``admission.personal_data``: ``extra['findings']`` gives kind, path and offsets (never the text)."""
 
 
+class CredentialRefused(PersonalDataRefused):
+    """``admission.credential``: the body carries a credential or secret, refused under every policy.
+
+    A subclass of :class:`PersonalDataRefused` so that handlers written for content refusals keep
+    catching it; ``extra['findings']`` gives kind ``credential``, path and offsets (docs/personal-data.md).
+    """
+
+
 class ClaimNotFound(NotFound):
     """``claim.not_found``."""
 
@@ -199,6 +207,7 @@ PROBLEM_CLASSES: dict[str, type[OMLProblem]] = {
     "access.separation_of_duties": SeparationOfDuties,
     "admission.invalid": InvalidRequest,
     "admission.personal_data": PersonalDataRefused,
+    "admission.credential": CredentialRefused,
     "claim.not_found": ClaimNotFound,
     "claim.erased": ClaimErased,
     "claim.stale_supersession": StaleSupersession,

@@ -62,6 +62,13 @@ class WorkareaPolicy(Written):
     pii_policy: str
 
 
+class TenantPolicy(Response):
+    phone_regions: list[str]
+    default: bool = False
+    seq: Optional[int] = None
+    replayed: bool = False
+
+
 class WorkareaRow(Response):
     node_id: str
     parent_id: Optional[str]

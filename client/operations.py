@@ -154,6 +154,17 @@ class Operations:
         """The whole tree for an admin key; the subtrees under its roots for any other key."""
         return self._invoke(self.list_workareas)
 
+    @operation("POST", "/v1/tenant/policy", idempotent=True, returns=m.TenantPolicy)
+    def set_tenant_policy(self, phone_regions: Sequence[str], *, idempotency_key: str | None = None) -> m.TenantPolicy:
+        """Set the regions whose national phone formats admission reads (journals ``tenant.policy_set``; admin)."""
+        return self._invoke(self.set_tenant_policy, json={"phone_regions": list(phone_regions)},
+                            idempotency_key=idempotency_key)
+
+    @operation("GET", "/v1/tenant/policy", returns=m.TenantPolicy)
+    def tenant_policy(self) -> m.TenantPolicy:
+        """The phone regions admission reads now (``default``: none were set)."""
+        return self._invoke(self.tenant_policy)
+
     @operation("POST", "/v1/keys/rotate", idempotent=True, returns=m.KeyRotated)
     def rotate_signing_key(self, *, idempotency_key: str | None = None) -> m.KeyRotated:
         """Rotate the tenant's signing key (admin or operator). Recovery-key rotation is CLI-only."""

@@ -165,7 +165,7 @@ INVENTORY: tuple[CopyClass, ...] = (
         complete_when="nothing to erase: no content",
         pg_tables=("tenants", "chain_heads", "journal_events", "tenant_keys", "identities", "workareas", "principals",
                    "principal_directory", "claims", "claim_versions", "tip_intervals", "sim_tip_intervals", "claim_edges",
-                   "simulations", "retention_policies", "checkpoints", "merkle_state"),
+                   "simulations", "retention_policies", "tenant_policies", "checkpoints", "merkle_state"),
         delta_tables=("journal", "checkpoints"),
     ),
     CopyClass(

@@ -17,12 +17,19 @@ from the scanned input -- only kind codes, JSON-pointer paths whose member
 names are themselves redacted when they trip the classifier, and offsets.
 
 Offsets are Python ``str`` indices (Unicode code points), half-open
-``[start, end)``.
+``[start, end)``, into the text *as submitted*. Detection runs on a
+normalised view of it (see :func:`_view`: NFKC, format characters and
+combining marks dropped, space and dash variants folded, every decimal digit
+as ASCII), so a zero-width space, a soft hyphen, a fullwidth ``＠`` or thin
+spaces inside a value do not hide it; an offset map takes each finding back
+to the original characters. docs/personal-data.md lists what is caught and
+what is not.
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 import ipaddress
 import re
 import unicodedata
@@ -37,8 +44,11 @@ from stdnum.de import idnr as _de_idnr
 from stdnum.es import dni as _es_dni
 from stdnum.es import nie as _es_nie
 from stdnum.fr import nir as _fr_nir
+from stdnum.br import cpf as _br_cpf
 from stdnum.gb import nhs as _gb_nhs
+from stdnum.in_ import aadhaar as _in_aadhaar
 from stdnum.it import codicefiscale as _it_cf
+from stdnum.jp import in_ as _jp_in
 from stdnum.nl import bsn as _nl_bsn
 from stdnum.se import personnummer as _se_pnr
 from stdnum.us import ssn as _us_ssn
@@ -47,13 +57,20 @@ __all__ = [
     "KINDS",
     "SUBJECT_KINDS",
     "POLICIES",
+    "PERSONAL_KINDS",
     "DEFAULT_PHONE_REGION",
+    "DEFAULT_PHONE_REGIONS",
+    "MAX_PHONE_REGIONS",
     "DATA_SUBJECTS_KEY",
     "ERROR_CODE",
+    "CREDENTIAL_CODE",
     "Kind",
     "Finding",
     "BodyFinding",
+    "ContentRefused",
     "PersonalDataRefused",
+    "CredentialRefused",
+    "phone_regions",
     "classify",
     "classify_body",
     "normalise_subject",
@@ -69,6 +86,11 @@ KINDS: Final[frozenset[str]] = frozenset(
     {"email", "phone", "payment_card", "national_id", "iban", "ip_address", "credential"}
 )
 
+#: Kinds that are personal data, governed by the workarea's policy. A
+#: ``credential`` is not personal data: it is refused under every policy
+#: (:data:`CREDENTIAL_CODE`, docs/decisions.md P1).
+PERSONAL_KINDS: Final[frozenset[str]] = KINDS - {"credential"}
+
 #: Kinds a declared data subject may have (see :func:`normalise_subject`).
 SUBJECT_KINDS: Final[frozenset[str]] = frozenset(
     {"email", "phone", "name", "customer_id", "other"}
@@ -76,17 +98,29 @@ SUBJECT_KINDS: Final[frozenset[str]] = frozenset(
 
 POLICIES: Final[frozenset[str]] = frozenset({"deny", "declare", "allow"})
 
-#: Region used for national-format phone numbers when the caller gives none.
-#: Shared by :func:`classify` and :func:`normalise_subject` on purpose: the
-#: subject HMAC written at admission must equal the one computed at erasure,
-#: so both sides must resolve "(415) 555-2671" the same way.
+#: Region in which :func:`normalise_subject` reads a declared phone subject
+#: written without ``+``. Fixed (not the tenant's detection regions) on
+#: purpose: the subject HMAC written at admission must equal the one computed
+#: at erasure, whatever the tenant's policy is by then; declare subjects in
+#: E.164 to be independent of it.
 DEFAULT_PHONE_REGION: Final[str] = "US"
+
+#: ISO 3166-1 alpha-2 regions whose national formats :func:`classify` reads
+#: when the tenant has set none (``tenant.policy_set``, docs/personal-data.md).
+#: ``+``-prefixed numbers are found whatever the regions.
+DEFAULT_PHONE_REGIONS: Final[tuple[str, ...]] = ("US", "GB", "DE", "FR", "IN", "JP", "BR")
+
+#: Most regions a tenant may list: each one is a parser pass over every digit run.
+MAX_PHONE_REGIONS: Final[int] = 32
 
 #: Top-level body member holding declared subjects; never scanned.
 DATA_SUBJECTS_KEY: Final[str] = "data_subjects"
 
-#: Problem-details code for a refusal (DESIGN.md "Interfaces").
+#: Problem-details code for a personal-data refusal (DESIGN.md "Interfaces").
 ERROR_CODE: Final[str] = "admission.personal_data"
+
+#: Problem-details code for a body carrying a credential or secret.
+CREDENTIAL_CODE: Final[str] = "admission.credential"
 
 # When spans overlap, the most specific detector wins; ties go to the longer
 # span. Checksummed structured ids outrank shapes that merely parse (a card
@@ -154,21 +188,19 @@ class BodyFinding:
 
 AnyFinding = Union[Finding, BodyFinding]
 
-RefusalReason = Literal["findings", "undeclared", "subjects_under_deny"]
+RefusalReason = Literal["findings", "undeclared", "subjects_under_deny", "credentials"]
 
 
-class PersonalDataRefused(Exception):
-    """The workarea's personal-data policy refuses this body.
+class ContentRefused(Exception):
+    """Base of the classifier's refusals; ``code`` is the problem-details code.
 
-    Attributes: ``code`` (``"admission.personal_data"``), ``policy``,
-    ``reason`` (``"findings"`` under ``deny``; ``"undeclared"`` under
-    ``declare`` without subjects; ``"subjects_under_deny"`` when subjects
-    are declared in a ``deny`` workarea), ``findings`` (tuple of
-    :class:`Finding`/:class:`BodyFinding`; kinds, paths and offsets only).
-    ``str()`` and ``repr()`` never contain scanned text.
+    Attributes: ``code``, ``policy`` (the workarea's personal-data policy),
+    ``reason``, ``findings`` (tuple of :class:`Finding`/:class:`BodyFinding`;
+    kinds, paths and offsets only). ``str()`` and ``repr()`` never contain
+    scanned text.
     """
 
-    code: Final[str] = ERROR_CODE
+    code: str = ERROR_CODE
 
     #: Findings listed in ``str()``; the rest are counted (all stay in
     #: ``findings``), so a body with thousands of hits gives a bounded message.
@@ -186,6 +218,9 @@ class PersonalDataRefused(Exception):
         self.reason = reason
         super().__init__(self._message())
 
+    def _head(self) -> str:
+        return f"personal data refused under policy {self.policy!r} ({self.reason})"
+
     def _message(self) -> str:
         parts = []
         for f in self.findings[: self.MAX_LISTED]:
@@ -195,20 +230,70 @@ class PersonalDataRefused(Exception):
             parts.append(part)
         if len(self.findings) > self.MAX_LISTED:
             parts.append(f"and {len(self.findings) - self.MAX_LISTED} more")
-        head = f"personal data refused under policy {self.policy!r} ({self.reason})"
+        head = self._head()
         return head + (": " + "; ".join(parts) if parts else "")
 
     def __repr__(self) -> str:
-        return f"PersonalDataRefused({self._message()!r})"
+        return f"{type(self).__name__}({self._message()!r})"
 
     def __reduce__(self) -> tuple[object, ...]:
         # The default would rebuild from args (the message) and lose the
         # structured fields when the exception crosses a process boundary.
-        return (_rebuild_refusal, (self.findings, self.policy, self.reason))
+        return (_rebuild_refusal, (type(self), self.findings, self.policy, self.reason))
 
 
-def _rebuild_refusal(findings: tuple[AnyFinding, ...], policy: str, reason: RefusalReason) -> PersonalDataRefused:
-    return PersonalDataRefused(findings, policy=policy, reason=reason)
+class PersonalDataRefused(ContentRefused):
+    """The workarea's personal-data policy refuses this body (``admission.personal_data``).
+
+    ``reason``: ``"findings"`` under ``deny``; ``"undeclared"`` under
+    ``declare`` without subjects; ``"subjects_under_deny"`` when subjects
+    are declared in a ``deny`` workarea. ``findings`` hold personal-data
+    kinds only (:data:`PERSONAL_KINDS`).
+    """
+
+    code: Final[str] = ERROR_CODE
+
+
+class CredentialRefused(ContentRefused):
+    """The body carries a credential or secret (``admission.credential``), refused under every policy.
+
+    ``reason`` is ``"credentials"``; ``findings`` hold ``credential`` findings only.
+    """
+
+    code: Final[str] = CREDENTIAL_CODE
+
+    def _head(self) -> str:
+        return "credentials refused under every personal-data policy"
+
+
+def _rebuild_refusal(cls: type[ContentRefused], findings: tuple[AnyFinding, ...], policy: str,
+                     reason: RefusalReason) -> ContentRefused:
+    return cls(findings, policy=policy, reason=reason)
+
+
+def phone_regions(regions: Iterable[str] | None) -> tuple[str, ...]:
+    """Validate a tenant's phone regions: ISO 3166-1 alpha-2 codes phonenumbers supports.
+
+    ``None`` gives :data:`DEFAULT_PHONE_REGIONS`. Codes are upper-cased and
+    de-duplicated, first occurrence kept (order is the order tried). An empty
+    list is allowed: only ``+``-prefixed numbers are then found. Raises
+    ``ValueError`` (naming the position, never the value) on a non-list, a
+    code phonenumbers does not know, or more than :data:`MAX_PHONE_REGIONS`.
+    """
+    if regions is None:
+        return DEFAULT_PHONE_REGIONS
+    if isinstance(regions, (str, bytes)) or not isinstance(regions, Iterable):
+        raise ValueError("phone regions must be a list of ISO 3166-1 alpha-2 codes")
+    out: list[str] = []
+    for i, region in enumerate(regions):
+        code = region.upper() if isinstance(region, str) else None
+        if code is None or code not in phonenumbers.SUPPORTED_REGIONS:
+            raise ValueError(f"phone region at position {i} is not an ISO 3166-1 alpha-2 code phonenumbers supports")
+        if code not in out:
+            out.append(code)
+    if len(out) > MAX_PHONE_REGIONS:
+        raise ValueError(f"at most {MAX_PHONE_REGIONS} phone regions")
+    return tuple(out)
 
 
 # --------------------------------------------------------------------------
@@ -221,14 +306,139 @@ def _rebuild_refusal(findings: tuple[AnyFinding, ...], policy: str, reason: Refu
 _Span = tuple[str, int, int]
 
 
-def _ascii_digits(s: str) -> str:
-    # Patterns use Unicode \d (full-width or Arabic-Indic digits are still
-    # digits to a reader); validators expect ASCII.
-    return "".join(str(unicodedata.digit(c)) if c.isdigit() and not c.isascii() else c for c in s)
+# ---- normalised view ----------------------------------------------------------
+
+# Label separators IDNA reads as "." (RFC 3490 section 3.1); NFKC maps only U+FF0E.
+_DOTS: Final[frozenset[str]] = frozenset({"\u3002", "\uff0e", "\uff61"})
+
+
+@functools.lru_cache(maxsize=8192)
+def _fold(ch: str) -> str:
+    """Detection form of one non-ASCII code point (possibly empty, possibly several characters).
+
+    NFKC (fullwidth forms, ligatures, compatibility digits), then per
+    resulting character: format characters (Unicode category Cf: zero-width
+    space and joiners, soft hyphen, word joiner, BOM) and combining marks
+    dropped; every space separator (Zs: no-break, thin, narrow no-break,
+    ideographic ...) to " "; line and paragraph separators to "\n"; every
+    dash (Pd) to "-"; IDNA dots to "."; every decimal digit (Nd) to ASCII.
+    """
+    out = []
+    for c in unicodedata.normalize("NFKC", ch):
+        cat = unicodedata.category(c)
+        if cat == "Cf" or cat[0] == "M":
+            continue
+        if cat == "Zs":
+            c = " "
+        elif cat in ("Zl", "Zp"):
+            c = "\n"
+        elif cat == "Pd":
+            c = "-"
+        elif c in _DOTS:
+            c = "."
+        elif cat == "Nd":
+            c = str(unicodedata.decimal(c))
+        out.append(c)
+    return "".join(out)
+
+
+@functools.lru_cache(maxsize=8192)
+def _is_mark(ch: str) -> bool:
+    return unicodedata.category(ch)[0] == "M"
+
+
+@dataclass(frozen=True, slots=True)
+class _View:
+    """The text detectors scan, and the way back to the submitted text.
+
+    ``starts[i]``/``ends[i]`` are the original half-open span of normalised
+    character ``i``; both are ``None`` when the view *is* the original.
+    """
+
+    text: str
+    original: str
+    starts: list[int] | None = None
+    ends: list[int] | None = None
+
+    def span(self, start: int, end: int) -> tuple[int, int]:
+        if self.starts is None or self.ends is None:
+            return start, end
+        return self.starts[start], self.ends[end - 1]
+
+    def before(self, start: int) -> str:
+        """The original character just before normalised offset ``start`` ("" at the start)."""
+        i = start if self.starts is None else self.starts[start]
+        return self.original[i - 1] if i > 0 else ""
+
+    def after(self, end: int) -> str:
+        """The original character just after normalised span end ``end`` ("" at the end)."""
+        i = end if self.ends is None else (self.ends[end - 1] if end > 0 else 0)
+        return self.original[i] if i < len(self.original) else ""
+
+
+# Everything the ASCII fast path cannot copy: non-ASCII, tabs, runs of spaces.
+_SPECIAL_RE = re.compile(r"[^\x00-\x7f]|[ \t]{2,}|\t")
+
+
+def _view(text: str) -> _View:
+    """Normalise ``text`` for detection, keeping an offset map (see :func:`_fold`).
+
+    Runs of horizontal white space collapse to one " " (a doubled space
+    inside a card number does not hide it; line breaks are kept, so values on
+    separate lines are not joined). A combining mark extends the span of the
+    character it follows. Linear in ``len(text)``; pure ASCII without tabs or
+    doubled spaces is returned as is.
+    """
+    if text.isascii() and "\t" not in text and "  " not in text:
+        return _View(text, text)
+    out: list[str] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    last = ""
+
+    def put(piece: str, a: int, b: int) -> None:
+        nonlocal last
+        for c in piece:
+            if c == " " and last == " ":
+                ends[-1] = b
+                continue
+            out.append(c)
+            starts.append(a)
+            ends.append(b)
+            last = c
+
+    def copy(a: int, b: int) -> None:
+        # Plain ASCII is copied in bulk; it holds no doubled space, but its
+        # first character may continue a space just emitted.
+        nonlocal last
+        if a < b and text[a] == " " and last == " ":
+            ends[-1] = a + 1
+            a += 1
+        if a < b:
+            out.append(text[a:b])
+            starts.extend(range(a, b))
+            ends.extend(range(a + 1, b + 1))
+            last = text[b - 1]
+
+    pos = 0
+    for m in _SPECIAL_RE.finditer(text):
+        a, b = m.span()
+        copy(pos, a)
+        c = text[a]
+        if c in " \t":
+            put(" ", a, b)
+        elif _is_mark(c):
+            if ends:
+                ends[-1] = b
+        else:
+            put(_fold(c), a, b)
+        pos = b
+    copy(pos, len(text))
+    return _View("".join(out), text, starts, ends)
 
 
 def _compact(s: str) -> str:
-    return _ascii_digits(re.sub(r"[ .\-]", "", s))
+    return re.sub(r"[ .\-]", "", s)
 
 
 # ---- e-mail ---------------------------------------------------------------
@@ -280,29 +490,97 @@ def _emails(text: str) -> Iterator[_Span]:
 
 # ---- phone ----------------------------------------------------------------
 
+# A digit run with the separators phone numbers are written with (the view has
+# already folded spaces and dashes). Cheap prefilter: phonenumbers only sees
+# runs with enough digits, and only those not glued to an identifier.
+_PHONE_RUN_RE = re.compile(r"[(+]{0,3}[0-9][0-9 ()./\[\]~-]*")
+_MIN_PHONE_DIGITS: Final[int] = 5
+# Context the matcher's own checks read around a candidate (a time after a
+# date, a letter before a number); windows closer than this share one call.
+_PHONE_PAD: Final[int] = 12
+# Nouns after which a bare, unformatted digit run is an identifier, not a phone
+# number ("Order 4155550134", "Ticket #4155550134"). A formatted or "+" number
+# after them is still a phone number.
+_ID_NOUN_RE = re.compile(
+    r"(?i)\b(?:order|invoice|ticket|incident|case|ref|reference|build|job|run|issue|bug|pr|change|request|req|"
+    r"tracking|shipment|transaction|txn|po|sku|serial|batch|version|commit|bestellung|auftrag|rechnung|"
+    r"commande|facture|pedido|factura|fatura)s?\.?(?:\s*(?:no|nr|num|id|number)\.?)?\s*[:#]?\s*$"
+)
 
-def _phones(text: str, region: str) -> Iterator[_Span]:
-    # Region None only accepts "+"-prefixed numbers; the region pass also
-    # finds national formats. Both are run so an unusual region cannot hide
-    # international numbers.
-    for reg in (None, region):
-        try:
-            matcher = phonenumbers.PhoneNumberMatcher(
-                text, reg, leniency=phonenumbers.Leniency.VALID
-            )
-            for m in matcher:
-                if m.end > m.start:
-                    yield ("phone", m.start, m.end)
-        except Exception:  # noqa: BLE001 -- a parser hiccup must not abort admission
+
+# Calendar dates (dd.mm.yyyy, yyyy-mm-dd, dd/mm/yy) parse as numbers in some regions.
+_DATE_RE = re.compile(r"(?:[0-3]?[0-9][./-][01]?[0-9][./-](?:[0-9]{2}|[12][0-9]{3})|[12][0-9]{3}[./-][01][0-9][./-][0-3][0-9])")
+
+
+def _glued(c: str, inside: str = "") -> bool:
+    # A letter, digit or "_" (or "-", "#", "/" before) touching the run makes it
+    # part of an identifier ("INC-4155550134", "job_4155550134", ".../orders/4155550134").
+    return bool(c) and (c.isalnum() or c == "_" or c in inside)
+
+
+def _phone_windows(view: _View, taken: Sequence[_Span]) -> list[tuple[int, int]]:
+    text = view.text
+    out = []
+    for m in _PHONE_RUN_RE.finditer(text):
+        start = m.start()
+        end = start + len(m.group().rstrip(" ()./[]~-"))
+        run = text[start:end]
+        if sum(c.isdigit() for c in run) < _MIN_PHONE_DIGITS:
             continue
+        # A run already found as a card, IBAN or national id cannot yield a
+        # phone finding that survives _resolve: skip the parser for it.
+        if any(s < end and start < e for _, s, e in taken):
+            continue
+        if "+" not in run[:3]:
+            # Glue is judged on the submitted text too, so a zero-width character
+            # between a word and a number does not make the number an identifier.
+            if _glued(view.before(start), "-#/") and _glued(text[start - 1] if start else "", "-#/"):
+                continue
+            if _glued(view.after(end)) and _glued(text[end : end + 1]):
+                continue
+            if run.isdigit() and _ID_NOUN_RE.search(text, max(0, start - 40), start):
+                continue
+            if _DATE_RE.fullmatch(run):
+                continue
+        out.append((start, end))
+    return out
+
+
+def _phones(view: _View, regions: Sequence[str], taken: Sequence[_Span] = ()) -> Iterator[_Span]:
+    text = view.text
+    windows = _phone_windows(view, taken)
+    groups: list[list[tuple[int, int]]] = []
+    for w in windows:
+        if groups and w[0] - groups[-1][-1][1] <= _PHONE_PAD:
+            groups[-1].append(w)
+        else:
+            groups.append([w])
+    for group in groups:
+        lo = max(0, group[0][0] - _PHONE_PAD)
+        piece = text[lo : group[-1][1] + _PHONE_PAD]
+        pending = set(group)
+        # A "+" number parses under any region; None covers an empty region list.
+        for region in regions or (None,):
+            try:
+                matches = [(lo + m.start, lo + m.end) for m in phonenumbers.PhoneNumberMatcher(
+                    piece, region, leniency=phonenumbers.Leniency.VALID)]
+            except Exception:  # noqa: BLE001 -- a parser hiccup must not abort admission
+                continue
+            for start, end in matches:
+                hit = {w for w in group if start < w[1] and w[0] < end}
+                if hit:
+                    pending -= hit
+                    yield ("phone", start, end)
+            if not pending:
+                break
 
 
 # ---- payment cards --------------------------------------------------------
 
-# Digit runs of 13-19 digits with optional single space/dash separators.
+# Digit runs of 13-19 digits with optional single space/dot/dash separators.
 # The look-arounds make a run maximal so windows inside a longer number
 # (or a spaced sequence of groups) are not considered.
-_CARD_RE = re.compile(r"(?<![\w+-])(?<!\d[ .-])\d(?:[ -]?\d){12,18}(?![\w-])(?![ .-]\d)")
+_CARD_RE = re.compile(r"(?<![\w+-])(?<!\d[ .-])\d(?:[ .-]?\d){12,18}(?![\w-])(?![ .-]\d)")
 
 # (low, high, prefix length, min length, max length)
 _IIN_TABLE: Final[tuple[tuple[int, int, int, int, int], ...]] = (
@@ -355,17 +633,19 @@ def _cards(text: str) -> Iterator[_Span]:
 
 # ---- IBAN -----------------------------------------------------------------
 
-_IBAN_RE = re.compile(r"(?<![A-Za-z0-9])[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]){11,30}(?![A-Za-z0-9])")
+# Either case: "gb82 west ..." is the same account (ISO 13616 is case-insensitive
+# on input); stdnum checks the country's length and format and the mod-97 key.
+_IBAN_RE = re.compile(r"(?<![A-Za-z0-9])[A-Za-z]{2}[0-9]{2}(?: ?[A-Za-z0-9]){11,30}(?![A-Za-z0-9])")
 
 
 def _ibans(text: str) -> Iterator[_Span]:
     for m in _IBAN_RE.finditer(text):
         start, end = m.span()
-        # The candidate may swallow upper-case words after a grouped IBAN
+        # The candidate may swallow words after a grouped IBAN
         # ("... 3000 OK"); retry at each earlier group boundary.
         ends = [end] + [i for i in range(end - 1, start, -1) if text[i] == " "]
         for e in ends:
-            cand = text[start:e].replace(" ", "")
+            cand = text[start:e].replace(" ", "").upper()
             if len(cand) < 15:
                 break
             if _iban.is_valid(cand):
@@ -401,7 +681,7 @@ def _safe(fn: Callable[[str], bool]) -> Callable[[str], bool]:
 
 _ID_RULES: Final[tuple[_IdRule, ...]] = (
     # US SSN: only the ddd-dd-dddd shape; bare 9-digit numbers are too common.
-    _IdRule(re.compile(r"(?<![\w+-])\d{3}-\d{2}-\d{4}(?![\w-])(?!\.\d)"), _safe(lambda s: _us_ssn.is_valid(_ascii_digits(s)))),
+    _IdRule(re.compile(r"(?<![\w+-])\d{3}-\d{2}-\d{4}(?![\w-])(?!\.\d)"), _safe(lambda s: _us_ssn.is_valid(s))),
     # France NIR (13 digits + 2-digit key; Corsica 2A/2B), grouped or not.
     _IdRule(
         re.compile(_L + r"[1-478] ?\d{2} ?\d{2} ?(?:\d{2}|2[ABab]) ?\d{3} ?\d{3} ?\d{2}" + _R),
@@ -424,7 +704,7 @@ _ID_RULES: Final[tuple[_IdRule, ...]] = (
             r"(?<![A-Za-z0-9])[A-Za-z]{6}[0-9LMNP-Vlmnp-v]{2}[A-EHLMPR-Ta-ehlmpr-t]"
             r"[0-9LMNP-Vlmnp-v]{2}[A-Za-z][0-9LMNP-Vlmnp-v]{3}[A-Za-z](?![A-Za-z0-9])"
         ),
-        _safe(lambda s: _it_cf.is_valid(_ascii_digits(s))),
+        _safe(lambda s: _it_cf.is_valid(s)),
         min_digits=2,
     ),
     # Netherlands BSN: dotted form stands alone, bare 9 digits need context.
@@ -437,7 +717,28 @@ _ID_RULES: Final[tuple[_IdRule, ...]] = (
     # Sweden personnummer: (YY)YYMMDD-NNNN / +NNNN with Luhn and date.
     _IdRule(
         re.compile(r"(?<![\w+-])(?:\d{2})?\d{6}[-+]\d{4}(?![\w-])(?!\.\d)"),
-        _safe(lambda s: _se_pnr.is_valid(_ascii_digits(s))),
+        _safe(lambda s: _se_pnr.is_valid(s)),
+    ),
+    # Brazil CPF (11 digits, two check digits): the dotted form stands alone, bare digits need context.
+    _IdRule(re.compile(_L + r"\d{3}\.\d{3}\.\d{3}-\d{2}" + _R), _safe(lambda s: _br_cpf.is_valid(s))),
+    _IdRule(
+        re.compile(_L + r"\d{11}" + _R),
+        _safe(lambda s: _br_cpf.is_valid(s)),
+        context=re.compile(r"(?i)\bcpf\b"),
+    ),
+    # India Aadhaar (12 digits, Verhoeff, first digit 2-9): grouped 4-4-4 stands alone, bare needs context.
+    _IdRule(re.compile(_L + r"[2-9]\d{3} \d{4} \d{4}" + _R), _safe(lambda s: _in_aadhaar.is_valid(s))),
+    _IdRule(
+        re.compile(_L + r"[2-9]\d{3}[ -]?\d{4}[ -]?\d{4}" + _R),
+        _safe(lambda s: _in_aadhaar.is_valid(s)),
+        # Context is matched in the normalised view, where combining vowel signs are dropped.
+        context=re.compile(r"(?i)\b(?:aadhaa?r|uidai)\b|आधा?र"),
+    ),
+    # Japan Individual Number (My Number; 12 digits, mod 11): only next to its name.
+    _IdRule(
+        re.compile(_L + r"\d{4}[ -]?\d{4}[ -]?\d{4}" + _R),
+        _safe(lambda s: _jp_in.is_valid(s)),
+        context=re.compile(r"(?i)マイナンバー|個人番号|\bmy ?number\b|\bkojin\b"),
     ),
     # UK NHS number (10 digits, mod 11): only next to "NHS".
     _IdRule(
@@ -626,42 +927,81 @@ def _resolve(spans: Iterable[_Span]) -> list[Finding]:
     return [Finding(kind, start, end) for kind, start, end in kept]
 
 
-def classify(text: str, *, default_region: str | None = None) -> list[Finding]:
-    """Find personal data in ``text``.
+# Cheap gates: a detector runs only when its trigger is in the view. Each gate
+# is implied by every match of its detector, so gating changes no result.
+_CREDENTIAL_GATE_RE = re.compile(
+    r"(?i)pass|pwd|secret|key|token|auth|bearer|://|gh[pousr]_|github_pat_|xox[baprs]-|eyJ|oml_|"
+    r"A(?:KIA|SIA|BIA|CCA|GPA|IDA|IPA|NPA|NVA|PKA|ROA|SCA)"
+)
+_NO_DIGITS: Final[dict[int, None]] = dict.fromkeys(range(ord("0"), ord("9") + 1))
 
-    ``default_region`` is the ISO 3166-1 alpha-2 region for phone numbers
-    written without a ``+`` country code; ``None`` means
-    :data:`DEFAULT_PHONE_REGION` (``"US"``). ``+``-prefixed numbers are
-    found whatever the region.
+
+def _spans(view: _View, regions: Sequence[str]) -> Iterator[_Span]:
+    text = view.text
+    digits = len(text) - len(text.translate(_NO_DIGITS))
+    structured: list[_Span] = []
+    if digits >= 13:
+        structured.extend(_cards(text))
+    if digits >= 2:
+        structured.extend(_ibans(text))
+        structured.extend(_national_ids(text))
+    yield from structured
+    if "@" in text:
+        yield from _emails(text)
+    if digits >= _MIN_PHONE_DIGITS:
+        yield from _phones(view, regions, structured)
+    if digits and ("." in text or ":" in text):
+        yield from _ips(text)
+    if _CREDENTIAL_GATE_RE.search(text):
+        yield from _credentials(text)
+
+
+def _classify(text: str, regions: Sequence[str]) -> list[Finding]:
+    view = _view(text)
+    out: list[Finding] = []
+    for f in _resolve(_spans(view, regions)):
+        start, end = view.span(f.start, f.end)
+        # Two normalised characters from one original (a ligature) can put two
+        # findings' edges on the same code point; the first keeps it.
+        if out and start < out[-1].end:
+            continue
+        out.append(Finding(f.kind, start, end))
+    return out
+
+
+def classify(text: str, *, phone_regions: Sequence[str] | None = None) -> list[Finding]:
+    """Find personal data and credentials in ``text``.
+
+    ``phone_regions``: ISO 3166-1 alpha-2 regions whose national formats are
+    read (validated by :func:`phone_regions`; ``None`` means
+    :data:`DEFAULT_PHONE_REGIONS`); ``+``-prefixed numbers are found whatever
+    the regions. A bare digit run glued to an identifier
+    (``INC-4155550134``, ``job_4155550134``) or right after an identifier
+    noun (``Order 4155550134``) is not a phone number.
 
     Returns non-overlapping :class:`Finding` objects sorted by ``start``
-    (offsets are code-point indices into ``text``). Where detectors
-    overlap, the most specific kind is kept (credential > iban >
-    payment_card > national_id > email > ip_address > phone), then the
-    longer span. Never raises on any ``str``; raises ``TypeError`` if
-    ``text`` is not a ``str``.
+    (code-point offsets into ``text`` as given, not into its normalised
+    view). Where detectors overlap, the most specific kind is kept
+    (credential > iban > payment_card > national_id > email > ip_address >
+    phone), then the longer span. Never raises on any ``str``; raises
+    ``TypeError`` if ``text`` is not a ``str`` and ``ValueError`` on invalid
+    regions.
     """
     if not isinstance(text, str):
         raise TypeError("classify() expects str")
-    if not text:
-        return []
-    region = (default_region or DEFAULT_PHONE_REGION).upper()
-    spans: list[_Span] = []
-    spans.extend(_emails(text))
-    spans.extend(_phones(text, region))
-    spans.extend(_cards(text))
-    spans.extend(_ibans(text))
-    spans.extend(_national_ids(text))
-    spans.extend(_ips(text))
-    spans.extend(_credentials(text))
-    return _resolve(spans)
+    regions = _regions(phone_regions)
+    return _classify(text, regions) if text else []
+
+
+def _regions(given: Sequence[str] | None) -> tuple[str, ...]:
+    return DEFAULT_PHONE_REGIONS if given is None else globals()["phone_regions"](given)
 
 
 def _escape_segment(segment: str) -> str:
     return segment.replace("~", "~0").replace("/", "~1")
 
 
-def classify_body(body: Mapping[str, object], *, default_region: str | None = None) -> list[BodyFinding]:
+def classify_body(body: Mapping[str, object], *, phone_regions: Sequence[str] | None = None) -> list[BodyFinding]:
     """Classify every string in a JSON-object body.
 
     Walks nested objects and arrays depth first, in the body's own member
@@ -670,13 +1010,16 @@ def classify_body(body: Mapping[str, object], *, default_region: str | None = No
     names. The top-level ``data_subjects`` member is skipped: it *is* the
     declared personal data. Nested members of that name are scanned.
 
+    ``phone_regions`` as for :func:`classify` (validated once per body).
+
     Returns :class:`BodyFinding` objects in walk order, each with an RFC
     6901 ``path`` and offsets within that one string. Raises ``TypeError``
     if ``body`` is not a mapping and ``ValueError`` if nesting exceeds
-    256 levels (cyclic input).
+    256 levels (cyclic input) or the regions are invalid.
     """
     if not isinstance(body, Mapping):
         raise TypeError("classify_body() expects a mapping")
+    regions = _regions(phone_regions)
     out: list[BodyFinding] = []
     # Explicit stack (not recursion) so hostile nesting cannot blow the
     # interpreter stack; reversed pushes keep document order. A member's
@@ -688,14 +1031,14 @@ def classify_body(body: Mapping[str, object], *, default_region: str | None = No
             raise ValueError("body nesting exceeds the supported depth")
         out.extend(BodyFinding(path, f.kind, f.start, f.end, in_key=True) for f in name_findings)
         if isinstance(node, str):
-            found = classify(node, default_region=default_region)
+            found = _classify(node, regions) if node else []
             out.extend(BodyFinding(path, f.kind, f.start, f.end) for f in found)
         elif isinstance(node, int) and not isinstance(node, bool):
             try:
                 digits = str(node)
             except ValueError:  # beyond int->str digit limit; no id is that long
                 continue
-            found = classify(digits, default_region=default_region)
+            found = _classify(digits, regions)
             out.extend(BodyFinding(path, f.kind, f.start, f.end) for f in found)
         elif isinstance(node, Mapping):
             children: list[tuple[str, object, int, list[Finding]]] = []
@@ -703,7 +1046,7 @@ def classify_body(body: Mapping[str, object], *, default_region: str | None = No
                 if depth == 0 and key == DATA_SUBJECTS_KEY:
                     continue
                 name = key if isinstance(key, str) else str(key)
-                key_findings = classify(name, default_region=default_region)
+                key_findings = _classify(name, regions) if name else []
                 segment = f"~r{index}" if key_findings else _escape_segment(name)
                 children.append((f"{path}/{segment}", value, depth + 1, key_findings))
             stack.extend(reversed(children))
@@ -756,6 +1099,13 @@ def normalise_subject(kind: str, value: str, *, default_region: str | None = Non
 def decide(policy: str, findings: Sequence[AnyFinding], declared_subjects: Sequence[object]) -> None:
     """Apply a workarea personal-data policy to a body's findings.
 
+    First, under every policy: any ``credential`` finding raises
+    :class:`CredentialRefused` (``admission.credential``, reason
+    ``"credentials"``, the credential findings only) -- a secret is not
+    personal data, declaring subjects cannot make it admissible, and once
+    admitted it would be served to every reader in scope. Then, over the
+    personal-data findings (:data:`PERSONAL_KINDS`):
+
     - ``allow``: always passes.
     - ``declare``: refuses (reason ``"undeclared"``) when there are findings
       and ``declared_subjects`` is empty.
@@ -763,15 +1113,18 @@ def decide(policy: str, findings: Sequence[AnyFinding], declared_subjects: Seque
       ``"subjects_under_deny"``) when subjects are declared at all: a body
       naming data subjects carries personal data by its own account.
 
-    Returns ``None`` when admitted. Raises :class:`PersonalDataRefused`
-    (carrying the findings) when refused, ``ValueError`` on an unknown
-    policy.
+    Returns ``None`` when admitted. Raises :class:`CredentialRefused` or
+    :class:`PersonalDataRefused` (carrying the findings) when refused,
+    ``ValueError`` on an unknown policy.
     """
     if policy not in POLICIES:
         raise ValueError("unknown personal-data policy; expected one of allow, declare, deny")
+    secrets = tuple(f for f in findings if f.kind == "credential")
+    if secrets:
+        raise CredentialRefused(secrets, policy=policy, reason="credentials")
     if policy == "allow":
         return None
-    found = tuple(findings)
+    found = tuple(f for f in findings if f.kind != "credential")
     if policy == "deny":
         if found:
             raise PersonalDataRefused(found, policy=policy, reason="findings")

@@ -41,7 +41,7 @@ PAGE = 2000
 
 # Parents before children, for inserts; deletes run in reverse.
 ORDER = ("tenant_keys", "identities", "workareas", "principals", "claims", "claim_versions", "tip_intervals",
-         "claim_edges", "simulations", "retention_policies", "sim_tip_intervals")
+         "claim_edges", "simulations", "retention_policies", "tenant_policies", "sim_tip_intervals")
 
 
 @dataclass(frozen=True)

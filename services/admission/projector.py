@@ -39,6 +39,7 @@ PROJECTIONS: dict[str, tuple[str, ...]] = {
     "simulations": ("tenant_id", "simulation_id", "audience", "opened_seq", "closed_seq"),
     "sim_tip_intervals": ("tenant_id", "simulation_id", "claim_id", "version_id", "from_seq", "from_at", "to_seq", "to_at"),
     "retention_policies": ("tenant_id", "readlog_days", "set_seq"),
+    "tenant_policies": ("tenant_id", "phone_regions", "set_seq"),
 }
 
 
@@ -233,6 +234,10 @@ def apply(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: di
             x(sa.text("UPDATE claim_versions SET status = 'demoted' WHERE tenant_id = :t AND simulation_id = :s"
                       " AND status = 'promoted' AND version_id = ANY(CAST(:vs AS uuid[]))"),
               {**p, "s": data["simulation_id"], "vs": demoted})
+    elif type == "tenant.policy_set":
+        x(sa.text("INSERT INTO tenant_policies (tenant_id, phone_regions, set_seq) VALUES (:t, :r, :seq)"
+                  " ON CONFLICT (tenant_id) DO UPDATE SET phone_regions = EXCLUDED.phone_regions, set_seq = EXCLUDED.set_seq"),
+          {**p, "r": list(data["phone_regions"])})
     elif type == "retention.policy_set":
         x(sa.text("INSERT INTO retention_policies (tenant_id, readlog_days, set_seq) VALUES (:t, :d, :seq)"
                   " ON CONFLICT (tenant_id) DO UPDATE SET readlog_days = EXCLUDED.readlog_days, set_seq = EXCLUDED.set_seq"),

@@ -337,6 +337,41 @@ class Admission:
 
         return self._run(p, idempotency_key, {"act": "workarea.policy", "node": node_id, "dev": development, "pol": pii_policy}, act)
 
+    def set_tenant_policy(self, p: Principal, *, phone_regions: Sequence[str], idempotency_key: str | None = None) -> dict:
+        """Journal the tenant's classifier policy (``tenant.policy_set``; role admin; docs/personal-data.md).
+
+        ``phone_regions``: ISO 3166-1 alpha-2 codes whose national phone formats admission reads
+        (upper-cased, de-duplicated, at most ``pii.MAX_PHONE_REGIONS``; empty: ``+`` numbers only).
+        Returns ``{"phone_regions", "seq"}``. Raises ``access.denied``, ``admission.invalid``.
+        """
+        from oml.domain import pii
+
+        rules.require_act(p.role, "admin")
+        try:
+            regions = list(pii.phone_regions(phone_regions))
+        except ValueError as exc:
+            raise invalid(str(exc), field="phone_regions") from None
+
+        def act(head):
+            ev = self._append(head, "tenant.policy_set", self._actor(p), {"phone_regions": regions})
+            return {"phone_regions": regions, "seq": ev.seq}
+
+        return self._run(p, idempotency_key, {"act": "tenant.policy", "regions": regions}, act)
+
+    def tenant_policy(self, p: Principal) -> dict:
+        """``{"phone_regions": [...], "default": bool}``: what admission classifies with now (any role)."""
+        from oml.domain import pii
+
+        with self._tx(p.tenant) as conn:
+            regions = self.phone_regions(conn, p.tenant)
+        return {"phone_regions": list(pii.DEFAULT_PHONE_REGIONS if regions is None else regions), "default": regions is None}
+
+    @staticmethod
+    def phone_regions(conn, tenant: str) -> tuple[str, ...] | None:
+        """The tenant's journalled phone regions (``tenant_policies``); ``None`` when none were set (the defaults apply)."""
+        row = conn.execute(sa.text("SELECT phone_regions FROM tenant_policies WHERE tenant_id = :t"), {"t": tenant}).one_or_none()
+        return None if row is None else tuple(row.phone_regions)
+
     # ------------------------------------------------------------------ claims
     def _encryption_key(self, conn, tenant: str) -> tuple[int, bytes]:
         row = conn.execute(sa.text("SELECT version, public_key FROM tenant_keys WHERE tenant_id = :t AND purpose = 'encryption' AND retired_seq IS NULL"),
@@ -370,10 +405,13 @@ class Admission:
         key = self.keystore.get(tenant, "subject-hmac")
         return hmac.new(key, f"{kind}:{normalised}".encode(), hashlib.sha256).digest()
 
-    def _check_personal_data(self, wa, body: dict, field: str = "body") -> list[tuple[str, str]]:
+    def _check_personal_data(self, wa, body: dict, field: str = "body",
+                             regions: Sequence[str] | None = None) -> list[tuple[str, str]]:
         """Run the classifier under the workarea's policy; returns normalised declared subjects.
 
-        Raises ``admission.personal_data`` (422) naming ``field`` (the body's place in the request) and
+        ``regions``: the tenant's phone regions (:meth:`phone_regions`; ``None``: ``pii.DEFAULT_PHONE_REGIONS``).
+        Raises ``admission.personal_data`` (422) or, for a credential under any policy,
+        ``admission.credential`` (422), naming ``field`` (the body's place in the request) and
         each finding's kind, path and offsets, never its text; ``admission.invalid`` for bad ``data_subjects``.
         """
         from oml.domain import pii
@@ -387,13 +425,16 @@ class Admission:
                 subjects.append((s["kind"], pii.normalise_subject(s["kind"], s["value"])))
             except ValueError:
                 raise invalid("data subject value cannot be normalised for its kind", field=f"{field}.data_subjects[{i}].value") from None
-        findings = pii.classify_body(body)
+        findings = pii.classify_body(body, phone_regions=regions)
         try:
             pii.decide(wa.pii_policy, findings, subjects)
-        except pii.PersonalDataRefused as exc:
+        except pii.ContentRefused as exc:
+            detail = ("the body contains a credential or secret, refused under every policy"
+                      if isinstance(exc, pii.CredentialRefused) else
+                      f"the body contains personal data not allowed by the workarea policy ({wa.pii_policy})")
             raise OMLError(
-                "admission.personal_data",
-                f"the body contains personal data not allowed by the workarea policy ({wa.pii_policy})",
+                exc.code,
+                detail,
                 422,
                 {"field": field, "reason": exc.reason,
                  "findings": [{"kind": f.kind, "path": f.path, "start": f.start, "end": f.end, "in_key": getattr(f, "in_key", False)}
@@ -450,7 +491,8 @@ class Admission:
         if not isinstance(s.body.get("statement"), str) or not s.body["statement"].strip():
             raise invalid("body.statement must be a non-empty string", field=f"claims[{i}].body.statement")
         wa = _memo(head, ("workarea", s.workarea_id), lambda: self._scoped_workarea(conn, p, s.workarea_id))
-        subjects = self._check_personal_data(wa, s.body, f"claims[{i}].body")
+        regions = _memo(head, "phone_regions", lambda: self.phone_regions(conn, p.tenant))
+        subjects = self._check_personal_data(wa, s.body, f"claims[{i}].body", regions)
         # Simulation taint (docs/simulations.md): material a key outside the audience cannot see is,
         # to that key, material that does not exist -- the same refusal as for a missing id.
         explicit_sim = claim_sim = sup_sim = None

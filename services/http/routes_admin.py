@@ -163,6 +163,33 @@ def get_workareas(p: Principal = Depends(principal), ctx: Context = Depends(cont
     return {"items": list_workareas(ctx, p)}
 
 
+# ---------------------------------------------------------------- tenant policy
+class TenantPolicyIn(Closed):
+    phone_regions: list[str] = Field(max_length=32, description=(
+        "ISO 3166-1 alpha-2 regions whose national phone formats admission's classifier reads, in order; "
+        "empty: only +-prefixed numbers (docs/personal-data.md)"))
+
+
+class TenantPolicyOut(BaseModel):
+    phone_regions: list[str]
+    default: bool = Field(False, description="true when no policy was set and the documented defaults apply")
+    seq: Optional[int] = Field(None, description="journal seq of the act (on a write)")
+    replayed: bool = False
+
+
+@router.post("/v1/tenant/policy", response_model=TenantPolicyOut, summary="Set the tenant's personal-data classifier policy")
+def set_tenant_policy(req: TenantPolicyIn, p: Principal = Depends(principal), ctx: Context = Depends(context),
+                      idempotency_key: str | None = IdemKey) -> dict:
+    """Journals ``tenant.policy_set`` with the validated region list. Role: admin. ``admission.invalid`` on an unknown region."""
+    return ctx.admission.set_tenant_policy(p, phone_regions=req.phone_regions, idempotency_key=idempotency_key)
+
+
+@router.get("/v1/tenant/policy", response_model=TenantPolicyOut, summary="The tenant's personal-data classifier policy")
+def get_tenant_policy(p: Principal = Depends(principal), ctx: Context = Depends(context)) -> dict:
+    """The phone regions admission reads now; any key of the tenant may ask."""
+    return ctx.admission.tenant_policy(p)
+
+
 # ---------------------------------------------------------------- keys
 class RotatedOut(BaseModel):
     kid: str

@@ -12,6 +12,7 @@ from oml.domain.pii import (
     ERROR_CODE,
     KINDS,
     BodyFinding,
+    ContentRefused,
     Finding,
     PersonalDataRefused,
     classify,
@@ -93,12 +94,16 @@ def test_multiple_findings_sorted_by_offset() -> None:
     assert [f.start for f in found] == sorted(f.start for f in found)
 
 
-def test_phone_default_region() -> None:
+def test_phone_regions() -> None:
     text = "ring 020 7946 0958"
-    assert spans(text) == []  # national UK format is not a valid US number
-    assert spans(text, default_region="GB") == [("phone", "020 7946 0958")]
-    # "+"-prefixed numbers are found whatever the region.
-    assert spans("ring +1 415 555 2671", default_region="GB") == [("phone", "+1 415 555 2671")]
+    # Regression (issue 13): the default used to be the US alone, so this UK number was admitted.
+    assert spans(text) == [("phone", "020 7946 0958")]
+    assert spans(text, phone_regions=["US"]) == []  # national UK format is not a valid US number
+    assert spans(text, phone_regions=["GB"]) == [("phone", "020 7946 0958")]
+    # "+"-prefixed numbers are found whatever the regions, even none.
+    assert spans("ring +1 415 555 2671", phone_regions=["GB"]) == [("phone", "+1 415 555 2671")]
+    assert spans("ring +1 415 555 2671", phone_regions=[]) == [("phone", "+1 415 555 2671")]
+    assert spans("ring (415) 555-2671", phone_regions=[]) == []
 
 
 def test_pem_header_without_footer() -> None:
@@ -180,7 +185,7 @@ def test_canary_matched_text_never_rendered(text: str) -> None:
     body = {"statement": text, "source": {"title": text}, "tags": [text]}
     body_found = classify_body(body)
     rendered = [repr(found), str(found), repr(body_found), str(body_found)]
-    with pytest.raises(PersonalDataRefused) as info:
+    with pytest.raises(ContentRefused) as info:
         decide("deny", body_found, [])
     exc = info.value
     rendered += [str(exc), repr(exc), repr(exc.args), repr(exc.findings)]
@@ -373,3 +378,177 @@ def test_classify_body_never_raises(body: dict[str, object]) -> None:
     for f in classify_body(body):
         assert f.path.startswith("/")
         assert f.kind in KINDS and 0 <= f.start < f.end
+
+
+# ---------------------------------------------------------------- issue 13: evasion and false alarms
+# Each row: text, the exact ORIGINAL substring the finding must cover, kind.
+# Offsets are into the text as submitted, not into the normalised view.
+
+EVASIONS = [
+    ("mail ali\u200bce@example.com now", "ali\u200bce@example.com", "email"),  # zero-width space
+    ("mail alice@exam\u00adple.com now", "alice@exam\u00adple.com", "email"),  # soft hyphen
+    ("mail alice\uff20example.com now", "alice\uff20example.com", "email"),  # fullwidth @
+    ("\uff4d\uff41\uff49\uff4c\u3000\uff41\uff4c\uff49\uff43\uff45\uff20\uff45\uff58\uff41\uff4d\uff50\uff4c\uff45\uff0e\uff43\uff4f\uff4d",
+     "\uff41\uff4c\uff49\uff43\uff45\uff20\uff45\uff58\uff41\uff4d\uff50\uff4c\uff45\uff0e\uff43\uff4f\uff4d", "email"),
+    ("mail al\u2060ice@example\u200d.com", "al\u2060ice@example\u200d.com", "email"),  # word joiner, ZWJ
+    ("mail jose\u0301@example.com", "jose\u0301@example.com", "email"),  # decomposed accent
+    ("mail alice@example\u3002com", "alice@example\u3002com", "email"),  # ideographic full stop (IDNA dot)
+    ("call +44\u200920\u20097946\u20090958 now", "+44\u200920\u20097946\u20090958", "phone"),  # thin spaces
+    ("call +44\u202f20\u202f7946\u202f0958 now", "+44\u202f20\u202f7946\u202f0958", "phone"),  # narrow no-break
+    ("call +44\u200b20\u200b7946\u200b0958 now", "+44\u200b20\u200b7946\u200b0958", "phone"),  # zero-width
+    ("call 020\u20117946\u20110958 now", "020\u20117946\u20110958", "phone"),  # non-breaking hyphens
+    ("call \uff0b\uff14\uff14 20 7946 0958", "\uff0b\uff14\uff14 20 7946 0958", "phone"),  # fullwidth + and digits
+    ("card 4111\u20091111\u20091111\u20091111 on file", "4111\u20091111\u20091111\u20091111", "payment_card"),
+    ("card 4111\u00a01111\u00a01111\u00a01111 on file", "4111\u00a01111\u00a01111\u00a01111", "payment_card"),
+    ("card 4111\u200b1111\u200b1111\u200b1111 on file", "4111\u200b1111\u200b1111\u200b1111", "payment_card"),
+    ("card 4111  1111  1111  1111 on file", "4111  1111  1111  1111", "payment_card"),  # doubled spaces
+    ("card 4111.1111.1111.1111 on file", "4111.1111.1111.1111", "payment_card"),
+    ("card \uff14\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11 ok",
+     "\uff14\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11", "payment_card"),
+    ("pay gb82 west 1234 5698 7654 32 now", "gb82 west 1234 5698 7654 32", "iban"),  # lower case
+    ("pay GB82\u2009WEST\u20091234\u20095698\u20097654\u200932 now", "GB82\u2009WEST\u20091234\u20095698\u20097654\u200932", "iban"),
+    ("ssn 536\u201190\u20114399 here", "536\u201190\u20114399", "national_id"),
+    ("ssn 536\u00ad-90-4399 here", "536\u00ad-90-4399", "national_id"),
+    ("key AKIA\u200bIOSFODNN7EXAMPLE leaked", "AKIA\u200bIOSFODNN7EXAMPLE", "credential"),
+]
+
+
+@pytest.mark.parametrize(("text", "needle", "kind"), EVASIONS)
+def test_evasions_found_with_original_offsets(text: str, needle: str, kind: str) -> None:
+    one(text, needle, kind)
+
+
+# Positives and negatives per kind, other scripts and regions included. With the default
+# regions (DEFAULT_PHONE_REGIONS) unless a row names its own.
+PER_KIND_POSITIVE = [
+    # e-mail in other scripts
+    ("почта иван@пример.рф сегодня", "иван@пример.рф", "email"),
+    ("γράψε στο θανάσης@παράδειγμα.ελ τώρα", "θανάσης@παράδειγμα.ελ", "email"),
+    ("連絡 用户@例子.广告 まで", "用户@例子.广告", "email"),
+    ("राम संपर्क@उदाहरण.भारत पर", "संपर्क@उदाहरण.भारत", "email"),
+    ("راسلني على مستخدم@مثال.شبكة", "مستخدم@مثال.شبكة", "email"),
+    # phones by region, national formats (default regions) and + forms
+    ("Call 020 7946 0958 for escalations.", "020 7946 0958", "phone"),  # GB
+    ("Ruf 030 12345678 an", "030 12345678", "phone"),  # DE
+    ("appelez le 01 42 68 53 00 demain", "01 42 68 53 00", "phone"),  # FR
+    ("call 98765 43210 today", "98765 43210", "phone"),  # IN
+    ("電話 03-1234-5678 まで", "03-1234-5678", "phone"),  # JP
+    ("ligue (11) 91234-5678 hoje", "(11) 91234-5678", "phone"),  # BR
+    ("office (415) 555-2671", "(415) 555-2671", "phone"),  # US
+    ("Call 4155550134 now", "4155550134", "phone"),  # bare digits after an ordinary word
+    ("my number is 4155550134.", "4155550134", "phone"),
+    ("Order 415-555-0134 shipped.", "415-555-0134", "phone"),  # formatted: a phone whatever precedes it
+    ("Order for +1 415 555 0134", "+1 415 555 0134", "phone"),
+    ("INC-+14155550134", "+14155550134", "phone"),  # "+" forms everywhere
+    ("phone=4155550134", "4155550134", "phone"),
+    ("tel:4155550134", "4155550134", "phone"),
+    ("٠٢٠ ٧٩٤٦ ٠٩٥٨ رقم", "٠٢٠ ٧٩٤٦ ٠٩٥٨", "phone"),  # Arabic-Indic digits
+    ("+49 30 12345678", "+49 30 12345678", "phone"),
+    ("+91 98765 43210", "+91 98765 43210", "phone"),
+    ("+81 3-1234-5678", "+81 3-1234-5678", "phone"),
+    ("+55 11 91234-5678", "+55 11 91234-5678", "phone"),
+    # cards
+    ("visa 4012 8888 8888 1881", "4012 8888 8888 1881", "payment_card"),
+    ("jcb 3530 1113 3330 0000", "3530 1113 3330 0000", "payment_card"),
+    # IBANs
+    ("iban FR14 2004 1010 0505 0001 3M02 606", "FR14 2004 1010 0505 0001 3M02 606", "iban"),
+    ("iban DE89 3704 0044 0532 0130 00", "DE89 3704 0044 0532 0130 00", "iban"),
+    ("iban NL91ABNA0417164300", "NL91ABNA0417164300", "iban"),
+    # national ids (python-stdnum validators)
+    ("ssn 536-90-4399", "536-90-4399", "national_id"),
+    ("NIR 1 84 12 76 451 089 46", "1 84 12 76 451 089 46", "national_id"),
+    ("IdNr 36\u2009574\u2009261\u2009809", "36\u2009574\u2009261\u2009809", "national_id"),
+    ("personnummer 19880320-0016", "19880320-0016", "national_id"),
+    ("CPF 111.444.777-35 do cliente", "111.444.777-35", "national_id"),  # BR, was reported as a phone
+    ("cpf: 11144477735", "11144477735", "national_id"),
+    ("aadhaar 2341 2341 2346", "2341 2341 2346", "national_id"),  # IN
+    ("आधार 234123412346", "234123412346", "national_id"),
+    ("マイナンバー 1234 5678 9018", "1234 5678 9018", "national_id"),  # JP
+]
+
+PER_KIND_NEGATIVE = [
+    # identifiers, not phones (issue 13 false alarms)
+    "Incident INC-4155550134 resolved",
+    "Order 4155550134 shipped.",
+    "order #4155550134 shipped",
+    "Ticket: 4155550134 closed",
+    "Bestellung 4155550134 versandt",
+    "commande 4155550134 livrée",
+    "see https://shop.example.test/orders/4155550134 for details",
+    "job_4155550134 finished",
+    "run 4155550134abc failed",
+    "build 20240102 failed",
+    "sha 4155550134ab",
+    # dates, times, counts, amounts
+    "the meeting is on 2024-01-02 10:30 in room 4",
+    "took 12345678 ms over 1048576 rows",
+    "価格は1,234円です",
+    "Die Sitzung ist am 02.01.2024 um 10:30.",
+    "le 02/01/2024 à 10h30",
+    # other scripts without personal data
+    "東京の会議は来週です",
+    "встреча в понедельник",
+    "कल बैठक है",
+    # not an e-mail
+    "@mention in chat and user@localhost",
+    "ＡＢＣ＠ｌｏｃａｌ",
+    # cards, IBANs, ids failing checksums
+    "4111\u20091111\u20091111\u20091112",
+    "gb83 west 1234 5698 7654 32",
+    "ssn 666\u201112\u20113456",
+    "order 11144477735 shipped",  # a valid CPF's digits without "CPF" nearby
+    "2341 2341 2347",  # Aadhaar shape, Verhoeff fails
+    "ticket 1234 5678 9018",  # My Number digits without its name
+]
+
+
+@pytest.mark.parametrize(("text", "needle", "kind"), PER_KIND_POSITIVE)
+def test_per_kind_positive(text: str, needle: str, kind: str) -> None:
+    one(text, needle, kind)
+
+
+@pytest.mark.parametrize("text", PER_KIND_NEGATIVE)
+def test_per_kind_negative(text: str) -> None:
+    assert spans(text) == []
+
+
+def test_region_list_validated() -> None:
+    from oml.domain.pii import DEFAULT_PHONE_REGIONS, phone_regions
+
+    assert phone_regions(None) == DEFAULT_PHONE_REGIONS
+    assert phone_regions(["gb", "US", "GB"]) == ("GB", "US")
+    assert phone_regions([]) == ()
+    import phonenumbers
+
+    too_many = sorted(phonenumbers.SUPPORTED_REGIONS)[:40]
+    for bad in (["XX"], ["G"], [1], "GB", too_many):
+        with pytest.raises(ValueError) as info:
+            phone_regions(bad)  # type: ignore[arg-type]
+        assert "XX" not in str(info.value)
+
+
+def test_credentials_refused_as_credentials_under_every_policy() -> None:
+    from oml.domain.pii import CREDENTIAL_CODE, CredentialRefused
+
+    found = classify_body({"statement": "DB_PASSWORD=hunter2 and mail a@b.io"})
+    for policy in ("deny", "declare", "allow"):
+        with pytest.raises(CredentialRefused) as info:
+            decide(policy, found, ["someone"])
+        exc = info.value
+        assert exc.code == CREDENTIAL_CODE == "admission.credential"
+        assert [f.kind for f in exc.findings] == ["credential"]
+        assert not isinstance(exc, PersonalDataRefused)
+        assert "hunter2" not in str(exc)
+    # Personal data alone is still the personal-data refusal, and lists no credential.
+    with pytest.raises(PersonalDataRefused) as pd:
+        decide("deny", classify_body({"statement": "mail a@b.io"}), [])
+    assert pd.value.code == "admission.personal_data"
+
+
+def test_normalised_view_offsets_property_on_hostile_mix() -> None:
+    # Format characters everywhere: findings still cover exactly the original characters.
+    text = "\u200b".join("write to bob@example.org or +44 20 7946 0958")
+    kinds = [f.kind for f in classify(text)]
+    assert kinds == ["email", "phone"]
+    for f in classify(text):
+        assert text[f.start] != "\u200b" and text[f.end - 1] != "\u200b"
