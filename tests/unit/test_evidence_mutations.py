@@ -34,6 +34,8 @@ from oml.services.evidence import archive, format as fmt
 from oml.services.evidence.export import assemble, registry_before
 from oml.services.evidence.verify import EXIT_FAILED, EXIT_OK, verify
 
+import evidence_kit
+
 T = "acme"
 AT = dt.datetime(2026, 3, 4, 5, 6, 7, 891011, tzinfo=dt.timezone.utc)
 
@@ -125,19 +127,7 @@ def export(rows: list[JournalRow], lo: int, hi: int) -> bytes:
 
 def rebuild(data: bytes, edit: Callable[[dict, dict], None]) -> bytes:
     """Let ``edit(files, manifest)`` change an archive, then fix every digest and re-sign the manifest with the real key."""
-    files = {m.name: m.data for m in archive.read(data)}
-    manifest = json.loads(files.pop(fmt.MANIFEST))
-    files.pop(fmt.MANIFEST_SIG)
-    edit(files, manifest)
-    files.pop(fmt.SUMS, None)
-    digests = {n: fmt.sha256_hex(d) for n, d in files.items()}
-    files[fmt.SUMS] = fmt.sums_text(digests)
-    digests[fmt.SUMS] = fmt.sha256_hex(files[fmt.SUMS])
-    manifest["files"] = dict(sorted(digests.items()))
-    mb = canonical(manifest)
-    files[fmt.MANIFEST] = mb
-    files[fmt.MANIFEST_SIG] = base64.b64encode(SK2.sign(signing.manifest_message(mb))) + b"\n"
-    return archive.pack(files)
+    return evidence_kit.rebuild(data, SK2, edit)
 
 
 RANGES = [(1, 14), (9, 14)]

@@ -30,6 +30,8 @@ from oml.services.evidence.export import assemble, registry_before
 from oml.services.evidence.verify import EXIT_FAILED, EXIT_NOT_ANCHORED, EXIT_OK, verify
 from oml.services.readlog_audit import Batch
 
+from evidence_kit import rebuild
+
 T = "acme"
 AT = dt.datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=dt.timezone.utc)
 
@@ -110,25 +112,6 @@ class FakeLog:
                               registry=registry_before(self.tenant, self.rows[:lo - 1])
                               if lo > 1 else None)
         return data
-
-
-def rebuild(data: bytes, sign_key: Ed25519PrivateKey, edit) -> bytes:
-    """Open an archive, let ``edit(files, manifest)`` change it, fix digests and re-sign: an insider's forgery."""
-    import json
-
-    files = {m.name: m.data for m in archive.read(data)}
-    manifest = json.loads(files.pop(fmt.MANIFEST))
-    files.pop(fmt.MANIFEST_SIG)
-    edit(files, manifest)
-    files.pop(fmt.SUMS, None)
-    digests = {n: fmt.sha256_hex(d) for n, d in files.items()}
-    files[fmt.SUMS] = fmt.sums_text(digests)
-    digests[fmt.SUMS] = fmt.sha256_hex(files[fmt.SUMS])
-    manifest["files"] = dict(sorted(digests.items()))
-    mb = canonical(manifest)
-    files[fmt.MANIFEST] = mb
-    files[fmt.MANIFEST_SIG] = base64.b64encode(sign_key.sign(signing.manifest_message(mb))) + b"\n"
-    return archive.pack(files)
 
 
 @pytest.fixture(scope="module")
