@@ -38,7 +38,8 @@ ERRORS: dict[str, str] = {
            "`claim.invalid_transition`, `erasure.legal_hold`, `simulation.closed`, `proof.not_checkpointed`, …)",
     "413": "`http.too_large`: the body is above `OML_MAX_REQUEST_BYTES` (refused while it streams in)",
     "422": "`admission.invalid` with `errors: [{field, rule, message}]` (never the submitted value), a body that is "
-           "not UTF-8 or carries NUL, and other `*.invalid` codes",
+           "not UTF-8 or carries NUL, and other `*.invalid` codes; `admission.personal_data` and `admission.credential` "
+           "with `findings: [{kind, path, start, end, in_key}]` (docs/personal-data.md)",
 }
 PUBLIC_ERRORS = ("413", "422")
 DEFAULT = "any other problem: `claim.erased` (410), `service.unavailable` / `service.restore_pending` (503), " \
