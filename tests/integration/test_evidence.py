@@ -237,3 +237,32 @@ def test_archive_members_are_what_the_format_lists(ctx, ak):
     names = {i.name for i in infos}
     assert {fmt.proof_name(s) for s in (1, 4, 5, 6)} <= names
     assert files_of(ex.data)[fmt.SUMS].decode().count("\n") == len(names) - 3
+
+
+def test_an_act_by_an_unregistered_actor_fails_evidence_verify_in_and_before_the_range(ctx):
+    """Issue 12: an act signed by the tenant's real key whose actor no principal.created registered.
+
+    The schema owner (who can reach the keystore) journals it directly; every hash and signature is
+    good, so only the offline authority replay can name it — in range, and before a range that starts
+    after it (through the exporter's replay in the signed registry snapshot).
+    """
+    import uuid
+
+    from oml.domain.events import Actor
+    from oml.services.admission import journal, projector
+
+    ak = populate(ctx, "ev-forged", 1, canary=False)
+    rogue = Actor("00000000deadbeef", str(uuid.uuid4()))
+    data = {"identity_id": str(uuid.uuid4()), "kind": "person"}
+    with owner(ctx, ak.tenant) as c:
+        ev = journal.append(journal.Head(c, ak.tenant), ctx.admission.signer, "identity.created", rogue, data)
+        projector.apply(c, ak.tenant, ev.seq, ev.at, ev.event["actor"], "identity.created", data)
+    forged = ev.seq
+    add_claims(ctx, ak, 1)
+    for lo in (1, forged - 1):
+        rep = verify(export(ctx, ak.tenant, lo, None).data, trusted_key=ak.kit.fingerprint)
+        assert rep.exit_code == 1
+        assert rep.failure.startswith(f"journal.jsonl seq {forged}: authority: actor.unregistered: principal 00000000deadbeef"), rep.failure
+    rep = verify(export(ctx, ak.tenant, forged + 1, None).data, trusted_key=ak.kit.fingerprint)
+    assert rep.exit_code == 1 and rep.failure.startswith("manifest.json: registry.findings_before:")
+    assert f"the first at seq {forged}: actor.unregistered" in rep.failure
