@@ -71,7 +71,7 @@ def reconcile_cmd(
                                           to_seq=to_seq, trusted_fingerprint=trusted_key, max_lag_seconds=max_lag,
                                           progress=progress)
     # A short title: Rich wraps a title wider than the table (two narrow columns) onto several lines.
-    table = Table(title=f"{escape(tenant)} {result.from_seq}..{result.to_seq}", title_justify="left")
+    table = Table(title=f"{escape(tenant)}: seq {result.from_seq}..{result.to_seq}", title_justify="left")
     table.add_column("kind")
     table.add_column("count", justify="right")
     for k, n in result.counts.items():

@@ -11,7 +11,7 @@ import json
 import os
 import sys
 from contextlib import contextmanager
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 import typer
 from rich.console import Console
@@ -19,7 +19,9 @@ from rich.markup import escape
 from typer.core import TyperGroup
 
 from oml.domain.errors import OMLError
-from oml.services.context import Context, open_context
+
+if TYPE_CHECKING:  # the database stack (SQLAlchemy, Alembic) loads when a command opens a context, not for --help
+    from oml.services.context import Context
 
 # soft_wrap: a message is never broken at the terminal width (paths, keys and commands must stay copyable);
 # tables still fit the width.
@@ -63,7 +65,7 @@ def fail(message: str, code: int = EXIT_USAGE) -> None:
     raise typer.Exit(code)
 
 
-def print_problem(exc: OMLError, ctx: Optional[Context] = None) -> None:
+def print_problem(exc: OMLError, ctx: "Optional[Context]" = None) -> None:
     """``code: detail`` on stderr; an unknown key also says which database was asked (the usual cause)."""
     # Scalar extras (field, head, allowed codes …) are content-free by the errors' own rule (domain/errors.py).
     extras = "; ".join(f"{k} {', '.join(map(str, v)) if isinstance(v, (list, tuple)) else v}"
@@ -79,7 +81,9 @@ def print_problem(exc: OMLError, ctx: Optional[Context] = None) -> None:
 
 
 @contextmanager
-def context() -> Iterator[Context]:
+def context() -> "Iterator[Context]":
+    from oml.services.context import open_context
+
     ctx = open_context()
     try:
         yield ctx
@@ -129,7 +133,7 @@ def api_key(key_file: Optional[str], what: str = "the API key") -> str:
     return key.split(",")[0].strip()
 
 
-def principal(ctx: Context, key_file: Optional[str], what: str = "the API key"):
+def principal(ctx: "Context", key_file: Optional[str], what: str = "the API key"):
     """Authenticate :func:`api_key` against ``ctx``'s database (``access.unauthenticated`` is printed by :func:`context`)."""
     from oml.services.auth import authenticate
 

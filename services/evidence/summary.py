@@ -16,20 +16,27 @@ from typing import Any
 from oml.domain import audit
 
 
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
 def render(manifest: dict[str, Any], rows, keys: list[dict[str, Any]], recon: list[dict], erasures: list[dict], batches) -> str:
-    e = html.escape
+    def e(v: Any) -> str:
+        # A member absent from an event shows as a dash, never as Python's "None".
+        return "—" if v is None else html.escape(str(v))
+
     types = Counter((audit.parse_event(r.canonical) or {}).get("type", "?") for r in rows)
     type_rows = "".join(f"<tr><td>{e(t)}</td><td class=n>{n}</td></tr>" for t, n in sorted(types.items()))
     key_rows = "".join(
         f"<tr><td><code>{e(k['kid'])}</code></td><td>{e(k['purpose'])}</td><td><code>{e(k['fingerprint'])}</code></td>"
-        f"<td class=n>{e(str(k['first_seq']))}</td><td class=n>{e(str(k['last_seq']) if k['last_seq'] else '—')}</td>"
+        f"<td class=n>{e(k['first_seq'])}</td><td class=n>{e(k['last_seq'] or None)}</td>"
         f"<td>{e(k['authorised_by'])}</td></tr>" for k in keys)
     recon_rows = "".join(
-        f"<tr><td class=n>{r['seq']}</td><td>{e(str(r['at']))}</td><td>{'ok' if (r['data'] or {}).get('ok') else 'DISCREPANCIES'}</td>"
-        f"<td><code>{e(str((r['data'] or {}).get('digest')))}</code></td><td>{e(str((r['data'] or {}).get('from_seq')))}–{e(str((r['data'] or {}).get('to_seq')))}</td></tr>"
+        f"<tr><td class=n>{r['seq']}</td><td>{e(r['at'])}</td><td>{'ok' if (r['data'] or {}).get('ok') else 'DISCREPANCIES'}</td>"
+        f"<td><code>{e((r['data'] or {}).get('digest'))}</code></td><td>{e((r['data'] or {}).get('from_seq'))}–{e((r['data'] or {}).get('to_seq'))}</td></tr>"
         for r in recon) or "<tr><td colspan=5>none in range</td></tr>"
     erase_rows = "".join(
-        f"<tr><td class=n>{r['seq']}</td><td>{e(str(r['at']))}</td><td><code>{e(str((r['data'] or {}).get('claim_id')))}</code></td></tr>"
+        f"<tr><td class=n>{r['seq']}</td><td>{e(r['at'])}</td><td><code>{e((r['data'] or {}).get('claim_id'))}</code></td></tr>"
         for r in erasures) or "<tr><td colspan=3>none in range</td></tr>"
     batch_rows = "".join(
         f"<tr><td class=n>{b.batch_no}</td><td class=n>{b.count}</td><td class=n>{b.first_read_id}–{b.last_read_id}</td>"
@@ -53,8 +60,8 @@ The trust anchor is the fingerprint printed when the tenant was created — comp
 <h2>Events in range by type</h2><table><tr><th>type</th><th>count</th></tr>{type_rows}</table>
 <h2>Reconciliation results in range</h2><table><tr><th>seq</th><th>at</th><th>verdict</th><th>report digest</th><th>range</th></tr>{recon_rows}</table>
 <h2>Erasure records in range</h2><table><tr><th>seq</th><th>at</th><th>claim</th></tr>{erase_rows}</table>
-<h2>Read log (retention window from {e(str(manifest['readlog']['window_start'] or 'the first read'))})</h2>
+<h2>Read log (retention window from {e(manifest['readlog']['window_start'] or 'the first read')})</h2>
 <table><tr><th>batch</th><th>reads</th><th>read ids</th><th>anchored at seq</th></tr>{batch_rows}</table>
-<p>{manifest['counts']['receipts']} inclusion receipts, {manifest['counts']['events']} events, {manifest['counts']['key_events']} key events.</p>
+<p>{_plural(manifest['counts']['receipts'], 'inclusion receipt', 'inclusion receipts')}, {_plural(manifest['counts']['events'], 'event', 'events')}, {_plural(manifest['counts']['key_events'], 'key event', 'key events')}.</p>
 </body></html>
 """
