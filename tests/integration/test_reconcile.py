@@ -411,10 +411,13 @@ def test_cli_exits_1_on_a_discrepancy(ctx, tmp_path):
     assert ev["type"] == "reconciliation.completed" and ev["data"]["ok"] is False and ev["data"]["counts"]["bad_signature"] == 1
 
 
-def test_scheduled_reconciliation_through_dramatiq(ctx, clean, tmp_path):
+def test_scheduled_reconciliation_through_dramatiq(ctx, clean, tmp_path, caplog):
+    import logging
+
     import dramatiq
     from dramatiq.brokers.stub import StubBroker
 
+    caplog.set_level(logging.INFO, logger="oml.workers.reconciler")  # what `oml worker --reconcile-every` turns on
     broker = StubBroker()
     actors = reconciler.declare(broker, ctx, out_dir=tmp_path)
     worker = dramatiq.Worker(broker, worker_threads=1)
@@ -430,6 +433,10 @@ def test_scheduled_reconciliation_through_dramatiq(ctx, clean, tmp_path):
         worker.stop()
     reports = list(tmp_path.glob(f"reconcile-{clean.tenant}-*.json"))
     assert len(reports) == 1
+    # A scheduled run says that it started, its verdict and where its report is (issue 15.7).
+    said = [r.getMessage() for r in caplog.records if r.name == "oml.workers.reconciler"]
+    assert f"reconcile: tenant {clean.tenant}: started" in said
+    assert any(m.startswith(f"reconcile: tenant {clean.tenant}: OK") and str(reports[0]) in m for m in said), said
     digest = hashlib.sha256(reports[0].read_bytes()).hexdigest()
     with owner(ctx, clean.tenant) as c:
         after = c.execute(sa.text("SELECT count(*) FROM journal_events WHERE tenant_id = :t AND type = 'reconciliation.completed'"), {"t": clean.tenant}).scalar()

@@ -56,3 +56,11 @@ def test_top_level_commands_are_sorted_and_apikey_is_named_apart_from_keys():
     assert names == sorted(names)
     assert "apikey" in shown and "keys" in shown and "key" not in shown and "key" in names  # `key`: a hidden alias
     assert _probe()["help"].index("apikey") < _probe()["help"].index("workarea")
+
+
+def test_recall_footer_prints_counts_not_python_dicts():
+    from oml.services.cli.recall import _footer
+
+    line = _footer({"candidates": {"fts": 4, "vector": 7}, "returned": {"steering": 1, "hits": 3}, "excluded_by_budget": 0})
+    assert line == "candidates fts 4, vector 7  returned steering 1, hits 3  excluded by budget 0"
+    assert "{" not in line and "'" not in line

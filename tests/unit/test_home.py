@@ -80,3 +80,17 @@ def test_embedded_start_announces_only_a_new_home(tmp_path, monkeypatch, capsys)
             pass
         (tmp_path / "pg").mkdir(exist_ok=True)
     assert calls == [tmp_path]
+
+
+def test_master_key_warning_once_per_home(tmp_path, caplog):
+    """Warned when the key file is generated; later commands in the same home say it at INFO only."""
+    import logging
+
+    from oml.services.keystore import load_master_key
+
+    with caplog.at_level(logging.INFO, logger="oml.services.keystore"):
+        first = load_master_key(None, tmp_path)
+        second = load_master_key(None, tmp_path)
+    assert first == second
+    levels = [r.levelno for r in caplog.records if "OML_MASTER_KEY" in r.getMessage()]
+    assert levels == [logging.WARNING, logging.INFO]
