@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -203,6 +204,17 @@ class AuthorityReplay:
         reg.last_seq = max(reg.last_seq, seq) if isinstance(seq, int) else reg.last_seq
         self.findings.extend(found)
         return found
+
+    def add_bytes(self, seq: int, raw: bytes) -> list[Finding]:
+        """:meth:`add` for an event's stored canonical bytes; bytes that are not a JSON object are ``event.malformed``.
+
+        Strict format checks (RFC 8785 form, duplicate keys) are the chain verifier's; this only needs the object.
+        """
+        try:
+            event = json.loads(raw)
+        except (ValueError, TypeError):
+            event = None
+        return self.add(seq, event)
 
     # ------------------------------------------------------------ the actor
     def _actor(self, seq: int, etype: str, actor: Any, f) -> str | None:
@@ -535,15 +547,22 @@ def _set_tip(tips: dict[str, str], claim: str, vid: str | None) -> None:
         tips[claim] = vid
 
 
-def _erased(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
-    reg = r.registry
+def _live_claim(reg: Registry, data: dict, f) -> tuple[str, dict[str, Any] | None]:
+    """The claim ``data.claim_id`` names, or ``None`` with the finding when it is unknown or erased."""
     cid = _str(data, "claim_id")
     c = reg.claims.get(cid)
     if c is None:
         f("claim.unknown", f"claim {cid}")
-        return
-    if c["erased_seq"] is not None:
+    elif c["erased_seq"] is not None:
         f("claim.erased", f"claim {cid} was erased at seq {c['erased_seq']}")
+        c = None
+    return cid, c
+
+
+def _erased(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
+    reg = r.registry
+    cid, c = _live_claim(reg, data, f)
+    if c is None:
         return
     if c["legal_hold"]:
         f("erasure.legal_hold", f"claim {cid} is under legal hold")
@@ -557,14 +576,8 @@ def _erased(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
 
 
 def _hold(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
-    reg = r.registry
-    cid = _str(data, "claim_id")
-    c = reg.claims.get(cid)
+    cid, c = _live_claim(r.registry, data, f)
     if c is None:
-        f("claim.unknown", f"claim {cid}")
-        return
-    if c["erased_seq"] is not None:
-        f("claim.erased", f"claim {cid} was erased at seq {c['erased_seq']}")
         return
     r._scope(pid, c["workarea"], f)
     place = ev["type"] == "claim.hold_placed"

@@ -4,7 +4,10 @@ Runs as the keyless ``oml_reconciler`` role: it reads ``journal_events`` and
 ``chain_heads`` for one tenant (bound per transaction, RLS behind the
 explicit ``tenant_id`` predicate), feeds every row in ``seq`` order to
 :class:`oml.domain.chain.ChainVerifier` and reports the first bad ``seq``
-and why. The recorded chain head must name the last row: a deleted tail is
+and why. Every verified row also goes to the authority replay
+(:class:`oml.domain.replay.AuthorityReplay`): an act whose actor was not
+permitted to make it when it was made fails the verification, by ``seq``
+and rule, however good its signature. The recorded chain head must name the last row: a deleted tail is
 reported at the first missing ``seq``.
 
 Trust: without ``trusted_fingerprint`` the result only says the chain is
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from oml.domain.chain import ChainVerifier, JournalRow, VerifyResult
+from oml.domain.replay import AuthorityReplay, Finding
 from oml.services.storage.db import Database
 
 ROLE = "oml_reconciler"
@@ -40,14 +44,15 @@ class JournalReport:
     tenant: str
     result: VerifyResult
     head_seq: int | None      # what chain_heads says, None when the tenant has no head
+    findings: tuple[Finding, ...] = ()   # acts the authority replay (domain/replay.py) does not accept
 
     @property
     def ok(self) -> bool:
-        return self.result.ok
+        return self.result.ok and not self.findings
 
     @property
     def exit_code(self) -> int:
-        if not self.result.ok:
+        if not self.ok:
             return EXIT_BAD
         return EXIT_OK if self.result.anchored else EXIT_UNANCHORED
 
@@ -57,6 +62,11 @@ class JournalReport:
         if not r.ok:
             return [f"FAILED: tenant {self.tenant}: seq {r.bad_seq}: {r.reason}",
                     f"verified {r.last_seq} event(s) before the first bad row"]
+        if self.findings:
+            return ([f"FAILED: tenant {self.tenant}: seq {self.findings[0].seq}: act not permitted: {self.findings[0].rule}",
+                     f"every hash, link and signature of {r.last_seq} event(s) verified, but {len(self.findings)} act(s)"
+                     " were not permitted when they were made (authority replay):"]
+                    + [f"  {f.line()}" for f in self.findings])
         out = [f"OK: tenant {self.tenant}: {r.last_seq} event(s), every hash, link and signature verified",
                f"head: seq {r.last_seq} hash {r.head.hex()}"]
         if r.anchored:
@@ -90,9 +100,11 @@ def verify_rows(conn: sa.Connection, tenant: str, trusted_fingerprint: str | Non
     ``result.reason``. An empty journal fails at seq 1.
     """
     v = ChainVerifier(tenant, trusted_fingerprint)
+    authority = AuthorityReplay(tenant)
     for row in iter_rows(conn, tenant):
         if not v.add(row):
             break
+        authority.add_bytes(row.seq, row.canonical)
     head_seq = conn.execute(sa.text("SELECT seq FROM chain_heads WHERE tenant_id = :t"), {"t": tenant}).scalar()
     if v.bad_seq is None:
         if v.seq == 0:
@@ -104,7 +116,7 @@ def verify_rows(conn: sa.Connection, tenant: str, trusted_fingerprint: str | Non
             v._fail(v.seq + 1, f"truncated: the chain head is at seq {head_seq} but the journal ends at seq {v.seq}")
         elif int(head_seq) < v.seq:
             v._fail(int(head_seq) + 1, f"rows beyond the chain head (head at seq {head_seq})")
-    return JournalReport(tenant, v.result(), None if head_seq is None else int(head_seq))
+    return JournalReport(tenant, v.result(), None if head_seq is None else int(head_seq), tuple(authority.findings))
 
 
 def verify_journal(db: Database, tenant: str, trusted_fingerprint: str | None = None, *, role: str = ROLE) -> JournalReport:

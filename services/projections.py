@@ -33,6 +33,7 @@ from typing import Any, Iterable
 import sqlalchemy as sa
 
 from oml.domain.canonical import parse_time
+from oml.domain.replay import AuthorityReplay, Finding
 from oml.services.admission import projector
 from oml.services.storage.db import Database
 
@@ -60,14 +61,21 @@ class Difference:
     key: tuple[tuple[str, str], ...]
     kind: str
     columns: tuple[str, ...] = ()
+    detail: str = ""          # ids and rules only (an ``unauthorised_act``'s finding)
 
     def line(self) -> str:
         k = ", ".join(f"{c}={v}" for c, v in self.key if c != "tenant_id")
         cols = f" columns: {', '.join(self.columns)}" if self.columns else ""
-        return f"{self.table} [{k}] {self.kind}{cols}"
+        return f"{self.table} [{k}] {self.kind}{cols}" + (f": {self.detail}" if self.detail else "")
 
     def as_json(self) -> dict[str, Any]:
-        return {"table": self.table, "key": dict(self.key), "kind": self.kind, "columns": list(self.columns)}
+        out = {"table": self.table, "key": dict(self.key), "kind": self.kind, "columns": list(self.columns)}
+        return out | ({"detail": self.detail} if self.detail else {})
+
+
+def unauthorised(f: Finding) -> Difference:
+    """An act of the journal the authority replay does not accept: table ``journal``, key ``seq``, column the rule."""
+    return Difference("journal", (("seq", str(f.seq)),), "unauthorised_act", (f.rule,), f.detail)
 
 
 @dataclass
@@ -109,12 +117,14 @@ def _artifacts_named(etype: str, data: dict[str, Any]) -> Iterable[tuple[str, st
 
 
 def replay(conn: sa.Connection, tenant: str, *, upto_seq: int | None = None,
-           artifacts: dict[str, str] | None = None) -> ReplayStats:
+           artifacts: dict[str, str] | None = None, acts: AuthorityReplay | None = None) -> ReplayStats:
     """Create the temp projection tables and replay ``tenant``'s journal into them.
 
     The temp tables stay until :func:`_drop_temp` or the end of the
     transaction. ``artifacts``, when given, collects artifact id → journal
-    digest (hex) for every body and note the journal names.
+    digest (hex) for every body and note the journal names; ``acts``, when
+    given, judges every event (the authority replay, ``domain/replay.py``)
+    before the projector applies it.
     """
     _create_temp(conn)
     stats = ReplayStats()
@@ -129,6 +139,8 @@ def replay(conn: sa.Connection, tenant: str, *, upto_seq: int | None = None,
         for r in rows:
             # The stored canonical bytes are the authority, never a JSONB copy.
             ev = json.loads(bytes(r.canonical))
+            if acts is not None:
+                acts.add(int(r.seq), ev)
             data = ev.get("data") or {}
             projector.apply(conn, tenant, int(r.seq), parse_time(ev["at"]), ev["actor"], ev["type"], data)
             if artifacts is not None:
@@ -194,18 +206,23 @@ def _diff_artifacts(conn: sa.Connection, tenant: str, expected: dict[str, str]) 
     return out
 
 
-def verify_projections(conn: sa.Connection, tenant: str, *, check_bodies: bool = True) -> list[Difference]:
+def verify_projections(conn: sa.Connection, tenant: str, *, check_bodies: bool = True,
+                       check_authority: bool = True) -> list[Difference]:
     """Replay ``tenant``'s journal and return every difference from the live tables (empty: they agree).
 
     ``conn`` is a transaction bound to ``tenant`` as any role with SELECT on
     the projection tables (``oml_reconciler`` needs nothing more). The temp
     tables are dropped before returning. ``check_bodies`` also compares the
     artifacts the journal names (needs SELECT on ``artifacts.ciphertext``).
+    ``check_authority`` also reports every act the authority replay does not
+    accept (:func:`unauthorised`), first: a projection row can equal the
+    replay of a journal whose acts were never permitted.
     """
     expected: dict[str, str] = {}
+    acts = AuthorityReplay(tenant) if check_authority else None
     try:
-        replay(conn, tenant, artifacts=expected)
-        diffs: list[Difference] = []
+        replay(conn, tenant, artifacts=expected, acts=acts)
+        diffs: list[Difference] = [unauthorised(f) for f in acts.findings] if acts is not None else []
         for t in ORDER:
             diffs.extend(_diff_table(conn, tenant, t))
         if check_bodies:

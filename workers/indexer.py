@@ -128,7 +128,7 @@ def enroll(ctx: "Context", tenant: str) -> str:
     from oml.domain.access import new_api_key
     from oml.domain.canonical import new_id
     from oml.domain.events import SYSTEM
-    from oml.services.admission import journal, projector
+    from oml.services.admission import journal
 
     adm = ctx.admission
     with ctx.db.tenant("oml_admission", tenant) as conn:
@@ -140,8 +140,7 @@ def enroll(ctx: "Context", tenant: str) -> str:
             raise OMLError("workarea.not_found", "the tenant has no root workarea", 404)
 
         def act(type_: str, data: dict) -> None:
-            ev = journal.append(head, adm.signer, type_, SYSTEM, data)
-            projector.apply(conn, tenant, ev.seq, ev.at, ev.event["actor"], type_, data)
+            adm._append(head, type_, SYSTEM, data)
 
         ident = new_id()
         act("identity.created", {"identity_id": ident, "kind": "service"})

@@ -18,8 +18,8 @@ import sqlalchemy as sa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
+from oml.domain import authority, envelope, signing
 from oml.domain import claims as rules
-from oml.domain import envelope, signing
 from oml.domain import simulation as simrules
 from oml.domain.access import Principal, new_api_key
 from oml.domain.canonical import CanonicalError, canonical, format_time, new_id
@@ -32,6 +32,13 @@ from . import journal, projector
 from .signer import Signer
 
 ROLE = "oml_admission"
+
+
+@dataclass(frozen=True)
+class Acting(Actor):
+    """An actor with the role it authenticated with (the event records only principal and identity)."""
+
+    role: str | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,8 @@ class Admission:
         return self.db.tenant(ROLE, tenant)
 
     def _append(self, head: journal.Head, type: str, actor: Actor, data: dict[str, Any], **kw) -> journal.Appended:
+        """The one append point: the act must be one :mod:`oml.domain.authority` permits to the actor's role."""
+        authority.require(type, self._role_of(head, actor))
         ev = journal.append(head, self.signer, type, actor, data, **kw)
         projector.apply(head.conn, head.tenant, ev.seq, ev.at, ev.event["actor"], type, data)
         return ev
@@ -135,7 +144,22 @@ class Admission:
 
     @staticmethod
     def _actor(p: Principal) -> Actor:
-        return Actor(p.principal_id, p.identity_id)
+        return Acting(p.principal_id, p.identity_id, p.role)
+
+    @staticmethod
+    def _role_of(head: journal.Head, actor: Actor) -> str | None:
+        """The actor's role: ``None`` for the system actor, else the authenticated role an :class:`Acting` carries,
+        else the active principal's role (``access.denied`` for an unknown or revoked principal)."""
+        if actor.principal is None:
+            return None
+        if isinstance(actor, Acting):
+            return actor.role
+        role = _memo(head, ("role", actor.principal), lambda: head.conn.execute(
+            sa.text("SELECT role FROM principals WHERE tenant_id = :t AND principal_id = :p AND identity_id = CAST(:i AS uuid)"
+                    " AND revoked_seq IS NULL"), {"t": head.tenant, "p": actor.principal, "i": actor.identity}).scalar())
+        if role is None:
+            raise OMLError("access.denied", "the actor is not an active principal of this tenant", 403)
+        return role
 
     def _workarea(self, conn: sa.Connection, tenant: str, node_id: str):
         try:
@@ -659,6 +683,7 @@ class Admission:
         digest = request_digest({"act": "keys.rotate"})
         with self._tx(tenant) as conn:
             head = journal.Head(conn, tenant)
+            authority.require("signing_key.rotated", self._role_of(head, self._actor(principal) if principal is not None else actor))
             if principal is not None:
                 first = self._idempotent(principal, idempotency_key, digest, conn)
                 if first is not None:

@@ -252,7 +252,7 @@ def journal_verify(tenant: str = TENANT,
     r = rep.result
     _emit({"tenant": tenant, "ok": rep.ok, "anchored": r.anchored, "last_seq": r.last_seq, "head": r.head.hex(),
            "bad_seq": r.bad_seq, "reason": r.reason, "findings": [f.as_json() for f in rep.findings]}, as_json, rep.lines())
-    raise typer.Exit(verdict_exit(r.ok, r.anchored))
+    raise typer.Exit(verdict_exit(rep.ok, r.anchored))
 
 
 # ---------------------------------------------------------------- projections

@@ -1,0 +1,141 @@
+-- Authority guards (docs/security-model.md, Authority; issue 12 item 4).
+--
+-- Rows that only a journalled act may create cannot be written around the journal by a workload
+-- credential: a principal, a tenant key and a claim version's status must each be the projection of
+-- the journal event at the seq the row names (admission appends that event earlier in the same
+-- transaction, so every legitimate write passes). The event is read from its stored canonical bytes,
+-- the authority; a forged event row still fails `oml journal verify` (its signature) and the
+-- authority replay (its actor). Re-runnable: migration 0003 applies this file to an existing database.
+
+-- ------------------------------------------------------------------ narrower grants for admission
+-- Admission never deletes an identity, workarea, principal, claim, version, tip or edge (erasure
+-- shreds bodies and index rows, not projection rows), and updates only the columns an act changes.
+REVOKE UPDATE, DELETE ON identities, workareas, principals, claims, claim_versions, tip_intervals, claim_edges,
+  simulations, sim_tip_intervals FROM oml_admission;
+-- identity.created's projector upsert sets kind and created_seq; the display name is not journalled.
+GRANT UPDATE (display_name, kind, created_seq) ON identities TO oml_admission;
+GRANT UPDATE (parent_id, path, development, pii_policy) ON workareas TO oml_admission;
+GRANT UPDATE (revoked_seq) ON principals TO oml_admission;
+GRANT UPDATE (erased_seq, legal_hold) ON claims TO oml_admission;
+GRANT UPDATE (to_seq, to_at) ON tip_intervals, sim_tip_intervals TO oml_admission;
+GRANT UPDATE (closed_seq) ON simulations TO oml_admission;
+DO $$
+BEGIN
+  IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'public.claim_versions'::regclass AND attname = 'status_seq'
+             AND NOT attisdropped) THEN
+    GRANT UPDATE (status, status_seq, reviewer_principal, reviewer_identity, self_signed, decided_seq) ON claim_versions TO oml_admission;
+  ELSE
+    GRANT UPDATE (status, reviewer_principal, reviewer_identity, self_signed, decided_seq) ON claim_versions TO oml_admission;
+  END IF;
+END $$;
+
+-- ------------------------------------------------------------------ the journal event a row names
+-- The event's JSON object at (tenant, seq) when its type is one of `types`, else NULL.
+CREATE OR REPLACE FUNCTION oml_journal_event(p_tenant text, p_seq bigint, types text[]) RETURNS jsonb
+  LANGUAGE sql STABLE
+  AS $$ SELECT convert_from(canonical, 'UTF8')::jsonb FROM journal_events
+         WHERE tenant_id = p_tenant AND seq = p_seq AND type = ANY(types) $$;
+
+CREATE OR REPLACE FUNCTION oml_guard_refuse(tbl text, what text, seq bigint) RETURNS void
+  LANGUAGE plpgsql
+  AS $$ BEGIN
+    RAISE EXCEPTION 'authority guard: % row % is not the projection of the journal event at seq %', tbl, what, seq
+      USING ERRCODE = 'integrity_constraint_violation', HINT = 'rows that only a journalled act may create are written by admission';
+  END $$;
+
+-- principals: created_seq names the principal.created event with exactly these members;
+-- revoked_seq (when set) the principal.revoked event of this principal.
+CREATE OR REPLACE FUNCTION oml_guard_principals() RETURNS trigger
+  LANGUAGE plpgsql
+  AS $$
+DECLARE ev jsonb; d jsonb;
+BEGIN
+  ev := oml_journal_event(NEW.tenant_id, NEW.created_seq, ARRAY['principal.created']);
+  d := ev -> 'data';
+  IF ev IS NULL OR d ->> 'principal_id' IS DISTINCT FROM NEW.principal_id
+     OR (d ->> 'identity_id')::uuid IS DISTINCT FROM NEW.identity_id
+     OR d ->> 'role' IS DISTINCT FROM NEW.role
+     OR d ->> 'secret_sha256' IS DISTINCT FROM encode(NEW.secret_hash, 'hex')
+     OR ARRAY(SELECT jsonb_array_elements_text(d -> 'roots'))::uuid[] IS DISTINCT FROM NEW.roots THEN
+    PERFORM oml_guard_refuse('principals', NEW.principal_id, NEW.created_seq);
+  END IF;
+  IF NEW.revoked_seq IS NOT NULL THEN
+    ev := oml_journal_event(NEW.tenant_id, NEW.revoked_seq, ARRAY['principal.revoked']);
+    IF ev IS NULL OR ev -> 'data' ->> 'principal_id' IS DISTINCT FROM NEW.principal_id THEN
+      PERFORM oml_guard_refuse('principals', NEW.principal_id, NEW.revoked_seq);
+    END IF;
+  END IF;
+  IF TG_OP = 'UPDATE' AND OLD.revoked_seq IS NOT NULL AND NEW.revoked_seq IS DISTINCT FROM OLD.revoked_seq THEN
+    PERFORM oml_guard_refuse('principals', NEW.principal_id, OLD.revoked_seq);  -- a revocation is for ever
+  END IF;
+  RETURN NEW;
+END $$;
+
+-- tenant_keys: registered_seq names the event that carries this public key for this purpose
+-- (tenant.created, or a rotation of the purpose); retired_seq (when set) a rotation of the purpose.
+CREATE OR REPLACE FUNCTION oml_guard_tenant_keys() RETURNS trigger
+  LANGUAGE plpgsql
+  AS $$
+DECLARE ev jsonb; rotation text; pub text := encode(NEW.public_key, 'hex');
+BEGIN
+  rotation := CASE NEW.purpose WHEN 'signing' THEN 'signing_key.rotated' WHEN 'encryption' THEN 'encryption_key.rotated' END;
+  ev := oml_journal_event(NEW.tenant_id, NEW.registered_seq, ARRAY['tenant.created', rotation]);
+  IF ev IS NULL
+     OR (ev ->> 'type' = 'tenant.created' AND (NEW.version <> 1 OR ev -> 'data' ->> (NEW.purpose || '_key') IS DISTINCT FROM pub))
+     OR (ev ->> 'type' <> 'tenant.created' AND ev -> 'data' ->> 'new_key' IS DISTINCT FROM pub)
+     OR (ev ->> 'type' = 'encryption_key.rotated' AND (ev -> 'data' ->> 'version')::int IS DISTINCT FROM NEW.version) THEN
+    PERFORM oml_guard_refuse('tenant_keys', NEW.kid, NEW.registered_seq);
+  END IF;
+  IF NEW.retired_seq IS NOT NULL AND oml_journal_event(NEW.tenant_id, NEW.retired_seq, ARRAY[rotation]) IS NULL THEN
+    PERFORM oml_guard_refuse('tenant_keys', NEW.kid, NEW.retired_seq);
+  END IF;
+  RETURN NEW;
+END $$;
+
+-- claim_versions: a new row's submitted_seq names the claim.submitted event of this version by its
+-- author, and its status_seq the event that gave its status. A status changed later on an existing row
+-- is caught where it matters: verified reads refuse to serve it (status_seq and version_status_log
+-- against the journal), and reconcile / projections rebuild --verify report the row.
+CREATE OR REPLACE FUNCTION oml_guard_claim_versions() RETURNS trigger
+  LANGUAGE plpgsql
+  AS $$
+DECLARE ev jsonb; d jsonb; ok boolean;
+BEGIN
+  ev := oml_journal_event(NEW.tenant_id, NEW.submitted_seq, ARRAY['claim.submitted']);
+  IF ev IS NULL OR (ev -> 'data' ->> 'version_id')::uuid IS DISTINCT FROM NEW.version_id
+     OR ev -> 'actor' ->> 'principal' IS DISTINCT FROM NEW.author_principal THEN
+    PERFORM oml_guard_refuse('claim_versions', NEW.version_id::text, NEW.submitted_seq);
+  END IF;
+  ev := oml_journal_event(NEW.tenant_id, NEW.status_seq, CASE NEW.status
+          WHEN 'held' THEN ARRAY['claim.submitted'] WHEN 'promoted' THEN ARRAY['claim.promoted']
+          WHEN 'rejected' THEN ARRAY['claim.rejected'] WHEN 'demoted' THEN ARRAY['claim.demoted', 'simulation.closed']
+          WHEN 'erased' THEN ARRAY['claim.erased'] END);
+  d := ev -> 'data';
+  ok := CASE
+    WHEN ev IS NULL THEN false
+    WHEN ev ->> 'type' = 'claim.erased' THEN (d ->> 'claim_id')::uuid = NEW.claim_id
+    WHEN ev ->> 'type' = 'simulation.closed' THEN EXISTS (
+      SELECT 1 FROM jsonb_array_elements(COALESCE(d -> 'demoted', '[]'::jsonb)) x WHERE (x ->> 'version_id')::uuid = NEW.version_id)
+    ELSE (d ->> 'version_id')::uuid = NEW.version_id
+  END;
+  IF NOT ok THEN
+    PERFORM oml_guard_refuse('claim_versions', NEW.version_id::text, NEW.status_seq);
+  END IF;
+  RETURN NEW;
+END $$;
+
+DROP TRIGGER IF EXISTS oml_guard ON principals;
+CREATE TRIGGER oml_guard BEFORE INSERT OR UPDATE ON principals FOR EACH ROW EXECUTE FUNCTION oml_guard_principals();
+DROP TRIGGER IF EXISTS oml_guard ON tenant_keys;
+CREATE TRIGGER oml_guard BEFORE INSERT OR UPDATE ON tenant_keys FOR EACH ROW EXECUTE FUNCTION oml_guard_tenant_keys();
+-- The version guard needs status_seq (verified reads, 20_claims.sql).
+DO $$
+BEGIN
+  DROP TRIGGER IF EXISTS oml_guard ON claim_versions;
+  IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'public.claim_versions'::regclass AND attname = 'status_seq'
+             AND NOT attisdropped) THEN
+    CREATE TRIGGER oml_guard BEFORE INSERT ON claim_versions FOR EACH ROW EXECUTE FUNCTION oml_guard_claim_versions();
+  END IF;
+END $$;
+
+GRANT EXECUTE ON FUNCTION oml_journal_event(text, bigint, text[]), oml_guard_refuse(text, text, bigint) TO oml_admission;

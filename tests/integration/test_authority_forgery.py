@@ -1,0 +1,233 @@
+"""Forging authority directly in PostgreSQL (issue 12, items 1 and 4; Must show).
+
+Each forgery is tried as every workload role and as the schema owner. A
+workload role is refused by the database (grants, ``97_authority_guards.sql``);
+the owner, who may switch triggers off and holds the tenant's signing key
+(the keystore), gets its rows in, and then ``oml journal verify``, ``oml
+reconcile`` and ``oml projections rebuild --verify`` each name the seq and
+the rule of the act that was not permitted (``domain/replay.py``).
+"""
+from __future__ import annotations
+
+import hashlib
+import secrets
+import uuid
+
+import pytest
+import sqlalchemy as sa
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from fastapi.testclient import TestClient
+
+from oml.domain import signing
+from oml.domain.errors import OMLError
+from oml.domain.events import Actor
+from oml.services.admission import journal, projector
+from oml.services.admission.service import Submission
+from oml.services.auth import authenticate
+from oml.services.http.app import create_app
+from oml.services.journal_verify import verify_journal
+from oml.services.projections import verify_tenant
+from oml.workers import reconciler
+
+from admission_kit import bearer, make_kit, owner, owner_unguarded, run_cli
+
+WORKLOADS = ("oml_admission", "oml_server", "oml_lake_writer", "oml_reconciler", "oml_indexer", "oml_relay")
+INSUFFICIENT_PRIVILEGE, GUARD = "42501", "23000"
+
+
+def refused(ctx, role: str, tenant: str, sql: str, **params) -> str:
+    """Run ``sql`` as ``role`` with the tenant bound; return the SQLSTATE it was refused with (fails if it was not)."""
+    try:
+        with ctx.db.tenant(role, tenant) as c:
+            c.execute(sa.text(sql), {"t": tenant, **params})
+    except sa.exc.DBAPIError as exc:
+        return exc.orig.sqlstate
+    pytest.fail(f"{role} was allowed: {sql}")
+
+
+def reported(ctx, kit, seq: int, rule: str, *, cli: bool = False) -> None:
+    """Journal verify, reconcile and projections rebuild --verify each name ``seq`` and ``rule``."""
+    rep = verify_journal(ctx.db, kit.tenant, kit.fingerprint)
+    assert rep.result.ok and not rep.ok and rep.exit_code == 1  # every signature is good; the act was not allowed
+    assert (seq, rule) in {(f.seq, f.rule) for f in rep.findings}, rep.lines()
+    res = reconciler.reconcile(ctx, kit.tenant, trusted_fingerprint=kit.fingerprint)
+    acts = {(d.key, d.column) for d in res.discrepancies if d.kind == reconciler.UNAUTHORISED_ACT}
+    assert (seq, rule) in acts and not res.ok, res.discrepancies
+    diffs = {(d.key, d.kind, d.columns) for d in verify_tenant(ctx.db, kit.tenant)}
+    assert ((("seq", str(seq)),), "unauthorised_act", (rule,)) in diffs
+    if cli:
+        jv = run_cli(ctx, ["journal", "verify", "--tenant", kit.tenant, "--trusted-key", kit.fingerprint])
+        assert jv.exit_code == 1 and f"seq {seq}: {rule}" in jv.stdout, jv.stdout
+        pr = run_cli(ctx, ["projections", "rebuild", "--tenant", kit.tenant, "--verify"])
+        assert pr.exit_code == 1 and f"journal [seq={seq}] unauthorised_act columns: {rule}" in pr.stdout, pr.stdout
+        rc = run_cli(ctx, ["reconcile", "--tenant", kit.tenant, "--trusted-key", kit.fingerprint, "--no-record"])
+        assert rc.exit_code == 1 and "unauthorised_act" in rc.stdout and rule in rc.stdout, rc.stdout
+
+
+def signed(ctx, tenant: str, type: str, actor: Actor, data: dict) -> int:
+    """Append ``type`` signed with the tenant's current key from the keystore, as the owner, and project it."""
+    with owner(ctx, tenant) as c:
+        head = journal.Head(c, tenant)
+        ev = journal.append(head, ctx.admission.signer, type, actor, data)
+        projector.apply(c, tenant, ev.seq, ev.at, ev.event["actor"], type, data)
+        return ev.seq
+
+
+def seq_of(ctx, tenant: str, type: str, **data) -> int:
+    with owner(ctx, tenant) as c:
+        rows = c.execute(sa.text("SELECT seq, convert_from(canonical, 'UTF8')::jsonb -> 'data' AS d FROM journal_events"
+                                 " WHERE tenant_id = :t AND type = :ty ORDER BY seq"), {"t": tenant, "ty": type}).all()
+    return [r.seq for r in rows if all(r.d.get(k) == v for k, v in data.items())][-1]
+
+
+def principal_row(kit, pid: str, secret: str, role: str = "admin") -> dict:
+    return {"p": pid, "i": kit.dual_identity, "r": role, "root": kit.root, "h": hashlib.sha256(secret.encode()).digest()}
+
+
+INSERT_PRINCIPAL = ("INSERT INTO principals (tenant_id, principal_id, identity_id, role, roots, secret_hash, created_seq)"
+                    " VALUES (:t, :p, CAST(:i AS uuid), :r, ARRAY[CAST(:root AS uuid)], :h, 4)")
+
+
+# ---------------------------------------------------------------- an unregistered actor: the full attack
+
+def test_an_unregistered_actor_is_refused_to_workloads_and_reported_for_the_owner(ctx):
+    kit = make_kit(ctx, "forge-unregistered")
+    pid, secret = secrets.token_hex(8), secrets.token_hex(32)
+    for role in WORKLOADS:
+        code = refused(ctx, role, kit.tenant, INSERT_PRINCIPAL, **principal_row(kit, pid, secret))
+        assert code == (GUARD if role == "oml_admission" else INSUFFICIENT_PRIVILEGE), role
+    # The owner switches the guard off, forges an admin key and routes it.
+    with owner_unguarded(ctx, kit.tenant) as c:
+        c.execute(sa.text(INSERT_PRINCIPAL), {"t": kit.tenant, **principal_row(kit, pid, secret)})
+        c.execute(sa.text("INSERT INTO principal_directory (principal_id, tenant_id) VALUES (:p, :t)"), {"p": pid, "t": kit.tenant})
+    client = TestClient(create_app(ctx))
+    r = client.post("/v1/principals", json={"identity_id": kit.dual_identity, "role": "admin", "roots": [kit.root]},
+                    headers=bearer(f"oml_{pid}_{secret}"))
+    assert r.status_code == 200, r.text  # the forged key works over HTTP: a journalled, signed admin key
+    minted, minted_key = r.json()["principal_id"], r.json()["api_key"]
+    r = client.post("/v1/identities", json={"kind": "person", "display_name": "laundered"}, headers=bearer(minted_key))
+    assert r.status_code == 200, r.text
+    # ... and removes the forged row.
+    with owner(ctx, kit.tenant) as c:
+        c.execute(sa.text("DELETE FROM principals WHERE tenant_id = :t AND principal_id = :p"), {"t": kit.tenant, "p": pid})
+        c.execute(sa.text("DELETE FROM principal_directory WHERE principal_id = :p"), {"p": pid})
+    assert verify_tenant(ctx.db, kit.tenant, check_bodies=False) != []  # before: identical; now the acts are named
+    seq = seq_of(ctx, kit.tenant, "principal.created", principal_id=minted)
+    reported(ctx, kit, seq, "actor.unregistered", cli=True)
+    # Everything the laundered admin key did afterwards is named too.
+    rep = verify_journal(ctx.db, kit.tenant, kit.fingerprint)
+    assert (seq + 1, "actor.unauthorised_origin") in {(f.seq, f.rule) for f in rep.findings}
+    assert pid in rep.lines()[2] and secret not in "\n".join(rep.lines())
+
+
+# ---------------------------------------------------------------- a role too weak for the act
+
+def test_a_role_too_weak_is_refused_to_workloads_and_reported_for_the_owner(ctx):
+    kit = make_kit(ctx, "forge-weak")
+    writer = authenticate(ctx.db, kit.writer_key)
+    for role in WORKLOADS:
+        assert refused(ctx, role, kit.tenant, "UPDATE principals SET role = 'admin' WHERE tenant_id = :t AND principal_id = :p",
+                       p=writer.principal_id) == INSUFFICIENT_PRIVILEGE, role
+    # Admission itself refuses the act at its append point (the same table the replay uses).
+    with pytest.raises(OMLError) as e:
+        ctx.admission.system_event(kit.tenant, "principal.revoked", {"principal_id": writer.principal_id},
+                                   Actor(writer.principal_id, writer.identity_id))
+    assert e.value.code == "access.denied"
+    # The owner signs the writer's "act" with the tenant's key.
+    seq = signed(ctx, kit.tenant, "identity.created", Actor(writer.principal_id, writer.identity_id),
+                 {"identity_id": str(uuid.uuid4()), "kind": "person"})
+    reported(ctx, kit, seq, "actor.role")
+
+
+# ---------------------------------------------------------------- a self-promotion around admission
+
+def test_a_self_promotion_written_around_admission_is_reported(ctx):
+    kit = make_kit(ctx, "forge-self")
+    author = authenticate(ctx.db, kit.dual_writer_key)
+    reviewer = authenticate(ctx.db, kit.dual_reviewer_key)   # the same identity
+    v = ctx.admission.submit(author, [Submission(kit.root, {"statement": "promote me"})])["items"][0]
+    with pytest.raises(OMLError) as e:
+        ctx.admission.review(reviewer, v["version_id"], "promote", "accurate")
+    assert e.value.code == "access.separation_of_duties"
+    for role in WORKLOADS:  # a workload cannot write the event: it holds no signing key, and most cannot write rows
+        if role != "oml_admission":
+            assert refused(ctx, role, kit.tenant, "UPDATE claim_versions SET reviewer_identity = reviewer_identity"
+                           " WHERE tenant_id = :t") == INSUFFICIENT_PRIVILEGE, role
+    seq = signed(ctx, kit.tenant, "claim.promoted", Actor(reviewer.principal_id, reviewer.identity_id),
+                 {"claim_id": v["claim_id"], "version_id": v["version_id"], "reason": "accurate", "self_signed": False})
+    reported(ctx, kit, seq, "review.separation_of_duties")
+
+
+# ---------------------------------------------------------------- a status flipped in a projection
+
+def test_a_status_flipped_in_a_projection(ctx):
+    kit = make_kit(ctx, "forge-flip")
+    writer = authenticate(ctx.db, kit.writer_key)
+    v = ctx.admission.submit(writer, [Submission(kit.root, {"statement": "held"})])["items"][0]
+    flip = "UPDATE claim_versions SET status = 'promoted' WHERE tenant_id = :t AND version_id = CAST(:v AS uuid)"
+    for role in WORKLOADS:
+        if role != "oml_admission":   # admission's own grant stays: verified reads refuse the row at once
+            assert refused(ctx, role, kit.tenant, flip, v=v["version_id"]) == INSUFFICIENT_PRIVILEGE, role
+    # A forged version inserted as promoted is refused to admission by the guard.
+    assert refused(ctx, "oml_admission", kit.tenant,
+                   "INSERT INTO claim_versions SELECT (jsonb_populate_record(NULL::claim_versions, to_jsonb(v) || jsonb_build_object("
+                   "'version_id', gen_random_uuid(), 'version_no', 99, 'status', 'promoted'))).*"
+                   " FROM claim_versions v WHERE tenant_id = :t AND version_id = CAST(:v AS uuid)", v=v["version_id"]) == GUARD
+    with owner(ctx, kit.tenant) as c:
+        c.execute(sa.text(flip), {"t": kit.tenant, "v": v["version_id"]})
+    # The journal is intact (it never said promoted): the projection checks name the row and the column.
+    assert verify_journal(ctx.db, kit.tenant, kit.fingerprint).ok
+    diffs = {(d.table, d.kind, d.columns) for d in verify_tenant(ctx.db, kit.tenant)}
+    assert any(t == "claim_versions" and k == "mismatch" and "status" in cols for t, k, cols in diffs), diffs
+    res = reconciler.reconcile(ctx, kit.tenant, trusted_fingerprint=kit.fingerprint)
+    drift = [d for d in res.discrepancies if d.kind == reconciler.PROJECTION_DRIFT and d.table == "claim_versions"]
+    assert drift and drift[0].key["version_id"] == v["version_id"] and "status" in drift[0].column
+
+
+# ---------------------------------------------------------------- a principal deleted after use
+
+def test_a_principal_deleted_after_use(ctx):
+    kit = make_kit(ctx, "forge-deleted")
+    writer = authenticate(ctx.db, kit.writer_key)
+    ctx.admission.submit(writer, [Submission(kit.root, {"statement": "written, then the key hidden"})])
+    delete = "DELETE FROM principals WHERE tenant_id = :t AND principal_id = :p"
+    for role in WORKLOADS:
+        assert refused(ctx, role, kit.tenant, delete, p=writer.principal_id) == INSUFFICIENT_PRIVILEGE, role
+    with owner(ctx, kit.tenant) as c:
+        c.execute(sa.text(delete), {"t": kit.tenant, "p": writer.principal_id})
+    # The journal still registers the writer (its acts stay authorised); the live row's absence is named.
+    assert verify_journal(ctx.db, kit.tenant, kit.fingerprint).ok
+    diffs = {(d.table, d.kind, dict(d.key).get("principal_id")) for d in verify_tenant(ctx.db, kit.tenant)}
+    assert ("principals", "missing", writer.principal_id) in diffs
+    res = reconciler.reconcile(ctx, kit.tenant, trusted_fingerprint=kit.fingerprint)
+    assert any(d.kind == reconciler.PROJECTION_DRIFT and d.table == "principals" for d in res.discrepancies)
+
+
+# ---------------------------------------------------------------- a rotation authorised by a revoked key
+
+def test_a_rotation_authorised_by_a_revoked_key(ctx):
+    kit = make_kit(ctx, "forge-rotation")
+    admin = authenticate(ctx.db, kit.admin_key)
+    op = ctx.admission.create_principal(admin, kit.dual_identity, "operator", [kit.root])
+    ctx.admission.revoke_principal(admin, op["principal_id"])
+    actor = Actor(op["principal_id"], kit.dual_identity)
+    with pytest.raises(OMLError) as e:
+        ctx.admission.rotate_signing_key(kit.tenant, actor=actor)
+    assert e.value.code == "access.denied"
+    new = Ed25519PrivateKey.generate()
+    new_pub = signing.raw_public(new)
+    for role in WORKLOADS:
+        code = refused(ctx, role, kit.tenant,
+                       "INSERT INTO tenant_keys (tenant_id, kid, purpose, version, public_key, registered_seq)"
+                       " VALUES (:t, :k, 'signing', 2, :pk, 3)", k=signing.kid(new_pub), pk=new_pub)
+        assert code == (GUARD if role == "oml_admission" else INSUFFICIENT_PRIVILEGE), role
+        code = refused(ctx, role, kit.tenant, "UPDATE tenant_keys SET retired_seq = 3 WHERE tenant_id = :t AND purpose = 'signing'")
+        assert code == (GUARD if role == "oml_admission" else INSUFFICIENT_PRIVILEGE), role
+    with owner(ctx, kit.tenant) as c:
+        old_pub = bytes(c.execute(sa.text("SELECT public_key FROM tenant_keys WHERE tenant_id = :t AND purpose = 'signing'"
+                                          " AND retired_seq IS NULL"), {"t": kit.tenant}).scalar())
+    ctx.keystore.put(kit.tenant, f"signing/{signing.kid(new_pub)}", signing.raw_private(new))
+    pop = new.sign(signing.pop_message(kit.tenant, old_pub, new_pub))
+    seq = signed(ctx, kit.tenant, "signing_key.rotated", actor,
+                 {"new_key": new_pub.hex(), "pop": pop.hex(), "authorised_by": "current"})
+    reported(ctx, kit, seq, "actor.revoked")
