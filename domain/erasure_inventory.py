@@ -164,8 +164,8 @@ INVENTORY: tuple[CopyClass, ...] = (
         completion=Completion.NO_CONTENT,
         complete_when="nothing to erase: no content",
         pg_tables=("tenants", "chain_heads", "journal_events", "tenant_keys", "identities", "workareas", "principals",
-                   "principal_directory", "claims", "claim_versions", "tip_intervals", "sim_tip_intervals", "claim_edges",
-                   "simulations", "retention_policies", "tenant_policies", "checkpoints", "merkle_state"),
+                   "principal_directory", "claims", "claim_versions", "version_status_log", "tip_intervals",
+                   "sim_tip_intervals", "claim_edges", "simulations", "retention_policies", "tenant_policies", "checkpoints", "merkle_state"),
         delta_tables=("journal", "checkpoints"),
     ),
     CopyClass(
@@ -183,11 +183,12 @@ INVENTORY: tuple[CopyClass, ...] = (
     CopyClass(
         key="outbox_and_messages",
         title="Outbox rows and Dramatiq messages",
-        holds="tenant ids, seqs and event types; consumer cursors and poison records (reason codes)",
+        holds="tenant ids, seqs and event types; consumer cursors, poison records and integrity events "
+              "(ids, seqs and reason codes)",
         action="nothing: ids only; dispatched outbox rows are deleted after OML_OUTBOX_RETENTION_HOURS",
         completion=Completion.NO_CONTENT,
         complete_when="nothing to erase: no content",
-        pg_tables=("outbox", "consumer_cursors", "poison_messages"),
+        pg_tables=("outbox", "consumer_cursors", "poison_messages", "integrity_events"),
         locations=("Redis (Dramatiq queues) when OML_REDIS_URL is set",),
     ),
     CopyClass(

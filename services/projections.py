@@ -41,8 +41,9 @@ ROLE = "oml_reconciler"
 PAGE = 2000
 
 # Parents before children, for inserts; deletes run in reverse.
-ORDER = ("tenant_keys", "identities", "workareas", "principals", "claims", "claim_versions", "tip_intervals",
-         "claim_edges", "simulations", "retention_policies", "tenant_policies", "sim_tip_intervals")
+ORDER = ("tenant_keys", "identities", "workareas", "principals", "claims", "claim_versions", "version_status_log",
+         "tip_intervals", "claim_edges", "simulations", "retention_policies", "tenant_policies",
+         "sim_tip_intervals")
 
 
 @dataclass(frozen=True)

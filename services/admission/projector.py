@@ -32,8 +32,9 @@ PROJECTIONS: dict[str, tuple[str, ...]] = {
         "tenant_id", "version_id", "claim_id", "version_no", "workarea_id", "kind", "provenance", "status", "tainted",
         "simulation_id", "author_principal", "author_identity", "reviewer_principal", "reviewer_identity",
         "self_signed", "supersedes", "valid_from", "valid_to", "confidence", "artifact_id", "ciphertext_sha256",
-        "created_at", "submitted_seq", "decided_seq",
+        "created_at", "submitted_seq", "decided_seq", "status_seq",
     ),
+    "version_status_log": ("tenant_id", "version_id", "seq", "status"),
     "tip_intervals": ("tenant_id", "claim_id", "version_id", "from_seq", "from_at", "to_seq", "to_at"),
     "claim_edges": ("tenant_id", "version_id", "claim_id", "derived_from"),
     "simulations": ("tenant_id", "simulation_id", "audience", "opened_seq", "closed_seq"),
@@ -99,6 +100,17 @@ def _demote_sim_tip(conn, tenant, claim_id, version_id, seq, at) -> None:
                     " VALUES (:t, :s, :c, :v, :seq, :at)"),
             {"t": tenant, "s": sim, "c": claim_id, "v": nxt, "seq": seq, "at": at},
         )
+
+
+def _set_status(conn, p: dict[str, Any], status: str, where: str, params: dict[str, Any], sets: str = "") -> None:
+    """Set ``status`` on the versions ``where`` selects and log it with this event's seq (docs/security-model.md,
+    Verified reads): every status change records the event that made it, in ``status_seq`` and in the
+    append-only ``version_status_log``."""
+    conn.execute(sa.text(
+        f"WITH u AS (UPDATE claim_versions SET status = :st, status_seq = :seq{sets} WHERE tenant_id = :t AND {where}"
+        " RETURNING version_id)"
+        " INSERT INTO version_status_log (tenant_id, version_id, seq, status) SELECT :t, version_id, :seq, :st FROM u"),
+        {**p, **params, "st": status})
 
 
 def _path(conn, tenant, parent_id, label) -> str:
@@ -168,13 +180,15 @@ def apply(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: di
         x(sa.text(
             "INSERT INTO claim_versions (tenant_id, version_id, claim_id, version_no, workarea_id, kind, provenance, status,"
             " tainted, simulation_id, author_principal, author_identity, supersedes, valid_from, valid_to, confidence,"
-            " artifact_id, ciphertext_sha256, created_at, submitted_seq)"
-            " VALUES (:t, :v, :c, :no, :w, :k, :prov, 'held', :taint, :sim, :ap, :ai, :sup, :vf, :vt, :conf, :art, :dig, :at, :seq)"),
+            " artifact_id, ciphertext_sha256, created_at, submitted_seq, status_seq)"
+            " VALUES (:t, :v, :c, :no, :w, :k, :prov, 'held', :taint, :sim, :ap, :ai, :sup, :vf, :vt, :conf, :art, :dig, :at, :seq, :seq)"),
           {**p, "v": data["version_id"], "c": data["claim_id"], "no": data["version_no"], "w": data["workarea_id"],
            "k": data["kind"], "prov": data["provenance"], "taint": data.get("tainted", False),
            "sim": data.get("simulation_id"), "ap": actor["principal"], "ai": actor["identity"],
            "sup": data.get("supersedes"), "vf": _ts(data.get("valid_from")), "vt": _ts(data.get("valid_to")),
            "conf": data.get("confidence"), "art": data["artifact_id"], "dig": bytes.fromhex(data["ciphertext_sha256"])})
+        x(sa.text("INSERT INTO version_status_log (tenant_id, version_id, seq, status) VALUES (:t, :v, :seq, 'held')"),
+          {**p, "v": data["version_id"]})
         for src in data.get("derived_from", []):
             x(sa.text("INSERT INTO claim_edges (tenant_id, version_id, claim_id, derived_from) VALUES (:t, :v, :c, :d)"),
               {**p, "v": data["version_id"], "c": data["claim_id"], "d": src})
@@ -206,17 +220,17 @@ def apply(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: di
             if nxt:
                 _open_tip(conn, tenant, c, nxt, seq, at)
         if type == "claim.demoted":
-            x(sa.text("UPDATE claim_versions SET status = 'demoted' WHERE tenant_id = :t AND version_id = :v"), {**p, "v": v})
+            _set_status(conn, p, "demoted", "version_id = :v", {"v": v})
         else:
-            x(sa.text("UPDATE claim_versions SET status = :st, reviewer_principal = :rp, reviewer_identity = :ri,"
-                      " self_signed = :ss, decided_seq = :seq WHERE tenant_id = :t AND version_id = :v"),
-              {**p, "st": status, "rp": actor["principal"], "ri": actor["identity"], "ss": data.get("self_signed", False), "v": v})
+            _set_status(conn, p, status, "version_id = :v",
+                        {"rp": actor["principal"], "ri": actor["identity"], "ss": data.get("self_signed", False), "v": v},
+                        ", reviewer_principal = :rp, reviewer_identity = :ri, self_signed = :ss, decided_seq = :seq")
     elif type == "claim.erased":
         c = data["claim_id"]
         _close_tip(conn, tenant, c, seq, at)
         x(sa.text("UPDATE sim_tip_intervals SET to_seq = :seq, to_at = :at WHERE tenant_id = :t AND claim_id = :c AND to_seq IS NULL"),
           {**p, "c": c})
-        x(sa.text("UPDATE claim_versions SET status = 'erased' WHERE tenant_id = :t AND claim_id = :c"), {**p, "c": c})
+        _set_status(conn, p, "erased", "claim_id = :c", {"c": c})
         x(sa.text("UPDATE claims SET erased_seq = :seq WHERE tenant_id = :t AND claim_id = :c"), {**p, "c": c})
     elif type in ("claim.hold_placed", "claim.hold_released"):
         x(sa.text("UPDATE claims SET legal_hold = :h WHERE tenant_id = :t AND claim_id = :c"),
@@ -231,9 +245,8 @@ def apply(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: di
           {**p, "s": data["simulation_id"]})
         demoted = [d["version_id"] for d in data.get("demoted", [])]
         if demoted:
-            x(sa.text("UPDATE claim_versions SET status = 'demoted' WHERE tenant_id = :t AND simulation_id = :s"
-                      " AND status = 'promoted' AND version_id = ANY(CAST(:vs AS uuid[]))"),
-              {**p, "s": data["simulation_id"], "vs": demoted})
+            _set_status(conn, p, "demoted", "simulation_id = :s AND status = 'promoted' AND version_id = ANY(CAST(:vs AS uuid[]))",
+                        {"s": data["simulation_id"], "vs": demoted})
     elif type == "tenant.policy_set":
         x(sa.text("INSERT INTO tenant_policies (tenant_id, phone_regions, set_seq) VALUES (:t, :r, :seq)"
                   " ON CONFLICT (tenant_id) DO UPDATE SET phone_regions = EXCLUDED.phone_regions, set_seq = EXCLUDED.set_seq"),

@@ -113,11 +113,13 @@ def status_cmd(
     """Per consumer and tenant: journal head, cursor, lag and poison records; undispatched outbox rows."""
     from rich.table import Table
 
+    from oml.services.server import verified_reads
     from oml.workers import lag
 
     with context() as ctx:
         rows = lag.report(ctx, tenant=tenant)
         poison = lag.poison(ctx, tenant)
+        integrity = verified_reads.report(ctx, tenant)
         waits = lag.lock_waits(ctx, tenant)
         try:
             pending = lag.undispatched(ctx)
@@ -129,6 +131,8 @@ def status_cmd(
                            "poison": r.poison} for r in rows],
             "poison": [{"tenant": p.tenant, "consumer": p.consumer, "seq": p.seq, "reason": p.reason,
                         "recorded_at": p.recorded_at.isoformat()} for p in poison],
+            "integrity_events": [{"tenant": i.tenant, "reason": i.reason, "versions": i.versions, "refusals": i.refusals}
+                                 for i in integrity],
             "lake_lock_waits": [{"tenant": w.tenant, "count": w.count, "last_at": w.last_at.isoformat()} for w in waits],
             "outbox_undispatched": pending}, indent=2))
         return
@@ -139,6 +143,13 @@ def status_cmd(
         table.add_row(r.consumer, r.tenant, str(r.head), str(r.cursor), str(r.lag), str(r.poison),
                       style="yellow" if r.lag else ("red" if r.poison else None))
     console.print(table)
+    if integrity:
+        it = Table(title="integrity events: reads refused because the journal does not back a version's status")
+        for col in ("tenant", "reason", "versions", "refusals"):
+            it.add_column(col)
+        for i in integrity:
+            it.add_row(i.tenant, i.reason, str(i.versions), str(i.refusals), style="red")
+        console.print(it)
     if poison:
         pt = Table(title="poison messages (skipped; reason codes)")
         for col in ("tenant", "consumer", "seq", "reason", "recorded at"):

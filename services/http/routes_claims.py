@@ -24,7 +24,7 @@ from oml.domain.errors import invalid
 from oml.domain.events import REASON_CODES
 from oml.services.admission.service import Submission
 from oml.services.context import Context
-from oml.services.server.bodies import decrypt_version, log_read
+from oml.services.server.bodies import Unverified, decrypt_version, log_read
 
 from .deps import context, principal
 from .routes_admin import IdemKey
@@ -211,8 +211,9 @@ def _item(r, p: Principal) -> dict:
             "valid_to": _iso(r.valid_to), "confidence": r.confidence}
 
 
-def _next(items: list[dict], limit: int) -> str | None:
-    return items[-1]["version_id"] if len(items) == limit else None
+def _next(rows: list, limit: int) -> str | None:
+    # From the rows read, not the items listed: an unverified row left out must not end the paging.
+    return str(rows[-1].version_id) if len(rows) == limit else None
 
 
 def review_queue(ctx: Context, p: Principal, *, limit: int = 50, after: str | None = None) -> dict:
@@ -229,11 +230,14 @@ def review_queue(ctx: Context, p: Principal, *, limit: int = 50, after: str | No
         items = []
         for r in rows:
             item = _item(r, p)
-            item["body"] = decrypt_version(conn, ctx.keystore, p.tenant, item["version_id"])
+            try:
+                item["body"] = decrypt_version(conn, ctx.keystore, p.tenant, item["version_id"])
+            except Unverified:
+                continue  # the journal does not back its status: not listed (an integrity event)
             items.append(item)
         log_read(conn, p.tenant, principal_id=p.principal_id, identity_id=p.identity_id, role=p.role, op="review_queue",
                  claim_ids=[i["claim_id"] for i in items], workarea_ids=[i["workarea_id"] for i in items])
-    return {"items": items, "next_after": _next(items, limit)}
+    return {"items": items, "next_after": _next(rows, limit)}
 
 
 @router.get("/v1/review-queue", response_model=QueueOut, summary="Held claims awaiting review, decrypted for a reviewer")
@@ -269,11 +273,14 @@ def own_work(ctx: Context, p: Principal, *, status: str = "held", decrypt: bool 
         for r in rows:
             item = _item(r, p) | {"status": r.status}
             if decrypt:
-                item["body"] = decrypt_version(conn, ctx.keystore, p.tenant, item["version_id"])
+                try:
+                    item["body"] = decrypt_version(conn, ctx.keystore, p.tenant, item["version_id"])
+                except Unverified:
+                    continue  # as in review_queue
             items.append(item)
         log_read(conn, p.tenant, principal_id=p.principal_id, identity_id=p.identity_id, role=p.role, op="own_work",
                  claim_ids=[i["claim_id"] for i in items], workarea_ids=[i["workarea_id"] for i in items])
-    return {"items": items, "next_after": _next(items, limit)}
+    return {"items": items, "next_after": _next(rows, limit)}
 
 
 @router.get("/v1/own-work", response_model=OwnOut, summary="The caller's own claim versions (held by default)")

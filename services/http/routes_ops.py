@@ -5,7 +5,8 @@ as ``oml_server``; otherwise 503 ``service.unavailable``. No tenant data.
 
 ``GET /metrics`` (Prometheus text format) reports, per consumer and tenant,
 the journal head, the consumer's cursor, its lag in events and its poison
-records. It needs a bearer credential, since the labels name tenants:
+records; per tenant and reason, the reads refused by verified reads
+(``oml_integrity_read_refusals_total``). It needs a bearer credential, since the labels name tenants:
 
 - the value of ``OML_METRICS_TOKEN`` (when set): every tenant, plus the
   number of undispatched outbox rows — for the platform's Prometheus;
@@ -21,7 +22,7 @@ import os
 import sqlalchemy as sa
 from fastapi import APIRouter, Depends, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from oml.domain.errors import OMLError
 from oml.services.auth import authenticate
@@ -43,8 +44,8 @@ def healthz(ctx: Context = Depends(context)) -> dict:
 
 
 class _Collector:
-    def __init__(self, rows, undispatched: int | None) -> None:
-        self.rows, self.undispatched = rows, undispatched
+    def __init__(self, rows, undispatched: int | None, integrity=()) -> None:
+        self.rows, self.undispatched, self.integrity = rows, undispatched, integrity
 
     def collect(self):
         head = GaugeMetricFamily("oml_journal_head_seq", "Last journal seq of the tenant's chain.", labels=["tenant"])
@@ -63,6 +64,13 @@ class _Collector:
             lag.add_metric([r.consumer, r.tenant], r.lag)
             poison.add_metric([r.consumer, r.tenant], r.poison)
         yield from (head, cursor, lag, poison)
+        # Recorded in integrity_events by every server process, so the count is the deployment's, not this process's.
+        refused = CounterMetricFamily("oml_integrity_read_refusals", "Reads refused because the journal does not back "
+                                      "the version's projected status (docs/security-model.md, Verified reads).",
+                                      labels=["tenant", "reason"])
+        for i in self.integrity:
+            refused.add_metric([i.tenant, i.reason], i.refusals)
+        yield refused
         if self.undispatched is not None:
             g = GaugeMetricFamily("oml_outbox_undispatched", "Outbox rows the relay has not dispatched yet.")
             g.add_metric([], self.undispatched)
@@ -77,12 +85,13 @@ def _bearer(request: Request) -> str | None:
 @router.get("/metrics", summary="Prometheus metrics: per consumer and tenant lag",
             response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
 def metrics(request: Request, ctx: Context = Depends(context)) -> Response:
+    from oml.services.server import verified_reads
     from oml.workers import lag
 
     token = _bearer(request)
     platform = os.environ.get("OML_METRICS_TOKEN")
     if token and platform and hmac.compare_digest(token.encode(), platform.encode()):
-        rows = lag.report(ctx)
+        rows, integrity = lag.report(ctx), verified_reads.report(ctx)
         try:
             pending = lag.undispatched(ctx)
         except Exception:
@@ -91,8 +100,8 @@ def metrics(request: Request, ctx: Context = Depends(context)) -> Response:
         p = authenticate(ctx.db, token)
         if p.role != "operator":
             raise OMLError("access.denied", "metrics need an operator key or the platform metrics token", 403)
-        rows, pending = lag.report(ctx, tenant=p.tenant), None
+        rows, pending, integrity = lag.report(ctx, tenant=p.tenant), None, verified_reads.report(ctx, p.tenant)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(rows, pending))
+    registry.register(_Collector(rows, pending, integrity))
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 

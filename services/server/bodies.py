@@ -5,7 +5,9 @@ Only oml-server calls this, on a connection bound to the tenant as
 after access and the simulation predicate passed, and the caller logs the
 read in ``read_events`` in the same transaction. The tenant's X25519
 private key for the DEK's key version comes from the KeyStore; nothing
-decrypted is cached.
+decrypted is cached. A version's body is opened only when the journal backs
+its projected status (:mod:`oml.services.server.verified_reads`); one it
+does not back is :class:`Unverified` — to the reader, not found.
 """
 from __future__ import annotations
 
@@ -18,6 +20,14 @@ from cryptography.exceptions import InvalidTag
 from oml.domain import envelope
 from oml.domain.errors import OMLError, not_found
 from oml.services.keystore import KeyStore
+from oml.services.server import verified_reads
+
+
+class Unverified(OMLError):
+    """A version whose projected status the journal does not back (an integrity event): served as not found."""
+
+    def __init__(self) -> None:
+        super().__init__("claim.not_found", "claim not found", 404)
 
 
 def _erased() -> OMLError:
@@ -54,8 +64,11 @@ def decrypt_artifact(conn: sa.Connection, keystore: KeyStore, tenant: str, artif
 def decrypt_version(conn: sa.Connection, keystore: KeyStore, tenant: str, version_id: str) -> dict[str, Any]:
     """The decrypted body of a claim version (``statement``, ``source``, ``tags``, …).
 
-    Same errors as :func:`decrypt_artifact`; ``claim.not_found`` for an unknown version.
+    Same errors as :func:`decrypt_artifact`; ``claim.not_found`` for an unknown version, and
+    :class:`Unverified` (``claim.not_found``) for one whose status the journal does not back.
     """
+    if verified_reads.refused(conn, tenant, [version_id]):
+        raise Unverified()
     art = conn.execute(sa.text("SELECT artifact_id FROM claim_versions WHERE tenant_id = :t AND version_id = CAST(:v AS uuid)"),
                        {"t": tenant, "v": version_id}).scalar()
     if art is None:
@@ -70,9 +83,13 @@ def decrypt_versions(conn: sa.Connection, keystore: KeyStore, tenant: str, versi
 
     Each DEK is still unwrapped per artifact; the tenant's private key is read
     from the KeyStore once per key version per call. Nothing is cached beyond the call.
+    A version whose status the journal does not back maps to :class:`Unverified`.
     """
     ids = sorted({str(v) for v in version_ids})
     out: dict[str, dict[str, Any] | OMLError] = {v: not_found("claim version") for v in ids}
+    bad = verified_reads.refused(conn, tenant, ids)
+    out.update({v: Unverified() for v in bad})
+    ids = [v for v in ids if v not in bad]
     if not ids:
         return out
     # Full-key lookups behind LATERAL/LIMIT fences, tenant as (SELECT :t): linear plans even when the

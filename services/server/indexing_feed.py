@@ -25,7 +25,9 @@ others: ``claim.erased`` (the claim was erased: not a fault), ``version.not_foun
 but claim not erased), ``body.key_missing`` (KeyStore has no private key for
 the DEK's key version), ``body.integrity`` (the ciphertext does not open with
 its AAD, or its digest differs from the version's recorded digest),
-``body.malformed`` (the body has no string ``statement``).
+``body.malformed`` (the body has no string ``statement``), ``version.unverified``
+(the journal does not back the version's projected status: an integrity
+event, :mod:`oml.services.server.verified_reads`).
 """
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ from oml.domain import claims as rules
 from oml.domain.access import Principal
 from oml.domain.errors import OMLError
 from oml.services.keystore import KeyNotFound, KeyStore
+from oml.services.server import verified_reads
 from oml.services.server.bodies import decrypt_artifact, log_read
 from oml.services.storage.db import Database
 
@@ -58,6 +61,7 @@ PURGED = "body.purged"
 DEK_MISSING = "body.dek_missing"
 KEY_MISSING = "body.key_missing"
 INTEGRITY = "body.integrity"
+UNVERIFIED = "version.unverified"
 MALFORMED = "body.malformed"
 
 
@@ -158,6 +162,7 @@ class IndexingFeed:
                 "SELECT path FROM workareas WHERE tenant_id = :t AND node_id = ANY(CAST(:r AS uuid[]))"),
                 {"t": tenant, "r": [str(r) for r in who.roots]}).scalars().all()
             rows = conn.execute(_ROWS, {"t": tenant, "ids": ids}).all()
+            unverified = verified_reads.refused(conn, tenant, [r.version_id for r in rows if r.erased_seq is None])
             served_claims: list[str] = []
             served_workareas: list[str] = []
             for r in rows:
@@ -168,6 +173,8 @@ class IndexingFeed:
                     out[vid] = FeedItem(**base, error=ERASED)
                 elif not any(rules.is_within(r.path, rp) for rp in root_paths):
                     out[vid] = FeedItem(**base, error=DENIED)
+                elif vid in unverified:
+                    out[vid] = FeedItem(**base, error=UNVERIFIED)
                 elif r.purged:
                     out[vid] = FeedItem(**base, error=PURGED)
                 elif not r.has_dek:

@@ -36,12 +36,27 @@ CREATE TABLE claim_versions (
   created_at          timestamptz NOT NULL,
   submitted_seq       bigint NOT NULL,
   decided_seq         bigint,
+  -- The journal event that set the current status (docs/security-model.md, Verified reads).
+  status_seq          bigint NOT NULL,
   PRIMARY KEY (tenant_id, version_id),
   UNIQUE (tenant_id, claim_id, version_no),
   FOREIGN KEY (tenant_id, claim_id) REFERENCES claims (tenant_id, claim_id)
 );
 CREATE INDEX claim_versions_status ON claim_versions (tenant_id, status, workarea_id);
 CREATE INDEX claim_versions_claim ON claim_versions (tenant_id, claim_id);
+
+-- Every status a version was given, by the journal event that gave it (claim.submitted: held,
+-- promoted, rejected, demoted by claim.demoted or simulation.closed, erased). Ids and seqs only.
+-- Journal-derived (a projection); workloads may only append to it, so the latest row of a version
+-- names the event a verified read checks, and a status set by a later event cannot be hidden by
+-- rewriting claim_versions (docs/security-model.md, Verified reads).
+CREATE TABLE version_status_log (
+  tenant_id   text NOT NULL,
+  version_id  uuid NOT NULL,
+  seq         bigint NOT NULL,
+  status      text NOT NULL CHECK (status IN ('held','promoted','rejected','demoted','erased')),
+  PRIMARY KEY (tenant_id, version_id, seq)
+);
 
 -- Tip intervals: version V was the default tip of its claim from from_seq to to_seq (exclusive).
 CREATE TABLE tip_intervals (
