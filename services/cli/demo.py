@@ -41,7 +41,7 @@ def demo_cmd(
     if home is not None:
         os.environ["OML_HOME"] = str(home.resolve())
     if data is not None and not data.exists():
-        err.print(f"--data: {data} does not exist")
+        err.print(escape(f"--data: {data} does not exist"))
         raise typer.Exit(2)
     settings = Settings()
     try:

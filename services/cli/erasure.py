@@ -204,8 +204,8 @@ def lake_purge(tenant: str = TENANT,
                       + ("[green]no file holds an erased artifact[/green]" if lst["clean"]
                          else f"[red]{len(lst['dirty'])} file(s) still hold erased artifacts[/red]"))
         if out["pending_until"]:
-            console.print(f"the table's retention ({out['retention']}) keeps them until about {out['pending_until']}; "
-                          "run again then, or with --force-now")
+            console.print(escape(f"the table's retention ({out['retention']}) keeps them until about {out['pending_until']}; "
+                                 "run again then, or with --force-now"))
     if out["status"] != "clean":
         raise typer.Exit(1)
 
@@ -249,7 +249,7 @@ def keys_retire(tenant: str = TENANT,
     if not _print(out, as_json):
         console.print(f"cutoff {out['cutoff']}: destroyed {out['destroyed'] or 'none'}{' (dry run)' if dry_run else ''}")
         for k in out["kept"]:
-            console.print(f"  kept version {k['version']}: {k['reason']}")
+            console.print(escape(f"  kept version {k['version']}: {k['reason']}"))
 
 
 def keys_versions(tenant: str = TENANT, as_json: bool = AS_JSON) -> None:

@@ -243,7 +243,7 @@ def index_enroll(tenant: str = typer.Option(..., "--tenant", "-t", help="tenant 
 
     with context() as ctx:
         indexer.enroll(ctx, tenant)
-        console.print(f"{tenant}: indexer key written to {indexer.key_dir(ctx) / (tenant + '.key')} (mode 0600)")
+        console.print(escape(f"{tenant}: indexer key written to {indexer.key_dir(ctx) / (tenant + '.key')} (mode 0600)"))
 
 
 @index_app.command("catch-up")
