@@ -33,6 +33,7 @@ from typing import Any, Iterable
 import sqlalchemy as sa
 
 from oml.domain.canonical import parse_time
+from oml.domain.errors import OMLError
 from oml.domain.replay import AuthorityReplay, Finding
 from oml.services.admission import projector
 from oml.services.storage.db import Database
@@ -53,7 +54,10 @@ class Difference:
     ``kind``: ``mismatch`` (same key, different ``columns``), ``extra`` (in the
     live table, not produced by the journal), ``missing`` (produced by the
     journal, absent from the live table), ``digest`` (an artifact whose stored
-    digest or ciphertext does not match what the journal records). ``key``
+    digest or ciphertext does not match what the journal records),
+    ``unauthorised_act`` (table ``journal``, key ``seq``, the replay's rule as
+    the column: :func:`unauthorised`) and ``replay_failed`` (table ``journal``,
+    key the first event the projector could not apply). ``key``
     maps primary-key columns to their text form; no value of a differing
     column is reported.
     """
@@ -117,6 +121,28 @@ def _artifacts_named(etype: str, data: dict[str, Any]) -> Iterable[tuple[str, st
         yield note["artifact_id"], note["sha256"]
 
 
+class ReplayFailed(Exception):
+    """The projector could not apply event ``seq`` (a journal that does not replay); ``__cause__`` says why."""
+
+    def __init__(self, seq: int) -> None:
+        super().__init__(f"the journal does not replay at seq {seq}")
+        self.seq = seq
+
+
+def _journal(conn: sa.Connection, tenant: str, *, after: int = 0, upto_seq: int | None = None):
+    """``(seq, canonical bytes)`` of ``tenant``'s events after ``after``, in ``seq`` order, ``PAGE`` per query."""
+    while True:
+        rows = conn.execute(sa.text(
+            "SELECT seq, canonical FROM public.journal_events WHERE tenant_id = :t AND seq > :a"
+            + (" AND seq <= :u" if upto_seq is not None else "") + " ORDER BY seq LIMIT :n"),
+            {"t": tenant, "a": after, "u": upto_seq, "n": PAGE}).all()
+        if not rows:
+            return
+        for r in rows:
+            yield int(r.seq), bytes(r.canonical)
+        after = rows[-1].seq
+
+
 def replay(conn: sa.Connection, tenant: str, *, upto_seq: int | None = None,
            artifacts: dict[str, str] | None = None, acts: AuthorityReplay | None = None) -> ReplayStats:
     """Create the temp projection tables and replay ``tenant``'s journal into them.
@@ -125,30 +151,25 @@ def replay(conn: sa.Connection, tenant: str, *, upto_seq: int | None = None,
     transaction. ``artifacts``, when given, collects artifact id → journal
     digest (hex) for every body and note the journal names; ``acts``, when
     given, judges every event (the authority replay, ``domain/replay.py``)
-    before the projector applies it.
+    before the projector applies it. Raises :class:`ReplayFailed` naming the
+    first event the projector cannot apply (the transaction is then aborted).
     """
     _create_temp(conn)
     stats = ReplayStats()
-    after = 0
-    while True:
-        rows = conn.execute(sa.text(
-            "SELECT seq, canonical FROM public.journal_events WHERE tenant_id = :t AND seq > :a"
-            + (" AND seq <= :u" if upto_seq is not None else "") + " ORDER BY seq LIMIT :n"),
-            {"t": tenant, "a": after, "u": upto_seq, "n": PAGE}).all()
-        if not rows:
-            break
-        for r in rows:
-            # The stored canonical bytes are the authority, never a JSONB copy.
-            ev = json.loads(bytes(r.canonical))
-            if acts is not None:
-                acts.add(int(r.seq), ev)
+    for seq, raw in _journal(conn, tenant, upto_seq=upto_seq):
+        # The stored canonical bytes are the authority, never a JSONB copy.
+        if acts is not None:
+            acts.add_bytes(seq, raw)
+        try:
+            ev = json.loads(raw)
             data = ev.get("data") or {}
-            projector.apply(conn, tenant, int(r.seq), parse_time(ev["at"]), ev["actor"], ev["type"], data)
-            if artifacts is not None:
-                for a, d in _artifacts_named(ev["type"], data):
-                    artifacts[a] = d
-            stats.events += 1
-        after = rows[-1].seq
+            projector.apply(conn, tenant, seq, parse_time(ev["at"]), ev["actor"], ev["type"], data)
+        except (sa.exc.SQLAlchemyError, OMLError, LookupError, TypeError, ValueError, AttributeError) as exc:
+            raise ReplayFailed(seq) from exc
+        if artifacts is not None:
+            for a, d in _artifacts_named(ev["type"], data):
+                artifacts[a] = d
+        stats.events += 1
     for t in ORDER:
         stats.rows[t] = conn.execute(sa.text(f"SELECT count(*) FROM pg_temp.{t}")).scalar()
     return stats
@@ -221,8 +242,18 @@ def verify_projections(conn: sa.Connection, tenant: str, *, check_bodies: bool =
     """
     expected: dict[str, str] = {}
     acts = AuthorityReplay(tenant) if check_authority else None
+    sp = conn.begin_nested()
     try:
-        replay(conn, tenant, artifacts=expected, acts=acts)
+        try:
+            replay(conn, tenant, artifacts=expected, acts=acts)
+        except ReplayFailed as exc:
+            # Nothing after the failing event can be compared; every act is still judged.
+            sp.rollback()
+            for seq, raw in _journal(conn, tenant, after=exc.seq) if acts is not None else ():
+                acts.add_bytes(seq, raw)
+            failed = Difference("journal", (("seq", str(exc.seq)),), "replay_failed", (), type(exc.__cause__).__name__)
+            return ([unauthorised(f) for f in acts.findings] if acts is not None else []) + [failed]
+        sp.commit()
         diffs: list[Difference] = [unauthorised(f) for f in acts.findings] if acts is not None else []
         for t in ORDER:
             diffs.extend(_diff_table(conn, tenant, t))

@@ -660,9 +660,10 @@ def _projections(res: Result, conn, tenant: str) -> None:
     res.checks["projections"] = "done"
     for d in diffs:
         key = {k: v for k, v in d.key if k != "tenant_id"}
-        res.add(Discrepancy(PROJECTION_DRIFT, "projections", d.table, key,
-                            f"{d.kind}: live row {'differs from' if d.kind == 'mismatch' else 'absent from' if d.kind == 'missing' else 'not produced by'} the replay",
-                            ",".join(d.columns) or None))
+        what = {"mismatch": "live row differs from the replay", "missing": "live row absent from the replay",
+                "replay_failed": "the projector cannot apply this event; later rows were not compared"}.get(
+                    d.kind, "live row not produced by the replay")
+        res.add(Discrepancy(PROJECTION_DRIFT, "projections", d.table, key, f"{d.kind}: {what}", ",".join(d.columns) or None))
 
 
 def _readlog(res: Result, ctx, tenant: str) -> None:

@@ -231,3 +231,21 @@ def test_a_rotation_authorised_by_a_revoked_key(ctx):
     seq = signed(ctx, kit.tenant, "signing_key.rotated", actor,
                  {"new_key": new_pub.hex(), "pop": pop.hex(), "authorised_by": "current"})
     reported(ctx, kit, seq, "actor.revoked")
+
+
+# ---------------------------------------------------------------- an act the projector cannot apply
+
+def test_an_event_that_does_not_replay_is_named_not_a_crash(ctx):
+    kit = make_kit(ctx, "forge-noreplay")
+    admin = authenticate(ctx.db, kit.admin_key)
+    with owner(ctx, kit.tenant) as c:  # signed with the tenant's key, never projected
+        seq = journal.append(journal.Head(c, kit.tenant), ctx.admission.signer, "workarea.reparented",
+                             Actor(admin.principal_id, admin.identity_id),
+                             {"node_id": str(uuid.uuid4()), "new_parent_id": None}).seq
+    diffs = {(d.table, d.key, d.kind) for d in verify_tenant(ctx.db, kit.tenant)}
+    assert ("journal", (("seq", str(seq)),), "replay_failed") in diffs
+    assert ("journal", (("seq", str(seq)),), "unauthorised_act") in diffs
+    pr = run_cli(ctx, ["projections", "rebuild", "--tenant", kit.tenant, "--verify"])
+    assert pr.exit_code == 1 and f"journal [seq={seq}] replay_failed" in pr.stdout
+    rep = verify_journal(ctx.db, kit.tenant, kit.fingerprint)
+    assert [(f.seq, f.rule) for f in rep.findings] == [(seq, "workarea.unknown")]
