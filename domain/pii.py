@@ -496,8 +496,10 @@ def _emails(text: str) -> Iterator[_Span]:
 _PHONE_RUN_RE = re.compile(r"[(+]{0,3}[0-9][0-9 ()./\[\]~-]*")
 _MIN_PHONE_DIGITS: Final[int] = 5
 # Context the matcher's own checks read around a candidate (a time after a
-# date, a letter before a number); windows closer than this share one call.
+# date, a letter before a number); windows closer than this share one call,
+# up to a group of _PHONE_GROUP characters (bounds the work per match).
 _PHONE_PAD: Final[int] = 12
+_PHONE_GROUP: Final[int] = 256
 # Nouns after which a bare, unformatted digit run is an identifier, not a phone
 # number ("Order 4155550134", "Ticket #4155550134"). A formatted or "+" number
 # after them is still a phone number.
@@ -521,6 +523,10 @@ def _glued(c: str, inside: str = "") -> bool:
 def _phone_windows(view: _View, taken: Sequence[_Span]) -> list[tuple[int, int]]:
     text = view.text
     out = []
+    # Runs come in order, so one sweep over the taken spans (sorted by start)
+    # answers "does any taken span overlap this run" in O(n + k) overall.
+    taken_sorted = sorted((s, e) for _, s, e in taken)
+    j, reach = 0, -1
     for m in _PHONE_RUN_RE.finditer(text):
         start = m.start()
         end = start + len(m.group().rstrip(" ()./[]~-"))
@@ -529,7 +535,10 @@ def _phone_windows(view: _View, taken: Sequence[_Span]) -> list[tuple[int, int]]
             continue
         # A run already found as a card, IBAN or national id cannot yield a
         # phone finding that survives _resolve: skip the parser for it.
-        if any(s < end and start < e for _, s, e in taken):
+        while j < len(taken_sorted) and taken_sorted[j][0] < end:
+            reach = max(reach, taken_sorted[j][1])
+            j += 1
+        if reach > start:
             continue
         if "+" not in run[:3]:
             # Glue is judged on the submitted text too, so a zero-width character
@@ -551,7 +560,7 @@ def _phones(view: _View, regions: Sequence[str], taken: Sequence[_Span] = ()) ->
     windows = _phone_windows(view, taken)
     groups: list[list[tuple[int, int]]] = []
     for w in windows:
-        if groups and w[0] - groups[-1][-1][1] <= _PHONE_PAD:
+        if groups and w[0] - groups[-1][-1][1] <= _PHONE_PAD and w[1] - groups[-1][0][0] <= _PHONE_GROUP:
             groups[-1].append(w)
         else:
             groups.append([w])
@@ -573,6 +582,45 @@ def _phones(view: _View, regions: Sequence[str], taken: Sequence[_Span] = ()) ->
                     yield ("phone", start, end)
             if not pending:
                 break
+        for w in sorted(pending):
+            found = _plus_prefix(text, *w)
+            if found is not None:
+                yield ("phone", w[0], found)
+
+
+_PHONE_SEPARATORS: Final[str] = " ()./[]~-"
+_MAX_PREFIX_TRIES: Final[int] = 8
+
+
+def _plus_prefix(text: str, start: int, end: int) -> int | None:
+    """End of the longest valid "+" number at the start of run ``[start, end)``, or None.
+
+    The matcher refuses a whole run that is not one number, so "+44 20 7946
+    0958 1234" would hide a number behind trailing digits. A "+" anchors
+    where a number starts, so its prefixes ending at a group boundary with
+    at most 15 digits (longest first, at most _MAX_PREFIX_TRIES) are parsed. National formats
+    have no such anchor and are not split (docs/personal-data.md).
+    """
+    if "+" not in text[start : start + 3]:
+        return None
+    cuts: list[int] = []
+    digits = 0
+    for i in range(start, end):
+        if text[i].isdigit():
+            digits += 1
+            if digits > 15:  # E.164: at most 15 digits with the country code
+                break
+        elif text[i - 1].isdigit():
+            cuts.append(i)
+    for cut in reversed(cuts[-_MAX_PREFIX_TRIES:]):
+        candidate = text[start:cut]
+        try:
+            number = phonenumbers.parse(candidate, None)
+        except phonenumbers.NumberParseException:
+            continue
+        if phonenumbers.is_valid_number(number):
+            return cut
+    return None
 
 
 # ---- payment cards --------------------------------------------------------

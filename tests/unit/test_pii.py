@@ -440,6 +440,8 @@ PER_KIND_POSITIVE = [
     ("Order 415-555-0134 shipped.", "415-555-0134", "phone"),  # formatted: a phone whatever precedes it
     ("Order for +1 415 555 0134", "+1 415 555 0134", "phone"),
     ("INC-+14155550134", "+14155550134", "phone"),  # "+" forms everywhere
+    ("call +44 20 7946 0958 1234 now", "+44 20 7946 0958", "phone"),  # trailing digits do not hide a "+" number
+    ("call (+44) 20 7946 0958 99 99", "(+44) 20 7946 0958", "phone"),
     ("phone=4155550134", "4155550134", "phone"),
     ("tel:4155550134", "4155550134", "phone"),
     ("٠٢٠ ٧٩٤٦ ٠٩٥٨ رقم", "٠٢٠ ٧٩٤٦ ٠٩٥٨", "phone"),  # Arabic-Indic digits
