@@ -1042,7 +1042,7 @@ def classify(text: str, *, phone_regions: Sequence[str] | None = None) -> list[F
 
 
 def _regions(given: Sequence[str] | None) -> tuple[str, ...]:
-    return DEFAULT_PHONE_REGIONS if given is None else globals()["phone_regions"](given)
+    return DEFAULT_PHONE_REGIONS if given is None else phone_regions(given)
 
 
 def _escape_segment(segment: str) -> str:
