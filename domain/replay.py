@@ -99,11 +99,13 @@ class Registry:
     ``identities``: id → ``{kind, created_seq}``; ``workareas``: node id →
     ``{parent, label, development, pii_policy, created_seq}``; ``keys``: list of
     ``{purpose, kid, version, public_key, registered_seq, retired_seq}`` in registration
-    order; ``claims``: id → ``{workarea, kind, simulation, created_seq, erased_seq, legal_hold}``;
+    order; ``claims``: id → ``{workarea, kind, simulation, created_seq, erased_seq, legal_hold,
+    versions}``;
     ``versions``: id → ``{claim, version_no, workarea, author_principal, author_identity,
     status, tainted, simulation, supersedes, submitted_seq, decided_seq}``; ``tips``: claim →
     version; ``sim_tips``: simulation → claim → version; ``simulations``: id →
-    ``{audience, opened_seq, closed_seq}``; ``readlog_days``: the retention window or null.
+    ``{audience, opened_seq, closed_seq, versions}`` (``versions``: ids in submission order);
+    ``readlog_days``: the retention window or null.
     """
 
     tenant: str
@@ -141,6 +143,10 @@ class Registry:
     def key(self, purpose: str) -> dict[str, Any] | None:
         """The current (unretired) key of ``purpose`` (signing, encryption, recovery)."""
         return next((k for k in reversed(self.keys) if k["purpose"] == purpose and k["retired_seq"] is None), None)
+
+    def versions_of(self, claim: str) -> list[dict[str, Any]]:
+        """The versions of ``claim``, in submission order (the per-claim index keeps the replay linear)."""
+        return [self.versions[v] for v in self.claims[claim]["versions"]]
 
     def lineage(self, node: str) -> list[str]:
         """``node`` and its ancestors, nearest first (stops at a cycle or an unknown parent)."""
@@ -463,14 +469,17 @@ def _submitted(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
         if s is not None and s["closed_seq"] is not None:
             f("simulation.closed", f"simulation {named} was closed at seq {s['closed_seq']}")
     if self_claim is not None and no != 1:
-        existing = [(v["version_no"], v["tainted"], v["simulation"]) for v in reg.versions.values() if v["claim"] == cid]
+        existing = [(v["version_no"], v["tainted"], v["simulation"]) for v in reg.versions_of(cid)]
         if no != simrules.next_version_no(existing, named):
             f("version.number", f"version {vid} has number {no}")
     r._scope(pid, wa, f)
     actor = ev["actor"]
     if self_claim is None:
         reg.claims[cid] = {"workarea": wa, "kind": data.get("kind"), "simulation": named, "created_seq": seq,
-                           "erased_seq": None, "legal_hold": False}
+                           "erased_seq": None, "legal_hold": False, "versions": []}
+    reg.claims[cid]["versions"].append(vid)
+    if named in reg.simulations:
+        reg.simulations[named]["versions"].append(vid)
     reg.versions[vid] = {"claim": cid, "version_no": no, "workarea": wa, "author_principal": actor["principal"],
                          "author_identity": actor["identity"], "status": "held", "tainted": named is not None,
                          "simulation": named, "supersedes": sup, "submitted_seq": seq, "decided_seq": None}
@@ -531,12 +540,12 @@ def _demote(reg: Registry, claim: str, vid: str) -> None:
     if sim is not None and reg.sim_tips.get(sim, {}).get(claim) == vid:
         nxt = simrules.sim_tip_after_demotion(
             [simrules.SimVersion(i, v["version_no"], v["status"], v["simulation"])
-             for i, v in reg.versions.items() if v["claim"] == claim], vid, sim)
+             for i, v in zip(reg.claims[claim]["versions"], reg.versions_of(claim))], vid, sim)
         _set_tip(reg.sim_tips.setdefault(sim, {}), claim, nxt)
     if reg.tips.get(claim) == vid:
         nxt = rules.tip_after_demotion(
             [rules.VersionState(i, v["version_no"], v["status"], v["tainted"])
-             for i, v in reg.versions.items() if v["claim"] == claim], vid)
+             for i, v in zip(reg.claims[claim]["versions"], reg.versions_of(claim))], vid)
         _set_tip(reg.tips, claim, nxt)
 
 
@@ -570,9 +579,8 @@ def _erased(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
     reg.tips.pop(cid, None)
     for tips in reg.sim_tips.values():
         tips.pop(cid, None)
-    for v in reg.versions.values():
-        if v["claim"] == cid:
-            v["status"] = "erased"
+    for v in reg.versions_of(cid):
+        v["status"] = "erased"
 
 
 def _hold(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
@@ -601,7 +609,7 @@ def _sim_opened(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
         p = reg.principals.get(a)
         if p is None or p["revoked_seq"] is not None:
             f("simulation.audience_unknown", f"audience member {a} is not an active principal")
-    reg.simulations[sid] = {"audience": sorted(set(audience)), "opened_seq": seq, "closed_seq": None}
+    reg.simulations[sid] = {"audience": sorted(set(audience)), "opened_seq": seq, "closed_seq": None, "versions": []}
 
 
 def _sim_closed(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
@@ -617,7 +625,7 @@ def _sim_closed(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
     listed = data.get("demoted", [])
     if not isinstance(listed, list) or not all(isinstance(d, dict) for d in listed):
         raise _Malformed("data.demoted must be a list of {claim_id, version_id}")
-    promoted = [(v["claim"], i) for i, v in reg.versions.items() if v["simulation"] == sid and v["status"] == "promoted"]
+    promoted = [(reg.versions[i]["claim"], i) for i in s["versions"] if reg.versions[i]["status"] == "promoted"]
     if listed != simrules.close_demotions(promoted):
         f("simulation.demotions", f"simulation {sid}'s close does not list exactly its promoted versions")
     s["closed_seq"] = seq

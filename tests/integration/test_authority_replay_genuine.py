@@ -2,22 +2,21 @@
 and the same projections: the replay accepts what admission permits."""
 from __future__ import annotations
 
+from oml.services import keys_rotation
 from oml.services.admission.service import Submission
 from oml.services.auth import authenticate
 from oml.services.erasure import Erasure
 from oml.services.journal_verify import verify_journal
 from oml.services.projections import verify_tenant
-from oml.services.simulations import Simulations
-from oml.services import keys_rotation
 from oml.services.server import readlog
-
+from oml.services.simulations import Simulations
 from oml.workers import indexer, reconciler
 
 from admission_kit import make_kit
 
 
 def test_every_kind_of_genuine_act_replays_without_a_finding(ctx, tmp_path):
-    kit = make_kit(ctx, "r-tmp")
+    kit = make_kit(ctx, "replay-genuine")
     adm = ctx.admission
     admin = authenticate(ctx.db, kit.admin_key)
     w = authenticate(ctx.db, kit.writer_key)
