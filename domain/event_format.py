@@ -16,7 +16,9 @@ kid, data``; ``v`` = 1; ``type`` in :data:`oml.domain.events.EVENT_TYPES`;
 ``kid`` 16 lowercase hex; ``actor`` both null (the system) or a principal id
 (16 lowercase hex, the key id of an ``oml_<key id>_<secret>`` API key) and an
 identity id (lowercase UUID); and the id, hex and time members of ``data``
-named in :data:`DATA_FORMATS`. :class:`EventIds` checks that ``event_id`` is
+named in :data:`DATA_FORMATS`, and the closed vocabularies and ranges of
+:data:`DATA_VALUES` (reason codes, kinds, provenance, roles, policies,
+booleans, confidence 0–1000, versions from 1). :class:`EventIds` checks that ``event_id`` is
 unique per tenant.
 
 Every refusal is an :class:`EventFormatError` naming ``seq``, ``field`` (a
@@ -30,8 +32,9 @@ import json
 import re
 from typing import Any
 
+from . import claims
 from .canonical import MAX_SAFE_INT, canonical, parse_time
-from .events import EVENT_TYPES
+from .events import EVENT_TYPES, REASON_CODES
 
 # Rules (stable codes; docs/journal-format.md lists each with its meaning).
 UTF8 = "utf8"
@@ -54,9 +57,11 @@ HEX_FORMAT = "hex_format"
 TIME_FORMAT = "time_format"
 ACTOR = "actor"
 EVENT_ID_REPEATED = "event_id_repeated"
+CODE_VALUE = "code_value"
+VALUE_RANGE = "value_range"
 RULES = (UTF8, JSON, DUPLICATE_KEY, FLOAT, INTEGER_RANGE, NOT_CANONICAL, MISSING_MEMBER, UNKNOWN_MEMBER, JSON_TYPE,
          VERSION, TENANT, SEQ, UNKNOWN_TYPE, UUID_FORMAT, PRINCIPAL_ID_FORMAT, KID_FORMAT, HEX_FORMAT, TIME_FORMAT, ACTOR,
-         EVENT_ID_REPEATED)
+         EVENT_ID_REPEATED, CODE_VALUE, VALUE_RANGE)
 
 HEADER = ("v", "tenant", "seq", "type", "event_id", "at", "actor", "kid", "data")
 ACTOR_MEMBERS = ("principal", "identity")
@@ -84,6 +89,21 @@ DATA_FORMATS: dict[str, Any] = {
     "pop": ("hex", 64),
     **{k: "time" for k in ("valid_from", "valid_to", "cutoff", "first_at", "last_at")},
 }
+
+
+# Values of top-level data members with a closed vocabulary or a range (DESIGN.md, Claims/Journal):
+# a tuple of allowed strings, "bool", or ("int", low, high or None). "kind" depends on the event type.
+DATA_VALUES: dict[str, Any] = {
+    "reason": tuple(sorted(REASON_CODES)),
+    "provenance": claims.PROVENANCES,
+    "pii_policy": claims.PII_POLICIES,
+    "role": claims.ROLES,
+    "authorised_by": ("current", "recovery"),
+    **{k: "bool" for k in ("self_signed", "development", "tainted", "overlay")},
+    "confidence": ("int", 0, 1000),
+    **{k: ("int", 1, None) for k in ("version_no", "key_version", "version")},
+}
+KIND_BY_TYPE: dict[str, tuple[str, ...]] = {"identity.created": ("person", "service"), "claim.submitted": claims.KINDS}
 
 
 class EventFormatError(ValueError):
@@ -249,6 +269,25 @@ def _data_formats(value: Any, path: str, seq: int | None) -> None:
             _data_formats(v, f"{path}[{i}]", seq)
 
 
+def _data_values(etype: str, data: dict[str, Any], seq: int | None) -> None:
+    for k, v in data.items():
+        allowed = KIND_BY_TYPE.get(etype) if k == "kind" else DATA_VALUES.get(k)
+        if allowed is None or v is None:
+            continue
+        path = f"data.{k}"
+        if allowed == "bool":
+            if not isinstance(v, bool):
+                raise EventFormatError(seq, path, JSON_TYPE, "true or false")
+        elif allowed[0] == "int":  # no closed vocabulary holds the code "int"
+            _, lo, hi = allowed
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise EventFormatError(seq, path, JSON_TYPE, "an integer or null")
+            if v < lo or (hi is not None and v > hi):
+                raise EventFormatError(seq, path, VALUE_RANGE, f"from {lo}" + (f" to {hi}" if hi is not None else ""))
+        elif not isinstance(v, str) or v not in allowed:
+            raise EventFormatError(seq, path, CODE_VALUE, "one of " + ", ".join(allowed))
+
+
 def check_header(event: Any, *, seq: int | None = None, tenant: str | None = None) -> dict[str, Any]:
     """Check an already-parsed event object against the closed v1 header and :data:`DATA_FORMATS`.
 
@@ -286,6 +325,7 @@ def check_header(event: Any, *, seq: int | None = None, tenant: str | None = Non
     if not isinstance(event["data"], dict):
         raise EventFormatError(seq, "data", JSON_TYPE, "must be a JSON object")
     _data_formats(event["data"], "data", seq)
+    _data_values(event["type"], event["data"], seq)
     return event
 
 

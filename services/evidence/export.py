@@ -190,7 +190,7 @@ def registry_before(tenant: str, rows) -> Snapshot:
             findings.append({"seq": r.seq, "rule": f"format.{exc.rule}", "detail": exc.describe()})
         ev = audit.parse_event(r.canonical)
         findings += [f.as_json() for f in replay.add(r.seq, ev)]
-        if (ev or {}).get("type") in fmt.REGISTRY_EVENT_TYPES:
+        if isinstance(ev, dict) and ev.get("type") in fmt.REGISTRY_EVENT_TYPES and isinstance(ev["type"], str):
             kept.append(r)
     return Snapshot(replay.registry, findings, kept)
 

@@ -243,6 +243,12 @@ def check_manifest(m: dict[str, Any]) -> None:
             ef.check_value(("hex", 32), rg["digest"], "registry.digest", None)
             if not isinstance(rg["findings_before"], list):
                 raise ef.EventFormatError(None, "registry.findings_before", ef.JSON_TYPE, "an array")
+            for i, f in enumerate(rg["findings_before"]):
+                where = f"registry.findings_before[{i}]"
+                ef.check_members(f, ("seq", "rule", "detail"), where, None)
+                _int_member(f, "seq", where, 1)
+                if not isinstance(f["rule"], str) or not isinstance(f["detail"], str):
+                    raise ef.EventFormatError(None, where, ef.JSON_TYPE, "rule and detail are strings")
         files = m["files"]
         if not isinstance(files, dict):
             raise ef.EventFormatError(None, "files", ef.JSON_TYPE, "an object")

@@ -174,3 +174,24 @@ def test_chain_scanner_reports_bad_format_and_goes_on():
     assert [(f.kind, f.seq) for f in s.findings] == [(audit.BAD_FORMAT, 6)]
     assert s.findings[0].detail.startswith("data.confidence: float")
     assert s.keys.current() is not None and s.keys.current().kid == EVENTS[-1]["kid"]
+
+
+@pytest.mark.parametrize("member,value,rule", [
+    ("reason", "because", ef.CODE_VALUE), ("reason", 3, ef.CODE_VALUE), ("kind", "opinion", ef.CODE_VALUE),
+    ("provenance", "rumour", ef.CODE_VALUE), ("confidence", 1001, ef.VALUE_RANGE), ("confidence", -1, ef.VALUE_RANGE),
+    ("confidence", "high", ef.JSON_TYPE), ("key_version", 0, ef.VALUE_RANGE), ("tainted", 1, ef.JSON_TYPE),
+])
+def test_closed_vocabularies_and_ranges(member, value, rule):
+    raw = _mut(lambda o: o["data"].update({member: value}))
+    with pytest.raises(ef.EventFormatError) as e:
+        ef.parse_event(raw, seq=6)
+    assert (e.value.field, e.value.rule) == (f"data.{member}", rule)
+
+
+def test_kind_is_checked_by_event_type():
+    identity = json.loads(EVENTS[2]["canonical"])
+    assert identity["type"] == "identity.created"
+    identity["data"]["kind"] = "fact"  # a claim kind, not an identity kind
+    with pytest.raises(ef.EventFormatError) as e:
+        ef.parse_event(_enc(identity), seq=3)
+    assert (e.value.field, e.value.rule) == ("data.kind", ef.CODE_VALUE)

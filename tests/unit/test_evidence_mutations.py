@@ -207,6 +207,9 @@ EVENT_MUTATIONS = [
     ("upper-case hex", _obj_edit(12, lambda ev: ev["data"].update(ciphertext_sha256=ev["data"]["ciphertext_sha256"].upper())),
      12, "data.ciphertext_sha256: hex_format"),
     ("unknown type", _obj_edit(14, lambda ev: ev.update(type="identity.forged")), 14, "type: unknown_type"),
+    ("reason outside the closed list", _obj_edit(13, lambda ev: ev["data"].update(reason="because")), 13,
+     "data.reason: code_value"),
+    ("confidence beyond 1000", _obj_edit(12, lambda ev: ev["data"].update(confidence=1001)), 12, "data.confidence: value_range"),
     # Authority: well-formed, well-signed acts that were not permitted.
     ("unregistered actor", _actor(12, ROGUE, ID_W), 12, "authority: actor.unregistered"),
     ("role too weak", _actor(10, WRITER, ID_W), 10, "authority: actor.role"),
@@ -330,3 +333,9 @@ def test_manifest_bytes_that_break_strict_parsing_fail(old, new, expected):
     files[fmt.MANIFEST] = mb
     files[fmt.MANIFEST_SIG] = base64.b64encode(SK2.sign(signing.manifest_message(mb))) + b"\n"
     assert failure_of(archive.pack(files)).startswith(expected)
+
+
+def test_a_malformed_findings_list_is_a_failure_not_a_crash():
+    good = export(resign(encode_all(genuine_events())), 9, 14)
+    failure = failure_of(rebuild(good, lambda f, m: m["registry"].update(findings_before=["seq 3"])))
+    assert failure.startswith("manifest.json: registry.findings_before[0]: json_type"), failure
