@@ -33,7 +33,6 @@ err = Console(stderr=True, soft_wrap=True)
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_ANCHORED = 0, 1, 2, 3
 
 TENANT = typer.Option(..., "--tenant", "-t", help="tenant slug")
-TENANT_OPTIONAL = typer.Option(None, "--tenant", "-t", help="only this tenant")
 
 
 def verdict_exit(ok: bool, anchored: bool) -> int:
