@@ -14,15 +14,23 @@ Without either, an archive that is internally consistent is reported
 re-signed such a history under a key of their own.
 
 Checks, in order (the first failure stops the run and is named): the tar
-is canonical; the manifest is JCS and lists exactly the other files with
-their SHA-256; ``SHA256SUMS`` matches the manifest; the key history
-(``key-events.jsonl``: hashes, signatures, proofs of possession, anchor)
-and ``keys.json``/``keys/*.pem`` agree with it; ``manifest.sig`` verifies
-under the key current at the pinned checkpoint; ``checkpoint.txt`` is signed
-by that key; every event in range (hash, link, header, kid, signature);
-every receipt against the pinned checkpoint; the previous checkpoint and
-the consistency proof; every read-log batch against its anchor; the
-reconciliation and erasure lists against the journal rows.
+is canonical; the manifest passes strict parsing, has exactly its documented
+members and lists exactly the other files with their SHA-256;
+``SHA256SUMS`` matches the manifest; the key history (``key-events.jsonl``:
+hashes, signatures, proofs of possession, anchor) and
+``keys.json``/``keys/*.pem`` agree with it; ``manifest.sig`` verifies under
+the key current at the pinned checkpoint; ``checkpoint.txt`` is signed by
+that key; every event in range (strict parsing of its line and of its bytes
+— :mod:`oml.domain.event_format` —, hash, link, header, kid, signature;
+``event_id`` unique across the archive); every receipt against the pinned
+checkpoint; the authority replay (:mod:`oml.domain.replay`) over the range,
+from ``registry.json`` when the range starts after seq 1 (its principals,
+identities, workareas and keys recomputed from ``registry-events.jsonl``);
+the previous checkpoint and the consistency proof; every read-log batch
+against its anchor; the reconciliation and erasure lists against the journal
+rows; the manifest's counts against the files. Every line and JSON file is
+parsed strictly (no duplicate members, floats or unsafe integers; exactly
+its JCS bytes).
 
 Exit statuses: 0 verified and anchored, 1 a failure, 3 verified but NOT ANCHORED.
 """
