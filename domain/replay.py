@@ -48,6 +48,24 @@ from .canonical import CanonicalError, canonical
 from .errors import OMLError
 from .signing import kid as key_id
 
+#: Every rule id a finding can carry (stable: reports, evidence verdicts and docs/security-model.md name them).
+RULES = frozenset({
+    "actor.identity_mismatch", "actor.revoked", "actor.role", "actor.scope", "actor.system_not_permitted",
+    "actor.unauthorised_origin", "actor.unregistered",
+    "claim.erased", "claim.exists", "claim.mismatch", "claim.unknown", "claim.workarea_mismatch",
+    "erasure.legal_hold", "hold.unchanged",
+    "event.malformed", "event.seq_mismatch", "event.tenant", "event.type_unknown", "seq.order", "tenant.created.position",
+    "identity.exists", "identity.unknown", "principal.exists", "principal.revoked", "principal.role_unknown",
+    "principal.unknown", "system.principal_role", "system.workarea",
+    "key.version", "rotation.authorised_by", "rotation.kid",
+    "review.self_signed", "review.separation_of_duties", "transition.invalid", "supersession.claim",
+    "supersession.not_tip",
+    "simulation.audience", "simulation.audience_unknown", "simulation.closed", "simulation.demotions",
+    "simulation.exists", "simulation.mixed", "simulation.taint", "simulation.tip_refused", "simulation.unknown",
+    "version.exists", "version.number", "version.unknown",
+    "workarea.cycle", "workarea.exists", "workarea.path_exists", "workarea.unknown",
+})
+
 #: Domain refusal codes (domain/claims.py, domain/simulation.py) → replay rule ids.
 _RULE_OF_CODE = {
     "access.separation_of_duties": "review.separation_of_duties",
