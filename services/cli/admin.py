@@ -68,8 +68,15 @@ def tenant_create(tenant: str = typer.Argument(..., help="tenant slug [a-z0-9][a
         fail(f"--out {out}: the file exists; OML does not overwrite a file that may hold another tenant's keys")
     with context() as ctx:
         t = ctx.admission.create_tenant(tenant, root_label)
-        anchors, replaced = record_anchor(ctx.settings, t.tenant, t.fingerprint)
-    err.print(escape(f"trust anchor recorded in {anchors} (oml reconcile and oml journal verify read it)"))
+        try:
+            anchors, replaced = record_anchor(ctx.settings, t.tenant, t.fingerprint)
+        except (OSError, ValueError) as exc:
+            # The tenant exists and its keys are shown once, below: a read-only or malformed anchors file must not lose them.
+            anchors = replaced = None
+            err.print(escape(f"[warning] the trust anchor was NOT recorded ({type(exc).__name__}: {exc}); add the line "
+                             f"'{t.tenant} {t.fingerprint}' to your trust-anchors file (docs/anchoring.md)"))
+    if anchors is not None:
+        err.print(escape(f"trust anchor recorded in {anchors} (oml reconcile and oml journal verify read it)"))
     if replaced:
         err.print(escape(f"  replaced an older line for {t.tenant}: a tenant of that name in another database"))
     data = {"tenant": t.tenant, "fingerprint": t.fingerprint, "verifier_key": t.verifier_key,

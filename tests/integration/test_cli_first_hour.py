@@ -157,3 +157,13 @@ def test_evidence_export_range_error_names_the_head(ctx, tenant, tmp_path):
     assert r.exit_code == 2, r.output
     assert "evidence.invalid_range" in r.stderr and "head " in r.stderr and "field to_seq" in r.stderr
     assert not (tmp_path / "x.tar").exists()
+
+
+def test_an_unwritable_anchors_file_does_not_lose_the_keys_shown_once(ctx, tmp_path):
+    """The tenant exists once create_tenant returns: its once-only keys are printed even when the anchor cannot be written."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    r = run_cli(ctx, ["tenant", "create", "fh-ro", "--json"], env={"OML_TRUST_ANCHORS": str(blocker / "anchors")})
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["admin_key"].startswith("oml_")
+    assert "NOT recorded" in r.stderr and "fh-ro " in r.stderr

@@ -31,7 +31,7 @@ def demo_run(pg_server, template_db, tmp_path_factory):
     home = tmp_path_factory.mktemp("demo-home")
     env = {k: v for k, v in os.environ.items() if not k.startswith("OML_")}
     env.update(OML_DATABASE_URL=url, OML_MASTER_KEY=secrets.token_hex(32), OML_SHARED_DIR=str(SHARED),
-               HF_HUB_OFFLINE="1", COLUMNS="160")
+               HF_HUB_OFFLINE="1", COLUMNS="160", OML_HTTP_PORT="8799")
     cmd = [sys.executable, "-m", "oml.services.cli.main", "demo", "--conversations", "1", "--turns", str(TURNS),
            "--questions", "2", "--home", str(home)]
     try:
@@ -93,6 +93,7 @@ def test_demo_writes_its_reports_and_keys(demo_run):
     assert f"{s['tenant']} {s['trust_anchor']}" in (home / "trust-anchors").read_text()
     # The summary tells how to keep serving and how to point an agent at it.
     assert "oml serve" in p.stdout and "oml mcp" in p.stdout
+    assert "HTTP API on 127.0.0.1:8799" in p.stdout  # the port `oml serve` will use (OML_HTTP_PORT), not a constant
     # No plaintext body in the reports or the evidence archive: the erased turn's text in particular.
     turns = corpus.load(None, 1, TURNS, 2).conversations[0].turns
     text = next(t.text for t in turns if t.locator == s["erased"]["locator"])
