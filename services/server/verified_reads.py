@@ -21,7 +21,9 @@ at ``status_seq``, then checks, in order (reason codes in
 A refused version is treated by the caller as not found; the refusal is
 logged (structlog, ids and reason code only), counted in
 ``integrity_events`` in its own transaction (shown by ``oml status`` and
-``/metrics``).
+``/metrics``); a refusal on a hot standby (read-only) is kept in the process
+and written on the primary by its next :func:`report` (a ``/metrics``
+scrape).
 
 Cost: a verified event is cached per process by (tenant, seq, recomputed
 hash) in a bounded LRU of ids only, so a recall of k hits adds at most k
@@ -132,9 +134,14 @@ _KEY_EVENTS = sa.text(
     " WHERE tenant_id = :t AND type = ANY(CAST(:types AS text[])) AND seq > :after AND seq < :before ORDER BY seq")
 
 _RECORD = sa.text(
-    "INSERT INTO integrity_events (tenant_id, version_id, status_seq, reason) VALUES (:t, CAST(:v AS uuid), :s, :r)"
+    "INSERT INTO integrity_events (tenant_id, version_id, status_seq, reason, refusals) VALUES (:t, CAST(:v AS uuid), :s, :r, :n)"
     " ON CONFLICT (tenant_id, version_id, status_seq, reason)"
-    " DO UPDATE SET refusals = integrity_events.refusals + 1, last_at = now()")
+    " DO UPDATE SET refusals = integrity_events.refusals + EXCLUDED.refusals, last_at = now()")
+# Refusals that could not be written where they happened (a read on a hot standby is read-only):
+# (tenant, version, status seq, reason) -> count, written by the next report() of this process.
+PENDING_MAX = 10_000
+_PENDING: dict[tuple[str, str, int, str], int] = {}
+_PENDING_LOCK = threading.Lock()
 
 
 def _key_history(conn: sa.Connection, tenant: str, before: int) -> V.KeyHistory:
@@ -209,16 +216,43 @@ def refused(conn: sa.Connection, tenant: str, version_ids: Iterable[str]) -> dic
     return {f.version_id: f.reason for f in out}
 
 
+def _write(engine: sa.Engine, tenant: str, counts: dict[tuple[str, int, str], int]) -> None:
+    with engine.begin() as c:
+        c.execute(sa.text("SELECT set_config('oml.tenant_id', :t, true)"), {"t": tenant})
+        c.execute(_RECORD, [{"t": tenant, "v": v, "s": s, "r": r, "n": n} for (v, s, r), n in sorted(counts.items())])
+
+
 def _record(engine: sa.Engine, tenant: str, refusals: list[Refusal]) -> None:
+    counts: dict[tuple[str, int, str], int] = {}
     for f in refusals:
         log.error("integrity.read_refused", tenant=tenant, version_id=f.version_id, status_seq=f.status_seq, reason=f.reason)
+        key = (f.version_id, f.status_seq or 0, f.reason)
+        counts[key] = counts.get(key, 0) + 1
     try:
-        with engine.begin() as c:
-            c.execute(sa.text("SELECT set_config('oml.tenant_id', :t, true)"), {"t": tenant})
-            c.execute(_RECORD, [{"t": tenant, "v": f.version_id, "s": f.status_seq or 0, "r": f.reason} for f in refusals])
+        _write(engine, tenant, counts)
     except sa.exc.SQLAlchemyError as exc:
-        # Counting must never turn a refusal into a 500: the refusal itself stands.
-        log.error("integrity.record_failed", tenant=tenant, error=type(exc).__name__)
+        # Counting must never turn a refusal into a 500: the refusal itself stands. On a standby (read-only)
+        # the count waits in this process for the next report(), which writes it on the primary.
+        log.warning("integrity.record_deferred", tenant=tenant, error=type(exc).__name__)
+        with _PENDING_LOCK:
+            for (v, s, r), n in counts.items():
+                if len(_PENDING) < PENDING_MAX or (tenant, v, s, r) in _PENDING:
+                    _PENDING[(tenant, v, s, r)] = _PENDING.get((tenant, v, s, r), 0) + n
+
+
+def flush(ctx: "Context") -> None:
+    """Write the refusals this process could not record where they happened (standby reads) on the primary."""
+    with _PENDING_LOCK:
+        pending = dict(_PENDING)
+        _PENDING.clear()
+    by_tenant: dict[str, dict[tuple[str, int, str], int]] = {}
+    for (t, v, s, r), n in pending.items():
+        by_tenant.setdefault(t, {})[(v, s, r)] = n
+    for t, counts in by_tenant.items():
+        try:
+            _write(ctx.db.engine(ROLE), t, counts)
+        except sa.exc.SQLAlchemyError as exc:
+            log.error("integrity.record_failed", tenant=t, error=type(exc).__name__)
 
 
 @dataclass(frozen=True)
@@ -232,6 +266,7 @@ class Count:
 def report(ctx: "Context", tenant: str | None = None) -> list[Count]:
     """Integrity events per tenant (all, or ``tenant``) and reason, read as ``oml_server``, one tenant bound at a
     time (``oml status``, ``/metrics``)."""
+    flush(ctx)
     out: list[Count] = []
     with ctx.db.system(ROLE) as conn:
         tenants = [tenant] if tenant else list(conn.execute(sa.text("SELECT tenant_id FROM tenants ORDER BY tenant_id")).scalars())

@@ -226,3 +226,19 @@ def test_integrity_events_in_metrics_and_status(w, ctx):
     with owner(ctx, TENANT) as c:
         dump = json.dumps([list(map(str, r)) for r in c.execute(sa.text("SELECT * FROM integrity_events")).all()])
     assert "draft" not in dump and "Deploys" not in dump
+
+
+def test_a_refusal_on_a_read_only_source_is_counted_on_the_primary_later(w, ctx):
+    """A hot standby cannot take the integrity row: it waits in the process and the next report writes it."""
+    vid = w.held["version_id"]  # still flipped to promoted
+    read_only = sa.create_engine(ctx.db.url_for("oml_server"), connect_args={"options": "-c default_transaction_read_only=on"})
+    try:
+        before = refusals(ctx)["status_log.disagrees"]
+        with read_only.begin() as c:
+            c.execute(sa.text("SELECT set_config('oml.tenant_id', :t, true)"), {"t": TENANT})
+            assert verified_reads.refused(c, TENANT, [vid, w.good["version_id"]]) == {vid: "status_log.disagrees"}
+        assert verified_reads._PENDING  # not written where it happened
+        assert refusals(ctx)["status_log.disagrees"] == before + 1  # report() wrote it on the primary
+        assert not verified_reads._PENDING
+    finally:
+        read_only.dispose()
