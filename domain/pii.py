@@ -598,8 +598,9 @@ def _plus_prefix(text: str, start: int, end: int) -> int | None:
     The matcher refuses a whole run that is not one number, so "+44 20 7946
     0958 1234" would hide a number behind trailing digits. A "+" anchors
     where a number starts, so its prefixes ending at a group boundary with
-    at most 15 digits (longest first, at most _MAX_PREFIX_TRIES) are parsed. National formats
-    have no such anchor and are not split (docs/personal-data.md).
+    at most 15 digits (E.164; longest first, at most _MAX_PREFIX_TRIES) are
+    parsed. National formats have no such anchor and are not split
+    (docs/personal-data.md).
     """
     if "+" not in text[start : start + 3]:
         return None
