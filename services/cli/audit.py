@@ -168,7 +168,8 @@ def evidence_export(
     prev = previous_checkpoint.read_bytes() if previous_checkpoint else None
     with context() as ctx:
         principal = authenticate(ctx.db, key) if key else None
-        ex = export(ctx, tenant, from_seq, to_seq, previous_checkpoint=prev, principal=principal)
+        with err.status(f"exporting events {from_seq}..{to_seq or 'head'} of {escape(tenant)} (receipts, key history, read log)…"):
+            ex = export(ctx, tenant, from_seq, to_seq, previous_checkpoint=prev, principal=principal)
     output.write_bytes(ex.data)
     console.print(escape(f"wrote {output}: events {from_seq}..{ex.manifest['range']['to_seq']}, pinned checkpoint size {ex.checkpoint_size}"))
     console.print(f"archive sha256 {ex.archive_sha256}\nmanifest sha256 {ex.manifest_sha256}\njournalled as evidence.exported at seq {ex.seq}")
