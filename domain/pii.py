@@ -308,8 +308,9 @@ _Span = tuple[str, int, int]
 
 # ---- normalised view ----------------------------------------------------------
 
-# Label separators IDNA reads as "." (RFC 3490 section 3.1); NFKC maps only U+FF0E.
-_DOTS: Final[frozenset[str]] = frozenset({"\u3002", "\uff0e", "\uff61"})
+# Label separators IDNA reads as "." (RFC 3490 section 3.1; NFKC maps only
+# U+FF0E), and the middle dots used to group digits ("020·7946·0958", "・").
+_DOTS: Final[frozenset[str]] = frozenset({"\u3002", "\uff0e", "\uff61", "\u00b7", "\u2027", "\u30fb", "\uff65"})
 
 
 @functools.lru_cache(maxsize=8192)
@@ -321,7 +322,8 @@ def _fold(ch: str) -> str:
     space and joiners, soft hyphen, word joiner, BOM) and combining marks
     dropped; every space separator (Zs: no-break, thin, narrow no-break,
     ideographic ...) to " "; line and paragraph separators to "\n"; every
-    dash (Pd) to "-"; IDNA dots to "."; every decimal digit (Nd) to ASCII.
+    dash (Pd) to "-"; IDNA dots and middle dots to "."; every decimal digit
+    (Nd) to ASCII.
     """
     out = []
     for c in unicodedata.normalize("NFKC", ch):

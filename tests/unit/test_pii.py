@@ -397,6 +397,8 @@ EVASIONS = [
     ("call +44\u202f20\u202f7946\u202f0958 now", "+44\u202f20\u202f7946\u202f0958", "phone"),  # narrow no-break
     ("call +44\u200b20\u200b7946\u200b0958 now", "+44\u200b20\u200b7946\u200b0958", "phone"),  # zero-width
     ("call 020\u20117946\u20110958 now", "020\u20117946\u20110958", "phone"),  # non-breaking hyphens
+    ("call 020\u00b77946\u00b70958 now", "020\u00b77946\u00b70958", "phone"),  # middle dots
+    ("電話 03\u30fb1234\u30fb5678 まで", "03\u30fb1234\u30fb5678", "phone"),  # katakana middle dots
     ("call \uff0b\uff14\uff14 20 7946 0958", "\uff0b\uff14\uff14 20 7946 0958", "phone"),  # fullwidth + and digits
     ("card 4111\u20091111\u20091111\u20091111 on file", "4111\u20091111\u20091111\u20091111", "payment_card"),
     ("card 4111\u00a01111\u00a01111\u00a01111 on file", "4111\u00a01111\u00a01111\u00a01111", "payment_card"),
