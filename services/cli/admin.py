@@ -55,7 +55,7 @@ def _write_private(path: Path, text: str) -> None:
 
 # ---------------------------------------------------------------- tenant
 @tenant_app.command("create")
-def tenant_create(tenant: str = typer.Argument(..., help="tenant slug [a-z0-9][a-z0-9-]{0,62}"),
+def tenant_create(tenant: str = typer.Argument(..., help=escape("tenant slug [a-z0-9][a-z0-9-]{0,62}")),  # help is Rich markup
                   root_label: str = typer.Option("main", "--root-label", help="label of the first workarea"),
                   as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
                   out: Optional[Path] = typer.Option(None, "--out", dir_okay=False,

@@ -64,3 +64,12 @@ def test_recall_footer_prints_counts_not_python_dicts():
     line = _footer({"candidates": {"fts": 4, "vector": 7}, "returned": {"steering": 1, "hits": 3}, "excluded_by_budget": 0})
     assert line == "candidates fts 4, vector 7  returned steering 1, hits 3  excluded by budget 0"
     assert "{" not in line and "'" not in line
+
+
+def test_help_keeps_the_square_brackets_of_a_rule():
+    from typer.testing import CliRunner
+
+    from oml.services.cli.main import app
+
+    out = CliRunner().invoke(app, ["tenant", "create", "--help"], env={"COLUMNS": "200"}).output
+    assert "[a-z0-9][a-z0-9-]{0,62}" in out
