@@ -25,7 +25,7 @@ import typer
 
 from rich.markup import escape
 
-from .common import TENANT, api_key, console, context, err, verdict_exit
+from .common import TENANT, api_key, console, context, err, fail, verdict_exit
 
 checkpoint_app = typer.Typer(no_args_is_help=True, help="Signed C2SP checkpoints of a tenant's journal tree.")
 proof_app = typer.Typer(no_args_is_help=True, help="Inclusion (tlog-proof@v1) and consistency proofs.")
@@ -57,7 +57,13 @@ def reconcile_cmd(
 
     from oml.workers import reconciler
 
+    from oml.services.anchors import trust_anchor_for
+
     with context() as ctx:
+        try:
+            trust_anchor_for(ctx.settings, tenant, trusted_key)  # a malformed anchors file: a message, not a traceback
+        except ValueError as exc:
+            fail(f"{exc} (OML_TRUST_ANCHORS or <home>/trust-anchors; docs/anchoring.md)")
         out = out_dir or Path(ctx.settings.home) / "reports"
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=err, transient=True) as bar:
             tasks: dict[str, int] = {}

@@ -167,3 +167,12 @@ def test_an_unwritable_anchors_file_does_not_lose_the_keys_shown_once(ctx, tmp_p
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["admin_key"].startswith("oml_")
     assert "NOT recorded" in r.stderr and "fh-ro " in r.stderr
+
+
+def test_a_malformed_anchors_file_is_named_not_a_traceback(ctx, tenant, tmp_path):
+    bad = tmp_path / "anchors"
+    bad.write_text("fh-t not-a-fingerprint\n")
+    for args in (["journal", "verify", "-t", "fh-t"], ["reconcile", "-t", "fh-t", "--no-record", "-o", str(tmp_path)]):
+        r = run_cli(ctx, args, env={"OML_TRUST_ANCHORS": str(bad)})
+        assert r.exit_code == 2, (args, r.output)
+        assert "trust anchors file line 1" in r.stderr and "not-a-fingerprint" not in r.stderr
