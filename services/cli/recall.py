@@ -187,6 +187,10 @@ def mcp_cmd(transport: str = typer.Option("stdio", "--transport", help="stdio | 
         check_port(host, port)
     elif not mcp_server.stdio_keys_from_env():
         fail("oml mcp: set OML_API_KEY (one key, or comma-separated keys of one tenant)")  # before the model loads
+    else:
+        # A host that starts `oml mcp` from another folder finds another home: say which database refused the key.
+        with context() as ctx:
+            principal(ctx, None)
     warm_model()
     if transport == "http":
         err.print(escape(f"oml mcp: listening on http://{host}:{port}{path} (streamable HTTP; a bearer API key per request)"))

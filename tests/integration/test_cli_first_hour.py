@@ -176,3 +176,10 @@ def test_a_malformed_anchors_file_is_named_not_a_traceback(ctx, tenant, tmp_path
         r = run_cli(ctx, args, env={"OML_TRUST_ANCHORS": str(bad)})
         assert r.exit_code == 2, (args, r.output)
         assert "trust anchors file line 1" in r.stderr and "not-a-fingerprint" not in r.stderr
+
+
+def test_mcp_stdio_with_an_unknown_key_names_the_database_before_loading_the_model(ctx):
+    r = run_cli(ctx, ["mcp"], env={"OML_API_KEY": "oml_0123456789abcdef_" + "x" * 43})
+    assert r.exit_code == 2
+    assert "access.unauthenticated" in r.stderr and "asked the database" in r.stderr
+    assert "embedding model loaded" not in r.stderr
