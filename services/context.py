@@ -1,8 +1,9 @@
 """Process wiring: settings → database (embedded or external) → KeyStore → services.
 
 ``open_context()`` is what every entry point (CLI, HTTP app, MCP server,
-workers) calls. On the embedded default it starts PostgreSQL under
-``OML_HOME`` (default ``.oml``), migrates it to head, and checks pgvector.
+workers) calls. On the embedded default it starts PostgreSQL under the
+home (``OML_HOME``, else the nearest ``.oml``, else the per-user data
+directory: :mod:`oml.services.home`), migrates it to head, and checks pgvector.
 """
 from __future__ import annotations
 
