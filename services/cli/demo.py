@@ -2,7 +2,8 @@
 
     oml demo [--data PATH] [--conversations N] [--turns N] [--questions N] [--home DIR] [--keep]
 
-Honours the usual settings: ``OML_HOME`` (or ``--home``; default ``.oml``),
+Honours the usual settings: ``OML_HOME`` (or ``--home``; default: the home
+rule of :mod:`oml.services.home`),
 ``OML_DATABASE_URL`` (default: the embedded PostgreSQL under the home),
 ``OML_MASTER_KEY``, ``OML_LAKE_URI``. Exit statuses: 0 every step did what
 it should; 1 a step failed (its name and the reason are printed); 2 usage.
@@ -26,7 +27,7 @@ def demo_cmd(
     conversations: int = typer.Option(2, "--conversations", min=1, help="conversations to ingest (one workarea each)"),
     turns: int = typer.Option(150, "--turns", min=1, help="turns per conversation"),
     questions: int = typer.Option(3, "--questions", min=1, help="questions the agent asks per conversation"),
-    home: Optional[Path] = typer.Option(None, "--home", help="OML home (default $OML_HOME or .oml); the embedded database and lake live there"),
+    home: Optional[Path] = typer.Option(None, "--home", help="OML home (default $OML_HOME, else the nearest .oml, else the per-user data dir); the embedded database and lake live there"),
     tenant: Optional[str] = typer.Option(None, "--tenant", "-t", help="tenant slug (default demo-<UTC timestamp>)"),
     keep: bool = typer.Option(False, "--keep", help="after the summary, keep serving the HTTP API and workers until Ctrl-C"),
 ) -> None:
