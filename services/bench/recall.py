@@ -27,7 +27,10 @@ cycled), scope = the whole tenant, k = 10:
   precomputed; hybrid both legs (LIMIT 50 each) fused by RRF in one statement;
 * the query embedding alone (one question, as recall embeds it).
 
-Prints p50/p95 per path and the ratios recall ÷ raw. ``--quick`` is CI-sized.
+Prints p50/p95 per path and the ratios recall ÷ raw. ``--replica`` (or
+``--replica-url``) adds, at each size, the same questions served by a hot
+standby interleaved with the primary (services/bench/replica.py).
+``--quick`` is CI-sized.
 """
 from __future__ import annotations
 
@@ -135,19 +138,32 @@ def _drop_hnsw(ctx, tenant: str) -> None:
         c.execute(sa.text(f"DROP INDEX IF EXISTS memory_embeddings_p{_partition(c, tenant)}_hnsw"))
 
 
-def _rebuild_indexes(ctx, tenant: str) -> float:
-    """Re-create the tenant partition's HNSW index (as oml_create_tenant_partitions defines it); vacuum and analyse."""
-    eng = ctx.db.engine(None)
-    t0 = time.perf_counter()
-    with eng.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
+def build_hnsw(ctx, tenant: str) -> float:
+    """Drop and re-create the tenant partition's HNSW index (as oml_create_tenant_partitions defines it); seconds."""
+    with ctx.db.engine(None).connect().execution_options(isolation_level="AUTOCOMMIT") as c:
         n = _partition(c, tenant)
         c.execute(sa.text("SET maintenance_work_mem = '512MB'"))
+        t0 = time.perf_counter()
         c.execute(sa.text(f"DROP INDEX IF EXISTS memory_embeddings_p{n}_hnsw"))
         c.execute(sa.text(f"CREATE INDEX memory_embeddings_p{n}_hnsw ON memory_embeddings_p{n} USING hnsw (embedding vector_cosine_ops)"))
+        return time.perf_counter() - t0
+
+
+def maintain(ctx, tenant: str) -> None:
+    """Analyse the projections and vacuum the tenant's index partitions (merges GIN's pending list)."""
+    with ctx.db.engine(None).connect().execution_options(isolation_level="AUTOCOMMIT") as c:
+        n = _partition(c, tenant)
         for table in ("claims", "claim_versions", "tip_intervals", "artifacts", "wrapped_deks"):
             c.execute(sa.text(f"ANALYZE {table}"))
         c.execute(sa.text(f"VACUUM ANALYZE memories_fts_p{n}"))
         c.execute(sa.text(f"VACUUM ANALYZE memory_embeddings_p{n}"))
+
+
+def _rebuild_indexes(ctx, tenant: str) -> float:
+    """:func:`build_hnsw`, then :func:`maintain`; seconds for both."""
+    t0 = time.perf_counter()
+    build_hnsw(ctx, tenant)
+    maintain(ctx, tenant)
     return time.perf_counter() - t0
 
 
@@ -202,7 +218,9 @@ def measure(ctx, tenant: str, reader, questions: list[str], qvecs, qtsq: list[st
 
 
 def run(ctx, *, sizes: Sequence[int] = (10_000, 100_000), others: int = 2, other_size: int = 20_000,
-        queries: int = 200, progress=None) -> dict[str, Any]:
+        queries: int = 200, progress=None, after_size=None) -> dict[str, Any]:
+    """``after_size(tenant, reader, questions) -> dict``, if given, runs after each size's measurement and its
+    result joins that size's (``--replica``: services/bench/replica.py)."""
     from oml.domain.recall import FTS_CONFIG, tsquery_text
     from oml.workers.embedding import get_embedder
 
@@ -256,6 +274,8 @@ def run(ctx, *, sizes: Sequence[int] = (10_000, 100_000), others: int = 2, other
         say(f"{tenant}: {size} claims (load {load_s:.0f}s, index {index_s:.0f}s); measuring")
         m = measure(ctx, tenant, keys["reader"], qs, qvecs, qtsq)
         res["sizes"][str(size)] = {"load_s": load_s, "index_s": index_s, **m}
+        if after_size is not None:
+            res["sizes"][str(size)].update(after_size(tenant, keys["reader"], qs))
     res["tenant"] = tenant
     res["machine"] = {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
     with ctx.db.engine(None).connect() as c:
@@ -278,7 +298,9 @@ def render(res: dict[str, Any]) -> list[str]:
             lines.append(f"{int(size):>8}  {'recall ' + r:<16} {a['p50']:8.2f} {a['p95']:8.2f} {a['mean_hits']:5.1f}   "
                          f"{ratio['p50']:.1f}× / {ratio['p95']:.1f}×")
             lines.append(f"{'':>8}  {'raw SQL ' + r:<16} {b['p50']:8.2f} {b['p95']:8.2f} {b['mean_hits']:5.1f}")
-    return lines
+    from oml.services.bench import replica
+
+    return lines + replica.render(res)
 
 
 def register(bench_app: typer.Typer) -> None:
@@ -288,6 +310,10 @@ def register(bench_app: typer.Typer) -> None:
                others: int = typer.Option(2, "--others", min=0, help="other tenants present"),
                other_size: int = typer.Option(20_000, "--other-size", min=1),
                queries: int = typer.Option(200, "--queries", min=5),
+               with_replica: bool = typer.Option(False, "--replica", help="also recall from a hot standby, interleaved"
+                                                 " with the primary (built here on the embedded database)"),
+               replica_url: str = typer.Option(None, "--replica-url", help="owner-shaped URL of an existing standby of"
+                                               " the configured database (implies --replica)"),
                as_json: bool = typer.Option(False, "--json")) -> None:
         """p50/p95 of fts, vector and hybrid recall at each size, and raw SQL top-k on the same indexes."""
         from oml.services.cli.common import context, err
@@ -295,8 +321,16 @@ def register(bench_app: typer.Typer) -> None:
         sz = [int(s) for s in sizes.split(",") if s.strip()]
         if quick:
             sz, others, other_size, queries = [2000, 5000], 1, 2000, 30
+        from oml.services.bench.replica import ReplicaProbe
+
         with context() as ctx:
-            res = run(ctx, sizes=sz, others=others, other_size=other_size, queries=queries, progress=lambda m: err.print(m))
+            probe = ReplicaProbe(ctx, replica_url) if (with_replica or replica_url) else None
+            try:
+                res = run(ctx, sizes=sz, others=others, other_size=other_size, queries=queries, progress=lambda m: err.print(m),
+                          after_size=probe)
+            finally:
+                if probe is not None:
+                    probe.close()
         if as_json:
             typer.echo(json.dumps(res, indent=2))
         else:

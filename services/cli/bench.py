@@ -20,4 +20,7 @@ def register(app: typer.Typer) -> None:
     from oml.services.bench import reconcile as reconcile_bench
 
     reconcile_bench.register(bench_app)
+    from oml.services.bench import scale
+
+    scale.register(bench_app)
     app.add_typer(bench_app, name="bench")

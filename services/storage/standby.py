@@ -4,7 +4,12 @@ For tests and benchmarks of recall from streaming replicas: ``pg_basebackup
 -D DIR -R -X stream`` against the primary's socket (``-R`` writes
 ``standby.signal`` and ``primary_conninfo``), then ``postgres`` on its own
 port and socket directory (FIELD-NOTES.md, "A hot standby from the embedded
-server's binaries"). Physical replication copies everything, roles, grants,
+server's binaries"). The backup creates a replication slot on the primary
+(``-C -S``, written into ``primary_slot_name`` by ``-R``): without one, a
+primary busy with other writes recycled the WAL segment the standby needed
+between the end of the backup and the start of streaming, and the standby
+never caught up ("requested WAL segment … has already been removed").
+:meth:`Standby.stop` drops the slot, which otherwise retains WAL forever. Physical replication copies everything, roles, grants,
 RLS policies and functions included, so the standby enforces exactly what
 the primary does.
 
@@ -15,6 +20,7 @@ module.
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import time
 from pathlib import Path
@@ -66,6 +72,7 @@ class Standby:
         self.pgdata = Path(pgdata).resolve()
         self.port = port
         self.bin = _bin_dir()
+        self.slot = f"oml_standby_{secrets.token_hex(4)}"
 
     @property
     def url(self) -> str:
@@ -86,7 +93,7 @@ class Standby:
         self.pgdata.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._user = _as_server_user(self.pgdata)
         self._run("pg_basebackup", "-D", str(self.pgdata), "-R", "-X", "stream", "-c", "fast",
-                  *self._primary_conn_args(), timeout=timeout_s)
+                  "-C", "-S", self.slot, *self._primary_conn_args(), timeout=timeout_s)
         opts = f'-p {self.port} -h "" -k {self.pgdata} -c hot_standby=on'
         self._run("pg_ctl", "-D", str(self.pgdata), "-o", opts, "-l", str(self.pgdata / "standby.log"),
                   "-w", "-t", str(timeout_s), "start", timeout=timeout_s + 10)
@@ -99,7 +106,22 @@ class Standby:
             raise RuntimeError(f"{program} exited {done.returncode}: {done.stderr.strip()[-500:]}")
 
     def stop(self) -> None:
+        """Stop the standby and drop its replication slot on the primary (retried while its sender exits)."""
         self._run("pg_ctl", "-D", str(self.pgdata), "-m", "fast", "-w", "stop", timeout=60, check=False)
+        engine = sa.create_engine(self.primary, isolation_level="AUTOCOMMIT")
+        try:
+            for _ in range(50):
+                with engine.connect() as c:
+                    active = c.execute(sa.text("SELECT active FROM pg_replication_slots WHERE slot_name = :s"),
+                                       {"s": self.slot}).scalar()
+                    if active is None:
+                        return
+                    if not active:
+                        c.execute(sa.text("SELECT pg_drop_replication_slot(:s)"), {"s": self.slot})
+                        return
+                time.sleep(0.1)
+        finally:
+            engine.dispose()
 
     def _scalar(self, sql: str, database: str | None = None):
         engine = sa.create_engine(self.url_for_database(database) if database else self.url, isolation_level="AUTOCOMMIT")
