@@ -254,8 +254,11 @@ class Operations:
         return self._invoke(self.consistency_proof, params={"from": from_, "to": to}, parse=parse)
 
     @operation("POST", "/v1/evidence/export")
-    def export_evidence(self, from_seq: int, to_seq: int, *, previous_checkpoint: str | bytes | None = None) -> m.EvidenceArchive:
+    def export_evidence(self, from_seq: int = 1, to_seq: int | None = None, *,
+                        previous_checkpoint: str | bytes | None = None) -> m.EvidenceArchive:
         """Evidence archive for ``from_seq..to_seq`` (journalled as ``evidence.exported``). Role: auditor.
+
+        ``to_seq=None`` exports up to the chain head (``checkpoint_size`` says which).
 
         ``previous_checkpoint`` is your last checkpoint note, verbatim; the
         archive then carries a consistency proof from it. Verify offline with

@@ -90,8 +90,9 @@ def consistency(from_: int = Query(..., alias="from", ge=1, le=2**53 - 1, descri
 
 
 class ExportIn(Closed):
-    from_seq: int = Field(ge=1, le=2**53 - 1)
-    to_seq: int = Field(ge=1, le=2**53 - 1)
+    from_seq: int = Field(1, ge=1, le=2**53 - 1, description="first event")
+    to_seq: Optional[int] = Field(None, ge=1, le=2**53 - 1, description="last event (default: the chain head, as in the CLI); "
+                                                                         "beyond the head is evidence.invalid_range with a head member")
     previous_checkpoint: Optional[str] = Field(None, max_length=65536, description="your last checkpoint note, verbatim")
 
 
@@ -104,7 +105,7 @@ def evidence_export(req: ExportIn, p: Principal = Depends(principal), ctx: Conte
 
     prev = req.previous_checkpoint.encode("utf-8") if req.previous_checkpoint is not None else None
     ex = export(ctx, p.tenant, req.from_seq, req.to_seq, previous_checkpoint=prev, principal=p)
-    name = f"oml-evidence-{p.tenant}-{req.from_seq}-{req.to_seq}.tar"
+    name = f"oml-evidence-{p.tenant}-{req.from_seq}-{ex.manifest['range']['to_seq']}.tar"
     return Response(ex.data, media_type="application/x-tar", headers={
         "Content-Disposition": f'attachment; filename="{name}"', "X-OML-Archive-SHA256": ex.archive_sha256,
         "X-OML-Manifest-SHA256": ex.manifest_sha256, "X-OML-Evidence-Seq": str(ex.seq),

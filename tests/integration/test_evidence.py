@@ -74,6 +74,18 @@ def test_http_export_verifies_offline_and_is_journalled(ctx, ak, client):
         assert r.status_code == 403 and r.json()["code"] == "access.denied"
     r = client.post("/v1/evidence/export", json={"from_seq": 5, "to_seq": 10**6}, headers=bearer(ak.auditor_key))
     assert r.status_code == 422 and r.json()["code"] == "evidence.invalid_range"
+    assert r.json()["field"] == "to_seq" and r.json()["head"] >= 15  # the range error names the head
+
+
+def test_http_export_without_to_seq_runs_to_the_head(ctx, ak, client):
+    """As the CLI (issue 15.5): no to_seq means the chain head; no from_seq means 1."""
+    r = client.post("/v1/evidence/export", json={}, headers=bearer(ak.auditor_key))
+    assert r.status_code == 200, r.text
+    manifest = json.loads(files_of(r.content)[fmt.MANIFEST])
+    size = int(r.headers["x-oml-checkpoint-size"])
+    assert manifest["range"] == {"from_seq": 1, "to_seq": size}
+    assert r.headers["content-disposition"].endswith(f'-1-{size}.tar"')
+    assert verify(r.content, trusted_key=ak.kit.fingerprint).exit_code == 0
 
 
 def test_no_plaintext_body_ever(ctx, ak):
