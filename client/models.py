@@ -325,12 +325,51 @@ class Memory(Response):
         return s if isinstance(s, str) else None
 
 
+class ValidTimeExcluded(Response):
+    expired: int = 0
+    not_yet_valid: int = 0
+
+
+class ValidTimeHits(ValidTimeExcluded):
+    truncated: bool = False
+
+
+class ValidTime(Response):
+    """The valid instant hits were checked against (``source``: now, as_of or the filter) and what it left out."""
+
+    at: Optional[str] = None
+    source: Optional[str] = None
+    excluded_hits: ValidTimeHits = Field(default_factory=ValidTimeHits)
+    excluded_steering: ValidTimeExcluded = Field(default_factory=ValidTimeExcluded)
+
+
+class RecallDiagnostics(Response):
+    """How a recall was answered (docs/recall.md, Diagnostics). ``approximate``: an HNSW scan served the vector
+    leg (its parameters are in ``legs["vector"]``); unknown keys are kept."""
+
+    retriever: Optional[str] = None
+    scope: list[str] = Field(default_factory=list)
+    as_of: Optional[str] = None
+    valid_time: Optional[ValidTime] = None
+    fusion: Optional[dict[str, Any]] = None
+    approximate: bool = False
+    candidates: dict[str, int] = Field(default_factory=dict)
+    legs: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    returned: dict[str, int] = Field(default_factory=dict)
+    excluded_by_budget: int = 0
+    excluded_by_predicate: int = 0
+    unreadable: int = 0
+    characters: int = 0
+    degraded: list[dict[str, str]] = Field(default_factory=list)
+    elapsed_ms: Optional[float] = None
+
+
 class Recalled(Response):
     """Segment 1 ``steering`` (standing instructions, unranked, always complete), then ranked ``hits``."""
 
     steering: list[Memory]
     hits: list[Memory]
-    diagnostics: dict[str, Any]
+    diagnostics: RecallDiagnostics
 
 
 class Fetched(Memory):

@@ -17,7 +17,13 @@ Contract summary (``docs/recall.md`` has the long form):
   filters it, and no budget drops it. Segment 2 is hits ranked by one
   retriever or fused by reciprocal rank fusion with :data:`RRF_K` = 10
   (the method of Cormack, Clarke and Büttcher, SIGIR 2009; their constant
-  was 60, see the constant's note), ties broken by ids.
+  was 60, see the constant's note). Ties are broken by meaning, never by a
+  random id alone (:func:`leg_order_key`, :func:`fuse_rrf`), so two
+  ingestions of the same corpus rank identically.
+* Valid time: a hit is served only when its declared valid time contains the
+  read's valid instant — the client's ``valid_at``, else ``as_of``, else now
+  (:func:`valid_state`); segment 1 applies its rows' own valid time at the
+  read's instant (``as_of`` or now), never a client filter.
 * Full-text queries are built from lexemes PostgreSQL's own parser produced
   (``to_tsvector``); user text never reaches ``to_tsquery``. The AND of the
   lexemes runs first and the OR fills up when AND finds too few rows
@@ -218,6 +224,26 @@ def steering_order_key(path: str, tip_from: dt.datetime | str, claim_id: str, ve
     return (depth(path), tip_from, claim_id, version_id)
 
 
+# ---------------------------------------------------------------- valid time
+
+#: :func:`valid_state` answers: inside the declared valid time, past its end, before its start.
+VALID_STATES = ("valid", "expired", "not_yet_valid")
+
+
+def valid_state(valid_from: dt.datetime | None, valid_to: dt.datetime | None, at: dt.datetime) -> str:
+    """Where ``at`` lies against a claim's declared valid time ``[valid_from, valid_to)``.
+
+    ``None`` bounds are open. Returns one of :data:`VALID_STATES`: ``expired``
+    when ``valid_to <= at``, ``not_yet_valid`` when ``at < valid_from``, else
+    ``valid`` — the same half-open interval the SQL pre-filters apply.
+    """
+    if valid_to is not None and valid_to <= at:
+        return "expired"
+    if valid_from is not None and at < valid_from:
+        return "not_yet_valid"
+    return "valid"
+
+
 # ---------------------------------------------------------------- ranking
 
 
@@ -241,13 +267,27 @@ def rank_single(retriever: str, keys: Sequence[str], scores: Sequence[float], *,
     return [Ranked(k, s, {retriever: i + 1}) for i, (k, s) in enumerate(pairs)]
 
 
-def fuse_rrf(legs: Mapping[str, Sequence[str]], *, k: int = RRF_K, weights: Mapping[str, float] | None = None) -> list[Ranked]:
+def leg_order_key(score: float, tie: Sequence[float | int], key: str, *, higher_is_better: bool) -> tuple:
+    """Sort key of one row of a ranking leg: its score, then ``tie`` (values where smaller is better:
+    a negated second score, a negated tip seq for "newer first"), then ``key`` — the last resort, reached
+    only by rows equal on everything else (docs/recall.md, "Ties")."""
+    return ((-score if higher_is_better else score), tuple(tie), key)
+
+
+def fuse_rrf(legs: Mapping[str, Sequence[str]], *, k: int = RRF_K, weights: Mapping[str, float] | None = None,
+             priority: Sequence[str] | None = None) -> list[Ranked]:
     """Reciprocal rank fusion of ranked key lists: ``score(d) = Σ_leg w_leg / (k + rank_leg(d))``.
 
     ``legs`` maps a retriever name to its keys best-first (duplicates after
     the first occurrence are ignored). Equal weights (1.0) unless given.
-    Ties are broken deterministically: higher score, then the better (lower)
-    best rank over legs, then more legs agreeing, then the key.
+    Ties are broken by the legs' own orders, never by the key: higher score,
+    then the better (lower) best rank over legs, then more legs agreeing,
+    then the ranks in each leg of ``priority`` in turn (default: the leg
+    names sorted, so ``fts`` before ``vector``; a leg that missed the key
+    counts as ranking it last). Two keys equal on all of these do not exist
+    — every key has a rank in some leg, and a leg's ranks are distinct — so
+    the fused order is a function of the legs' orders alone; the key is
+    only a formal last resort.
     """
     if k <= 0:
         raise ValueError("the RRF constant must be positive")
@@ -264,7 +304,9 @@ def fuse_rrf(legs: Mapping[str, Sequence[str]], *, k: int = RRF_K, weights: Mapp
             r += 1
             scores[key] = scores.get(key, 0.0) + w / (k + r)
             ranks.setdefault(key, {})[name] = r
-    order = sorted(scores, key=lambda d: (-scores[d], min(ranks[d].values()), -len(ranks[d]), d))
+    names = list(priority) if priority is not None else sorted(legs)
+    order = sorted(scores, key=lambda d: (-scores[d], min(ranks[d].values()), -len(ranks[d]),
+                                          tuple(ranks[d].get(n, math.inf) for n in names), d))
     return [Ranked(d, scores[d], dict(ranks[d])) for d in order]
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Literal, Optional
 
 from fastapi import APIRouter, Depends, Query
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from oml.domain import recall as R
@@ -76,10 +76,50 @@ class Item(BaseModel):
     source: Any = Field(None, description="the body's citation (uri, title, locator)")
 
 
+class ValidTimeExcluded(BaseModel):
+    expired: int = Field(description="valid_to at or before the instant")
+    not_yet_valid: int = Field(description="valid_from after the instant")
+
+
+class ValidTimeHits(ValidTimeExcluded):
+    truncated: bool = Field(description="the count stopped at 1,000 rows")
+
+
+class ValidTime(BaseModel):
+    at: str = Field(description="the instant hits were checked against: filters.valid_at, else as_of, else now (ISO 8601)")
+    source: Literal["now", "as_of", "filter"]
+    excluded_hits: ValidTimeHits = Field(description="rows in scope matching the hit filters (not the query) "
+                                                     "whose valid time excludes the instant")
+    excluded_steering: ValidTimeExcluded = Field(description="applicable steering rows out of force at the read's instant")
+
+
+class Diagnostics(BaseModel):
+    """How the answer was made (docs/recall.md, Diagnostics); fields may be added, so extra keys are kept."""
+
+    model_config = ConfigDict(extra="allow")
+
+    retriever: str
+    scope: list[str]
+    as_of: Optional[str] = None
+    valid_time: ValidTime
+    fusion: Optional[dict[str, Any]] = None
+    approximate: bool = Field(description="an HNSW (approximate) scan's answer was served; legs.vector has its "
+                                          "ef_search, iterative_scan, max_scan_tuples and exact_scan_max")
+    candidates: dict[str, int]
+    legs: dict[str, dict[str, Any]]
+    returned: dict[str, int]
+    excluded_by_budget: int
+    excluded_by_predicate: int
+    unreadable: int
+    characters: int
+    degraded: list[dict[str, str]]
+    elapsed_ms: float
+
+
 class RecallOut(BaseModel):
     steering: list[Item]
     hits: list[Item]
-    diagnostics: dict[str, Any]
+    diagnostics: Diagnostics
 
 
 class FetchOut(Item):

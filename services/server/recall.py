@@ -12,7 +12,12 @@ The contract is seeds/retrieval.md (normative) and docs/recall.md:
   bounded ``ORDER BY … LIMIT n`` so its index is used; then loaded from the
   projections and admitted by the same predicate (segment ``hit``); then
   ranked (one leg) or fused by RRF (k = 10, :data:`~oml.domain.recall.RRF_K`);
-  then cut by ``k`` and the budget.
+  then cut by ``k`` and the budget. Each leg's order is its score, then a
+  tie score, then recency, never a random id alone
+  (:func:`oml.domain.recall.leg_order_key`), so equal corpora rank equally.
+* Valid time: hits must be valid at ``valid_at``, defaulting to ``as_of`` or
+  now; segment 1 applies its rows' valid time at the read's instant; what
+  valid time left out is counted (``diagnostics.valid_time``).
 * FTS leg: ``oml_fts_search()`` (60_search.sql; SECURITY DEFINER so GIN is
   used under RLS). Lexemes come from ``to_tsvector`` on the server; the AND
   query runs first and the OR query fills the pool when AND finds fewer
@@ -27,7 +32,9 @@ The contract is seeds/retrieval.md (normative) and docs/recall.md:
   ``hnsw.iterative_scan = relaxed_order`` and ``hnsw.ef_search`` set per
   transaction, its output re-sorted from a MATERIALIZED CTE, and an exact
   search replaces it if it still returned fewer rows than asked (said in
-  the diagnostics). No model → the leg is skipped, said.
+  the diagnostics). ``diagnostics.approximate`` is true exactly when an
+  HNSW scan's answer was served, with its parameters in ``legs.vector``.
+  No model → the leg is skipped, said.
 
 Credentials: ``oml_server`` (the one role that reads wrapped DEKs) and the
 KeyStore's tenant X25519 private key and ``query-hmac`` key. Nothing
@@ -35,6 +42,7 @@ decrypted is cached; query text is never logged.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -65,7 +73,8 @@ class RecallRequest:
     """One recall. ``query`` is plain text (≤ 4,000 characters); ``workarea_id`` scopes it (default: the
     key's roots); ``retriever`` is ``fts`` | ``vector`` | ``hybrid``; ``k`` 1–100 hits; ``max_chars`` /
     ``max_tokens`` a budget that never drops steering rows; ``kinds``, ``provenances`` and ``valid_at``
-    filter hits (not steering); ``as_of`` reads the tips as they were at that instant."""
+    filter hits (not steering; ``valid_at`` defaults to ``as_of``, else now: "valid now"); ``as_of`` reads the
+    tips as they were at that instant."""
 
     query: str = ""
     workarea_id: str | None = None
@@ -98,6 +107,7 @@ class _Diag:
     excluded_by_predicate: int = 0
     excluded_by_budget: int = 0
     unreadable: int = 0
+    approximate: bool = False
 
     def degrade(self, retriever: str, reason: str, detail: str) -> None:
         self.degraded.append({"retriever": retriever, "reason": reason, "detail": detail})
@@ -140,18 +150,29 @@ def _lexemes(conn: sa.Connection, text: str) -> list[str]:
     return list(arr or [])
 
 
-def _fts_call(conn, tsq: str, f: _Filters, lim: int) -> list[tuple[str, str, float]]:
+#: One row of a ranking leg: (version id, score, tie keys). The score is ts_rank (higher is better) or
+#: cosine distance (lower is better); the tie keys sort ascending (oml.domain.recall.leg_order_key).
+LegRow = tuple[str, float, tuple]
+
+
+def _fts_call(conn, tsq: str, f: _Filters, lim: int) -> list[LegRow]:
+    """The shared FTS function's rows in its order: ts_rank, then ts_rank_cd, then newer tip first."""
     rows_ = conn.execute(sa.text(
-        "SELECT version_id, claim_id, rank FROM oml_fts_search(CAST(:q AS tsquery), CAST(:scopes AS text[]),"
+        "SELECT version_id, rank, rank_cd, tip_from_seq FROM oml_fts_search(CAST(:q AS tsquery), CAST(:scopes AS text[]),"
         " CAST(:as_of AS timestamptz), CAST(:kinds AS text[]), CAST(:provs AS text[]), CAST(:valid AS timestamptz),"
         " CAST(:excl AS uuid[]), :lim)"),
         {"q": tsq, "scopes": list(f.scopes), "as_of": f.as_of, "kinds": f.kinds, "provs": f.provenances,
          "valid": f.valid_at, "excl": f.exclude or None, "lim": lim}).all()
-    return [(str(r.version_id), str(r.claim_id), float(r.rank)) for r in rows_]
+    return [fts_row(r) for r in rows_]
 
 
-def fts_leg(conn: sa.Connection, text: str, f: _Filters, n: int, diag: _Diag) -> list[tuple[str, float]]:
-    """Up to ``n`` (version id, ts_rank) pairs, best first.
+def fts_row(r: Any) -> LegRow:
+    """A row of an FTS function (shared or simulation) as a leg row; ties: ts_rank_cd, then newer tip first."""
+    return (str(r.version_id), float(r.rank), (-float(r.rank_cd), -int(r.tip_from_seq)))
+
+
+def fts_leg(conn: sa.Connection, text: str, f: _Filters, n: int, diag: _Diag) -> list[LegRow]:
+    """Up to ``n`` leg rows (version id, ts_rank, ties), best first.
 
     AND of the query's lexemes first; when it finds fewer than ``n`` rows
     (and there is more than one lexeme), the OR query answers instead — its
@@ -172,7 +193,7 @@ def fts_leg(conn: sa.Connection, text: str, f: _Filters, n: int, diag: _Diag) ->
     if len(hits) < n and len(set(lex)) > 1:
         hits = _fts_call(conn, R.tsquery_text(lex, "|"), f, n)
         info["mode"] = "or"
-    return [(v, r) for v, _, r in hits]
+    return hits
 
 
 def _vector_where(f: _Filters) -> tuple[str, dict[str, Any]]:
@@ -181,7 +202,8 @@ def _vector_where(f: _Filters) -> tuple[str, dict[str, Any]]:
 
 def filter_conditions(f: _Filters, conds: list[str], params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """The index-row filters every vector leg shares (scope, self_signed, tip or ``as_of``, kinds,
-    provenances, valid time, exclusions), appended to ``conds``; one place for shared and simulation legs."""
+    provenances, valid time, exclusions), appended to ``conds``; one place for shared and simulation legs
+    (and the valid-time count, which passes ``f`` without ``valid_at``)."""
     params["scopes"] = list(f.scopes)
     scope_terms = []
     for i, s in enumerate(f.scopes):
@@ -210,18 +232,28 @@ def filter_conditions(f: _Filters, conds: list[str], params: dict[str, Any]) -> 
     return " AND ".join(conds), params
 
 
-def vector_sql(f: _Filters, *, exact: bool) -> tuple[str, dict[str, Any]]:
-    """The vector leg's statement: exact (``ORDER BY distance + 0``, which no HNSW index can serve) or HNSW
-    (``ORDER BY embedding <=> q LIMIT n`` in a MATERIALIZED CTE, re-sorted outside it)."""
-    where, params = _vector_where(f)
+def vector_statement(table: str, where: str, *, exact: bool) -> str:
+    """A vector leg's statement over ``table`` (shared or simulation partitions): exact (``ORDER BY distance + 0``,
+    which no HNSW index can serve) or HNSW (``ORDER BY embedding <=> q LIMIT n`` in a MATERIALIZED CTE, re-sorted
+    outside it). Equal distances: newer tip first, then the version id (docs/recall.md, "Ties")."""
     if exact:
-        sql = ("SELECT m.version_id, (m.embedding <=> CAST(:q AS vector)) AS distance FROM memory_embeddings m"
-               f" WHERE {where} ORDER BY (m.embedding <=> CAST(:q AS vector)) + 0.0, m.version_id LIMIT :n")
-    else:
-        sql = ("WITH c AS MATERIALIZED (SELECT m.version_id, m.embedding <=> CAST(:q AS vector) AS distance"
-               f" FROM memory_embeddings m WHERE {where} ORDER BY m.embedding <=> CAST(:q AS vector) LIMIT :n)"
-               " SELECT version_id, distance FROM c ORDER BY distance + 0.0, version_id")
-    return sql, params
+        return ("SELECT m.version_id, (m.embedding <=> CAST(:q AS vector)) AS distance, m.tip_from_seq"
+                f" FROM {table} m WHERE {where}"
+                " ORDER BY (m.embedding <=> CAST(:q AS vector)) + 0.0, m.tip_from_seq DESC, m.version_id LIMIT :n")
+    return ("WITH c AS MATERIALIZED (SELECT m.version_id, m.embedding <=> CAST(:q AS vector) AS distance, m.tip_from_seq"
+            f" FROM {table} m WHERE {where} ORDER BY m.embedding <=> CAST(:q AS vector) LIMIT :n)"
+            " SELECT version_id, distance, tip_from_seq FROM c ORDER BY distance + 0.0, tip_from_seq DESC, version_id")
+
+
+def vector_sql(f: _Filters, *, exact: bool) -> tuple[str, dict[str, Any]]:
+    """The shared vector leg's statement and parameters (:func:`vector_statement` on ``memory_embeddings``)."""
+    where, params = _vector_where(f)
+    return vector_statement("memory_embeddings", where, exact=exact), params
+
+
+def vector_rows(got: Sequence[Any]) -> list[LegRow]:
+    """Vector statement rows as leg rows; ties: newer tip first."""
+    return [(str(r.version_id), float(r.distance), (-int(r.tip_from_seq),)) for r in got]
 
 
 def count_qualifying(conn: sa.Connection, tenant: str, f: _Filters, cap: int) -> int:
@@ -240,28 +272,72 @@ def estimate_qualifying(conn: sa.Connection, tenant: str, f: _Filters) -> int:
     return int(plan[0]["Plan"]["Plan Rows"])
 
 
+#: The valid-time count stops here (``truncated`` says so): it informs the caller, it does not page.
+VALID_COUNT_CAP = 1000
+NONE_OUTSIDE = {"expired": 0, "not_yet_valid": 0, "truncated": False}
+
+
+def count_outside_valid_time(conn: sa.Connection, tenant: str, f: _Filters, audience: frozenset[str] = frozenset()
+                             ) -> dict[str, int | bool]:
+    """Index rows in the read's scope that match its hit filters — not its query — but whose declared valid time
+    excludes ``f.valid_at``: ``{"expired": n, "not_yet_valid": m, "truncated": bool}``, counted up to
+    :data:`VALID_COUNT_CAP` over ``memories_fts`` (and the audience's simulation partitions). Rows, not claims:
+    an audience member's overlay tip and the default tip it shadows count once each. One statement; the
+    partial index ``memories_fts_valid_time`` (60_search.sql) keeps it to rows that declare a valid time."""
+    f0 = dataclasses.replace(f, valid_at=None)
+    outside = ["(m.valid_from IS NOT NULL OR m.valid_to IS NOT NULL)", "(m.valid_to <= :at OR m.valid_from > :at)"]
+    where, params = filter_conditions(f0, ["m.tenant_id = :t", "m.provenance <> 'simulation'"] + outside, {})
+    parts = [f"SELECT m.valid_to FROM memories_fts m WHERE {where}"]
+    if audience:
+        swhere, params = filter_conditions(f0, ["m.tenant_id = :t", "m.simulation_id = ANY(CAST(:sims AS uuid[]))"] + outside,
+                                           params | {"sims": sorted(audience)})
+        parts.append(f"SELECT m.valid_to FROM sim_memories_fts m WHERE {swhere}")
+    union = " UNION ALL ".join(parts)
+    expired, total = conn.execute(sa.text(
+        f"SELECT count(*) FILTER (WHERE x.valid_to <= :at), count(*) FROM ({union} LIMIT :cap) x"),
+        params | {"t": tenant, "at": f.valid_at, "cap": VALID_COUNT_CAP + 1}).one()
+    truncated = total > VALID_COUNT_CAP
+    total = min(total, VALID_COUNT_CAP)
+    expired = min(expired, total)
+    return {"expired": expired, "not_yet_valid": total - expired, "truncated": truncated}
+
+
 #: Skip the exact count when the planner estimates more than this many times the threshold:
 #: counting 10k wide rows costs ~12 ms at 100k claims (bench), and the choice only affects speed —
 #: the HNSW path still falls back to an exact search if it would under-return.
 ESTIMATE_MARGIN = 4
 
 
-def set_hnsw(conn: sa.Connection, n: int) -> int:
-    """Per-transaction HNSW settings for a filtered search of ``n`` rows; returns ef_search."""
+#: pgvector's iterative scan mode on the HNSW path (relaxed order, re-sorted by the statement).
+ITERATIVE_SCAN = "relaxed_order"
+
+
+def set_hnsw(conn: sa.Connection, n: int) -> dict[str, Any]:
+    """Per-transaction HNSW settings for a filtered search of ``n`` rows, in one round trip.
+
+    Returns the scan's parameters as the diagnostics report them: ``ef_search``
+    (int), ``iterative_scan`` (str) and ``max_scan_tuples`` (int, the server's
+    ``hnsw.max_scan_tuples``: where an iterative scan gives up).
+    """
     ef = max(R.EF_SEARCH_MIN, min(R.EF_SEARCH_MAX, 2 * n))
-    conn.execute(sa.text("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), set_config('hnsw.ef_search', :ef, true)"),
-                 {"ef": str(ef)})
-    return ef
+    max_tuples = conn.execute(sa.text(
+        "SELECT set_config('hnsw.iterative_scan', :mode, true), set_config('hnsw.ef_search', :ef, true),"
+        " current_setting('hnsw.max_scan_tuples')"), {"mode": ITERATIVE_SCAN, "ef": str(ef)}).one()[2]
+    return {"ef_search": ef, "iterative_scan": ITERATIVE_SCAN, "max_scan_tuples": int(max_tuples)}
 
 
 def vector_leg(conn: sa.Connection, tenant: str, qvec: Sequence[float], f: _Filters, n: int, diag: _Diag,
-               exact_scan_max: int = R.EXACT_SCAN_MAX) -> list[tuple[str, float]]:
-    """Up to ``n`` (version id, cosine distance) pairs, never fewer than ``min(n, qualifying rows)``."""
+               exact_scan_max: int = R.EXACT_SCAN_MAX) -> list[LegRow]:
+    """Up to ``n`` leg rows (version id, cosine distance, ties), never fewer than ``min(n, qualifying rows)``.
+
+    ``diag.legs["vector"]`` gets ``exact_scan_max`` and, on the HNSW path, the scan's parameters
+    (:func:`set_hnsw`); ``diag.approximate`` is set when the HNSW answer is the one returned."""
     if estimate_qualifying(conn, tenant, f) > ESTIMATE_MARGIN * max(exact_scan_max, 1):
         qualifying = exact_scan_max + 1
     else:
         qualifying = count_qualifying(conn, tenant, f, exact_scan_max + 1)
-    info: dict[str, Any] = {"qualifying": qualifying if qualifying <= exact_scan_max else f">{exact_scan_max}"}
+    info: dict[str, Any] = {"qualifying": qualifying if qualifying <= exact_scan_max else f">{exact_scan_max}",
+                            "exact_scan_max": exact_scan_max}
     diag.legs["vector"] = info
     if qualifying == 0:
         info["search"] = "none"
@@ -273,18 +349,20 @@ def vector_leg(conn: sa.Connection, tenant: str, qvec: Sequence[float], f: _Filt
         got = conn.execute(sa.text(sql), params | {"t": tenant, "q": q, "n": n}).all()
     else:
         info["search"] = "hnsw"
-        info["ef_search"] = set_hnsw(conn, n)
+        info.update(set_hnsw(conn, n))
+        diag.approximate = True
         sql, params = vector_sql(f, exact=False)
         got = conn.execute(sa.text(sql), params | {"t": tenant, "q": q, "n": n}).all()
         if len(got) < n and count_qualifying(conn, tenant, f, n) > len(got):
             # More rows qualify than the scan returned (it stopped at hnsw.max_scan_tuples):
             # answer exactly rather than under-return.
             info["search"] = "hnsw+exact"
+            diag.approximate = False
             diag.degrade("vector", "vector.approximate_short",
                          "the approximate scan returned fewer rows than asked; answered by an exact scan")
             sql, params = vector_sql(f, exact=True)
             got = conn.execute(sa.text(sql), params | {"t": tenant, "q": q, "n": n}).all()
-    return [(str(r.version_id), float(r.distance)) for r in got]
+    return vector_rows(got)
 
 
 # ------------------------------------------------------------------ the service
@@ -340,7 +418,11 @@ class Recaller:
         Raises ``access.denied`` (403) unless the key may read,
         ``workarea.not_found`` (404) for a scope outside its access,
         ``admission.invalid`` (422) for a malformed request. Every answer is
-        logged in ``read_events`` in the same transaction.
+        logged in ``read_events`` before it is returned (in the read's own
+        transaction on the primary; on the primary in a nested transaction
+        when a hot standby served it, ``readlog.unavailable`` 503 if that
+        fails). ``after_lsn``: read no older than this primary WAL position
+        (read your writes, :meth:`Database.read`).
         """
         started = time.perf_counter()
         rules.require_act(principal.role, "read")
@@ -352,6 +434,10 @@ class Recaller:
         budget = R.Budget(req.k, req.max_chars, req.max_tokens)
         as_of = _time(req.as_of, "as_of")
         valid_at = _time(req.valid_at, "filters.valid_at")
+        # Valid time defaults to the read's instant: "valid now", or valid at as_of (docs/recall.md, "Valid time").
+        read_at = as_of or dt.datetime.now(dt.timezone.utc)
+        valid_source = "filter" if valid_at is not None else ("as_of" if as_of is not None else "now")
+        valid_at = valid_at or read_at
         kinds = _choices(req.kinds, R.KINDS, "filters.kinds")
         provs = _choices(req.provenances, R.PROVENANCES, "filters.provenances")
         diag = _Diag(req.retriever)
@@ -373,6 +459,7 @@ class Recaller:
                 use_vec = False
 
         tenant = principal.tenant
+        # A hot standby serves the read when one can (docs/operations.md); the read log goes to the primary.
         with self.ctx.db.tenant(ROLE, tenant) as conn:
             if req.workarea_id is not None:
                 wa = rows.workarea_by_id(conn, tenant, str(req.workarea_id)) if _is_uuid(req.workarea_id) else None
@@ -391,13 +478,17 @@ class Recaller:
             # Segment 1: steering, from the projections.
             steer_ids = rows.steering_version_ids(conn, tenant, R.steering_paths(scopes), as_of, audience_simulations)
             loaded = rows.load_rows(conn, tenant, steer_ids, as_of, audience_simulations)
-            steering = [x for x in loaded.values() if R.visible(x.facts, read, "steering")]
+            applicable = [x for x in loaded.values() if R.visible(x.facts, read, "steering")]
+            # An instruction out of its declared valid time at the read's instant is not in force; no client
+            # filter touches segment 1 (valid_at included).
+            steer_valid = {x.version_id: R.valid_state(x.valid_from, x.valid_to, read_at) for x in applicable}
+            steering = [x for x in applicable if steer_valid[x.version_id] == "valid"]
             steering.sort(key=lambda x: R.steering_order_key(x.facts.path, x.tip_from_at, x.claim_id, x.version_id))
 
-            # Segment 2: hits.
-            f = _Filters(scopes, as_of, kinds, provs, valid_at, [x.version_id for x in steering])
+            # Segment 2: hits. Applicable steering rows are segment-1 material, never hits (in force or not).
+            f = _Filters(scopes, as_of, kinds, provs, valid_at, [x.version_id for x in applicable])
             pool = max(R.POOL_MIN, 2 * budget.k)
-            legs: dict[str, list[tuple[str, float]]] = {}
+            legs: dict[str, list[LegRow]] = {}
             if use_fts:
                 legs["fts"] = fts_leg(conn, text, f, pool, diag)
             if use_vec and qvec is not None:
@@ -408,9 +499,12 @@ class Recaller:
                                            f, pool, diag, self.exact_scan_max)
             for name, got in legs.items():
                 diag.candidates[name] = len(got)
-            cand = rows.load_rows(conn, tenant, {v for got in legs.values() for v, _ in got}, as_of, audience_simulations)
-            admitted = {v for v, x in cand.items() if R.visible(x.facts, read, "hit")}
-            diag.excluded_by_predicate = len({v for got in legs.values() for v, _ in got} - admitted)
+            found = {row[0] for got in legs.values() for row in got}
+            cand = rows.load_rows(conn, tenant, found, as_of, audience_simulations)
+            admitted = {v for v, x in cand.items() if R.visible(x.facts, read, "hit")
+                        and R.valid_state(x.valid_from, x.valid_to, valid_at) == "valid"}
+            diag.excluded_by_predicate = len(found - admitted)
+            outside = count_outside_valid_time(conn, tenant, f, audience_simulations) if legs else dict(NONE_OUTSIDE)
             ranked = self._rank(legs, admitted, req.retriever)
             # FTS degraded inside hybrid: say the answer is the vector leg's alone.
             if req.retriever == "hybrid" and "vector" in legs and diag.legs.get("fts", {}).get("mode") == "none":
@@ -453,7 +547,11 @@ class Recaller:
                 "retriever": req.retriever,
                 "scope": list(scopes),
                 "as_of": None if as_of is None else as_of.isoformat(),
+                "valid_time": {
+                    "at": valid_at.isoformat(), "source": valid_source, "excluded_hits": outside,
+                    "excluded_steering": {s: sum(1 for v in steer_valid.values() if v == s) for s in R.VALID_STATES[1:]}},
                 "fusion": {"method": "rrf", "k": self.rrf_k} if req.retriever == "hybrid" else None,
+                "approximate": diag.approximate,
                 "candidates": diag.candidates,
                 "legs": diag.legs,
                 "returned": {"steering": len(steer_items), "hits": len(hit_items)},
@@ -466,30 +564,26 @@ class Recaller:
             },
         }
 
-    def _rank(self, legs: dict[str, list[tuple[str, float]]], admitted: set[str], retriever: str
+    def _rank(self, legs: dict[str, list[LegRow]], admitted: set[str], retriever: str
               ) -> list[tuple[str, float, dict[str, dict[str, float | int]]]]:
         """``(version id, score, {retriever: {"rank", "score"|"distance"}})`` best first.
 
-        FTS keeps the leg's own order (AND hits, then OR hits, each by
-        ts_rank); vector is ordered by cosine distance ascending, ties by id.
-        One leg: its order, with ts_rank or cosine similarity (1 − distance)
-        as the score. Two legs: RRF over those orders (k = ``self.rrf_k``);
-        the score is the fused score.
+        Each leg keeps its own order — FTS by ts_rank, vector by cosine
+        distance ascending, each with its ties broken by meaning (the SQL
+        orders and :func:`~oml.domain.recall.leg_order_key`). One leg: its
+        order, with ts_rank or cosine similarity (1 − distance) as the score.
+        Two legs: RRF over those orders (k = ``self.rrf_k``); the score is the
+        fused score, ties broken by the legs' orders (``fuse_rrf``).
         """
-        kept = {name: [(v, s) for v, s in got if v in admitted] for name, got in legs.items()}
         per: dict[str, dict[str, dict[str, float | int]]] = {}
         order: dict[str, list[str]] = {}
-        for name, got in kept.items():
-            if name == "fts":
-                seen: set[str] = set()
-                ranked = [(v, s) for v, s in got if not (v in seen or seen.add(v))]
-            else:
-                ranked = [(r.key, r.score) for r in R.rank_single(name, [v for v, _ in got], [d for _, d in got],
-                                                                  higher_is_better=False)]
+        for name, got in legs.items():
+            seen: set[str] = set()
+            ranked = [(v, s) for v, s, _ in got if v in admitted and not (v in seen or seen.add(v))]
             order[name] = [v for v, _ in ranked]
             for i, (v, sc) in enumerate(ranked):
                 per.setdefault(v, {})[name] = {"rank": i + 1, ("score" if name == "fts" else "distance"): sc}
-        single = [n for n in ("fts", "vector") if n in kept]
+        single = [n for n in ("fts", "vector") if n in legs]
         if retriever != "hybrid" or len(single) == 1:
             name = retriever if retriever != "hybrid" else single[0]
             out = []
@@ -497,7 +591,7 @@ class Recaller:
                 raw = per[key][name]
                 out.append((key, float(raw["score"]) if name == "fts" else 1.0 - float(raw["distance"]), per[key]))
             return out
-        return [(x.key, x.score, per[x.key]) for x in R.fuse_rrf(order, k=self.rrf_k)]
+        return [(x.key, x.score, per[x.key]) for x in R.fuse_rrf(order, k=self.rrf_k, priority=("fts", "vector"))]
 
     @staticmethod
     def _item(x: rows.Loaded, rk: tuple | None, bodies: dict[str, Any], diag: _Diag) -> dict | None:

@@ -19,9 +19,10 @@ runs, and no simulation partition appears in any plan (tested with
   ``oml_sim_fts_search`` (GIN used under RLS), vector through the
   simulation partitions of ``sim_memory_embeddings`` (exact below the
   threshold, HNSW with iterative scan above it) — and merges each leg with
-  the shared leg of the same retriever by the same score (``ts_rank``
-  descending, cosine distance ascending, ties by id), so fusion and the
-  budget then apply to one ranked list: the same ranking contract.
+  the shared leg of the same retriever by the same order (``ts_rank``
+  descending, cosine distance ascending, ties by the same tie keys:
+  :func:`oml.domain.recall.leg_order_key`), so fusion and the budget then
+  apply to one ranked list: the same ranking contract.
 
 Credentials: ``oml_server`` (it runs on the read path's connection).
 """
@@ -38,7 +39,7 @@ from oml.domain import simulation as simrules
 from oml.domain.access import Principal
 
 if TYPE_CHECKING:  # pragma: no cover
-    from oml.services.server.recall import _Diag, _Filters
+    from oml.services.server.recall import LegRow, _Diag, _Filters
     from oml.services.server.rows import Loaded
 
 _AT = ("(CASE WHEN CAST(:as_of AS timestamptz) IS NULL THEN st.to_seq IS NULL"
@@ -130,18 +131,20 @@ def fenced(provenance: str, tainted: bool, simulation_id: str | None, audience: 
 
 # ------------------------------------------------------------------ the simulation query
 
-def _fts_call(conn: sa.Connection, sims: list[str], tsq: str, f: "_Filters", lim: int) -> list[tuple[str, float]]:
+def _fts_call(conn: sa.Connection, sims: list[str], tsq: str, f: "_Filters", lim: int) -> list["LegRow"]:
+    from oml.services.server.recall import fts_row
+
     got = conn.execute(sa.text(
-        "SELECT version_id, rank FROM oml_sim_fts_search(CAST(:sims AS uuid[]), CAST(:q AS tsquery),"
+        "SELECT version_id, rank, rank_cd, tip_from_seq FROM oml_sim_fts_search(CAST(:sims AS uuid[]), CAST(:q AS tsquery),"
         " CAST(:scopes AS text[]), CAST(:as_of AS timestamptz), CAST(:kinds AS text[]), CAST(:provs AS text[]),"
         " CAST(:valid AS timestamptz), CAST(:excl AS uuid[]), :lim)"),
         {"sims": sims, "q": tsq, "scopes": list(f.scopes), "as_of": f.as_of, "kinds": f.kinds, "provs": f.provenances,
          "valid": f.valid_at, "excl": f.exclude or None, "lim": lim}).all()
-    return [(str(r.version_id), float(r.rank)) for r in got]
+    return [fts_row(r) for r in got]
 
 
-def fts_leg(conn: sa.Connection, text: str, f: "_Filters", n: int, sims: list[str], shared: list[tuple[str, float]],
-            shared_info: dict[str, Any], info: dict[str, Any]) -> list[tuple[str, float]]:
+def fts_leg(conn: sa.Connection, text: str, f: "_Filters", n: int, sims: list[str], shared: list["LegRow"],
+            shared_info: dict[str, Any], info: dict[str, Any]) -> list["LegRow"]:
     """The FTS leg over the shared and the simulation rows together, by the shared leg's rule applied to their
     union: the AND of the lexemes when the union's AND hits fill ``n`` (or there is one lexeme), else the OR.
     One query, one ``ts_rank`` scale for every row of the merged leg (AND and OR ranks never mix)."""
@@ -159,7 +162,7 @@ def fts_leg(conn: sa.Connection, text: str, f: "_Filters", n: int, sims: list[st
     if shared_info.get("and_hits", 0) + len(sim_and) >= n:
         # Together the AND hits fill the pool: AND for both (the shared leg had answered with its OR).
         info["fts_mode"] = "and"
-        return _merge([(v, r) for v, _, r in shared_call(conn, and_q, f, n)], sim_and, n, higher_is_better=True)
+        return _merge(shared_call(conn, and_q, f, n), sim_and, n, higher_is_better=True)
     info["fts_mode"] = "or"
     return _merge(shared, _fts_call(conn, sims, R.tsquery_text(lex, "|"), f, n), n, higher_is_better=True)
 
@@ -172,22 +175,18 @@ def _vector_where(f: "_Filters", sims: list[str]) -> tuple[str, dict[str, Any]]:
 
 
 def vector_sql(f: "_Filters", sims: list[str], *, exact: bool) -> tuple[str, dict[str, Any]]:
-    """The simulation vector statement, exact or HNSW, shaped like the shared leg's (recall.vector_sql)."""
+    """The simulation vector statement, exact or HNSW: the shared leg's shape (recall.vector_statement)."""
+    from .recall import vector_statement
+
     where, params = _vector_where(f, sims)
-    if exact:
-        sql = ("SELECT m.version_id, (m.embedding <=> CAST(:q AS vector)) AS distance FROM sim_memory_embeddings m"
-               f" WHERE {where} ORDER BY (m.embedding <=> CAST(:q AS vector)) + 0.0, m.version_id LIMIT :n")
-    else:
-        sql = ("WITH c AS MATERIALIZED (SELECT m.version_id, m.embedding <=> CAST(:q AS vector) AS distance"
-               f" FROM sim_memory_embeddings m WHERE {where} ORDER BY m.embedding <=> CAST(:q AS vector) LIMIT :n)"
-               " SELECT version_id, distance FROM c ORDER BY distance + 0.0, version_id")
-    return sql, params
+    return vector_statement("sim_memory_embeddings", where, exact=exact), params
 
 
 def vector_leg(conn: sa.Connection, tenant: str, qvec: Sequence[float], f: "_Filters", n: int, sims: list[str],
-               exact_scan_max: int, info: dict[str, Any]) -> list[tuple[str, float]]:
-    """Up to ``n`` (version id, cosine distance) pairs from the simulation partitions."""
-    from oml.services.server.recall import _vector_literal, set_hnsw
+               exact_scan_max: int, info: dict[str, Any]) -> tuple[list["LegRow"], bool]:
+    """Up to ``n`` leg rows (version id, cosine distance, ties) from the simulation partitions, and whether the
+    answer is an HNSW scan's (approximate); the scan's parameters go into ``info["vector_scan"]``."""
+    from oml.services.server.recall import _vector_literal, set_hnsw, vector_rows
 
     where, params = _vector_where(f, sims)
     qualifying = int(conn.execute(sa.text(
@@ -195,11 +194,11 @@ def vector_leg(conn: sa.Connection, tenant: str, qvec: Sequence[float], f: "_Fil
         params | {"t": tenant, "cap": exact_scan_max + 1}).scalar())
     if qualifying == 0:
         info["vector_search"] = "none"
-        return []
+        return [], False
     q = _vector_literal(qvec)
     exact = qualifying <= exact_scan_max
     if not exact:
-        set_hnsw(conn, n)
+        info["vector_scan"] = set_hnsw(conn, n)
     sql, params = vector_sql(f, sims, exact=exact)
     got = conn.execute(sa.text(sql), params | {"t": tenant, "q": q, "n": n}).all()
     info["vector_search"] = "exact" if exact else "hnsw"
@@ -207,21 +206,20 @@ def vector_leg(conn: sa.Connection, tenant: str, qvec: Sequence[float], f: "_Fil
         sql, params = vector_sql(f, sims, exact=True)
         got = conn.execute(sa.text(sql), params | {"t": tenant, "q": q, "n": n}).all()
         info["vector_search"] = "hnsw+exact"
-    return [(str(r.version_id), float(r.distance)) for r in got]
+    return vector_rows(got), info["vector_search"] == "hnsw"
 
 
-def _merge(shared: list[tuple[str, float]], sim: list[tuple[str, float]], n: int, *, higher_is_better: bool
-           ) -> list[tuple[str, float]]:
-    seen: dict[str, float] = {}
-    for v, s in list(shared) + list(sim):
-        seen.setdefault(v, s)
-    order = sorted(seen.items(), key=lambda vs: ((-vs[1] if higher_is_better else vs[1]), vs[0]))
+def _merge(shared: list["LegRow"], sim: list["LegRow"], n: int, *, higher_is_better: bool) -> list["LegRow"]:
+    seen: dict[str, "LegRow"] = {}
+    for row in list(shared) + list(sim):
+        seen.setdefault(row[0], row)
+    order = sorted(seen.values(), key=lambda r: R.leg_order_key(r[1], r[2], r[0], higher_is_better=higher_is_better))
     return order[:n]
 
 
-def merge_legs(conn: sa.Connection, tenant: str, legs: dict[str, list[tuple[str, float]]], audience: Iterable[str],
+def merge_legs(conn: sa.Connection, tenant: str, legs: dict[str, list["LegRow"]], audience: Iterable[str],
                text: str, qvec: Sequence[float] | None, f: "_Filters", n: int, diag: "_Diag",
-               exact_scan_max: int) -> dict[str, list[tuple[str, float]]]:
+               exact_scan_max: int) -> dict[str, list["LegRow"]]:
     """Each shared leg merged with the same retriever's simulation query, by the same score, cut to ``n``."""
     sims = _sims(audience)
     if not sims:
@@ -232,7 +230,8 @@ def merge_legs(conn: sa.Connection, tenant: str, legs: dict[str, list[tuple[str,
     if "fts" in legs and diag.legs.get("fts", {}).get("mode") not in (None, "none"):
         out["fts"] = fts_leg(conn, text, f, n, sims, legs["fts"], diag.legs["fts"], info)
     if "vector" in legs and qvec is not None:
-        got = vector_leg(conn, tenant, qvec, f, n, sims, exact_scan_max, info)
+        got, approximate = vector_leg(conn, tenant, qvec, f, n, sims, exact_scan_max, info)
+        diag.approximate = diag.approximate or approximate
         info["vector_candidates"] = len(got)
         out["vector"] = _merge(legs["vector"], got, n, higher_is_better=False)
     return out

@@ -176,6 +176,25 @@ def test_hnsw_whole_tenant_is_close_to_brute_force(ctx, pop):
     assert len(ref & set(got)) >= 23
 
 
+def test_approximate_answers_are_flagged_with_their_scan(ctx, pop):
+    # Issue 13 item 8: the HNSW path served (threshold forced to 100) says so, with the scan's parameters.
+    q = pop["q"]
+    _, diag = vector_ids(ctx, pop["dense_reader"], q, 10, exact_scan_max=100)
+    vec = diag["legs"]["vector"]
+    assert diag["approximate"] is True and vec["search"] == "hnsw"
+    assert vec["exact_scan_max"] == 100 and vec["qualifying"] == ">100"
+    assert vec["ef_search"] == R.EF_SEARCH_MIN and vec["iterative_scan"] == "relaxed_order"
+    assert isinstance(vec["max_scan_tuples"], int) and vec["max_scan_tuples"] > 0
+    # Below the threshold: exact, and said so.
+    _, exact = vector_ids(ctx, pop["dense_reader"], q, 10)
+    assert exact["approximate"] is False and exact["legs"]["vector"]["search"] == "exact"
+    assert exact["legs"]["vector"]["exact_scan_max"] == R.EXACT_SCAN_MAX and "ef_search" not in exact["legs"]["vector"]
+    # No vector leg: nothing approximate.
+    fts = Recaller(ctx, embed=lambda _t: q, exact_scan_max=0).recall(
+        pop["dense_reader"], RecallRequest(query="zyzzyva", retriever="fts", k=5))["diagnostics"]
+    assert fts["approximate"] is False
+
+
 def test_fts_on_population_uses_scope_and_counts(ctx, pop):
     out = Recaller(ctx, embed=lambda _t: pop["q"]).recall(
         pop["dense_reader"], RecallRequest(query="zyzzyva", retriever="fts", k=5))

@@ -20,8 +20,9 @@ The comparison (docs/simulations.md, "How containment is tested"):
   (ranking, fusion) to the same order. Principal ids (random API key ids)
   appear in no recall, fetch or lineage answer; in the review queue they are
   mapped to the key's name in the script. The only fields dropped are
-  wall-clock times (``tip_since``, ``elapsed_ms``), which cannot match across
-  two tenants.
+  wall-clock times (``tip_since``, ``elapsed_ms``, and the valid instant a
+  default recall checks hits against, ``diagnostics.valid_time.at`` = now),
+  which cannot match across two tenants.
 * **Every real act's answer** (a writer's admitted ids and numbers, a
   reviewer's decision) is identical in both worlds, whole: no journal seq
   reaches a writer or reviewer.
@@ -71,7 +72,7 @@ from recall_kit import owner
 VOCAB = ["deploy", "window", "migration", "database", "backup", "schedule", "search", "ranking", "model", "cluster",
          "latency", "friday", "tuesday", "rollback", "incident", "review", "storage", "network"]
 QUERIES = ["deploy window migration", "database backup schedule", "search ranking model latency"]
-DROP = {"tip_since", "elapsed_ms"}
+DROP = {"tip_since", "elapsed_ms", "at"}
 _examples = itertools.count()
 
 

@@ -177,12 +177,40 @@ def test_rrf_constant_and_scores():
     assert default["b"] == pytest.approx(1 / 12 + 1 / 11)
 
 
-def test_rrf_ties_are_deterministic():
-    # a and x have identical scores (rank 1 in one leg each): the key breaks the tie, whatever the input order.
+def test_rrf_ties_are_deterministic_and_never_fall_to_the_key():
+    # a and x have identical scores (rank 1 in one leg each): the legs' priority breaks the tie (fts first),
+    # whatever the input order and whatever the keys (random version ids in production).
     outs = set()
     for legs in ({"fts": ["x", "b"], "vector": ["a", "c"]}, {"vector": ["a", "c"], "fts": ["x", "b"]}):
         outs.add(tuple(x.key for x in R.fuse_rrf(legs)))
-    assert outs == {("a", "x", "b", "c")}
+    assert outs == {("x", "a", "b", "c")}
+    renamed = R.fuse_rrf({"fts": ["z9", "b"], "vector": ["a0", "c"]})
+    assert [x.key for x in renamed] == ["z9", "a0", "b", "c"]
+    # Same score, same best rank, both legs: the first leg's rank decides.
+    both = R.fuse_rrf({"fts": ["p", "q", "r", "s"], "vector": ["s", "r", "q", "p"]})
+    assert [x.key for x in both] == ["p", "s", "q", "r"]
+    assert [x.key for x in R.fuse_rrf({"fts": ["x"], "vector": ["a"]}, priority=("vector", "fts"))] == ["a", "x"]
+
+
+def test_leg_order_key_breaks_ties_by_meaning_first():
+    rows = [("v-a", 0.5, (-0.1, -3)), ("v-b", 0.5, (-0.2, -1)), ("v-c", 0.5, (-0.1, -7)), ("v-d", 0.9, (0.0, 0))]
+    best = sorted(rows, key=lambda r: R.leg_order_key(r[1], r[2], r[0], higher_is_better=True))
+    assert [r[0] for r in best] == ["v-d", "v-b", "v-c", "v-a"]
+    near = sorted(rows, key=lambda r: R.leg_order_key(r[1], r[2], r[0], higher_is_better=False))
+    assert [r[0] for r in near][-1] == "v-d"
+    assert R.leg_order_key(0.5, (), "k2", higher_is_better=True) > R.leg_order_key(0.5, (), "k1", higher_is_better=True)
+
+
+def test_valid_state_is_half_open():
+    t = dt.datetime(2025, 6, 1, tzinfo=dt.timezone.utc)
+    day = dt.timedelta(days=1)
+    assert R.valid_state(None, None, t) == "valid"
+    assert R.valid_state(t, None, t) == "valid"              # from is inclusive
+    assert R.valid_state(None, t, t) == "expired"            # to is exclusive
+    assert R.valid_state(t - day, t + day, t) == "valid"
+    assert R.valid_state(t + day, None, t) == "not_yet_valid"
+    assert R.valid_state(None, t - day, t) == "expired"
+    assert R.VALID_STATES == ("valid", "expired", "not_yet_valid")
 
 
 def test_rrf_ignores_duplicates_and_weights():

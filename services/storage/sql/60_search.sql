@@ -38,13 +38,21 @@ CREATE POLICY search_definer ON memories_fts FOR SELECT TO oml_search USING (tru
 
 -- Ranking is ts_rank (term frequency), not ts_rank_cd (cover density): chosen by
 -- comparing both on the LoCoMo development split (docs/recall.md, "Ranking").
+-- ts_rank gives few distinct values, so ties are broken by meaning, never by the
+-- random version id alone (docs/recall.md, "Ties"): ts_rank_cd (query words
+-- close together), then recency (the journal seq the version became tip at,
+-- newer first), then the version id for rows that became tip in one event. The
+-- inner query keeps the top $8 by ts_rank *with ties*, so which rows enter the
+-- pool never depends on ids and ts_rank_cd is computed for that set only.
 -- The one query text both the search and its EXPLAIN run, so the plan a test
 -- inspects is the plan recall gets. $1 tsquery, $2 scope paths, $3 as_of
 -- (NULL: current tips), $4 kinds, $5 provenances, $6 valid_at (NULL: any),
 -- $7 version ids to leave out (segment-1 steering rows), $8 limit, $9 tenant.
 CREATE OR REPLACE FUNCTION oml_fts_search_sql() RETURNS text
   LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $f$ SELECT $q$
-SELECT m.version_id, m.claim_id, ts_rank(m.tsv, $1) AS rank
+SELECT c.version_id, c.claim_id, c.rank, ts_rank_cd(c.tsv, $1) AS rank_cd, c.tip_from_seq
+  FROM (
+SELECT m.version_id, m.claim_id, m.tsv, m.tip_from_seq, ts_rank(m.tsv, $1) AS rank
   FROM memories_fts m
  WHERE m.tenant_id = $9
    AND m.tsv @@ $1
@@ -57,13 +65,15 @@ SELECT m.version_id, m.claim_id, ts_rank(m.tsv, $1) AS rank
    AND ($5 IS NULL OR m.provenance = ANY($5))
    AND ($6 IS NULL OR ((m.valid_from IS NULL OR m.valid_from <= $6) AND (m.valid_to IS NULL OR m.valid_to > $6)))
    AND ($7 IS NULL OR m.version_id <> ALL($7))
- ORDER BY rank DESC, m.version_id
+ ORDER BY rank DESC
+ FETCH FIRST ($8) ROWS WITH TIES) c
+ ORDER BY c.rank DESC, rank_cd DESC, c.tip_from_seq DESC, c.version_id
  LIMIT $8
 $q$ $f$;
 
 CREATE OR REPLACE FUNCTION oml_fts_search(q tsquery, scopes text[], as_of timestamptz, kinds text[],
                                           provenances text[], valid_at timestamptz, exclude uuid[], lim int)
-  RETURNS TABLE (version_id uuid, claim_id uuid, rank real)
+  RETURNS TABLE (version_id uuid, claim_id uuid, rank real, rank_cd real, tip_from_seq bigint)
   LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $f$
 DECLARE
   t text := oml_current_tenant();
@@ -106,3 +116,8 @@ REVOKE ALL ON FUNCTION oml_fts_search_plan(tsquery, text[], timestamptz, text[],
 CREATE INDEX IF NOT EXISTS claim_versions_steering ON claim_versions (tenant_id, workarea_id)
   WHERE kind = 'steering' AND status = 'promoted';
 CREATE INDEX IF NOT EXISTS tip_intervals_claim ON tip_intervals (tenant_id, claim_id, from_seq);
+
+-- Valid time (docs/recall.md, "Valid time"): a recall counts the rows in scope whose declared valid
+-- time excludes the read's instant. Few rows declare one, so a partial index keeps that count to them.
+CREATE INDEX IF NOT EXISTS memories_fts_valid_time ON memories_fts (tenant_id, path text_pattern_ops)
+  WHERE valid_from IS NOT NULL OR valid_to IS NOT NULL;

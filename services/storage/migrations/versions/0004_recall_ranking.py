@@ -1,0 +1,33 @@
+"""Recall ranking and valid time (docs/recall.md, "Ties" and "Valid time"; issue 13 item 7, issue 18 item 2).
+
+The FTS search functions now return their tie keys (``rank_cd``, ``tip_from_seq``) and order by them, and
+``memories_fts_valid_time`` (a partial index) serves the valid-time count. New databases get both from
+``60_search.sql`` and ``66_sim_search.sql`` through 0001; a database migrated before them gets the functions
+dropped (their result type changed, which ``CREATE OR REPLACE`` cannot do) and re-created from the same
+re-runnable files, and the read-path grants re-applied.
+"""
+from importlib import resources
+
+from alembic import op
+
+revision = "0004"
+down_revision = "0003"
+
+_ARGS = "tsquery, text[], timestamptz, text[], text[], timestamptz, uuid[], int"
+_DROP = f"""
+DROP FUNCTION IF EXISTS oml_fts_search({_ARGS});
+DROP FUNCTION IF EXISTS oml_fts_search_plan({_ARGS});
+DROP FUNCTION IF EXISTS oml_sim_fts_search(uuid[], {_ARGS});
+DROP FUNCTION IF EXISTS oml_sim_fts_search_plan(uuid[], {_ARGS});
+"""
+
+
+def upgrade() -> None:
+    sql = resources.files("oml.services.storage.sql")
+    op.execute(_DROP)
+    for name in ("60_search.sql", "66_sim_search.sql", "96_recall_grants.sql", "96_simulations_grants.sql"):
+        op.execute((sql / name).read_text())
+
+
+def downgrade() -> None:
+    raise NotImplementedError("OML's journal is append-only; restore from backup instead of downgrading")
