@@ -59,7 +59,7 @@ _COLS = ("tenant_id, simulation_id, version_id, claim_id, workarea_id, path, kin
          " valid_to, tip_from_seq, tip_from_at, tip_to_seq, tip_to_at")
 _VALS = (":t, :simulation_id, :version_id, :claim_id, :workarea_id, :path, :kind, :provenance, :self_signed, :valid_from,"
          " :valid_to, :from_seq, :from_at, :to_seq, :to_at")
-_ON_CONFLICT = (" ON CONFLICT (simulation_id, version_id, tip_from_seq) DO UPDATE SET tip_to_seq = EXCLUDED.tip_to_seq,"
+_ON_CONFLICT = (" ON CONFLICT (tenant_id, simulation_id, version_id, tip_from_seq) DO UPDATE SET tip_to_seq = EXCLUDED.tip_to_seq,"
                 " tip_to_at = EXCLUDED.tip_to_at, path = EXCLUDED.path")
 
 
