@@ -476,6 +476,7 @@ def _submitted(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
             f("claim.unknown", f"derived_from claim {d if isinstance(d, str) else '?'}")
         else:
             derived_sims.append(dc["simulation"])
+            r._scope(pid, dc["workarea"], f)  # admission names a claim outside the key's roots as unknown
     explicit = data.get("simulation_id") if data.get("provenance") == "simulation" else None
     sim = _domain(f, lambda: simrules.taint_of(explicit=explicit, claim_simulation=claim_sim,
                                                supersedes_simulation=sup_sim, derived_simulations=derived_sims))

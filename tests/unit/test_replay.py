@@ -193,7 +193,11 @@ def test_actor_must_be_well_formed_and_scope_is_checked():
     a = h.ev("identity.created", {"identity_id": uid(70), "kind": "person"}, (ADMIN, None))
     h.ev("workarea.created", {"node_id": uid(81), "parent_id": None, "label": "other", "development": False, "pii_policy": "deny"}, ADM)
     b = submit(h, C1, V1, wa=uid(81))
-    assert h.rules() == {(a, "event.malformed"), (b, "actor.scope")}
+    h.ev("principal.created", {"principal_id": "9" * 16, "identity_id": ALICE, "role": "writer", "roots": [uid(81)],
+                               "secret_sha256": "cd" * 32}, ADM)
+    submit(h, uid(30), uid(31), wa=uid(81), actor=("9" * 16, ALICE))
+    c = submit(h, uid(32), uid(33), derived_from=[uid(30)])                   # derived from outside the writer's roots
+    assert h.rules() == {(a, "event.malformed"), (b, "actor.scope"), (c, "actor.scope")}
 
 
 # ---------------------------------------------------------------- reviews
