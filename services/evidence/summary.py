@@ -25,7 +25,8 @@ def render(manifest: dict[str, Any], rows, keys: list[dict[str, Any]], recon: li
         # A member absent from an event shows as a dash, never as Python's "None".
         return "—" if v is None else html.escape(str(v))
 
-    types = Counter((audit.parse_event(r.canonical) or {}).get("type", "?") for r in rows)
+    # A malformed event (the verifier names it) must not stop the export: count what is not a type string as "?".
+    types = Counter(t if isinstance(t := (audit.parse_event(r.canonical) or {}).get("type"), str) else "?" for r in rows)
     type_rows = "".join(f"<tr><td>{e(t)}</td><td class=n>{n}</td></tr>" for t, n in sorted(types.items()))
     key_rows = "".join(
         f"<tr><td><code>{e(k['kid'])}</code></td><td>{e(k['purpose'])}</td><td><code>{e(k['fingerprint'])}</code></td>"

@@ -459,3 +459,17 @@ def test_worked_example_with_rotations(tmp_path) -> None:
 
     r = _worked_example(tmp_path, rebuild(data, lg.current, wrong_key), lg.fingerprint)
     assert r.returncode != 0 and "Signature Verification Failure" not in r.stdout  # refused by the kid test first
+
+
+def test_summary_counts_a_malformed_type_as_unknown_instead_of_crashing():
+    # An export of a tampered journal must still be produced (the verifier names the fault); its summary says "?".
+    from types import SimpleNamespace
+
+    from oml.services.evidence.summary import render
+
+    rows = [SimpleNamespace(canonical=b'{"type":["not","a","string"]}'), SimpleNamespace(canonical=b'{"type":"claim.submitted"}')]
+    manifest = {"tenant": T, "range": {"from_seq": 1, "to_seq": 2}, "exported_at": "2026-12-01T00:00:00.000000Z",
+                "checkpoint": {"tree_size": 2, "root": "r", "kid": "k"}, "counts": {"events": 2, "receipts": 2, "key_events": 0},
+                "readlog": {"reads": 0, "batches": 0, "window_start": None}}
+    html = render(manifest, rows, [], [], [], [])
+    assert "<td>?</td>" in html and "claim.submitted" in html
