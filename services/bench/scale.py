@@ -8,7 +8,7 @@ Two populations, because the cheap one cannot serve every measurement:
   index tables but only ``claim.promoted`` events — no submissions — so it
   carries the read-side measurements: **recall** p50/p95 (fts, vector,
   hybrid; ``Recaller.recall`` end to end as ``oml_server``, verified reads
-  as configured, cache warm), **index build** (drop + ``CREATE INDEX … USING
+  as configured; each question asked twice, the second pass timed), **index build** (drop + ``CREATE INDEX … USING
   hnsw`` on the tenant's ``memory_embeddings`` partition, the whole
   partition, ``maintenance_work_mem`` 512MB), and **admission** into a tenant
   of that size (``--admit`` claims through ``Admission.submit`` in group
@@ -143,17 +143,19 @@ def index(ctx, tenant: str) -> float:
 
 
 def recall_latency(ctx, readers: Sequence[Any], questions: Sequence[str], k: int = 10) -> dict[str, dict[str, float]]:
-    """p50/p95 ms per retriever; question ``i`` is asked by ``readers[i % len(readers)]`` (one warm-up call each)."""
+    """p50/p95 ms per retriever; question ``i`` is asked by ``readers[i % len(readers)]``.
+
+    Each retriever's questions are asked twice and the second pass is timed: the steady state, with
+    connections, plans and the verified-reads cache warm (``oml bench recall`` measures the cold cache).
+    """
     from oml.services.server.recall import Recaller, RecallRequest
 
     rec = Recaller(ctx)
     out = {}
     for r in RETRIEVERS:
-        for reader in readers:
-            rec.recall(reader, RecallRequest(query=questions[0], retriever=r, k=k))
-        lat = [timed_ms(lambda: rec.recall(readers[i % len(readers)], RecallRequest(query=q, retriever=r, k=k)))
-               for i, q in enumerate(questions)]
-        out[r] = {"p50": pct(lat, 50), "p95": pct(lat, 95)}
+        passes = [[timed_ms(lambda: rec.recall(readers[i % len(readers)], RecallRequest(query=q, retriever=r, k=k)))
+                   for i, q in enumerate(questions)] for _ in range(2)]
+        out[r] = {"p50": pct(passes[1], 50), "p95": pct(passes[1], 95)}
     return out
 
 
@@ -173,6 +175,7 @@ class Audit:
     def __init__(self, ctx) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="oml-bench-scale-"))
         self.ctx = ctx
+        self.warm = False
         self.lctx = dataclasses.replace(ctx, settings=ctx.settings.model_copy(
             update={"lake_uri": str(self.tmp / "lake"), "lake_storage_options": {}}))
 
@@ -184,6 +187,9 @@ class Audit:
 
         issue_checkpoint(self.ctx, bt.tenant)
         lake_writer.catch_up(self.lctx, bt.tenant)
+        if not self.warm:  # the first run pays imports and the first lake open: not billed to the first size
+            reconciler.reconcile(self.lctx, bt.tenant, trusted_fingerprint=bt.fingerprint, check_projections=False)
+            self.warm = True
         t0 = time.perf_counter()
         result = reconciler.reconcile(self.lctx, bt.tenant, trusted_fingerprint=bt.fingerprint)
         reconcile_s = time.perf_counter() - t0
