@@ -9,7 +9,6 @@ even if the lock were bypassed.
 from __future__ import annotations
 
 import datetime as dt
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,19 +17,41 @@ import sqlalchemy as sa
 from oml.domain import chain, signing
 from oml.domain.canonical import new_id, now
 from oml.domain.events import Actor, encode, event_object
+from oml.services.tracing import annotate, traced
 
 from .signer import Signer
 
 
 # Data-modifying CTEs run exactly once whether or not the outer query reads them (PostgreSQL docs,
-# "Data-Modifying Statements in WITH"); the outer SELECT only sends the NOTIFY when asked to.
+# "Data-Modifying Statements in WITH"); the outer SELECT only sends the NOTIFY when asked to. One
+# statement for any number of events: the rows, the head moved to the last one, one outbox message each
+# (ids and seqs only), so a group commit costs what a single act does (issue 14).
 _APPEND = sa.text(
     "WITH j AS (INSERT INTO journal_events (tenant_id, seq, event_id, type, kid, at, canonical, hash, prev_hash, signature)"
-    "           VALUES (:t, :seq, :eid, :type, :kid, :at, :c, :h, :p, :s)),"
-    "     head AS (UPDATE chain_heads SET seq = :seq, hash = :h WHERE tenant_id = :t),"
-    "     o AS (INSERT INTO outbox (tenant_id, seq, topic, payload) VALUES (:t, :seq, :type, CAST(:payload AS jsonb)))"
+    "           SELECT :t, * FROM unnest(CAST(:seq AS bigint[]), CAST(:eid AS uuid[]), CAST(:type AS text[]),"
+    "                  CAST(:kid AS text[]), CAST(:at AS timestamptz[]), CAST(:c AS bytea[]), CAST(:h AS bytea[]),"
+    "                  CAST(:p AS bytea[]), CAST(:s AS bytea[]))),"
+    "     head AS (UPDATE chain_heads SET seq = :last_seq, hash = :last_hash WHERE tenant_id = :t),"
+    "     o AS (INSERT INTO outbox (tenant_id, seq, topic, payload)"
+    "           SELECT :t, u.s, u.ty, jsonb_build_object('seq', u.s, 'type', u.ty)"
+    "           FROM unnest(CAST(:seq AS bigint[]), CAST(:type AS text[])) WITH ORDINALITY AS u(s, ty, n) ORDER BY u.n)"
     " SELECT pg_notify('oml_outbox', :t) WHERE CAST(:notify AS boolean)"
 )
+
+
+@dataclass(frozen=True)
+class Row:
+    """A linked, signed journal row not yet written (:func:`link`; :func:`write` inserts it)."""
+
+    seq: int
+    event_id: str
+    type: str
+    kid: str
+    at: dt.datetime
+    canonical: bytes
+    hash: bytes
+    prev_hash: bytes
+    signature: bytes
 
 
 @dataclass(frozen=True)
@@ -57,6 +78,8 @@ class Head:
         self.conn, self.tenant, self.seq, self.hash = conn, tenant, row.seq, bytes(row.hash)
         self.memo: dict[Any, Any] = {}
         self.notified = False
+        # A group commit's deferred writes (services/admission/batch.py), or None: written at once.
+        self.batch: Any = None
         self.signing_kid = conn.execute(
             sa.text(
                 "SELECT kid FROM tenant_keys WHERE tenant_id = :t AND purpose = 'signing' AND retired_seq IS NULL"
@@ -73,7 +96,7 @@ def create_head(conn: sa.Connection, tenant: str) -> Head:
     return Head(conn, tenant)
 
 
-def append(
+def link(
     head: Head,
     signer: Signer,
     type: str,
@@ -82,11 +105,12 @@ def append(
     *,
     kid: str | None = None,
     at: dt.datetime | None = None,
-) -> Appended:
-    """Append one event after ``head`` and advance it.
+) -> tuple[Appended, Row]:
+    """Build, hash and sign the event after ``head`` and advance ``head`` in memory; nothing is written.
 
-    ``kid`` overrides the signing key (first event, recovery rotation).
-    Raises ``ValueError`` for an unknown type or non-canonical data.
+    The hash links to the previous event and the signature covers that hash (DESIGN.md, Journal), so
+    this runs under the head lock. ``kid`` overrides the signing key (first event, recovery rotation).
+    Raises ``LookupError`` without a current signing key, ``ValueError`` for non-canonical data.
     """
     kid = kid or head.signing_kid
     if kid is None:
@@ -99,16 +123,46 @@ def append(
     body = encode(event)
     h = chain.link(head.hash, body)
     sig = signer.sign_event(head.tenant, kid, h)
-    # One round trip: the row, the head and the outbox message (ids and seqs only), then one NOTIFY per
-    # transaction -- PostgreSQL delivers one per distinct payload at commit however often it is sent.
-    head.conn.execute(_APPEND, {
-        "t": head.tenant, "seq": seq, "eid": event["event_id"], "type": type, "kid": kid, "at": at,
-        "c": body, "h": h, "p": head.hash, "s": sig, "payload": json.dumps({"seq": seq, "type": type}),
-        "notify": not head.notified})
-    head.seq, head.hash, head.notified = seq, h, True
+    row = Row(seq, event["event_id"], type, kid, at, body, h, head.hash, sig)
+    head.seq, head.hash = seq, h
     if type == "tenant.created":
         head.signing_kid = kid
     elif type == "signing_key.rotated":
         head.signing_kid = signing.kid(bytes.fromhex(data["new_key"]))
-    return Appended(seq, h, at, event)
+    return Appended(seq, h, at, event), row
 
+
+def write(head: Head, rows: list[Row]) -> None:
+    """Insert linked ``rows`` (consecutive, from :func:`link`), move the stored head to the last, queue
+    one outbox message each, in one statement; one NOTIFY per transaction -- PostgreSQL delivers one
+    per distinct payload at commit however often it is sent."""
+    if not rows:
+        return
+    head.conn.execute(_APPEND, {
+        "t": head.tenant, "seq": [r.seq for r in rows], "eid": [r.event_id for r in rows], "type": [r.type for r in rows],
+        "kid": [r.kid for r in rows], "at": [r.at for r in rows], "c": [r.canonical for r in rows],
+        "h": [r.hash for r in rows], "p": [r.prev_hash for r in rows], "s": [r.signature for r in rows],
+        "last_seq": rows[-1].seq, "last_hash": rows[-1].hash, "notify": not head.notified})
+    head.notified = True
+
+
+@traced("journal.append")
+def append(
+    head: Head,
+    signer: Signer,
+    type: str,
+    actor: Actor,
+    data: dict[str, Any],
+    *,
+    kid: str | None = None,
+    at: dt.datetime | None = None,
+) -> Appended:
+    """Append one event after ``head`` and advance it (:func:`link` then :func:`write`).
+
+    ``kid`` overrides the signing key (first event, recovery rotation).
+    Raises ``ValueError`` for an unknown type or non-canonical data.
+    """
+    annotate(**{"oml.tenant": head.tenant, "oml.event_type": type, "oml.seq": head.seq + 1})
+    ev, row = link(head, signer, type, actor, data, kid=kid, at=at)
+    write(head, [row])
+    return ev

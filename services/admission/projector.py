@@ -122,6 +122,66 @@ def _path(conn, tenant, parent_id, label) -> str:
     return f"{parent}.{label}"
 
 
+Event = tuple[int, dt.datetime, dict[str, Any], str, dict[str, Any]]  # (seq, at, actor, type, data)
+
+
+def apply_many(conn: sa.Connection, tenant: str, events: list[Event]) -> None:
+    """Apply ``events`` in seq order, each run of ``claim.submitted`` as sets (:func:`claims_submitted`)
+    and every other event through :func:`apply`: the same rows as applying them one by one."""
+    run: list[tuple[int, dt.datetime, dict[str, Any], dict[str, Any]]] = []
+    for seq, at, actor, type, data in events:
+        if type == "claim.submitted":
+            run.append((seq, at, actor, data))
+            continue
+        claims_submitted(conn, tenant, run)
+        run = []
+        apply(conn, tenant, seq, at, actor, type, data)
+    claims_submitted(conn, tenant, run)
+
+
+def _unnest(columns: str, types: tuple[str, ...]) -> str:
+    """``SELECT :t, * FROM unnest(CAST(:c0 AS type0[]), …)`` for a multi-row insert of parallel arrays."""
+    return f"({columns}) SELECT :t, * FROM unnest({', '.join(f'CAST(:c{i} AS {ty}[])' for i, ty in enumerate(types))})"
+
+
+_CLAIMS = sa.text("INSERT INTO claims " + _unnest("tenant_id, claim_id, workarea_id, kind, simulation_id, created_seq",
+                                                    ("uuid", "uuid", "text", "uuid", "bigint")))
+_VERSIONS = sa.text("INSERT INTO claim_versions " + _unnest(
+    "tenant_id, version_id, claim_id, version_no, workarea_id, kind, provenance, status, tainted, simulation_id,"
+    " author_principal, author_identity, supersedes, valid_from, valid_to, confidence, artifact_id, ciphertext_sha256,"
+    " created_at, submitted_seq, status_seq",
+    ("uuid", "uuid", "int", "uuid", "text", "text", "text", "boolean", "uuid", "text", "uuid", "uuid", "timestamptz",
+     "timestamptz", "int", "uuid", "bytea", "timestamptz", "bigint", "bigint")))
+_STATUS_LOG = sa.text("INSERT INTO version_status_log " + _unnest("tenant_id, version_id, seq, status", ("uuid", "bigint", "text")))
+_EDGES = sa.text("INSERT INTO claim_edges " + _unnest("tenant_id, version_id, claim_id, derived_from", ("uuid", "uuid", "uuid")))
+
+
+def _columns(rows: list[tuple]) -> dict[str, list]:
+    return {f"c{i}": list(col) for i, col in enumerate(zip(*rows))}
+
+
+def claims_submitted(conn: sa.Connection, tenant: str, events: list[tuple[int, dt.datetime, dict[str, Any], dict[str, Any]]]) -> None:
+    """Project ``claim.submitted`` events ``(seq, at, actor, data)``: a claim row for each first version,
+    the version ``held`` at its seq, its status-log row and its lineage edges -- one multi-row insert per
+    table whatever the number of events (issue 14), the journal rows already written."""
+    if not events:
+        return
+    claims = [(d["claim_id"], d["workarea_id"], d["kind"], d.get("simulation_id"), seq)
+              for seq, _, _, d in events if d["version_no"] == 1]
+    versions = [(d["version_id"], d["claim_id"], d["version_no"], d["workarea_id"], d["kind"], d["provenance"], "held",
+                 d.get("tainted", False), d.get("simulation_id"), a["principal"], a["identity"], d.get("supersedes"),
+                 _ts(d.get("valid_from")), _ts(d.get("valid_to")), d.get("confidence"), d["artifact_id"],
+                 bytes.fromhex(d["ciphertext_sha256"]), at, seq, seq) for seq, at, a, d in events]
+    edges = [(d["version_id"], d["claim_id"], src) for _, _, _, d in events for src in d.get("derived_from", [])]
+    t = {"t": tenant}
+    if claims:
+        conn.execute(_CLAIMS, t | _columns(claims))
+    conn.execute(_VERSIONS, t | _columns(versions))
+    conn.execute(_STATUS_LOG, t | _columns([(d["version_id"], seq, "held") for seq, _, _, d in events]))
+    if edges:
+        conn.execute(_EDGES, t | _columns(edges))
+
+
 def apply(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str, data: dict[str, Any]) -> None:
     """Apply one journal event to the projection tables visible through ``conn``'s search path."""
     p = {"t": tenant, "seq": seq, "at": at}
@@ -173,25 +233,7 @@ def apply(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: di
         x(sa.text("UPDATE workareas SET development = :d, pii_policy = :pol WHERE tenant_id = :t AND node_id = :n"),
           {**p, "d": data["development"], "pol": data["pii_policy"], "n": data["node_id"]})
     elif type == "claim.submitted":
-        if data["version_no"] == 1:
-            x(sa.text("INSERT INTO claims (tenant_id, claim_id, workarea_id, kind, simulation_id, created_seq)"
-                      " VALUES (:t, :c, :w, :k, :sim, :seq)"),
-              {**p, "c": data["claim_id"], "w": data["workarea_id"], "k": data["kind"], "sim": data.get("simulation_id")})
-        x(sa.text(
-            "INSERT INTO claim_versions (tenant_id, version_id, claim_id, version_no, workarea_id, kind, provenance, status,"
-            " tainted, simulation_id, author_principal, author_identity, supersedes, valid_from, valid_to, confidence,"
-            " artifact_id, ciphertext_sha256, created_at, submitted_seq, status_seq)"
-            " VALUES (:t, :v, :c, :no, :w, :k, :prov, 'held', :taint, :sim, :ap, :ai, :sup, :vf, :vt, :conf, :art, :dig, :at, :seq, :seq)"),
-          {**p, "v": data["version_id"], "c": data["claim_id"], "no": data["version_no"], "w": data["workarea_id"],
-           "k": data["kind"], "prov": data["provenance"], "taint": data.get("tainted", False),
-           "sim": data.get("simulation_id"), "ap": actor["principal"], "ai": actor["identity"],
-           "sup": data.get("supersedes"), "vf": _ts(data.get("valid_from")), "vt": _ts(data.get("valid_to")),
-           "conf": data.get("confidence"), "art": data["artifact_id"], "dig": bytes.fromhex(data["ciphertext_sha256"])})
-        x(sa.text("INSERT INTO version_status_log (tenant_id, version_id, seq, status) VALUES (:t, :v, :seq, 'held')"),
-          {**p, "v": data["version_id"]})
-        for src in data.get("derived_from", []):
-            x(sa.text("INSERT INTO claim_edges (tenant_id, version_id, claim_id, derived_from) VALUES (:t, :v, :c, :d)"),
-              {**p, "v": data["version_id"], "c": data["claim_id"], "d": src})
+        claims_submitted(conn, tenant, [(seq, at, actor, data)])
     elif type in ("claim.promoted", "claim.rejected", "claim.demoted"):
         status = {"claim.promoted": "promoted", "claim.rejected": "rejected", "claim.demoted": "demoted"}[type]
         v = data["version_id"]

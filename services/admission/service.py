@@ -27,7 +27,9 @@ from oml.domain.errors import OMLError, invalid, not_found
 from oml.domain.events import REASON_CODES, SYSTEM, Actor
 from oml.services.keystore import KeyStore
 from oml.services.storage.db import Database
+from oml.services.tracing import traced
 
+from . import batch as batching
 from . import journal, projector
 from .signer import Signer
 
@@ -98,6 +100,8 @@ class Admission:
     def _append(self, head: journal.Head, type: str, actor: Actor, data: dict[str, Any], **kw) -> journal.Appended:
         """The one append point: the act must be one :mod:`oml.domain.authority` permits to the actor's role."""
         authority.require(type, self._role_of(head, actor))
+        if head.batch is not None:  # a group commit: linked now, written as sets (services/admission/batch.py)
+            return head.batch.append(self.signer, type, actor, data, **kw)
         ev = journal.append(head, self.signer, type, actor, data, **kw)
         projector.apply(head.conn, head.tenant, ev.seq, ev.at, ev.event["actor"], type, data)
         return ev
@@ -403,10 +407,11 @@ class Admission:
         return row.version, bytes(row.public_key)
 
     def seal_artifact(self, conn, tenant: str, body: dict, *, kind: str, claim_id: str | None, version_id: str | None, seq_hint: int,
-                      key: tuple[int, bytes] | None = None) -> tuple[str, bytes]:
+                      key: tuple[int, bytes] | None = None, pending: batching.Batch | None = None) -> tuple[str, bytes]:
         """Encrypt ``body`` as a new artifact; stores ciphertext and wrapped DEK; returns (artifact id, digest).
 
-        ``key`` is the tenant's current ``(version, public key)`` for encryption when the caller already has it.
+        ``key`` is the tenant's current ``(version, public key)`` for encryption when the caller already has it;
+        with ``pending`` the rows are written when that group commit flushes.
         """
         artifact_id = new_id()
         version, pub = key or self._encryption_key(conn, tenant)
@@ -417,12 +422,12 @@ class Admission:
             public_key=pub,
             key_version=version,
         )
-        # One round trip for the ciphertext and its wrapped DEK.
-        conn.execute(sa.text("WITH a AS (INSERT INTO artifacts (tenant_id, artifact_id, kind, claim_id, version_id, ciphertext, sha256, created_seq)"
-                             "           VALUES (:t, :a, :k, :c, :v, :ct, :d, :s))"
-                             " INSERT INTO wrapped_deks (tenant_id, artifact_id, key_version, wrapped) VALUES (:t, :a, :kv, :w)"),
-                     {"t": tenant, "a": artifact_id, "k": kind, "c": claim_id, "v": version_id, "ct": sealed.ciphertext,
-                      "d": sealed.digest, "s": seq_hint, "kv": version, "w": sealed.wrapped_dek})
+        row = batching.Artifact(artifact_id, kind, claim_id, version_id, sealed.ciphertext, sealed.digest, seq_hint,
+                                version, sealed.wrapped_dek)
+        if pending is not None:
+            pending.artifacts.append(row)
+        else:
+            batching.write_artifacts(conn, tenant, [row])
         return artifact_id, sealed.digest
 
     def subject_hmac(self, tenant: str, kind: str, normalised: str) -> bytes:
@@ -466,6 +471,7 @@ class Admission:
             ) from None
         return subjects
 
+    @traced("admission.submit")
     def submit(self, p: Principal, items: Sequence[Submission], *, idempotency_key: str | None = None) -> dict:
         """Admit one or more claim versions as ``held`` in one transaction (group commit), all or nothing.
 
@@ -490,6 +496,7 @@ class Admission:
 
         def act(head):
             out = []
+            batching.attach(head)
             for i, s in enumerate(items):
                 try:
                     out.append(self._submit_one(head, p, s, i))
@@ -498,6 +505,8 @@ class Admission:
                         raise
                     # All or nothing: the refusal names the item that caused it (a copy: some refusals are shared constants).
                     raise OMLError(exc.code, exc.detail, exc.status, {**exc.extra, "field": f"claims[{i}]"}) from None
+            batching.flush(head)
+            head.batch = None
             return {"items": out}
 
         return self._run(p, idempotency_key, request, act)
@@ -530,6 +539,7 @@ class Admission:
             if s.supersedes is not None:
                 raise invalid("supersedes needs claim_id", field=f"claims[{i}].supersedes")
         else:
+            batching.flush(head)  # a new version reads the claim's versions: earlier items of the batch included
             claim = conn.execute(sa.text("SELECT claim_id, workarea_id, kind, erased_seq, simulation_id FROM claims WHERE tenant_id = :t AND claim_id = CAST(:c AS uuid)"),
                                  {"t": p.tenant, "c": _uuid(s.claim_id, f"claims[{i}].claim_id")}).one_or_none()
             if claim is None or claim.erased_seq is not None:
@@ -557,6 +567,8 @@ class Admission:
                     raise invalid("supersedes must name a version of the same claim", field=f"claims[{i}].supersedes")
         derived = []
         derived_sims: list[str | None] = []
+        if s.derived_from:
+            batching.flush(head)
         for j, d in enumerate(s.derived_from):
             ok = conn.execute(sa.text("SELECT c.claim_id, c.simulation_id, w.path FROM claims c JOIN workareas w ON w.tenant_id = c.tenant_id AND w.node_id = c.workarea_id"
                                       " WHERE c.tenant_id = :t AND c.claim_id = CAST(:c AS uuid)"),
@@ -578,7 +590,7 @@ class Admission:
         version_id = new_id()
         enc = _memo(head, "encryption_key", lambda: self._encryption_key(conn, p.tenant))
         artifact_id, digest = self.seal_artifact(conn, p.tenant, s.body, kind="body", claim_id=claim_id,
-                                                 version_id=version_id, seq_hint=head.seq + 1, key=enc)
+                                                 version_id=version_id, seq_hint=head.seq + 1, key=enc, pending=head.batch)
         data = {
             "claim_id": claim_id, "version_id": version_id, "version_no": version_no, "workarea_id": s.workarea_id,
             "kind": kind, "provenance": provenance, "supersedes": s.supersedes, "derived_from": derived,
@@ -591,11 +603,14 @@ class Admission:
             data["simulation_id"] = sim
             data["tainted"] = True
         self._append(head, "claim.submitted", self._actor(p), data)
-        for kind_, value in subjects:
-            conn.execute(sa.text("INSERT INTO claim_subjects (tenant_id, claim_id, subject_hmac) VALUES (:t, :c, :h) ON CONFLICT DO NOTHING"),
-                         {"t": p.tenant, "c": claim_id, "h": self.subject_hmac(p.tenant, kind_, value)})
+        rows = [(claim_id, self.subject_hmac(p.tenant, kind_, value)) for kind_, value in subjects]
+        if head.batch is not None:
+            head.batch.subjects += rows
+        else:
+            batching.write_subjects(conn, p.tenant, rows)
         return {"claim_id": claim_id, "version_id": version_id, "version_no": version_no}
 
+    @traced("admission.review")
     def review(self, p: Principal, version_id: str, decision: str, reason: str, *, note: str | None = None,
                idempotency_key: str | None = None) -> dict:
         """Promote, reject or demote a version (reviewer role; not the author's identity).

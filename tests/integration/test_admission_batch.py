@@ -1,0 +1,99 @@
+"""Group commits as sets (issue 14; services/admission/batch.py).
+
+A batch of N claims costs the same number of statements whatever N; a refused item anywhere in a batch
+commits nothing (no journal row, outbox message, artifact or projection) and the refusal names it; a
+batch mixing new claims, new versions of one claim and lineage gets the version numbers a one-by-one
+admission would, and its journal verifies (chain, signatures, authority replay) and replays to the
+live projections.
+"""
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from oml.domain.errors import OMLError
+from oml.services.admission.service import Submission
+from oml.services.auth import authenticate
+from oml.services.journal_verify import verify_journal
+from oml.services.projections import verify_tenant
+
+from admission_kit import make_kit, owner
+
+
+@pytest.fixture(scope="module")
+def kit(ctx):
+    k = make_kit(ctx, "batch")
+    admin = authenticate(ctx.db, k.admin_key)
+    k.declared = ctx.admission.create_workarea(admin, "declared", k.root, pii_policy="declare")["node_id"]
+    return k
+
+
+def _counts(ctx, tenant: str) -> dict[str, int]:
+    with owner(ctx, tenant) as c:
+        return {t: c.execute(sa.text(f"SELECT count(*) FROM {t} WHERE tenant_id = :t"), {"t": tenant}).scalar()
+                for t in ("journal_events", "outbox", "artifacts", "wrapped_deks", "claims", "claim_versions", "claim_subjects")}
+
+
+def _statements(ctx, fn) -> int:
+    """How many SQL statements ``fn()`` sends through admission's engine."""
+    seen: list[str] = []
+    eng = ctx.db.engine("oml_admission")
+
+    def count(conn, cursor, statement, *a):
+        seen.append(statement)
+
+    sa.event.listen(eng, "before_cursor_execute", count)
+    try:
+        fn()
+    finally:
+        sa.event.remove(eng, "before_cursor_execute", count)
+    return len(seen)
+
+
+def test_a_batch_costs_a_constant_number_of_statements(ctx, kit):
+    w = authenticate(ctx.db, kit.writer_key)
+
+    def batch(n):
+        return lambda: ctx.admission.submit(w, [Submission(kit.root, {"statement": f"note {i}"}) for i in range(n)])
+
+    batch(3)()  # plans and memo-free warm-up
+    assert _statements(ctx, batch(5)) == _statements(ctx, batch(60))
+
+
+def test_a_refused_last_item_commits_nothing_and_is_named(ctx, kit):
+    w = authenticate(ctx.db, kit.writer_key)
+    before = _counts(ctx, kit.tenant)
+    good = [Submission(kit.declared, {"statement": f"fine {i}", "data_subjects": [{"kind": "email", "value": f"u{i}@example.com"}]})
+            for i in range(7)]
+    bad = Submission(kit.declared, {"statement": "a bad one"}, confidence=5000)
+    with pytest.raises(OMLError) as e:
+        ctx.admission.submit(w, good + [bad])
+    assert e.value.code == "admission.invalid" and e.value.extra["field"] == "claims[7].confidence"
+    with pytest.raises(OMLError) as e:
+        ctx.admission.submit(w, good[:2] + [Submission(kit.root, {"statement": "x"}, claim_id="00000000-0000-4000-8000-000000000000")])
+    assert e.value.code == "claim.not_found" and e.value.extra["field"] == "claims[2]"
+    assert _counts(ctx, kit.tenant) == before
+    ctx.admission.submit(w, good)
+    after = _counts(ctx, kit.tenant)
+    assert all(after[t] - before[t] == 7 for t in before)
+
+
+def test_versions_and_lineage_inside_one_batch_match_one_by_one(ctx, kit):
+    w = authenticate(ctx.db, kit.writer_key)
+    adm = ctx.admission
+    first = adm.submit(w, [Submission(kit.root, {"statement": "base"}), Submission(kit.root, {"statement": "source"})])["items"]
+    c, src = first[0]["claim_id"], first[1]["claim_id"]
+    out = adm.submit(w, [Submission(kit.root, {"statement": "fresh"}),
+                         Submission(kit.root, {"statement": "v2"}, claim_id=c),
+                         Submission(kit.root, {"statement": "derived"}, derived_from=[src]),
+                         Submission(kit.root, {"statement": "v3"}, claim_id=c, derived_from=[src]),
+                         Submission(kit.root, {"statement": "fresh again"})])["items"]
+    assert [i["version_no"] for i in out] == [1, 2, 1, 3, 1]
+    with owner(ctx, kit.tenant) as conn:
+        edges = conn.execute(sa.text("SELECT count(*) FROM claim_edges WHERE tenant_id = :t AND derived_from = :s"),
+                             {"t": kit.tenant, "s": src}).scalar()
+        seqs = conn.execute(sa.text("SELECT seq FROM outbox WHERE tenant_id = :t ORDER BY id"), {"t": kit.tenant}).scalars().all()
+    assert edges == 2 and seqs == sorted(seqs) and len(seqs) == len(set(seqs))
+    report = verify_journal(ctx.db, kit.tenant, kit.fingerprint)
+    assert report.ok, (report.result.reason, report.findings)
+    assert verify_tenant(ctx.db, kit.tenant) == []
