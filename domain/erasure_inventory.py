@@ -107,10 +107,33 @@ INVENTORY: tuple[CopyClass, ...] = (
         holds="plaintext-derived rows: lexemes of the statement, subject and tags, and the statement's "
               "embedding (embeddings are invertible to approximate text)",
         action="every row of the claim deleted in the erasure transaction; a trigger refuses index rows for an "
-               "erased claim, so an indexer that read the text before the erasure cannot write it back",
+               "erased claim, so an indexer that read the text before the erasure cannot write it back. The rows "
+               "of every claim whose context window holds the claim's statement (index_threads.window_claims) "
+               "are deleted in the same transaction and rebuilt by the indexer without it",
         completion=Completion.AT_COMMIT,
         complete_when="when the claim.erased transaction commits (old tuple versions: see freed pages)",
         pg_tables=("memories_fts", "memory_embeddings"),
+    ),
+    CopyClass(
+        key="context_threads",
+        title="Context-window bookkeeping",
+        holds="per indexed claim: a SHA-256 digest of its declared thread name with the tenant, its position, and "
+              "the ids of the neighbour claims whose statements its index rows hold; no text",
+        action="the claim's row deleted in the erasure transaction; neighbours' rows keep its id until the "
+               "indexer rebuilds their windows",
+        completion=Completion.NO_CONTENT,
+        complete_when="when the claim.erased transaction commits",
+        pg_tables=("index_threads",),
+    ),
+    CopyClass(
+        key="bm25_stats",
+        title="BM25 corpus counts",
+        holds="per tenant: the number of current full-text rows and the sum of their token counts; no text, no ids",
+        action="nothing to remove; the indexer recounts after its next batch (document frequencies are never "
+               "stored: the BM25 leg counts them through the GIN index at query time)",
+        completion=Completion.NO_CONTENT,
+        complete_when="when the claim.erased transaction commits",
+        pg_tables=("bm25_stats",),
     ),
     CopyClass(
         key="simulation_index_rows",

@@ -40,6 +40,7 @@ from oml.domain.errors import OMLError, invalid, not_found
 from oml.domain.events import REASON_CODES, Actor
 from oml.services.admission import journal
 from oml.services.storage.db import Database
+from oml.workers import context_index
 
 if TYPE_CHECKING:  # pragma: no cover
     from oml.services.context import Context
@@ -135,6 +136,8 @@ def shred(conn: sa.Connection, tenant: str, claim_id: str, seq: int, artifact_id
         counts[table] = _count(conn.execute(sa.text(
             f"DELETE FROM {table} WHERE tenant_id = :t AND (version_id = ANY(CAST(:v AS uuid[])) OR claim_id = :c)"),
             {**t, "v": versions}))
+    # Its words also live in the index text of the claims whose context windows hold it (docs/recall.md).
+    counts.update(context_index.forget(conn, tenant, [claim_id]))
     sims: set[str] = set()
     for table in SIM_TARGETS:
         deleted = conn.execute(sa.text(

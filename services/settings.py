@@ -60,6 +60,10 @@ class Settings(BaseSettings):
     def keys(self) -> Path:
         return self.key_dir or self.home / "keys"
 
+    # Statements of the claims this many positions before a claim in its declared thread join its index
+    # text (0: off); docs/recall.md, "Context at indexing time". Changing it takes effect for rows
+    # indexed afterwards: run oml index rebuild.
+    index_context_before: int = 1
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:

@@ -57,6 +57,7 @@ import sqlalchemy as sa
 from oml.domain.access import Principal
 from oml.domain.errors import OMLError
 from oml.services.server import indexing_feed as feedmod
+from oml.workers import context_index
 
 if TYPE_CHECKING:  # pragma: no cover
     from oml.services.context import Context
@@ -260,11 +261,14 @@ def default_feed(ctx: "Context"):
 
 
 class _Run:
-    """State shared by the batches of one catch-up: the feed and the tenant."""
+    """State shared by the batches of one catch-up: the feed, the tenant and the context window (positions before)."""
 
-    def __init__(self, ctx: "Context", tenant: str, feed: Any = None) -> None:
+    def __init__(self, ctx: "Context", tenant: str, feed: Any = None, context_before: int | None = None) -> None:
+        from oml.domain.context_window import check_before
+
         self.ctx, self.tenant = ctx, tenant
         self.feed = feed or default_feed(ctx)
+        self.context_before = check_before(ctx.settings.index_context_before if context_before is None else context_before)
 
     def fetch(self, version_ids: Sequence[str]) -> dict[str, feedmod.FeedItem]:
         out: dict[str, feedmod.FeedItem] = {}
@@ -326,18 +330,25 @@ def _delete_claims(conn, tenant: str, claims: Iterable[str], tables: Sequence[st
     for table in tables:
         conn.execute(sa.text(f"DELETE FROM {table} WHERE tenant_id = :t AND claim_id = ANY(CAST(:cs AS uuid[]))"),
                      {"t": tenant, "cs": claims})
+    conn.execute(sa.text("DELETE FROM index_threads WHERE tenant_id = :t AND claim_id = ANY(CAST(:cs AS uuid[]))"),
+                 {"t": tenant, "cs": claims})
 
 
-def _sync_claims(conn: sa.Connection, run: _Run, claims: dict[str, int]) -> None:
-    """Make the rows of ``claims`` (claim id → latest seq naming it) equal to their tip intervals."""
+def _sync_claims(conn: sa.Connection, run: _Run, claims: dict[str, int], *, cascade: bool = True) -> None:
+    """Make the rows of ``claims`` (claim id → latest seq naming it) equal to their tip intervals.
+
+    Then, when ``cascade``, rebuild the rows of the claims whose context windows the batch changed
+    (:mod:`oml.workers.context_index`), once: a rebuilt window changes no other window."""
     tenant = run.tenant
     ids = sorted(claims)
     erased = {str(c) for c in conn.execute(sa.text(
         "SELECT claim_id FROM claims WHERE tenant_id = :t AND claim_id = ANY(CAST(:cs AS uuid[])) AND erased_seq IS NOT NULL"),
         {"t": tenant, "cs": ids}).scalars()}
+    dependents = context_index.dependents_of(conn, tenant, erased)
     _delete_claims(conn, tenant, erased)
     live = [c for c in ids if c not in erased]
     if not live:
+        _sync_dependents(conn, run, dependents - erased, claims, cascade)
         return
     desired = {}
     for r in conn.execute(_DESIRED, {"t": tenant, "cs": live}).mappings():
@@ -366,6 +377,11 @@ def _sync_claims(conn: sa.Connection, run: _Run, claims: dict[str, int]) -> None
     kept = {table: {vid for (vid, f) in existing[table] if (vid, f) in desired} for table in TABLES}
     need = sorted({w["version_id"] for table in TABLES for w in inserts[table] if w["version_id"] not in kept[table]})
     items = run.fetch(need) if need else {}
+    current: dict[str, str | None] = {c: None for c in live}
+    for w in desired.values():
+        if w["to_seq"] is None:
+            current[w["claim_id"]] = w["version_id"]
+    win = context_index.prepare(conn, run, run.context_before, current, items)
     bad: set[str] = set()
     newly_erased: set[str] = set()
     for vid, item in items.items():
@@ -385,7 +401,7 @@ def _sync_claims(conn: sa.Connection, run: _Run, claims: dict[str, int]) -> None
         if w["version_id"] in kept["memories_fts"]:
             fts_copy.append(w)
         elif w["version_id"] not in bad:
-            fts_new.append(w | {"text": items[w["version_id"]].fts_text()})
+            fts_new.append(w | {"text": win.fts_text(items[w["version_id"]])})
     for w in inserts["memory_embeddings"]:
         if w["claim_id"] in newly_erased:
             continue
@@ -401,7 +417,7 @@ def _sync_claims(conn: sa.Connection, run: _Run, claims: dict[str, int]) -> None
     if fts_new:
         conn.execute(_INSERT_FTS, [p | w for w in fts_new])
     if emb_new:
-        texts = {w["version_id"]: items[w["version_id"]].embedding_text() for w in emb_new}
+        texts = {w["version_id"]: win.embedding_text(items[w["version_id"]]) for w in emb_new}
         order = sorted(texts)
         vectors = embedder_for(run.ctx).encode([texts[v] for v in order])
         by_version = dict(zip(order, vectors))
@@ -412,7 +428,27 @@ def _sync_claims(conn: sa.Connection, run: _Run, claims: dict[str, int]) -> None
     late = {str(c) for c in conn.execute(sa.text(
         "SELECT claim_id FROM claims WHERE tenant_id = :t AND claim_id = ANY(CAST(:cs AS uuid[])) AND erased_seq IS NOT NULL"),
         {"t": tenant, "cs": live}).scalars()}
+    dependents |= win.dependents | context_index.dependents_of(conn, tenant, late | newly_erased)
     _delete_claims(conn, tenant, late | newly_erased)
+    _sync_dependents(conn, run, dependents - erased - late - newly_erased, claims, cascade)
+
+
+def _sync_dependents(conn: sa.Connection, run: _Run, dependents: set[str], claims: dict[str, int], cascade: bool) -> None:
+    """Rebuild the rows of claims whose context window changed (their neighbours' text is fetched anew)."""
+    if not cascade or not dependents:
+        return
+    seq = max(claims.values())
+    _sync_claims(conn, run, {c: seq for c in context_index.refresh(conn, run.tenant, dependents)}, cascade=False)
+
+
+def _refresh_bm25_stats(conn: sa.Connection, tenant: str) -> None:
+    """N and Σ document length of the tenant's current FTS rows, for the BM25 leg (61_bm25.sql); counts only."""
+    conn.execute(sa.text(
+        "INSERT INTO bm25_stats (tenant_id, docs, total_len)"
+        " SELECT :t, count(*), coalesce(sum((SELECT coalesce(sum(cardinality(u.positions)), 0) FROM unnest(m.tsv) u)), 0)"
+        "   FROM memories_fts m WHERE m.tenant_id = :t AND m.tip_to_seq IS NULL"
+        " ON CONFLICT (tenant_id) DO UPDATE SET docs = EXCLUDED.docs, total_len = EXCLUDED.total_len, updated_at = now()"),
+        {"t": tenant})
 
 
 def _refresh_paths(conn: sa.Connection, tenant: str) -> None:
@@ -446,6 +482,7 @@ def _batch(conn: sa.Connection, run: _Run, cursor: int, limit: int) -> int:
             events.append(Event(r.seq, r.type, data if data is not None else json.loads(bytes(r.canonical))["data"]))
     if claims:
         _sync_claims(conn, run, claims)
+        _refresh_bm25_stats(conn, tenant)
     if reparent:
         _refresh_paths(conn, tenant)
     for fn in _simulation_indexers:
@@ -464,7 +501,8 @@ def _lock_cursor(conn: sa.Connection, tenant: str) -> int:
                         {"t": tenant, "c": CONSUMER}).scalar_one()
 
 
-def catch_up(ctx: "Context", tenant: str, *, batch_events: int = BATCH_EVENTS, feed: Any = None) -> int:
+def catch_up(ctx: "Context", tenant: str, *, batch_events: int = BATCH_EVENTS, feed: Any = None,
+             context_before: int | None = None) -> int:
     """Index everything pending for ``tenant``; returns the number of journal events consumed.
 
     One transaction per batch of ``batch_events`` events (cursor and rows
@@ -472,9 +510,10 @@ def catch_up(ctx: "Context", tenant: str, *, batch_events: int = BATCH_EVENTS, f
     serialises callers). ``feed`` replaces :func:`default_feed` (anything
     with ``fetch(tenant, version_ids) -> list[FeedItem]``). Raises
     ``indexer.not_enrolled`` or a storage error; a body the feed cannot serve
-    is recorded as poison and skipped, not raised.
+    is recorded as poison and skipped, not raised. ``context_before`` overrides
+    the ``index_context_before`` setting (the context window; docs/recall.md).
     """
-    run = _Run(ctx, tenant, feed)
+    run = _Run(ctx, tenant, feed, context_before)
     total = 0
     while True:
         with ctx.db.tenant(ROLE, tenant) as conn:
@@ -507,7 +546,7 @@ def rebuild(ctx: "Context", tenant: str, *, batch_events: int = BATCH_EVENTS, fe
     with ctx.db.tenant(ROLE, tenant) as conn:
         _lock_cursor(conn, tenant)
         head = conn.execute(sa.text("SELECT seq FROM chain_heads WHERE tenant_id = :t"), {"t": tenant}).scalar() or 0
-        for table in TABLES:
+        for table in TABLES + ("index_threads",):
             conn.execute(sa.text(f"DELETE FROM {table} WHERE tenant_id = :t"), {"t": tenant})
         conn.execute(sa.text("DELETE FROM poison_messages WHERE tenant_id = :t AND consumer = :c"), {"t": tenant, "c": CONSUMER})
         cursor = 0

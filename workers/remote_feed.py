@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Sequence
 
+from oml.domain import context_window as windows
 from oml.domain.errors import OMLError
 from oml.services.server.indexing_feed import MAX_VERSIONS, FeedItem
 
@@ -59,7 +60,7 @@ class RemoteIndexingFeed:
             raise OMLError(exc.code, exc.detail, exc.status) from None
         return [FeedItem(version_id=i.version_id, claim_id=i.claim_id, workarea_id=i.workarea_id, statement=i.statement,
                          subject=i.subject, tags=tuple(i.tags), tainted=i.tainted, simulation_id=i.simulation_id,
-                         error=i.error) for i in page.items]
+                         error=i.error, context=windows.parse({"context": i.context})) for i in page.items]
 
     def close(self) -> None:
         self._client.close()

@@ -7,7 +7,8 @@ What it does, end to end through the product:
    ``allow`` (the dialogues name people);
 2. **ingest through admission**: one claim per dialog turn, body
    ``{"statement": "({session date}) {speaker}: {text}[ [image: {caption}]]",
-   "source": {"uri": "locomo:<sample>#<dia_id>", "title": …, "locator": dia_id}}``,
+   "source": {"uri": "locomo:<sample>#<dia_id>", "title": …, "locator": dia_id},
+   "context": {"thread": "locomo:<sample>", "position": <turn index>}}``,
    submitted by a writer key in group commits, each **reviewed and promoted**
    by a reviewer key of another identity;
 3. **indexed** by the oml-indexer (``workers/indexer.py``: tsvector + the
@@ -23,8 +24,15 @@ What it does, end to end through the product:
 
 Evidence ids are normalised (``"D8:6; D9:17"`` → two ids, ``"D:11:26"`` →
 ``D11:26``, ``"D30:05"`` → ``D30:5``; anything else dropped); questions left
-with no evidence are skipped and counted. ``--conversations N`` limits the
-run to the first N conversations (reported).
+with no evidence are skipped and counted. ``--conversations`` names the
+conversations run (ids, or N for the first N) so others stay held out;
+``--decide`` splits them into the half choices are made on and the half that
+confirms them, and every row reports both halves. ``--context-window`` sets
+how many previous turns are indexed with each turn (docs/recall.md);
+``--fusion`` adds hybrid rows fused another way (``domain/fusion.py``).
+A ``bm25s (ref.)`` row ranks the same statements with the ``bm25s`` library
+outside OML (a reference, not a product path; its latency is in-process
+scoring only).
 """
 from __future__ import annotations
 
@@ -34,16 +42,21 @@ import re
 import secrets
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import typer
+
+from oml.services.bench import emit
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 RETRIEVERS = ("fts", "vector", "hybrid")
 # Comparison row: hybrid fused with the classic RRF constant 60 instead of OML's 10 (domain/recall.py).
 CLASSIC = "hybrid-rrf60"
 CUTOFFS = (5, 10, 25)
+# Issue 18: choices are made on these conversations and confirmed on the rest of the development split.
+DECIDE = ("conv-26", "conv-30", "conv-41")
 # LoCoMo paper (Maharana et al., ACL 2024), Table 3: DRAGON over dialog turns, all ten conversations.
 DRAGON_TURNS = {5: 0.567, 10: 0.662, 25: 0.767}
 
@@ -63,9 +76,20 @@ def normalise_ids(values: Sequence[Any]) -> list[str]:
     return out
 
 
-def load(path: Path, conversations: int | None = None) -> list[dict]:
+def load(path: Path, conversations: str | int | None = None) -> list[dict]:
+    """The conversations of ``path`` that ``conversations`` selects: None or "" all, an integer N the first N,
+    else a comma-separated list of ``sample_id`` values (file order kept). Raises ``ValueError`` for an unknown id."""
     data = json.loads(Path(path).read_text())
-    return data[:conversations] if conversations else data
+    spec = "" if conversations is None else str(conversations).strip()
+    if not spec or spec == "0":
+        return data
+    if spec.isdigit():
+        return data[:int(spec)]
+    wanted = [x.strip() for x in spec.split(",") if x.strip()]
+    unknown = sorted(set(wanted) - {c["sample_id"] for c in data})
+    if unknown:
+        raise ValueError(f"unknown conversation ids: {', '.join(unknown)}")
+    return [c for c in data if c["sample_id"] in wanted]
 
 
 def turns_of(conv: dict) -> list[dict]:
@@ -86,6 +110,15 @@ def turns_of(conv: dict) -> list[dict]:
     return out
 
 
+def body_of(sid: str, turn: dict, position: int) -> dict:
+    """The claim body of one turn: statement, source, and its place in the conversation's thread
+    (``context``, docs/recall.md "Context at indexing time"; indexed with its window, never served)."""
+    return {"statement": turn["statement"],
+            "source": {"uri": f"locomo:{sid}#{turn['dia_id']}", "title": f"LoCoMo {sid} session {turn['session']}",
+                       "locator": turn["dia_id"]},
+            "context": {"thread": f"locomo:{sid}", "position": position}}
+
+
 def _pct(xs: list[float], p: float) -> float:
     if not xs:
         return float("nan")
@@ -93,16 +126,27 @@ def _pct(xs: list[float], p: float) -> float:
     return s[min(len(s) - 1, max(0, int(round(p / 100 * (len(s) - 1)))))]
 
 
-def run(ctx, data: Path, *, conversations: int | None = None, retrievers: Sequence[str] = RETRIEVERS,
-        cutoffs: Sequence[int] = CUTOFFS, batch: int = 100, progress=None) -> dict[str, Any]:
-    """Ingest, promote, index and evaluate; returns the measurements (see the module docstring)."""
+@dataclass
+class Corpus:
+    """What :func:`ingest` built: the tenant, the reader key, one workarea per conversation and the
+    claim → ``<sample>#<dia_id>`` map; ``texts`` holds each conversation's statements by dia id."""
+
+    tenant: str
+    reader: Any
+    workarea_of: dict[str, str]
+    claim_to_dia: dict[str, str]
+    texts: dict[str, dict[str, str]]
+    turns: int
+    timings: dict[str, float]
+
+
+def ingest(ctx, convs: Sequence[dict], *, batch: int = 100, context_before: int | None = None, progress=None) -> Corpus:
+    """Admit, promote and index every turn of ``convs`` in a new tenant ``bench-locomo-<hex>`` (module docstring)."""
     from oml.services.admission.service import Submission
     from oml.services.auth import authenticate
-    from oml.services.server.recall import Recaller, RecallRequest
     from oml.workers.indexer import catch_up
 
     say = progress or (lambda _m: None)
-    convs = load(data, conversations)
     tenant = f"bench-locomo-{secrets.token_hex(3)}"
     adm = ctx.admission
     t = adm.create_tenant(tenant)
@@ -117,6 +161,7 @@ def run(ctx, data: Path, *, conversations: int | None = None, retrievers: Sequen
     t0 = time.perf_counter()
     claim_to_dia: dict[str, str] = {}
     workarea_of: dict[str, str] = {}
+    texts: dict[str, dict[str, str]] = {}
     n_turns = 0
     for conv in convs:
         sid = conv["sample_id"]
@@ -124,11 +169,10 @@ def run(ctx, data: Path, *, conversations: int | None = None, retrievers: Sequen
         wa = adm.create_workarea(admin, label, t.root_workarea, pii_policy="allow")["node_id"]
         workarea_of[sid] = wa
         turns = turns_of(conv)
+        texts[sid] = {x["dia_id"]: x["statement"] for x in turns}
         for i in range(0, len(turns), batch):
             chunk = turns[i:i + batch]
-            subs = [Submission(wa, {"statement": x["statement"],
-                                    "source": {"uri": f"locomo:{sid}#{x['dia_id']}", "title": f"LoCoMo {sid} session {x['session']}",
-                                               "locator": x["dia_id"]}}, provenance="reported") for x in chunk]
+            subs = [Submission(wa, body_of(sid, x, i + j), provenance="reported") for j, x in enumerate(chunk)]
             items = adm.submit(key["writer"], subs)["items"]
             for it, x in zip(items, chunk):
                 claim_to_dia[it["claim_id"]] = f"{sid}#{x['dia_id']}"
@@ -138,63 +182,166 @@ def run(ctx, data: Path, *, conversations: int | None = None, retrievers: Sequen
         say(f"{sid}: {len(turns)} turns admitted and promoted")
     timings["ingest_and_promote_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    catch_up(ctx, tenant)
+    catch_up(ctx, tenant, context_before=context_before)
     timings["index_s"] = time.perf_counter() - t0
     say(f"indexed {n_turns} turns in {timings['index_s']:.1f}s")
+    return Corpus(tenant, key["reader"], workarea_of, claim_to_dia, texts, n_turns, timings)
 
-    questions = []
-    skipped = 0
+
+def questions_of(convs: Sequence[dict]) -> tuple[list[dict], int]:
+    """Questions with evidence (``sample``, ``question``, ``category``, ``evidence`` as ``<sample>#<dia_id>``) and
+    the number skipped for having none."""
+    out, skipped = [], 0
     for conv in convs:
         for qa in conv["qa"]:
             ev = normalise_ids(qa.get("evidence", []))
             if not ev:
                 skipped += 1
                 continue
-            questions.append({"sample": conv["sample_id"], "question": qa["question"], "category": int(qa.get("category", 0)),
-                              "evidence": {f"{conv['sample_id']}#{e}" for e in ev}})
+            out.append({"sample": conv["sample_id"], "question": qa["question"], "category": int(qa.get("category", 0)),
+                        "evidence": {f"{conv['sample_id']}#{e}" for e in ev}})
+    return out, skipped
+
+
+class Scores:
+    """Per-question evidence recall at each cutoff, latency and served characters for one retriever row."""
+
+    def __init__(self, cutoffs: Sequence[int]) -> None:
+        self.cutoffs = tuple(cutoffs)
+        self.lat: list[float] = []
+        self.chars: dict[int, list[int]] = {k: [] for k in self.cutoffs}
+        self.per_q: list[tuple[dict, dict[int, float]]] = []
+        self.degraded = 0
+
+    def add(self, q: dict, ranked: Sequence[str | None], ms: float, sizes: Sequence[int] = ()) -> None:
+        self.lat.append(ms)
+        self.per_q.append((q, {k: len(q["evidence"] & set(ranked[:k])) / len(q["evidence"]) for k in self.cutoffs}))
+        for k in self.cutoffs:
+            self.chars[k].append(sum(sizes[:k]))
+
+    def summary(self, groups: Mapping[str, set[str]] | None = None) -> dict[str, Any]:
+        ks = self.cutoffs
+        mean = lambda rows: {k: statistics.fmean([r[k] for r in rows]) if rows else float("nan") for k in ks}  # noqa: E731
+        cats: dict[int, list[dict[int, float]]] = {}
+        for q, r in self.per_q:
+            cats.setdefault(q["category"], []).append(r)
+        return {
+            "recall": {"overall": mean([r for _, r in self.per_q]),
+                       **{CATEGORIES.get(c, str(c)): mean(v) for c, v in sorted(cats.items())}},
+            "groups": {g: mean([r for q, r in self.per_q if q["sample"] in members]) for g, members in (groups or {}).items()},
+            "questions_per_category": {CATEGORIES.get(c, str(c)): len(v) for c, v in sorted(cats.items())},
+            "latency_ms": {"p50": _pct(self.lat, 50), "p95": _pct(self.lat, 95), "mean": statistics.fmean(self.lat)},
+            "chars_per_query": {k: statistics.fmean(v) if v else 0.0 for k, v in self.chars.items()},
+            "degraded_queries": self.degraded,
+        }
+
+
+def oml_rows(ctx, fusions: Mapping[str, Any] | None = None) -> dict[str, tuple[Any, str]]:
+    """Retriever rows: name -> (Recaller, retriever). ``fusions`` adds hybrid rows fused another way
+    (name -> :class:`oml.domain.fusion.Fusion`); the classic RRF constant 60 is always one of them."""
+    from oml.domain.fusion import Fusion
     from oml.domain.recall import RRF_K_CLASSIC
+    from oml.services.server.recall import Recaller
 
     rec = Recaller(ctx)
-    classic = Recaller(ctx, rrf_k=RRF_K_CLASSIC)
-    kmax = max(cutoffs)
-    # Warm the model, the pools and the plans before timing.
-    rec.recall(key["reader"], RecallRequest(query="warm up", workarea_id=next(iter(workarea_of.values())), k=kmax))
-    results: dict[str, Any] = {}
-    for r in list(retrievers) + ([CLASSIC] if "hybrid" in retrievers else []):
-        lat, chars = [], {k: [] for k in cutoffs}
-        per_cat: dict[int, dict[int, list[float]]] = {}
-        degraded = 0
-        for q in questions:
-            t1 = time.perf_counter()
-            out = (classic if r == CLASSIC else rec).recall(
-                key["reader"], RecallRequest(query=q["question"], workarea_id=workarea_of[q["sample"]],
-                                             retriever="hybrid" if r == CLASSIC else r, k=kmax))
-            lat.append((time.perf_counter() - t1) * 1000)
-            if out["diagnostics"]["degraded"]:
-                degraded += 1
-            hits = out["hits"]
-            dia = [claim_to_dia.get(h["claim_id"]) for h in hits]
-            sizes = [len(json.dumps(h["body"], ensure_ascii=False)) for h in hits]
-            for k in cutoffs:
-                found = len(q["evidence"] & set(dia[:k]))
-                per_cat.setdefault(q["category"], {}).setdefault(k, []).append(found / len(q["evidence"]))
-                chars[k].append(sum(sizes[:k]))
-        overall = {k: statistics.fmean([v for c in per_cat.values() for v in c[k]]) for k in cutoffs}
-        results[r] = {
-            "recall": {"overall": overall,
-                       **{CATEGORIES.get(c, str(c)): {k: statistics.fmean(v[k]) for k in cutoffs} for c, v in sorted(per_cat.items())}},
-            "questions_per_category": {CATEGORIES.get(c, str(c)): len(v[cutoffs[0]]) for c, v in sorted(per_cat.items())},
-            "latency_ms": {"p50": _pct(lat, 50), "p95": _pct(lat, 95), "mean": statistics.fmean(lat)},
-            "chars_per_query": {k: statistics.fmean(v) for k, v in chars.items()},
-            "degraded_queries": degraded,
-        }
-        say(f"{r}: recall@{cutoffs} = {[round(overall[k], 3) for k in cutoffs]}, p50 {results[r]['latency_ms']['p50']:.1f} ms")
+    rows: dict[str, tuple[Any, str]] = {r: (rec, r) for r in RETRIEVERS}
+    bm25 = Recaller(ctx, lexical="bm25")
+    rows["bm25"] = (bm25, "fts")
+    rows["hybrid-bm25"] = (bm25, "hybrid")
+    extra = {CLASSIC: Fusion("rrf", k=RRF_K_CLASSIC), **(fusions or {})}
+    for name, fusion in extra.items():
+        rows[name] = (Recaller(ctx, fusion=fusion), "hybrid")
+    return rows
+
+
+def recall_dia(corpus: Corpus, rec: Any, retriever: str, q: dict, k: int) -> tuple[list[str | None], list[int], bool]:
+    """One OML recall for ``q`` as the reader key: ranked ``<sample>#<dia_id>``, served body sizes, degraded."""
+    from oml.services.server.recall import RecallRequest
+
+    out = rec.recall(corpus.reader, RecallRequest(query=q["question"], workarea_id=corpus.workarea_of[q["sample"]],
+                                                  retriever=retriever, k=k))
+    hits = out["hits"]
+    return ([corpus.claim_to_dia.get(h["claim_id"]) for h in hits],
+            [len(json.dumps(h["body"], ensure_ascii=False)) for h in hits], bool(out["diagnostics"]["degraded"]))
+
+
+class BM25Reference:
+    """``bm25s`` (Lucene BM25, k1 1.5, b 0.75, English stop words, no stemmer) over each conversation's stored
+    statements: a reference row computed outside OML, never a product path."""
+
+    def __init__(self, texts: Mapping[str, Mapping[str, str]]) -> None:
+        import bm25s
+
+        self._bm25s = bm25s
+        self.index: dict[str, tuple[Any, list[str]]] = {}
+        for sid, by_dia in texts.items():
+            ids = list(by_dia)
+            model = bm25s.BM25()
+            model.index(bm25s.tokenize([by_dia[d] for d in ids], stopwords="en", show_progress=False), show_progress=False)
+            self.index[sid] = (model, ids)
+
+    def search(self, q: dict, k: int) -> list[str]:
+        model, ids = self.index[q["sample"]]
+        tokens = self._bm25s.tokenize([q["question"]], stopwords="en", show_progress=False)
+        if not tokens.vocab:
+            return []
+        docs, scores = model.retrieve(tokens, k=min(k, len(ids)), show_progress=False)
+        return [f"{q['sample']}#{ids[int(d)]}" for d, s in zip(docs[0], scores[0]) if s > 0]
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def run(ctx, data: Path, *, conversations: str | int | None = None, retrievers: Sequence[str] = RETRIEVERS,
+        cutoffs: Sequence[int] = CUTOFFS, batch: int = 100, context_before: int | None = None,
+        decide: Sequence[str] = DECIDE, fusions: Mapping[str, Any] | None = None, reference: bool = True,
+        only: Sequence[str] = (), progress=None) -> dict[str, Any]:
+    """Ingest, promote, index and evaluate; returns the measurements (see the module docstring).
+
+    ``decide`` names the conversations choices are made on; the others form the ``confirm`` group, and both
+    groups' overall recall is reported per row (issue 18: decide on one half, confirm on the other)."""
     import os
 
+    say = progress or (lambda _m: None)
+    convs = load(data, conversations)
+    corpus = ingest(ctx, convs, batch=batch, context_before=context_before, progress=say)
+    questions, skipped = questions_of(convs)
+    present = {c["sample_id"] for c in convs}
+    groups = {"decide": set(decide) & present, "confirm": present - set(decide)}
+    groups = {g: m for g, m in groups.items() if m}
+    kmax = max(cutoffs)
+    rows = {n: v for n, v in oml_rows(ctx, fusions).items() if v[1] in retrievers}
+    rows = {n: v for n, v in rows.items() if not only or n in only}
+    # Warm the model, the pools and the plans before timing.
+    first = next(iter(rows.values()))[0]
+    recall_dia(corpus, first, "hybrid", questions[0], kmax)
+    results: dict[str, Any] = {}
+    for name, (rec, retriever) in rows.items():
+        sc = Scores(cutoffs)
+        for q in questions:
+            t1 = time.perf_counter()
+            dia, sizes, degraded = recall_dia(corpus, rec, retriever, q, kmax)
+            sc.add(q, dia, (time.perf_counter() - t1) * 1000, sizes)
+            sc.degraded += degraded
+        results[name] = sc.summary(groups)
+        say(f"{name}: recall@{tuple(cutoffs)} = {[round(results[name]['recall']['overall'][k], 3) for k in cutoffs]}")
+    if reference and _has("bm25s"):
+        ref = BM25Reference(corpus.texts)
+        sc = Scores(cutoffs)
+        for q in questions:
+            t1 = time.perf_counter()
+            got = ref.search(q, kmax)
+            sc.add(q, got, (time.perf_counter() - t1) * 1000)
+        results["bm25s (ref.)"] = sc.summary(groups)
     return {
-        "tenant": tenant, "data": str(data), "conversations": [c["sample_id"] for c in convs], "turns": n_turns,
+        "tenant": corpus.tenant, "data": str(data), "conversations": [c["sample_id"] for c in convs], "turns": corpus.turns,
         "questions": len(questions), "skipped_no_evidence": skipped, "k": kmax, "cutoffs": list(cutoffs),
-        "timings": timings, "results": results, "dragon_turns_all_ten": DRAGON_TURNS,
+        "context_before": ctx.settings.index_context_before if context_before is None else context_before,
+        "groups": {g: sorted(m) for g, m in groups.items()},
+        "timings": corpus.timings, "results": results, "dragon_turns_all_ten": DRAGON_TURNS,
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
     }
 
@@ -205,16 +352,21 @@ def render(res: dict[str, Any]) -> list[str]:
     lines = [f"oml bench locomo — {len(res['conversations'])} conversations ({', '.join(res['conversations'])}), "
              f"{res['turns']} turns, {res['questions']} questions with evidence ({res['skipped_no_evidence']} skipped: none)",
              f"machine: {res['machine']['cpus']} CPUs, {res['machine']['platform']}, Python {res['machine']['python']}",
-             f"ingest+promote {res['timings']['ingest_and_promote_s']:.1f}s, index {res['timings']['index_s']:.1f}s",
+             f"ingest+promote {res['timings']['ingest_and_promote_s']:.1f}s, index {res['timings']['index_s']:.1f}s, "
+             f"context window: {res.get('context_before', 0)} turn(s) before",
              "evidence recall (overall)",
-             "retriever   " + "".join(f"  @{k:<5}" for k in ks) + "  p50 ms  p95 ms  chars/query @" + "/@".join(map(str, ks))]
+             "retriever      " + "".join(f"  @{k:<5}" for k in ks) + "  p50 ms  p95 ms  chars/query @" + "/@".join(map(str, ks))]
     for r, v in res["results"].items():
         rec = v["recall"]["overall"]
-        lines.append(f"{r:<12}" + "".join(f"  {rec[k]:.3f}" for k in ks) +
+        lines.append(f"{r:<15}" + "".join(f"  {rec[k]:.3f}" for k in ks) +
                      f"  {v['latency_ms']['p50']:6.1f}  {v['latency_ms']['p95']:6.1f}  " +
                      "/".join(f"{v['chars_per_query'][k]:.0f}" for k in ks))
     d = res["dragon_turns_all_ten"]
     lines.append("DRAGON (paper, turns, 10 conv.) " + "".join(f"  @{k} {d[k]:.3f}" for k in ks if k in d))
+    for g, members in res.get("groups", {}).items():
+        lines.append(f"{g} half ({', '.join(members)}): recall@" + "/@".join(ks))
+        for r, v in res["results"].items():
+            lines.append(f"  {r:<15} " + "/".join(f"{v['groups'][g][k]:.3f}" for k in ks))
     lines.append("per category (recall@" + "/@".join(map(str, ks)) + ")")
     cats = [c for c in next(iter(res["results"].values()))["recall"] if c != "overall"]
     for c in cats:
@@ -229,15 +381,26 @@ def render(res: dict[str, Any]) -> list[str]:
 def register(bench_app: typer.Typer) -> None:
     @bench_app.command("locomo")
     def locomo(data: Path = typer.Option(..., "--data", exists=True, dir_okay=False, help="LoCoMo JSON (e.g. ../shared/data/locomo/locomo-dev.json)"),
-               conversations: int = typer.Option(0, "--conversations", min=0, help="only the first N conversations (0: all)"),
+               conversations: str = typer.Option("", "--conversations",
+                                                 help="comma-separated sample ids (e.g. conv-26,conv-30), or N for the first N; default all"),
+               decide: str = typer.Option(",".join(DECIDE), "--decide", help="conversations choices are made on; the rest confirm"),
+               context_window: int = typer.Option(None, "--context-window", min=0, max=8,
+                                                  help="turns before each turn indexed with it (default: the index_context_before setting)"),
+               fusion: list[str] = typer.Option([], "--fusion", help="extra hybrid row NAME=METHOD:K[:W_FTS,W_VECTOR] (method rrf or minmax)"),
+               rows: str = typer.Option("", "--rows", help="comma-separated rows to run (default all)"),
                as_json: bool = typer.Option(False, "--json")) -> None:
-        """Evidence recall@5/10/25 of fts, vector and hybrid recall on LoCoMo, through admission, review and the indexer."""
+        """Evidence recall@5/10/25 and latency of fts, vector and hybrid recall on LoCoMo, through admission, review and the indexer."""
+        from oml.domain.fusion import parse_spec
         from oml.services.cli.common import context, err
 
+        fusions = dict(parse_spec(f) for f in fusion)
         with context() as ctx:
-            res = run(ctx, data, conversations=conversations or None, progress=lambda m: err.print(m))
-        if as_json:
-            typer.echo(json.dumps(res, indent=2))
-        else:
-            for line in render(res):
-                typer.echo(line)
+            res = run(ctx, data, conversations=conversations or None, context_before=context_window,
+                      decide=[x.strip() for x in decide.split(",") if x.strip()], fusions=fusions,
+                      only=[x.strip() for x in rows.split(",") if x.strip()],
+                      progress=lambda m: err.print(m))
+        emit(res, render, as_json)
+
+    from oml.services.bench import peers
+
+    peers.register(bench_app)

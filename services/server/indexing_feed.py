@@ -39,6 +39,7 @@ from uuid import UUID
 import sqlalchemy as sa
 
 from oml.domain import claims as rules
+from oml.domain import context_window as windows
 from oml.domain.access import Principal
 from oml.domain.errors import OMLError
 from oml.services.keystore import KeyNotFound, KeyStore
@@ -78,6 +79,8 @@ class FeedItem:
     tainted: bool = False
     simulation_id: str | None = None
     error: str | None = None
+    #: The body's declared place in a thread (``domain/context_window.py``), None when it declares none.
+    context: windows.Context | None = None
 
     @property
     def ok(self) -> bool:
@@ -195,7 +198,8 @@ class IndexingFeed:
                         out[vid] = FeedItem(**base, error=MALFORMED)
                         continue
                     statement, subject, tags = fields
-                    out[vid] = FeedItem(**base, statement=statement, subject=subject, tags=tags)
+                    out[vid] = FeedItem(**base, statement=statement, subject=subject, tags=tags,
+                                        context=windows.parse(body))
                     served_claims.append(cid)
                     served_workareas.append(wid)
             if served_claims:

@@ -54,11 +54,13 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import sqlalchemy as sa
 
 from oml.domain import claims as rules
+from oml.domain import fusion as fusionmod
 from oml.domain import recall as R
 from oml.domain.access import Principal
 from oml.domain.errors import OMLError, invalid
 from oml.services.server import readlog, rows, sim_read
 from oml.services.server.bodies import decrypt_versions
+from oml.services.server.bm25 import bm25_leg
 
 if TYPE_CHECKING:  # pragma: no cover
     from oml.services.context import Context
@@ -405,9 +407,15 @@ class Recaller:
     ``exact_scan_max`` is the exact/approximate threshold and ``rrf_k`` the fusion constant (docs/recall.md)."""
 
     def __init__(self, ctx: "Context", *, embed: EmbedFn | None = None, exact_scan_max: int = R.EXACT_SCAN_MAX,
-                 rrf_k: int = R.RRF_K) -> None:
+                 rrf_k: int = R.RRF_K, fusion: "fusionmod.Fusion | None" = None, lexical: str = "ts_rank") -> None:
+        if lexical not in ("ts_rank", "bm25"):
+            raise ValueError("lexical ranking must be ts_rank or bm25")
         self.ctx = ctx
-        self.rrf_k = rrf_k
+        # The lexical leg's ranking: ts_rank through oml_fts_search, or BM25 (services/server/bm25.py).
+        self.lexical = lexical
+        # ``fusion`` (domain/fusion.py) wins over ``rrf_k``, which is kept for callers that only set the constant.
+        self.fusion = fusion or fusionmod.Fusion("rrf", k=rrf_k)
+        self.rrf_k = self.fusion.k
         self.embed = embed or default_embed(ctx)
         self.exact_scan_max = exact_scan_max
 
@@ -490,7 +498,7 @@ class Recaller:
             pool = max(R.POOL_MIN, 2 * budget.k)
             legs: dict[str, list[LegRow]] = {}
             if use_fts:
-                legs["fts"] = fts_leg(conn, text, f, pool, diag)
+                legs["fts"] = (bm25_leg if self.lexical == "bm25" else fts_leg)(conn, text, f, pool, diag)
             if use_vec and qvec is not None:
                 legs["vector"] = vector_leg(conn, tenant, qvec, f, pool, diag, self.exact_scan_max)
             if audience_simulations:
@@ -550,7 +558,7 @@ class Recaller:
                 "valid_time": {
                     "at": valid_at.isoformat(), "source": valid_source, "excluded_hits": outside,
                     "excluded_steering": {s: sum(1 for v in steer_valid.values() if v == s) for s in R.VALID_STATES[1:]}},
-                "fusion": {"method": "rrf", "k": self.rrf_k} if req.retriever == "hybrid" else None,
+                "fusion": self.fusion.describe() if req.retriever == "hybrid" else None,
                 "approximate": diag.approximate,
                 "candidates": diag.candidates,
                 "legs": diag.legs,
@@ -591,7 +599,9 @@ class Recaller:
                 raw = per[key][name]
                 out.append((key, float(raw["score"]) if name == "fts" else 1.0 - float(raw["distance"]), per[key]))
             return out
-        return [(x.key, x.score, per[x.key]) for x in R.fuse_rrf(order, k=self.rrf_k, priority=("fts", "vector"))]
+        scores = {n: {v: (float(r[n]["score"]) if n == "fts" else 1.0 - float(r[n]["distance"]))
+                      for v, r in per.items() if n in r} for n in order}
+        return [(x.key, x.score, per[x.key]) for x in fusionmod.fuse(self.fusion, order, scores)]
 
     @staticmethod
     def _item(x: rows.Loaded, rk: tuple | None, bodies: dict[str, Any], diag: _Diag) -> dict | None:

@@ -53,7 +53,8 @@ def test_erase_claim_shreds_every_version_and_note(ctx, kit):
     out = Erasure(ctx).erase_claim(kit.operator, v1["claim_id"], "data_subject_request")
     e = out["erasures"][0]
     assert e["shred"] == {"wrapped_deks": 3, "ciphertext": 3, "memories_fts": 3, "memory_embeddings": 3,
-                          "sim_memories_fts": 0, "sim_memory_embeddings": 0, "claim_subjects": 1}
+                          "sim_memories_fts": 0, "sim_memory_embeddings": 0, "claim_subjects": 1,
+                          "index_threads": 0, "context_neighbour_rows": 0}
     assert counts(ctx, kit.tenant, v1["claim_id"]) == dict.fromkeys(before, 0)
     assert out["rewrite"]["status"] == "done"
     assert {r["target"] for r in out["rewrite"]["relations"]} == {

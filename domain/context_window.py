@@ -1,0 +1,88 @@
+"""Context windows at indexing time (issue 18 item 1; docs/recall.md, "Context at indexing time").
+
+A writer may declare where a claim sits in a sequence — a dialog, a
+document's chunks — with an optional body member::
+
+    "context": {"thread": "<1..200 characters>", "position": <integer 0 .. 2**53-1>}
+
+Claims of the same workarea that declare the same ``thread`` are one
+thread, ordered by ``position``. The indexer indexes each such claim's text
+together with the statements of the claims at the :data:`DEFAULT_BEFORE`
+positions before it (a window, like chunk overlap in text retrieval), in
+both the full-text and the vector leg. The window is index-only: recall and
+fetch serve the claim's own body, never its neighbours'. Neighbours are
+taken from the same workarea only, so a window never carries text into a
+workarea its reader could not read otherwise.
+
+Pure: no I/O. The indexer (``workers/context_index.py``) stores the thread
+as :func:`thread_digest`, never the name.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+#: Positions before a claim whose statements join its index text. Measured by
+#: ``oml bench locomo --context-window`` (docs/benchmarks.md, "LoCoMo evidence recall").
+DEFAULT_BEFORE = 1
+MAX_BEFORE = 8
+THREAD_MAX_CHARS = 200
+POSITION_MAX = 2 ** 53 - 1
+
+
+@dataclass(frozen=True)
+class Context:
+    """A claim's declared place: its thread name and position in it."""
+
+    thread: str
+    position: int
+
+
+def parse(body: Mapping[str, Any] | None) -> Context | None:
+    """The body's ``context`` member, or None when absent or malformed.
+
+    Malformed means: not an object with exactly ``thread`` (a non-empty
+    string of at most :data:`THREAD_MAX_CHARS` characters) and ``position``
+    (an integer, not a boolean, in ``0 .. POSITION_MAX``). A malformed
+    context indexes the claim on its own words (it is never an error at
+    indexing time; the body was admitted).
+    """
+    if not isinstance(body, Mapping):
+        return None
+    ctx = body.get("context")
+    if not isinstance(ctx, Mapping) or set(ctx) != {"thread", "position"}:
+        return None
+    thread, position = ctx["thread"], ctx["position"]
+    if not isinstance(thread, str) or not thread.strip() or len(thread) > THREAD_MAX_CHARS:
+        return None
+    if isinstance(position, bool) or not isinstance(position, int) or not 0 <= position <= POSITION_MAX:
+        return None
+    return Context(thread, position)
+
+
+def thread_digest(tenant: str, thread: str) -> bytes:
+    """SHA-256 of ``tenant NUL thread`` (UTF-8): how the index names a thread without storing its name."""
+    return hashlib.sha256(tenant.encode() + b"\x00" + thread.encode()).digest()
+
+
+def window_range(position: int, before: int) -> tuple[int, int]:
+    """Inclusive positions ``(low, high)`` of the window before ``position``; empty (low > high) when ``before`` is 0."""
+    return max(0, position - before), position - 1
+
+
+def dependents_range(position: int, before: int) -> tuple[int, int]:
+    """Inclusive positions whose windows contain ``position``: the claims to re-index when it changes."""
+    return position + 1, position + before
+
+
+def window_text(own: str, neighbours: Sequence[str]) -> str:
+    """Index text of a claim: its neighbours' statements in thread order, then its own, newline-separated."""
+    return "\n".join([*neighbours, own])
+
+
+def check_before(before: int) -> int:
+    """``before`` itself when it is an integer in ``0 .. MAX_BEFORE``; raises ``ValueError`` otherwise."""
+    if isinstance(before, bool) or not isinstance(before, int) or not 0 <= before <= MAX_BEFORE:
+        raise ValueError(f"the context window must be an integer from 0 to {MAX_BEFORE}")
+    return before

@@ -1,0 +1,91 @@
+"""How hybrid recall fuses its legs (issue 18 item 4; docs/recall.md, "Fusion").
+
+Two methods, both deterministic functions of the legs' orders and scores:
+
+* ``rrf`` — weighted reciprocal rank fusion, ``Σ w_leg / (k + rank_leg)``
+  (Cormack, Clarke and Büttcher, SIGIR 2009), :func:`oml.domain.recall.fuse_rrf`;
+* ``minmax`` — score-normalised fusion: each leg's scores over its own
+  candidates are scaled to [0, 1] (``(s − min) / (max − min)``; a leg whose
+  candidates all score the same gives them 1), then ``Σ w_leg · norm`` with
+  0 for a leg that did not return the key (the CombSUM of min-max normalised
+  scores, Fox and Shaw, TREC-2 1994).
+
+Ties, for both, are broken by the legs' orders exactly as ``fuse_rrf`` does
+(best rank over legs, more legs agreeing, then each leg's rank in
+``priority`` order), so equal inputs always give the same order.
+
+Pure: no I/O.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from .recall import RRF_K, Ranked, fuse_rrf
+
+METHODS = ("rrf", "minmax")
+LEGS = ("fts", "vector")
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """A fusion method, its RRF constant ``k`` (rrf only) and per-leg weights ``(fts, vector)``."""
+
+    method: str = "rrf"
+    k: int = RRF_K
+    weights: tuple[float, float] = (1.0, 1.0)
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"fusion method must be one of {', '.join(METHODS)}")
+        if self.method == "rrf" and self.k <= 0:
+            raise ValueError("the RRF constant must be positive")
+        if len(self.weights) != 2 or any(not math.isfinite(w) or w < 0 for w in self.weights):
+            raise ValueError("weights are two finite non-negative numbers (fts, vector)")
+
+    def describe(self) -> dict[str, object]:
+        """The diagnostics' ``fusion`` member: ``{"method", "k" (rrf), "weights": {"fts", "vector"}}``, weights
+        only when they are not both 1 (so the default reads ``{"method": "rrf", "k": 10}``)."""
+        out: dict[str, object] = {"method": self.method}
+        if self.method == "rrf":
+            out["k"] = self.k
+        if self.weights != (1.0, 1.0):
+            out["weights"] = dict(zip(LEGS, self.weights))
+        return out
+
+
+DEFAULT = Fusion()
+
+
+def fuse(fusion: Fusion, order: Mapping[str, Sequence[str]], scores: Mapping[str, Mapping[str, float]]) -> list[Ranked]:
+    """Fuse legs: ``order`` maps a leg to its keys best first, ``scores`` a leg to key → score (higher is better:
+    ts_rank for fts, cosine similarity for vector). Returns :class:`Ranked` best first."""
+    weights = dict(zip(LEGS, fusion.weights))
+    if fusion.method == "rrf":
+        return fuse_rrf(order, k=fusion.k, weights=weights, priority=LEGS)
+    fused: dict[str, float] = {}
+    ranks: dict[str, dict[str, int]] = {}
+    for leg in sorted(order):
+        keys = list(dict.fromkeys(order[leg]))
+        if not keys:
+            continue
+        vals = [float(scores[leg][key]) for key in keys]
+        lo, hi = min(vals), max(vals)
+        for r, (key, v) in enumerate(zip(keys, vals), start=1):
+            norm = 1.0 if hi == lo else (v - lo) / (hi - lo)
+            fused[key] = fused.get(key, 0.0) + weights.get(leg, 1.0) * norm
+            ranks.setdefault(key, {})[leg] = r
+    keyed = sorted(fused, key=lambda d: (-fused[d], min(ranks[d].values()), -len(ranks[d]),
+                                         tuple(ranks[d].get(n, math.inf) for n in LEGS), d))
+    return [Ranked(d, fused[d], dict(ranks[d])) for d in keyed]
+
+
+def parse_spec(spec: str) -> tuple[str, Fusion]:
+    """``NAME=METHOD:K[:W_FTS,W_VECTOR]`` (the benchmark's ``--fusion``) → ``(NAME, Fusion)``; raises ``ValueError``."""
+    name, _, rest = spec.partition("=")
+    parts = rest.split(":")
+    if not name or len(parts) not in (2, 3):
+        raise ValueError("a fusion is NAME=METHOD:K[:W_FTS,W_VECTOR]")
+    weights = tuple(float(x) for x in parts[2].split(",")) if len(parts) == 3 else (1.0, 1.0)
+    return name, Fusion(parts[0], int(parts[1]), weights)  # type: ignore[arg-type]

@@ -1,0 +1,57 @@
+"""Fusion (domain/fusion.py): deterministic, weight-aware, and the default equals OML's RRF."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from oml.domain import fusion as F
+from oml.domain.recall import fuse_rrf
+
+ORDER = {"fts": ["a", "b", "c", "d"], "vector": ["c", "e", "a", "f"]}
+SCORES = {"fts": {"a": 0.9, "b": 0.5, "c": 0.5, "d": 0.1}, "vector": {"c": 0.8, "e": 0.7, "a": 0.6, "f": 0.2}}
+
+
+@pytest.mark.parametrize("fusion", [F.Fusion(), F.Fusion("rrf", 60, (1.0, 0.5)), F.Fusion("minmax", 0),
+                                    F.Fusion("minmax", 0, (1.0, 2.0))])
+def test_fusion_is_deterministic_whatever_the_input_order(fusion):
+    want = [(x.key, x.score) for x in F.fuse(fusion, ORDER, SCORES)]
+    for legs in itertools.permutations(ORDER):
+        order = {leg: list(ORDER[leg]) for leg in legs}
+        scores = {leg: dict(reversed(list(SCORES[leg].items()))) for leg in reversed(legs)}
+        assert [(x.key, x.score) for x in F.fuse(fusion, order, scores)] == want
+    assert sorted(k for k, _ in want) == ["a", "b", "c", "d", "e", "f"]
+
+
+def test_default_is_oml_rrf():
+    assert [x.key for x in F.fuse(F.DEFAULT, ORDER, SCORES)] == [x.key for x in fuse_rrf(ORDER, priority=("fts", "vector"))]
+    assert F.DEFAULT.describe() == {"method": "rrf", "k": 10}
+
+
+def test_minmax_normalises_each_leg_and_weights_move_the_order():
+    got = {x.key: x.score for x in F.fuse(F.Fusion("minmax", 0), ORDER, SCORES)}
+    # a: fts 1.0 + vector (0.6-0.2)/(0.8-0.2); c: fts 0.5 + vector 1.0
+    assert got["a"] == pytest.approx(1.0 + 0.4 / 0.6) and got["c"] == pytest.approx(0.5 + 1.0)
+    assert got["d"] == 0.0 and got["f"] == 0.0
+    heavy_vector = [x.key for x in F.fuse(F.Fusion("minmax", 0, (0.1, 1.0)), ORDER, SCORES)]
+    assert heavy_vector[0] == "c"
+
+
+def test_equal_fused_scores_are_broken_by_the_legs_orders_not_the_key():
+    # z and y tie on score (each first in one leg); fts has priority, so its first comes first.
+    order = {"fts": ["z"], "vector": ["y"]}
+    scores = {"fts": {"z": 1.0}, "vector": {"y": 1.0}}
+    for fusion in (F.Fusion(), F.Fusion("minmax", 0)):
+        assert [x.key for x in F.fuse(fusion, order, scores)] == ["z", "y"]
+
+
+def test_specs_and_refusals():
+    assert F.parse_spec("w=rrf:10:1,0.5") == ("w", F.Fusion("rrf", 10, (1.0, 0.5)))
+    assert F.parse_spec("m=minmax:0") == ("m", F.Fusion("minmax", 0))
+    for bad in ("nope", "x=rrf", "x=other:1"):
+        with pytest.raises(ValueError):
+            F.parse_spec(bad)
+    with pytest.raises(ValueError):
+        F.Fusion("rrf", 0)
+    with pytest.raises(ValueError):
+        F.Fusion("rrf", 10, (1.0, -1.0))
