@@ -24,7 +24,8 @@ from typing import Any, Mapping
 __all__ = [
     "OMLClientError", "OMLConnectionError", "OMLProblem",
     "BadRequest", "Unauthenticated", "Forbidden", "NotFound", "Conflict", "Gone", "TooLarge",
-    "InvalidRequest", "ServerError", "ServiceUnavailable",
+    "InvalidRequest", "RecallInvalid", "ReviewInvalid", "ErasureInvalid", "EvidenceInvalid", "SimulationInvalid",
+    "IndexingInvalid", "ServerError", "ServiceUnavailable",
     "AccessDenied", "SeparationOfDuties", "PersonalDataRefused", "CredentialRefused", "ClaimNotFound", "ClaimErased",
     "StaleSupersession", "InvalidTransition", "SimulationNotFound", "SimulationClosed", "SimulationMixed",
     "SimulationTipRefused", "IdempotencyConflict", "LegalHold",
@@ -129,7 +130,34 @@ class TooLarge(OMLProblem):
 
 
 class InvalidRequest(OMLProblem):
-    """422 ``admission.invalid``: ``extra['errors']`` lists ``{field, rule, message}`` when the schema failed."""
+    """422 ``admission.invalid`` and every other area's ``*.invalid``: ``extra['errors']`` lists ``{field, rule,
+    message}`` when the schema failed (``allowed`` for a closed list, ``position``/``line``/``column`` for
+    malformed JSON). Catching it catches each area's subclass below (docs/api.md, Errors)."""
+
+
+class RecallInvalid(InvalidRequest):
+    """``recall.invalid``: a recall, fetch, lineage, journal or own-work read was malformed."""
+
+
+class ReviewInvalid(InvalidRequest):
+    """``review.invalid``: a review (promote, reject, demote) or review-queue request was malformed."""
+
+
+class ErasureInvalid(InvalidRequest):
+    """``erasure.invalid``: an erasure or legal-hold request was malformed (a reason outside the closed list …)."""
+
+
+class EvidenceInvalid(InvalidRequest):
+    """``evidence.invalid``: a checkpoint, proof or evidence-export request was malformed."""
+
+
+class SimulationInvalid(InvalidRequest):
+    """``simulation.invalid``: opening, reading or closing a simulation was malformed (writes inside one
+    are admission writes: ``admission.invalid``)."""
+
+
+class IndexingInvalid(InvalidRequest):
+    """``indexing.invalid``: an indexing-feed request was malformed."""
 
 
 class ServerError(OMLProblem):
@@ -206,6 +234,12 @@ PROBLEM_CLASSES: dict[str, type[OMLProblem]] = {
     "access.denied": AccessDenied,
     "access.separation_of_duties": SeparationOfDuties,
     "admission.invalid": InvalidRequest,
+    "recall.invalid": RecallInvalid,
+    "review.invalid": ReviewInvalid,
+    "erasure.invalid": ErasureInvalid,
+    "evidence.invalid": EvidenceInvalid,
+    "simulation.invalid": SimulationInvalid,
+    "indexing.invalid": IndexingInvalid,
     "admission.personal_data": PersonalDataRefused,
     "admission.credential": CredentialRefused,
     "claim.not_found": ClaimNotFound,

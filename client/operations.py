@@ -51,7 +51,8 @@ def operation(method: str, path: str, *, idempotent: bool = False, returns: type
 
 def _model_parser(model: type) -> Callable[[Any], Any]:
     def parse(resp: Any) -> Any:
-        return model.model_validate(resp.json())  # type: ignore[attr-defined]
+        # extra="allow": a field a newer server adds is kept in model_extra (client/wire.py).
+        return model.model_validate(resp.json(), extra="allow")  # type: ignore[attr-defined]
 
     return parse
 

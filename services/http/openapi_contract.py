@@ -37,8 +37,9 @@ ERRORS: dict[str, str] = {
     "409": "`idempotency.conflict` (the key was used with another body) and state conflicts (`workarea.exists`, "
            "`claim.invalid_transition`, `erasure.legal_hold`, `simulation.closed`, `proof.not_checkpointed`, …)",
     "413": "`http.too_large`: the body is above `OML_MAX_REQUEST_BYTES` (refused while it streams in)",
-    "422": "`admission.invalid` with `errors: [{field, rule, message}]` (never the submitted value), a body that is "
-           "not UTF-8 or carries NUL, and other `*.invalid` codes; `admission.personal_data` and `admission.credential` "
+    "422": "the area's `*.invalid` code (`admission.invalid` for admission writes, `recall.invalid`, `review.invalid`, "
+           "`erasure.invalid`, `evidence.invalid`, … — see Invalid input) with `errors: [{field, rule, message}]` (never "
+           "the submitted value), a body that is not UTF-8 or carries NUL; `admission.personal_data` and `admission.credential` "
            "with `findings: [{kind, path, start, end, in_key}]` (docs/personal-data.md)",
 }
 PUBLIC_ERRORS = ("413", "422")

@@ -106,6 +106,30 @@ def _errors(spec: dict, w) -> None:
         w("")
 
 
+def _invalid(w) -> None:
+    from .problems import AREA_CODES, PATH_CODES
+
+    w("### Invalid input")
+    w("")
+    w("Each area answers malformed input with its own code; the Python client raises a subclass of `InvalidRequest` "
+      "for each (client/errors.py), so `except InvalidRequest` catches them all. Callers matching the code text should "
+      "match the `.invalid` suffix (or status 422): reads, exports, erasures and reviews answered `admission.invalid` "
+      "before (issue 15.4), and a body refused before routing (not UTF-8, NUL) still is. Members of `errors[i]`: "
+      "`field` (`claims[0].body.statement` in a batch, `body.statement` on a one-claim route; `body` for the body as "
+      "a whole), `rule` (pydantic's error type, or `json_invalid` with `position`, `line` and `column` for malformed "
+      "JSON, or `content_type` with `expected: application/json` for a body sent as another media type), `message`, "
+      "and `allowed` (the closed list) for a value outside one, e.g. a review or erasure `reason`. UUIDs are accepted "
+      "in any case and answered lowercase.")
+    w("")
+    w("| operations | code |")
+    w("|---|---|")
+    for tag, code in AREA_CODES.items():
+        w(f"| tag `{tag}` | `{code}` |")
+    for path, code in PATH_CODES.items():
+        w(f"| `{path}` | `{code}` |")
+    w("")
+
+
 def render(spec: dict[str, Any]) -> str:
     L: list[str] = []
     w = L.append
@@ -125,11 +149,12 @@ def render(spec: dict[str, Any]) -> str:
       "client always sends one, raw callers must (docs/quickstart-service.md).")
     w("")
     w("**Errors** are RFC 9457 `application/problem+json` objects `{type, title, status, code, detail, …}` with a stable "
-      "`code`; schema violations are `422 admission.invalid` with `errors: [{field, rule, message}]` that name the field "
+      "`code`; schema violations are `422 <area>.invalid` with `errors: [{field, rule, message}]` that name the field "
       "and the rule and never echo the submitted value. Bodies over the size limit are `413 http.too_large`; bodies that "
       "are not UTF-8 or contain NUL (raw or as a `\\u0000` escape) are refused before anything is appended.")
     w("")
     _errors(spec, w)
+    _invalid(w)
     tags: dict[str, list[tuple[str, str, dict]]] = {}
     for path, item in spec["paths"].items():
         for meth in METHODS:

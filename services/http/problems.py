@@ -1,13 +1,22 @@
 """RFC 9457 problem+json for every refusal, with a stable ``code``.
 
 Validation errors name the field and the rule and never echo the submitted
-value (pydantic's ``input`` and ``ctx`` are dropped). Unexpected errors are
-logged by type only and answered with ``internal.error``: no exception
-message — which might carry content — reaches the client or the log.
+value (pydantic's ``input`` and ``ctx`` are dropped; a closed list's allowed
+values, which are the schema's and not the request's, are kept as
+``allowed``). Malformed JSON names the body and where it broke (``position``,
+``line``, ``column``); a body that is not JSON says that ``Content-Type:
+application/json`` is required. Each area answers invalid input with its own
+code (:data:`AREA_CODES`, docs/api.md), ``admission.invalid`` being the
+admission writes'. Unexpected errors are logged by type only and answered
+with ``internal.error``: no exception message — which might carry content —
+reaches the client or the log.
 """
 from __future__ import annotations
 
+import email.message
 import logging
+import re
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -19,6 +28,22 @@ from oml.domain.errors import OMLError
 log = logging.getLogger("oml.http")
 
 PROBLEM = "application/problem+json"
+ADMISSION_INVALID = "admission.invalid"
+
+# The invalid-input code of each router (its OpenAPI tag), then per-path exceptions (issue 15.4).
+AREA_CODES = {"admin": ADMISSION_INVALID, "claims": ADMISSION_INVALID, "recall": "recall.invalid",
+              "audit": "evidence.invalid", "erasure": "erasure.invalid", "simulations": "simulation.invalid",
+              "indexing": "indexing.invalid"}
+PATH_CODES = {
+    "/v1/versions/{version_id}/review": "review.invalid",
+    "/v1/review-queue": "review.invalid",
+    "/v1/own-work": "recall.invalid",
+    # writes inside a simulation are admission writes
+    "/v1/simulations/{simulation_id}/claims": ADMISSION_INVALID,
+    "/v1/simulations/{simulation_id}/claims:batch": ADMISSION_INVALID,
+    "/v1/simulations/{simulation_id}/claims/{claim_id}/supersede": ADMISSION_INVALID,
+}
+_QUOTED = re.compile(r"'([^']*)'")
 
 
 def problem(status: int, code: str, detail: str, **extra) -> JSONResponse:
@@ -27,25 +52,90 @@ def problem(status: int, code: str, detail: str, **extra) -> JSONResponse:
     return JSONResponse(body, status_code=status, media_type=PROBLEM)
 
 
+def area_code(request: Request) -> str:
+    """The code for invalid input on the matched route (``admission.invalid`` when no route matched)."""
+    route = request.scope.get("route")
+    path = getattr(route, "path", None)
+    if path in PATH_CODES:
+        return PATH_CODES[path]
+    for tag in getattr(route, "tags", None) or ():
+        if tag in AREA_CODES:
+            return AREA_CODES[tag]
+    return ADMISSION_INVALID
+
+
 def _field(loc) -> str:
-    parts = [str(p) for p in loc if p not in ("body",)]
-    return ".".join(parts) or "body"
+    """``claims[0].body.statement`` from pydantic's ``("body", "claims", 0, "body", "statement")``: the leading
+    ``body`` is FastAPI's name for the request body (kept alone, when the body as a whole failed)."""
+    loc = list(loc)[1:] if tuple(loc)[:1] == ("body",) else list(loc)
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "body"
+
+
+def _json_error(e: dict, doc: Any) -> dict:
+    """Where malformed JSON broke: a character offset and its line and column (1-based), never the text."""
+    pos = e["loc"][1] if len(e.get("loc", ())) > 1 and isinstance(e["loc"][1], int) else None
+    out: dict[str, Any] = {"field": "body", "rule": "json_invalid",
+                           "message": f"the body is not valid JSON ({(e.get('ctx') or {}).get('error', 'decode error')})"}
+    if pos is not None:
+        out["position"] = pos
+        if isinstance(doc, str):
+            out["line"] = doc.count("\n", 0, pos) + 1
+            out["column"] = pos - (doc.rfind("\n", 0, pos) + 1) + 1
+    return out
+
+
+def _not_json(request: Request) -> str | None:
+    """The media type of a body FastAPI did not parse as JSON, or None when it is JSON (or absent)."""
+    value = request.headers.get("content-type")
+    if not value:
+        return None
+    m = email.message.Message()
+    m["content-type"] = value
+    sub = m.get_content_subtype()
+    if m.get_content_maintype() == "application" and (sub == "json" or sub.endswith("+json")):
+        return None
+    return m.get_content_type()  # type/subtype only: parameters are dropped
+
+
+def _error(e: dict) -> dict:
+    field = _field(e.get("loc", ()))
+    rule = e.get("type", "invalid")
+    if rule in ("literal_error", "enum"):
+        allowed = _QUOTED.findall(str((e.get("ctx") or {}).get("expected", "")))
+        what = "a reason code from the closed list" if field.rsplit(".", 1)[-1] == "reason" else "one of the allowed values"
+        return {"field": field, "rule": rule, "message": f"must be {what} (see allowed)", "allowed": allowed}
+    message = e.get("msg", "")
+    # pydantic messages may quote the input for some rules; keep only rule-level text.
+    if "input" in message.lower() and "'" in message:
+        message = rule
+    return {"field": field, "rule": rule, "message": message}
+
+
+def validation_errors(request: Request, exc: RequestValidationError) -> list[dict]:
+    """The content-free ``errors`` member of a schema refusal."""
+    raw = list(exc.errors())
+    if any(e.get("type") == "json_invalid" for e in raw):
+        return [_json_error(e, exc.body) for e in raw if e.get("type") == "json_invalid"]
+    media = _not_json(request)
+    if media is not None and any(tuple(e.get("loc", ()))[:1] == ("body",) for e in raw):
+        return [{"field": "body", "rule": "content_type", "expected": "application/json", "received": media,
+                 "message": "send the body as JSON with the header Content-Type: application/json"}]
+    return [_error(e) for e in raw]
 
 
 def install(app: FastAPI) -> None:
     @app.exception_handler(OMLError)
     async def _oml(request: Request, exc: OMLError):
-        return problem(exc.status, exc.code, exc.detail, **exc.extra)
+        code = area_code(request) if exc.code == ADMISSION_INVALID else exc.code
+        return problem(exc.status, code, exc.detail, **exc.extra)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):
-        errors = [{"field": _field(e.get("loc", ())), "rule": e.get("type", "invalid"), "message": e.get("msg", "")}
-                  for e in exc.errors()]
-        # pydantic messages may quote the input for some rules; keep only rule-level text.
-        for e in errors:
-            if "input" in e["message"].lower() and "'" in e["message"]:
-                e["message"] = e["rule"]
-        return problem(422, "admission.invalid", "the request does not match the schema", errors=errors)
+        return problem(422, area_code(request), "the request does not match the schema",
+                       errors=validation_errors(request, exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):

@@ -14,8 +14,9 @@ from typing import Literal, Optional
 
 import sqlalchemy as sa
 from fastapi import APIRouter, Depends, Path
-from pydantic import BaseModel, Field, model_validator
+from pydantic import Field, model_validator
 
+from oml.client import wire as W
 from oml.domain.access import Principal
 from oml.domain.errors import OMLError
 from oml.domain.events import Actor
@@ -23,16 +24,11 @@ from oml.services.context import Context
 
 from .deps import context, principal
 from .deps import idempotency_key as idempotency_key_header
-from .validation import KEY_ID_PATTERN, UUID_PATTERN, Closed, KeyId, Label, UUIDStr, text
+from .validation import KEY_ID_PATTERN, Closed, KeyId, Label, UUIDStr, text, uuid_path
 
 router = APIRouter(tags=["admin"])
 
 IdemKey = Depends(idempotency_key_header)
-
-
-class Written(BaseModel):
-    seq: int = Field(description="journal seq of the act")
-    replayed: bool = Field(False, description="true when this is the stored first response to an Idempotency-Key")
 
 
 # ---------------------------------------------------------------- identities
@@ -41,11 +37,7 @@ class IdentityIn(Closed):
     display_name: Optional[text(200, "operator-facing label; kept out of the journal")] = None
 
 
-class IdentityOut(Written):
-    identity_id: str
-
-
-@router.post("/v1/identities", response_model=IdentityOut, summary="Create an identity (person or service)")
+@router.post("/v1/identities", response_model=W.IdentityCreated, summary="Create an identity (person or service)")
 def create_identity(req: IdentityIn, p: Principal = Depends(principal), ctx: Context = Depends(context),
                     idempotency_key: str | None = IdemKey) -> dict:
     """Journals ``identity.created`` (id and kind only). Role: admin."""
@@ -59,23 +51,14 @@ class PrincipalIn(Closed):
     roots: list[UUIDStr] = Field(min_length=1, max_length=32, description="workarea node ids; access is the union of their subtrees")
 
 
-class PrincipalOut(Written):
-    principal_id: str
-    api_key: Optional[str] = Field(None, description="`oml_<id>_<secret>`, shown once; absent on a replay")
-
-
-@router.post("/v1/principals", response_model=PrincipalOut, summary="Create an API key bound to an identity")
+@router.post("/v1/principals", response_model=W.PrincipalCreated, summary="Create an API key bound to an identity")
 def create_principal(req: PrincipalIn, p: Principal = Depends(principal), ctx: Context = Depends(context),
                      idempotency_key: str | None = IdemKey) -> dict:
     """Journals ``principal.created`` with the SHA-256 of the secret; the key is returned once. Role: admin."""
     return ctx.admission.create_principal(p, req.identity_id, req.role, req.roots, idempotency_key=idempotency_key)
 
 
-class RevokedOut(Written):
-    principal_id: str
-
-
-@router.post("/v1/principals/{principal_id}/revoke", response_model=RevokedOut, summary="Revoke an API key")
+@router.post("/v1/principals/{principal_id}/revoke", response_model=W.PrincipalRevoked, summary="Revoke an API key")
 def revoke_principal(principal_id: str = Path(pattern=KEY_ID_PATTERN, description="the key id (16 hex)"),
                      p: Principal = Depends(principal), ctx: Context = Depends(context),
                      idempotency_key: str | None = IdemKey) -> dict:
@@ -91,12 +74,7 @@ class WorkareaIn(Closed):
     pii_policy: Literal["deny", "declare", "allow"] = "deny"
 
 
-class WorkareaOut(Written):
-    node_id: str
-    path: str
-
-
-@router.post("/v1/workareas", response_model=WorkareaOut, summary="Create a workarea")
+@router.post("/v1/workareas", response_model=W.Workarea, summary="Create a workarea")
 def create_workarea(req: WorkareaIn, p: Principal = Depends(principal), ctx: Context = Depends(context),
                     idempotency_key: str | None = IdemKey) -> dict:
     """Journals ``workarea.created``. Role: admin. ``workarea.exists`` (409) when the path is taken."""
@@ -108,8 +86,8 @@ class ReparentIn(Closed):
     new_parent_id: Optional[UUIDStr] = Field(description="new parent node id; null makes the subtree top-level")
 
 
-@router.post("/v1/workareas/{node_id}/reparent", response_model=WorkareaOut, summary="Move a workarea subtree")
-def reparent_workarea(req: ReparentIn, node_id: str = Path(pattern=UUID_PATTERN), p: Principal = Depends(principal),
+@router.post("/v1/workareas/{node_id}/reparent", response_model=W.Workarea, summary="Move a workarea subtree")
+def reparent_workarea(req: ReparentIn, node_id: uuid_path("the workarea node id"), p: Principal = Depends(principal),
                       ctx: Context = Depends(context), idempotency_key: str | None = IdemKey) -> dict:
     """Journals ``workarea.reparented``; every derived path is rewritten in the same transaction. Role: admin."""
     return ctx.admission.reparent_workarea(p, node_id, req.new_parent_id, idempotency_key=idempotency_key)
@@ -126,38 +104,19 @@ class PolicyIn(Closed):
         return self
 
 
-class PolicyOut(Written):
-    node_id: str
-    development: bool
-    pii_policy: str
-
-
-@router.post("/v1/workareas/{node_id}/policy", response_model=PolicyOut, summary="Set a workarea's development flag and personal-data policy")
-def set_policy(req: PolicyIn, node_id: str = Path(pattern=UUID_PATTERN), p: Principal = Depends(principal),
+@router.post("/v1/workareas/{node_id}/policy", response_model=W.WorkareaPolicy, summary="Set a workarea's development flag and personal-data policy")
+def set_policy(req: PolicyIn, node_id: uuid_path("the workarea node id"), p: Principal = Depends(principal),
                ctx: Context = Depends(context), idempotency_key: str | None = IdemKey) -> dict:
     """Journals ``workarea.policy_set`` with the resulting values. Role: admin."""
     return ctx.admission.set_workarea_policy(p, node_id, development=req.development, pii_policy=req.pii_policy,
                                              idempotency_key=idempotency_key)
 
 
-class WorkareaRow(BaseModel):
-    node_id: str
-    parent_id: Optional[str]
-    label: str
-    path: str
-    development: bool
-    pii_policy: str
-
-
-class WorkareaList(BaseModel):
-    items: list[WorkareaRow]
-
-
 # The CLI lists workareas too; the query lives where importing it does not import FastAPI.
 from oml.services.listing import list_workareas  # noqa: E402
 
 
-@router.get("/v1/workareas", response_model=WorkareaList, summary="List workareas")
+@router.get("/v1/workareas", response_model=W.WorkareaList, summary="List workareas")
 def get_workareas(p: Principal = Depends(principal), ctx: Context = Depends(context)) -> dict:
     """Admin keys see the whole tree; other keys see the subtrees under their roots."""
     return {"items": list_workareas(ctx, p)}
@@ -170,35 +129,21 @@ class TenantPolicyIn(Closed):
         "empty: only +-prefixed numbers (docs/personal-data.md)"))
 
 
-class TenantPolicyOut(BaseModel):
-    phone_regions: list[str]
-    default: bool = Field(False, description="true when no policy was set and the documented defaults apply")
-    seq: Optional[int] = Field(None, description="journal seq of the act (on a write)")
-    replayed: bool = False
-
-
-@router.post("/v1/tenant/policy", response_model=TenantPolicyOut, summary="Set the tenant's personal-data classifier policy")
+@router.post("/v1/tenant/policy", response_model=W.TenantPolicy, summary="Set the tenant's personal-data classifier policy")
 def set_tenant_policy(req: TenantPolicyIn, p: Principal = Depends(principal), ctx: Context = Depends(context),
                       idempotency_key: str | None = IdemKey) -> dict:
     """Journals ``tenant.policy_set`` with the validated region list. Role: admin. ``admission.invalid`` on an unknown region."""
     return ctx.admission.set_tenant_policy(p, phone_regions=req.phone_regions, idempotency_key=idempotency_key)
 
 
-@router.get("/v1/tenant/policy", response_model=TenantPolicyOut, summary="The tenant's personal-data classifier policy")
+@router.get("/v1/tenant/policy", response_model=W.TenantPolicy, summary="The tenant's personal-data classifier policy")
 def get_tenant_policy(p: Principal = Depends(principal), ctx: Context = Depends(context)) -> dict:
     """The phone regions admission reads now; any key of the tenant may ask."""
     return ctx.admission.tenant_policy(p)
 
 
 # ---------------------------------------------------------------- keys
-class RotatedOut(BaseModel):
-    kid: str
-    fingerprint: str = Field(description="SHA-256 of the new signing public key")
-    seq: int
-    replayed: bool = False
-
-
-@router.post("/v1/keys/rotate", response_model=RotatedOut, summary="Rotate the tenant's signing key")
+@router.post("/v1/keys/rotate", response_model=W.KeyRotated, summary="Rotate the tenant's signing key")
 def rotate_signing_key(p: Principal = Depends(principal), ctx: Context = Depends(context),
                        idempotency_key: str | None = IdemKey) -> dict:
     """Journals ``signing_key.rotated`` signed by the current key, with the new key's proof of possession.

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any, Literal, Optional
+from contextlib import contextmanager
+from typing import Iterator, Literal, Optional
 
 import sqlalchemy as sa
-from fastapi import APIRouter, Depends, Path, Query
-from pydantic import BaseModel, Field
+from fastapi import APIRouter, Depends, Query
+from pydantic import Field
 
+from oml.client import wire as W
 from oml.domain import claims as rules
 from oml.domain.access import Principal
-from oml.domain.errors import invalid
+from oml.domain.errors import OMLError, invalid
 from oml.domain.events import REASON_CODES
 from oml.services.admission.service import Submission
 from oml.services.context import Context
@@ -28,7 +30,7 @@ from oml.services.server.bodies import Unverified, decrypt_version, log_read
 
 from .deps import context, principal
 from .routes_admin import IdemKey
-from .validation import UUID_PATTERN, Body, Closed, Time, UUIDStr, text
+from .validation import UUID_PATTERN, Body, Closed, Time, UUIDStr, text, uuid_path
 
 router = APIRouter(tags=["claims"])
 
@@ -59,22 +61,6 @@ class BatchIn(Closed):
     claims: list[ClaimIn] = Field(min_length=1, max_length=MAX_BATCH)
 
 
-class Admitted(BaseModel):
-    """No journal ``seq``: it moves with simulated acts, which a writer outside the audience must not see."""
-    claim_id: str
-    version_id: str
-    version_no: int
-
-
-class AdmittedOne(Admitted):
-    replayed: bool = False
-
-
-class BatchOut(BaseModel):
-    items: list[Admitted]
-    replayed: bool = False
-
-
 def _check_sizes(ctx: Context, claims: list[ClaimIn]) -> None:
     limit = ctx.settings.max_body_chars
     for i, c in enumerate(claims):
@@ -82,7 +68,23 @@ def _check_sizes(ctx: Context, claims: list[ClaimIn]) -> None:
             raise invalid(f"the body is longer than {limit} characters", field=f"claims[{i}].body", rule="max_body_chars")
 
 
-@router.post("/v1/claims", response_model=AdmittedOne, summary="Submit one claim version (held)")
+@contextmanager
+def single_claim() -> Iterator[None]:
+    """Refusals of a one-claim route name fields as its request does (``body.statement``), not as the
+    batch's ``claims[0].body.statement``; a refusal of the item as a whole names no field (issue 15.4)."""
+    try:
+        yield
+    except OMLError as exc:
+        field = exc.extra.get("field")
+        if not (isinstance(field, str) and (field == "claims[0]" or field.startswith("claims[0]."))):
+            raise
+        extra = {k: v for k, v in exc.extra.items() if k != "field"}
+        if field != "claims[0]":
+            extra["field"] = field[len("claims[0]."):]
+        raise OMLError(exc.code, exc.detail, exc.status, extra) from None
+
+
+@router.post("/v1/claims", response_model=W.AdmittedOne, summary="Submit one claim version (held)")
 def submit(req: ClaimIn, p: Principal = Depends(principal), ctx: Context = Depends(context),
            idempotency_key: str | None = IdemKey) -> dict:
     """Encrypts the body, journals ``claim.submitted`` and projects a ``held`` version. Role: writer.
@@ -91,12 +93,13 @@ def submit(req: ClaimIn, p: Principal = Depends(principal), ctx: Context = Depen
     access), ``claim.not_found``, ``admission.invalid``, ``admission.personal_data``
     (422, kinds and offsets only).
     """
-    _check_sizes(ctx, [req])
-    out = ctx.admission.submit(p, [req.submission()], idempotency_key=idempotency_key)
+    with single_claim():
+        _check_sizes(ctx, [req])
+        out = ctx.admission.submit(p, [req.submission()], idempotency_key=idempotency_key)
     return {**out["items"][0], "replayed": out.get("replayed", False)}
 
 
-@router.post("/v1/claims:batch", response_model=BatchOut, summary="Submit many claim versions in one group commit")
+@router.post("/v1/claims:batch", response_model=W.BatchAdmitted, summary="Submit many claim versions in one group commit")
 def submit_batch(req: BatchIn, p: Principal = Depends(principal), ctx: Context = Depends(context),
                  idempotency_key: str | None = IdemKey) -> dict:
     """All claims are appended in one transaction, or none is (the first refusal names ``claims[i]``). Role: writer."""
@@ -111,16 +114,8 @@ class ReviewIn(Closed):
     note: Optional[text(4000, "free text; stored as an encrypted note artifact, never in the journal")] = None
 
 
-class ReviewOut(BaseModel):
-    claim_id: str
-    version_id: str
-    status: str
-    self_signed: bool
-    replayed: bool = False
-
-
-@router.post("/v1/versions/{version_id}/review", response_model=ReviewOut, summary="Promote, reject or demote a version")
-def review(req: ReviewIn, version_id: str = Path(pattern=UUID_PATTERN), p: Principal = Depends(principal),
+@router.post("/v1/versions/{version_id}/review", response_model=W.Reviewed, summary="Promote, reject or demote a version")
+def review(req: ReviewIn, version_id: uuid_path("the version id"), p: Principal = Depends(principal),
            ctx: Context = Depends(context), idempotency_key: str | None = IdemKey) -> dict:
     """Role: reviewer, whose identity is not the author's (``access.separation_of_duties``, 403;
     self-promotion only in a development workarea, recorded ``self_signed``). A promotion whose
@@ -129,32 +124,8 @@ def review(req: ReviewIn, version_id: str = Path(pattern=UUID_PATTERN), p: Princ
     return ctx.admission.review(p, version_id, req.decision, req.reason, note=req.note, idempotency_key=idempotency_key)
 
 
-class QueueItem(BaseModel):
-    claim_id: str
-    version_id: str
-    version_no: int
-    workarea_id: str
-    path: str
-    kind: str
-    provenance: str
-    author_principal: str
-    author_identity: str
-    own: bool = Field(description="the reviewer's identity is the author's (promotion only in a development workarea)")
-    development: bool
-    supersedes: Optional[str]
-    valid_from: Optional[str]
-    valid_to: Optional[str]
-    confidence: Optional[int]
-    body: Optional[dict[str, Any]] = None
-
-
 CURSOR_DOC = ("opaque cursor: the `next_after` of the previous page. It names the last version that page listed, never"
               " a journal position, so it reveals nothing a key outside a simulation's audience could not see")
-
-
-class QueueOut(BaseModel):
-    items: list[QueueItem]
-    next_after: Optional[str] = Field(None, description="pass as `after` for the next page; null on the last page")
 
 
 # The versions a key may list: under its roots, and a simulation's rows only for its audience (DESIGN.md,
@@ -240,21 +211,12 @@ def review_queue(ctx: Context, p: Principal, *, limit: int = 50, after: str | No
     return {"items": items, "next_after": _next(rows, limit)}
 
 
-@router.get("/v1/review-queue", response_model=QueueOut, summary="Held claims awaiting review, decrypted for a reviewer")
+@router.get("/v1/review-queue", response_model=W.QueuePage, summary="Held claims awaiting review, decrypted for a reviewer")
 def get_review_queue(limit: int = Query(50, ge=1, le=200),
                      after: Optional[str] = Query(None, pattern=UUID_PATTERN, description=CURSOR_DOC),
                      p: Principal = Depends(principal), ctx: Context = Depends(context)) -> dict:
     """Role: reviewer. Only versions under the key's workarea roots; every call is logged in the read log."""
     return review_queue(ctx, p, limit=limit, after=after)
-
-
-class OwnItem(QueueItem):
-    status: str
-
-
-class OwnOut(BaseModel):
-    items: list[OwnItem]
-    next_after: Optional[str] = Field(None, description="pass as `after` for the next page; null on the last page")
 
 
 def own_work(ctx: Context, p: Principal, *, status: str = "held", decrypt: bool = False, limit: int = 50,
@@ -283,7 +245,7 @@ def own_work(ctx: Context, p: Principal, *, status: str = "held", decrypt: bool 
     return {"items": items, "next_after": _next(rows, limit)}
 
 
-@router.get("/v1/own-work", response_model=OwnOut, summary="The caller's own claim versions (held by default)")
+@router.get("/v1/own-work", response_model=W.OwnPage, summary="The caller's own claim versions (held by default)")
 def get_own_work(status: Literal["held", "promoted", "rejected", "demoted"] = "held", decrypt: bool = False,
                  limit: int = Query(50, ge=1, le=200),
                  after: Optional[str] = Query(None, pattern=UUID_PATTERN, description=CURSOR_DOC),

@@ -15,11 +15,12 @@ single host. The body text is never logged here.
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Annotated, Optional
+from typing import Annotated
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, Field, StringConstraints
+from pydantic import Field, StringConstraints
 
+from oml.client import wire as W
 from oml.domain.access import Principal
 from oml.services.context import Context
 from oml.services.server.indexing_feed import MAX_VERSIONS, IndexingFeed
@@ -37,24 +38,7 @@ class FeedIn(Closed):
                                          description="claim version ids; an unknown or malformed id comes back as version.not_found")
 
 
-class FeedItemOut(BaseModel):
-    version_id: str
-    claim_id: Optional[str] = None
-    workarea_id: Optional[str] = None
-    statement: Optional[str] = None
-    subject: Optional[str] = None
-    tags: list[str] = Field(default_factory=list)
-    tainted: bool = False
-    simulation_id: Optional[str] = None
-    error: Optional[str] = Field(None, description="a reason code instead of text (claim.erased, body.dek_missing, …)")
-    context: Optional[dict] = Field(None, description="the body's {thread, position}, when it declares one (docs/recall.md)")
-
-
-class FeedOut(BaseModel):
-    items: list[FeedItemOut]
-
-
-@router.post("/v1/indexing-feed", response_model=FeedOut, summary="Plaintext of claim versions for the oml-indexer")
+@router.post("/v1/indexing-feed", response_model=W.FeedPage, summary="Plaintext of claim versions for the oml-indexer")
 def indexing_feed(req: FeedIn, p: Principal = Depends(principal), ctx: Context = Depends(context)) -> dict:
     """Role: indexer. Items in request order; per-version failures carry ``error`` and no text."""
     items = IndexingFeed(ctx.db, ctx.keystore).fetch(p, req.version_ids)

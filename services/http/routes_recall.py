@@ -12,12 +12,13 @@ lineage); auditor (journal).
 """
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Literal, Optional
 
 from fastapi import APIRouter, Depends, Query
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from starlette.concurrency import run_in_threadpool
 
+from oml.client import wire as W
 from oml.domain import recall as R
 from oml.domain.access import Principal
 from oml.services.context import Context
@@ -51,106 +52,6 @@ class RecallIn(Closed):
     as_of: Optional[Time] = Field(None, description="read the tips as they were at this instant (tip intervals)")
 
 
-class Workarea(BaseModel):
-    id: str
-    path: str
-
-
-class Item(BaseModel):
-    claim_id: str
-    version_id: str
-    version_no: int
-    workarea: Workarea
-    kind: str
-    provenance: str
-    self_signed: bool
-    valid_from: Optional[str] = None
-    valid_to: Optional[str] = None
-    confidence: Optional[int] = None
-    supersedes: Optional[str] = None
-    tip_since: Optional[str] = None
-    score: Optional[float] = Field(None, description="hits: RRF score (hybrid), ts_rank (fts) or cosine similarity (vector)")
-    retrievers: dict[str, dict[str, float]] = Field(default_factory=dict,
-                                                   description="per retriever that found it: its rank and raw score or distance")
-    body: dict[str, Any]
-    source: Any = Field(None, description="the body's citation (uri, title, locator)")
-
-
-class ValidTimeExcluded(BaseModel):
-    expired: int = Field(description="valid_to at or before the instant")
-    not_yet_valid: int = Field(description="valid_from after the instant")
-
-
-class ValidTimeHits(ValidTimeExcluded):
-    truncated: bool = Field(description="the count stopped at 1,000 rows")
-
-
-class ValidTime(BaseModel):
-    at: str = Field(description="the instant hits were checked against: filters.valid_at, else as_of, else now (ISO 8601)")
-    source: Literal["now", "as_of", "filter"]
-    excluded_hits: ValidTimeHits = Field(description="rows in scope matching the hit filters (not the query) "
-                                                     "whose valid time excludes the instant")
-    excluded_steering: ValidTimeExcluded = Field(description="applicable steering rows out of force at the read's instant")
-
-
-class Diagnostics(BaseModel):
-    """How the answer was made (docs/recall.md, Diagnostics); fields may be added, so extra keys are kept."""
-
-    model_config = ConfigDict(extra="allow")
-
-    retriever: str
-    scope: list[str]
-    as_of: Optional[str] = None
-    valid_time: ValidTime
-    fusion: Optional[dict[str, Any]] = None
-    approximate: bool = Field(description="an HNSW (approximate) scan's answer was served; legs.vector has its "
-                                          "ef_search, iterative_scan, max_scan_tuples and exact_scan_max")
-    candidates: dict[str, int]
-    legs: dict[str, dict[str, Any]]
-    returned: dict[str, int]
-    excluded_by_budget: int
-    excluded_by_predicate: int
-    unreadable: int
-    characters: int
-    degraded: list[dict[str, str]]
-    elapsed_ms: float
-
-
-class RecallOut(BaseModel):
-    steering: list[Item]
-    hits: list[Item]
-    diagnostics: Diagnostics
-
-
-class FetchOut(Item):
-    is_tip: bool
-
-
-class LineageOut(BaseModel):
-    claim_id: str
-    erased: bool
-    versions: list[dict[str, Any]]
-    nodes: list[dict[str, Any]]
-    edges: list[dict[str, str]]
-    truncated: bool
-
-
-class JournalEvent(BaseModel):
-    seq: int
-    canonical: str = Field(description="base64 of the stored RFC 8785 bytes")
-    hash: str
-    prev_hash: str
-    signature: str
-    kid: str
-
-
-class JournalPage(BaseModel):
-    tenant: str
-    events: list[JournalEvent]
-    head_seq: Optional[int] = None
-    next_after_seq: Optional[int] = None
-
-
 def _recaller(ctx: Context) -> Recaller:
     # One per process: the embedding model is loaded once (workers/embedding.py caches it).
     r = getattr(ctx, "_oml_recaller", None)
@@ -160,7 +61,7 @@ def _recaller(ctx: Context) -> Recaller:
     return r
 
 
-@router.post("/v1/recall", response_model=RecallOut, summary="Recall: steering rows first, then ranked hits")
+@router.post("/v1/recall", response_model=W.Recalled, summary="Recall: steering rows first, then ranked hits")
 async def post_recall(body: RecallIn, p: Principal = Depends(principal), ctx: Context = Depends(context)) -> dict:
     """Role: reader or reviewer. Segment order is part of the contract: clients may rely on it."""
     req = RecallRequest(query=body.query, workarea_id=body.workarea_id, retriever=body.retriever, k=body.k,
@@ -172,27 +73,27 @@ async def post_recall(body: RecallIn, p: Principal = Depends(principal), ctx: Co
     return await run_in_threadpool(_recaller(ctx).recall, p, req)
 
 
-@router.get("/v1/claims/{claim_id}", response_model=FetchOut, summary="Fetch a claim's tip (now, or as of an instant)")
+@router.get("/v1/claims/{claim_id}", response_model=W.Fetched, summary="Fetch a claim's tip (now, or as of an instant)")
 def get_claim(claim_id: UUIDStr, workarea_id: Optional[UUIDStr] = Query(None, description="scope; needed for self-signed rows"),
               as_of: Optional[Time] = Query(None), p: Principal = Depends(principal), ctx: Context = Depends(context)) -> dict:
     """Role: reader or reviewer. ``claim.not_found`` for anything the key may not read; ``claim.erased`` (410)."""
     return F.fetch(ctx, p, claim_id=claim_id, workarea_id=workarea_id, as_of=as_of)
 
 
-@router.get("/v1/versions/{version_id}", response_model=FetchOut, summary="Fetch one promoted version (tip or superseded)")
+@router.get("/v1/versions/{version_id}", response_model=W.Fetched, summary="Fetch one promoted version (tip or superseded)")
 def get_version(version_id: UUIDStr, workarea_id: Optional[UUIDStr] = Query(None), p: Principal = Depends(principal),
                 ctx: Context = Depends(context)) -> dict:
     return F.fetch(ctx, p, version_id=version_id, workarea_id=workarea_id)
 
 
-@router.get("/v1/claims/{claim_id}/lineage", response_model=LineageOut, summary="Versions and derived_from graph, both ways")
+@router.get("/v1/claims/{claim_id}/lineage", response_model=W.Lineage, summary="Versions and derived_from graph, both ways")
 def get_lineage(claim_id: UUIDStr, depth: int = Query(F.LINEAGE_MAX_DEPTH, ge=1, le=F.LINEAGE_MAX_DEPTH),
                 p: Principal = Depends(principal), ctx: Context = Depends(context)) -> dict:
     """Ids and metadata only; erased claims are tombstones with ids only."""
     return F.lineage(ctx, p, claim_id, depth=depth)
 
 
-@router.get("/v1/journal", response_model=JournalPage, summary="Pages of canonical journal events (auditor keys)")
+@router.get("/v1/journal", response_model=W.JournalPage, summary="Pages of canonical journal events (auditor keys)")
 def get_journal(after_seq: int = Query(0, ge=0), limit: int = Query(100, ge=1, le=F.JOURNAL_PAGE_MAX),
                 p: Principal = Depends(principal), ctx: Context = Depends(context)) -> dict:
     return F.journal_page(ctx, p, after_seq=after_seq, limit=limit)

@@ -12,60 +12,28 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
-from fastapi import APIRouter, Depends, Path
-from pydantic import BaseModel, Field
+from fastapi import APIRouter, Depends
+from pydantic import Field
 
+from oml.client import wire as W
 from oml.domain.access import Principal
 from oml.domain.errors import invalid
 from oml.services.context import Context
 from oml.services.simulations import Simulations
 
 from .deps import context, principal
-from .routes_admin import IdemKey, Written
-from .routes_claims import Admitted, BatchIn, BatchOut, ClaimIn, _check_sizes
-from .validation import UUID_PATTERN, Body, Closed, KeyId, Time, UUIDStr, text
+from .routes_admin import IdemKey
+from .routes_claims import BatchIn, ClaimIn, _check_sizes, single_claim
+from .validation import Body, Closed, KeyId, Time, UUIDStr, text, uuid_path
 
 router = APIRouter(tags=["simulations"])
 
-SimId = Path(pattern=UUID_PATTERN, description="the simulation id")
+SimId = uuid_path("the simulation id")
 
 
 class SimulationIn(Closed):
     name: text(200, "a label for people; sealed in an encrypted note, never journalled")
     audience: list[KeyId] = Field(min_length=1, max_length=256, description="principal ids that see the simulation")
-
-
-class OpenedOut(Written):
-    simulation_id: str
-    audience: list[str]
-
-
-class Demotion(BaseModel):
-    claim_id: str
-    version_id: str
-
-
-class ClosedOut(BaseModel):
-    simulation_id: str
-    seq: int = Field(description="journal seq of simulation.closed")
-    demoted: list[Demotion] = Field(description="the simulation's promoted versions, demoted by the close")
-    already_closed: bool = False
-    replayed: bool = False
-
-
-class SimulationRecord(BaseModel):
-    simulation_id: str
-    name: Optional[str] = Field(None, description="decrypted from its note for admin/operator keys and audience members")
-    audience: list[str]
-    status: str = Field(description="open | closed")
-    opened_seq: Optional[int] = Field(None, description="admin and operator keys only (null for an audience member)")
-    closed_seq: Optional[int] = Field(None, description="admin and operator keys only")
-    open_tips: int = Field(description="claims with a simulation tip now (overlay tips of real claims included)")
-    versions: int = Field(description="versions written inside the simulation")
-
-
-class SimulationList(BaseModel):
-    items: list[SimulationRecord]
 
 
 class SupersedeIn(Closed):
@@ -77,15 +45,11 @@ class SupersedeIn(Closed):
     confidence: Optional[int] = Field(None, ge=0, le=1000)
 
 
-class AdmittedInside(Admitted):
-    replayed: bool = False
-
-
 def _svc(ctx: Context) -> Simulations:
     return Simulations(ctx)
 
 
-@router.post("/v1/simulations", response_model=OpenedOut, summary="Open a simulation with an audience")
+@router.post("/v1/simulations", response_model=W.SimulationOpened, summary="Open a simulation with an audience")
 def open_simulation(req: SimulationIn, p: Principal = Depends(principal), ctx: Context = Depends(context),
                     idempotency_key: str | None = IdemKey) -> dict:
     """Journals ``simulation.opened`` (ids only; the name goes to an encrypted note) and creates the
@@ -94,50 +58,51 @@ def open_simulation(req: SimulationIn, p: Principal = Depends(principal), ctx: C
     return _svc(ctx).open(p, req.name, req.audience, idempotency_key=idempotency_key)
 
 
-@router.get("/v1/simulations", response_model=SimulationList, summary="Simulations this key may see")
+@router.get("/v1/simulations", response_model=W.SimulationList, summary="Simulations this key may see")
 def list_simulations(p: Principal = Depends(principal), ctx: Context = Depends(context)) -> dict:
     """All of the tenant's for admin/operator keys; otherwise those whose audience names the key. Logged."""
     return _svc(ctx).list(p)
 
 
-@router.get("/v1/simulations/{simulation_id}", response_model=SimulationRecord, summary="One simulation's record")
-def get_simulation(simulation_id: str = SimId, p: Principal = Depends(principal), ctx: Context = Depends(context)) -> dict:
+@router.get("/v1/simulations/{simulation_id}", response_model=W.Simulation, summary="One simulation's record")
+def get_simulation(simulation_id: SimId, p: Principal = Depends(principal), ctx: Context = Depends(context)) -> dict:
     """Admin/operator keys and audience members; anyone else ``simulation.not_found`` (404). Logged."""
     return _svc(ctx).get(p, simulation_id)
 
 
-@router.post("/v1/simulations/{simulation_id}/close", response_model=ClosedOut, summary="Close a simulation")
-def close_simulation(simulation_id: str = SimId, p: Principal = Depends(principal), ctx: Context = Depends(context),
+@router.post("/v1/simulations/{simulation_id}/close", response_model=W.SimulationClosed, summary="Close a simulation")
+def close_simulation(simulation_id: SimId, p: Principal = Depends(principal), ctx: Context = Depends(context),
                      idempotency_key: str | None = IdemKey) -> dict:
     """Journals ``simulation.closed``: its promoted versions (overlay tips among them) are demoted and its
     partitions dropped; default tips never moved. Role: admin or operator."""
     return _svc(ctx).close(p, simulation_id, idempotency_key=idempotency_key)
 
 
-@router.post("/v1/simulations/{simulation_id}/claims", response_model=AdmittedInside,
+@router.post("/v1/simulations/{simulation_id}/claims", response_model=W.AdmittedOne,
              summary="Submit one claim version inside a simulation (held, provenance simulation)")
-def submit_inside(req: ClaimIn, simulation_id: str = SimId, p: Principal = Depends(principal),
+def submit_inside(req: ClaimIn, simulation_id: SimId, p: Principal = Depends(principal),
                   ctx: Context = Depends(context), idempotency_key: str | None = IdemKey) -> dict:
     """Role: writer in the audience. ``claim_id``/``supersedes`` add a tainted version to a claim (a real
     claim keeps its own version counter). Errors: ``simulation.not_found`` (404), ``simulation.closed``
     (409), and those of ``POST /v1/claims``."""
-    _check_sizes(ctx, [req])
-    out = _svc(ctx).submit(p, simulation_id, [req.submission()], idempotency_key=idempotency_key)
+    with single_claim():
+        _check_sizes(ctx, [req])
+        out = _svc(ctx).submit(p, simulation_id, [req.submission()], idempotency_key=idempotency_key)
     return {**out["items"][0], "replayed": out.get("replayed", False)}
 
 
-@router.post("/v1/simulations/{simulation_id}/claims:batch", response_model=BatchOut,
+@router.post("/v1/simulations/{simulation_id}/claims:batch", response_model=W.BatchAdmitted,
              summary="Submit many claim versions inside a simulation in one group commit")
-def submit_batch_inside(req: BatchIn, simulation_id: str = SimId, p: Principal = Depends(principal),
+def submit_batch_inside(req: BatchIn, simulation_id: SimId, p: Principal = Depends(principal),
                         ctx: Context = Depends(context), idempotency_key: str | None = IdemKey) -> dict:
     """All or nothing, as ``POST /v1/claims:batch``. Role: writer in the audience."""
     _check_sizes(ctx, req.claims)
     return _svc(ctx).submit(p, simulation_id, [c.submission() for c in req.claims], idempotency_key=idempotency_key)
 
 
-@router.post("/v1/simulations/{simulation_id}/claims/{claim_id}/supersede", response_model=AdmittedInside,
+@router.post("/v1/simulations/{simulation_id}/claims/{claim_id}/supersede", response_model=W.AdmittedOne,
              summary="Supersede a claim inside a simulation (its overlay, once promoted)")
-def supersede_inside(req: SupersedeIn, simulation_id: str = SimId, claim_id: str = Path(pattern=UUID_PATTERN),
+def supersede_inside(req: SupersedeIn, simulation_id: SimId, claim_id: uuid_path("the claim id"),
                      p: Principal = Depends(principal), ctx: Context = Depends(context),
                      idempotency_key: str | None = IdemKey) -> dict[str, Any]:
     """A held tainted version of the claim; promoted by an audience reviewer it shadows the default tip for

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+from fastapi import Path
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 MAX_DEPTH = 16
@@ -57,16 +58,23 @@ def _body(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
-UUID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+# Any case on input, lowercase from here on: ids are lowercase in the journal (RFC 9562 §4 reads either case).
+UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 KEY_ID_PATTERN = r"^[0-9a-f]{16}$"
 LABEL_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
 
-UUIDStr = Annotated[str, StringConstraints(pattern=UUID_PATTERN, max_length=36),
-                    Field(description="lowercase UUID", examples=["0b5e7c1e-3f1d-4d38-9a51-7f2d2c1f4a10"])]
+UUIDStr = Annotated[str, StringConstraints(pattern=UUID_PATTERN, max_length=36), AfterValidator(str.lower),
+                    Field(description="UUID, any case on input; answered and journalled lowercase",
+                          examples=["0b5e7c1e-3f1d-4d38-9a51-7f2d2c1f4a10"])]
 KeyId = Annotated[str, StringConstraints(pattern=KEY_ID_PATTERN), Field(description="principal (API key) id: 16 hex")]
 Label = Annotated[str, StringConstraints(pattern=LABEL_PATTERN), Field(description="workarea label [a-z0-9][a-z0-9-]{0,62}")]
 Time = Annotated[str, StringConstraints(max_length=40), AfterValidator(clean),
                  Field(description="ISO 8601 time with a zone; stored as YYYY-MM-DDTHH:MM:SS.ffffffZ")]
+
+
+def uuid_path(description: str = "") -> Any:
+    """A path parameter holding a UUID, normalised like :data:`UUIDStr` (a ``Path`` default would drop the rules)."""
+    return Annotated[UUIDStr, Path(description=description)]
 
 
 def text(max_length: int, description: str = "") -> Any:

@@ -146,7 +146,8 @@ BAD = [
     ("unknown workarea", "writer", "/v1/claims", {"workarea_id": "00000000-0000-4000-8000-000000000000", "body": {"statement": "x"}}, 404, "workarea.not_found"),
     ("foreign workarea", "writer", "/v1/claims", {"workarea_id": "B", "body": {"statement": "x"}}, 404, "workarea.not_found"),
     ("outside the key's subtree", "narrow", "/v1/claims", {"workarea_id": "SIB", "body": {"statement": "x"}}, 404, "workarea.not_found"),
-    ("uppercase uuid", "writer", "/v1/claims", {"workarea_id": "ABCDEF00-0000-4000-8000-000000000000", "body": {"statement": "x"}}, 422, "admission.invalid"),
+    # any case is accepted and normalised (issue 15.4): an unknown id in capitals is just unknown
+    ("uppercase uuid", "writer", "/v1/claims", {"workarea_id": "ABCDEF00-0000-4000-8000-000000000000", "body": {"statement": "x"}}, 404, "workarea.not_found"),
     ("personal data under deny", "writer", "/v1/claims", {"body": {"statement": "call +44 20 7946 0958 re " + CANARY}}, 422, "admission.personal_data"),
     ("revoked key", "revoked", "/v1/claims", {"body": {"statement": "x"}}, 401, "access.unauthenticated"),
     ("no key", None, "/v1/claims", {"body": {"statement": "x"}}, 401, "access.unauthenticated"),
@@ -312,8 +313,8 @@ def test_review_queue_pages_with_an_opaque_cursor(env, ctx):
     outside = submit(env, env["b"].writer_key, "tenant b's version", workarea=env["b"].root).json()["version_id"]
     for bad in (str(uuid.uuid4()), outside):
         r = c.get("/v1/review-queue", params={"after": bad}, headers=R)
-        assert r.status_code == 422 and r.json()["code"] == "admission.invalid", r.text
-    assert c.get("/v1/own-work", params={"after": "12"}, headers=bearer(a.writer_key)).json()["code"] == "admission.invalid"
+        assert r.status_code == 422 and r.json()["code"] == "review.invalid", r.text
+    assert c.get("/v1/own-work", params={"after": "12"}, headers=bearer(a.writer_key)).json()["code"] == "recall.invalid"
 
 
 def test_tenant_isolation(env, ctx):

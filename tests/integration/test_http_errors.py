@@ -1,0 +1,130 @@
+"""Errors a person can act on, over HTTP (issue 15 item 4), against the real database.
+
+Each test fails on the code before the fix: malformed JSON named a character
+position as the field, a form body got no Content-Type hint, upper-case UUIDs
+were refused, a one-claim route named ``claims[0]…``, every area answered
+``admission.invalid``, and a closed list's refusal said ``literal_error`` with
+no allowed values. Nothing here echoes a submitted value.
+"""
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from oml.domain.events import REASON_CODES
+from oml.services.http.app import create_app
+
+from admission_kit import bearer, journal_len, make_kit
+
+CANARY = "zq-canary-e41b"
+
+
+@pytest.fixture(scope="module")
+def env(ctx):
+    k, c = make_kit(ctx, "http-errors"), TestClient(create_app(ctx))
+    op = c.post("/v1/principals", json={"identity_id": k.writer_identity, "role": "operator", "roots": [k.root]},
+                headers=bearer(k.admin_key)).json()["api_key"]
+    return {"k": k, "c": c, "operator_key": op}
+
+
+def _post(env, path, key, headers=None, **kw):
+    return env["c"].post(path, headers={**bearer(key), **(headers or {})}, **kw)
+
+
+def test_malformed_json_names_the_body_and_where_it_broke(env, ctx):
+    k = env["k"]
+    before = journal_len(ctx, k.tenant)
+    raw = '{\n  "workarea_id": "x",\n  "body": {"statement": "' + CANARY + '"} oops\n}'
+    r = _post(env, "/v1/claims", k.writer_key, content=raw.encode(), headers={"content-type": "application/json"})
+    assert r.status_code == 422 and r.json()["code"] == "admission.invalid"
+    [e] = r.json()["errors"]
+    assert (e["field"], e["rule"]) == ("body", "json_invalid")
+    pos = raw.index("oops")
+    assert (e["position"], e["line"], e["column"]) == (pos, 3, raw.split("\n")[2].index("oops") + 1)
+    assert CANARY not in r.text and "oops" not in r.text
+    assert journal_len(ctx, k.tenant) == before
+
+
+def test_a_form_body_is_told_to_send_json(env):
+    k = env["k"]
+    r = _post(env, "/v1/claims", k.writer_key, data={"workarea_id": k.root, "statement": CANARY})
+    assert r.status_code == 422
+    [e] = r.json()["errors"]
+    assert (e["field"], e["rule"], e["expected"]) == ("body", "content_type", "application/json")
+    assert e["received"] == "application/x-www-form-urlencoded" and "Content-Type: application/json" in e["message"]
+    assert CANARY not in r.text
+
+
+def test_upper_case_uuids_are_accepted_and_answered_lowercase(env):
+    k = env["k"]
+    r = _post(env, "/v1/claims", k.writer_key, json={"workarea_id": k.root.upper(), "body": {"statement": "upper ids"}})
+    assert r.status_code == 200, r.text
+    vid = r.json()["version_id"]
+    assert vid == vid.lower()
+    r = _post(env, f"/v1/versions/{vid.upper()}/review", k.reviewer_key, json={"decision": "promote", "reason": "accurate"})
+    assert r.status_code == 200, r.text
+    assert r.json()["version_id"] == vid and r.json()["status"] == "promoted"
+    got = env["c"].get(f"/v1/versions/{vid.upper()}", headers=bearer(k.reviewer_key))
+    assert got.status_code == 200 and got.json()["version_id"] == vid
+
+
+def test_one_claim_routes_name_fields_without_the_batch_prefix(env):
+    k = env["k"]
+    one = _post(env, "/v1/claims", k.writer_key, json={"workarea_id": k.root, "body": {"statement": "  "}})
+    batch = _post(env, "/v1/claims:batch", k.writer_key, json={"claims": [{"workarea_id": k.root, "body": {"statement": "  "}}]})
+    assert (one.status_code, one.json()["field"]) == (422, "body.statement")
+    assert batch.json()["field"] == "claims[0].body.statement"
+    # schema errors too: the batch keeps claims[i], written as the service writes it
+    one = _post(env, "/v1/claims", k.writer_key, json={"workarea_id": k.root, "body": {"statement": "x"}, "confidence": "9"})
+    batch = _post(env, "/v1/claims:batch", k.writer_key,
+                  json={"claims": [{"workarea_id": k.root, "body": {"statement": "x"}, "confidence": "9"}]})
+    assert [e["field"] for e in one.json()["errors"]] == ["confidence"]
+    assert [e["field"] for e in batch.json()["errors"]] == ["claims[0].confidence"]
+    # a refusal of the item as a whole names no field on the one-claim route
+    gone = _post(env, "/v1/claims", k.writer_key, json={"workarea_id": "00000000-0000-4000-8000-000000000000",
+                                                        "body": {"statement": "x"}})
+    assert gone.status_code == 404 and "claims[0]" not in gone.text
+
+
+@pytest.mark.parametrize("method,path,key,payload,code", [
+    ("POST", "/v1/recall", "reviewer_key", {"query": "x", "k": 0}, "recall.invalid"),
+    ("GET", "/v1/claims/not-a-uuid", "reviewer_key", None, "recall.invalid"),
+    ("GET", "/v1/own-work?after=12", "writer_key", None, "recall.invalid"),
+    ("POST", "/v1/evidence/export", "admin_key", {"from_seq": 0}, "evidence.invalid"),
+    ("POST", "/v1/erasures/claims/00000000-0000-4000-8000-000000000000", "admin_key", {"reason": "because"}, "erasure.invalid"),
+    ("POST", "/v1/erasures/claims/not-a-uuid", "operator_key", {"reason": "data_subject_request"}, "erasure.invalid"),
+    ("POST", "/v1/claims/00000000-0000-4000-8000-000000000000/hold", "admin_key", {"reason": "x"}, "erasure.invalid"),
+    ("POST", "/v1/versions/00000000-0000-4000-8000-000000000000/review", "reviewer_key",
+     {"decision": "promote", "reason": "looks fine"}, "review.invalid"),
+    ("GET", "/v1/review-queue?after=12", "reviewer_key", None, "review.invalid"),
+    ("POST", "/v1/simulations", "admin_key", {"name": "s", "audience": []}, "simulation.invalid"),
+    ("POST", "/v1/claims", "writer_key", {"body": {"statement": "x"}}, "admission.invalid"),
+    ("POST", "/v1/workareas", "admin_key", {"label": "Not_OK"}, "admission.invalid"),
+], ids=lambda v: v if isinstance(v, str) and v.endswith(".invalid") else None)
+def test_each_area_answers_invalid_input_with_its_own_code(env, method, path, key, payload, code):
+    k = env["k"]
+    r = env["c"].request(method, path, json=payload, headers=bearer(env[key] if key in env else getattr(k, key)))
+    assert (r.status_code, r.json()["code"]) == (422, code), r.text
+    assert r.json()["type"].endswith("/" + code)
+
+
+@pytest.mark.parametrize("path,key,payload", [
+    ("/v1/versions/00000000-0000-4000-8000-000000000000/review", "reviewer_key", {"decision": "promote", "reason": CANARY}),
+    ("/v1/erasures/claims/00000000-0000-4000-8000-000000000000", "admin_key", {"reason": CANARY}),
+    ("/v1/erasures/subject", "admin_key", {"kind": "email", "value": "a@b.example", "reason": CANARY}),
+])
+def test_a_reason_outside_the_closed_list_lists_the_allowed_codes(env, path, key, payload):
+    r = _post(env, path, getattr(env["k"], key), json=payload)
+    assert r.status_code == 422
+    [e] = [e for e in r.json()["errors"] if e["field"] == "reason"]
+    assert e["rule"] == "literal_error" and "closed list" in e["message"]
+    assert set(e["allowed"]) == set(REASON_CODES)
+    assert CANARY not in r.text and "a@b.example" not in r.text
+
+
+def test_other_closed_lists_list_their_values(env):
+    r = _post(env, "/v1/versions/00000000-0000-4000-8000-000000000000/review", env["k"].reviewer_key,
+              json={"decision": "approve", "reason": "accurate"})
+    [e] = r.json()["errors"]
+    assert (e["field"], e["allowed"]) == ("decision", ["promote", "reject", "demote"])
+    assert "approve" not in r.text
