@@ -75,7 +75,7 @@ def erase_subject(req: SubjectIn, p: Principal = Depends(principal), ctx: Contex
                   idempotency_key: str | None = IdemKey) -> dict:
     """Finds the claims by the subject's keyed HMAC across workareas, erases each (one ``claim.erased``
     per claim, one transaction, all or nothing). Errors: ``access.denied`` (a claim outside the key's
-    workareas), ``erasure.legal_hold`` (naming the held claim ids), ``admission.invalid``."""
+    workareas), ``erasure.legal_hold`` (naming the held claim ids), ``erasure.invalid``."""
     out = Erasure(ctx).erase_subject(p, req.kind, req.value, req.reason, idempotency_key=idempotency_key,
                                      rewrite=req.rewrite)
     return _with_report(ctx, out)
