@@ -4,7 +4,8 @@ Population (bench-only, see services/bench/population.py): a tenant
 ``bench-recall-<hex>`` with 20 workareas, grown to each size in turn, plus
 ``--others`` tenants of ``--other-size`` claims each, all loaded with COPY
 into the projections, encrypted bodies (real per-artifact DEKs, HPKE-wrapped)
-and both index tables — no journal events, so never a real tenant. Texts
+and both index tables, with a signed ``claim.submitted`` and ``claim.promoted``
+per claim (what verified reads check) but no admission, so never a real tenant. Texts
 are LoCoMo dialogue turns (``<shared>/data/locomo``) with a few random words
 of the corpus swapped in to make every row distinct; each row's vector is
 its base turn's all-MiniLM-L6-v2 embedding plus small noise, renormalised.
@@ -27,10 +28,14 @@ cycled), scope = the whole tenant, k = 10:
   precomputed; hybrid both legs (LIMIT 50 each) fused by RRF in one statement;
 * the query embedding alone (one question, as recall embeds it).
 
-Prints p50/p95 per path and the ratios recall ÷ raw. ``--replica`` (or
-``--replica-url``) adds, at each size, the same questions served by a hot
-standby interleaved with the primary (services/bench/replica.py).
-``--quick`` is CI-sized.
+Prints p50/p95 per path and the ratios recall ÷ raw; then verified reads
+(docs/security-model.md), paired per question in the same run: recall
+without them, with them from an empty per-process cache (cold) and with the
+cache warm (the ``recall`` figures); the ratios on ÷ off, the median of the
+per-question differences, and the signature checks the cold runs did.
+``--replica`` (or ``--replica-url``) adds, at each size, the same questions
+served by a hot standby interleaved with the primary
+(services/bench/replica.py). ``--quick`` is CI-sized.
 """
 from __future__ import annotations
 
@@ -188,17 +193,55 @@ RAW_HYBRID = sa.text(
 def measure(ctx, tenant: str, reader, questions: list[str], qvecs, qtsq: list[str | None], k: int = 10) -> dict[str, Any]:
     from oml.services.server.recall import Recaller, RecallRequest, _vector_literal
 
+    from oml.services.server import verified_reads
+
     rec = Recaller(ctx)
     out: dict[str, Any] = {}
+
+    def summary(runs: list[tuple[float, int]]) -> dict[str, float]:
+        lat = [ms for ms, _ in runs]
+        return {"p50": _pct(lat, 50), "p95": _pct(lat, 95), "mean_hits": statistics.fmean(n for _, n in runs)}
+
+    def one(r: str, q: str) -> tuple[float, int]:
+        t0 = time.perf_counter()
+        res = rec.recall(reader, RecallRequest(query=q, retriever=r, k=k))
+        return (time.perf_counter() - t0) * 1000, len(res["hits"])
+
     for r in ("fts", "vector", "hybrid"):
         rec.recall(reader, RecallRequest(query=questions[0], retriever=r, k=k))  # warm
-        lat, hits = [], []
-        for q in questions:
-            t0 = time.perf_counter()
-            res = rec.recall(reader, RecallRequest(query=q, retriever=r, k=k))
-            lat.append((time.perf_counter() - t0) * 1000)
-            hits.append(len(res["hits"]))
-        out[f"recall_{r}"] = {"p50": _pct(lat, 50), "p95": _pct(lat, 95), "mean_hits": statistics.fmean(hits)}
+        # Verified reads, paired per question in the same run: off; on from an empty cache (every hit's
+        # event signature-checked: the first read); on again with the cache warm (the steady state).
+        # Which of off and cold comes first alternates, so neither always meets PostgreSQL's cache cold.
+        off: list[tuple[float, int]] = []
+        cold: list[tuple[float, int]] = []
+        on: list[tuple[float, int]] = []
+        checks = 0
+        try:
+            for i, q in enumerate(questions):
+                if i % 2 == 0:
+                    verified_reads.set_enabled(False)
+                    off.append(one(r, q))
+                verified_reads.set_enabled(True)
+                verified_reads.clear_cache(keys=False)  # a tenant's key history is built once per process
+                c0 = verified_reads.signature_checks()
+                cold.append(one(r, q))
+                checks += verified_reads.signature_checks() - c0
+                on.append(one(r, q))
+                if i % 2 == 1:
+                    verified_reads.set_enabled(False)
+                    off.append(one(r, q))
+        finally:
+            verified_reads.set_enabled(None)
+        out[f"recall_{r}"] = summary(on)
+        out[f"recall_{r}_unverified"], out[f"recall_{r}_cold"] = summary(off), summary(cold)
+        out[f"verify_{r}"] = {"p50": out[f"recall_{r}"]["p50"] / out[f"recall_{r}_unverified"]["p50"],
+                              "p95": out[f"recall_{r}"]["p95"] / out[f"recall_{r}_unverified"]["p95"],
+                              "cold_p50": out[f"recall_{r}_cold"]["p50"] / out[f"recall_{r}_unverified"]["p50"],
+                              "cold_p95": out[f"recall_{r}_cold"]["p95"] / out[f"recall_{r}_unverified"]["p95"],
+                              # per question, verified minus unverified (ms): the pairing cancels drift between questions
+                              "delta_p50": statistics.median(a[0] - b[0] for a, b in zip(on, off)),
+                              "cold_delta_p50": statistics.median(a[0] - b[0] for a, b in zip(cold, off)),
+                              "signature_checks": checks}
     eng = ctx.db.engine(None)
     with eng.connect() as c:
         for name, stmt in (("fts", RAW_FTS), ("vector", RAW_VEC), ("hybrid", RAW_HYBRID)):
@@ -298,6 +341,19 @@ def render(res: dict[str, Any]) -> list[str]:
             lines.append(f"{int(size):>8}  {'recall ' + r:<16} {a['p50']:8.2f} {a['p95']:8.2f} {a['mean_hits']:5.1f}   "
                          f"{ratio['p50']:.1f}× / {ratio['p95']:.1f}×")
             lines.append(f"{'':>8}  {'raw SQL ' + r:<16} {b['p50']:8.2f} {b['p95']:8.2f} {b['mean_hits']:5.1f}")
+    lines.append("verified reads (OML_VERIFY_READS), paired per question in the same run: off; on from an empty cache "
+                 "(cold: every hit's event signature-checked); on with the cache warm (the 'recall' rows above)")
+    lines.append(f"{'claims':>8}  {'path':<16} {'off p50':>8} {'off p95':>8} {'cold p50':>8} {'cold p95':>8} {'on p50':>8} {'on p95':>8}"
+                 f"   on÷off p50 / p95   cold÷off p50 / p95   median paired Δ on / cold (ms)   signature checks")
+    for size, v in res["sizes"].items():
+        for r in ("fts", "vector", "hybrid"):
+            if f"verify_{r}" not in v:
+                continue
+            off, cold, on, x = v[f"recall_{r}_unverified"], v[f"recall_{r}_cold"], v[f"recall_{r}"], v[f"verify_{r}"]
+            lines.append(f"{int(size):>8}  {'recall ' + r:<16} {off['p50']:8.2f} {off['p95']:8.2f} {cold['p50']:8.2f} {cold['p95']:8.2f}"
+                         f" {on['p50']:8.2f} {on['p95']:8.2f}   {x['p50']:.2f}× / {x['p95']:.2f}×"
+                         f"        {x['cold_p50']:.2f}× / {x['cold_p95']:.2f}×        {x['delta_p50']:+.2f} / {x['cold_delta_p50']:+.2f}"
+                         f"                    {x['signature_checks']}")
     from oml.services.bench import replica
 
     return lines + replica.render(res)

@@ -106,10 +106,11 @@ def set_enabled(value: bool | None) -> None:
     _override = value
 
 
-def clear_cache() -> None:
-    """Forget every verified event and key history (the next read re-verifies)."""
+def clear_cache(*, keys: bool = True) -> None:
+    """Forget every verified event and (``keys``) each tenant's key history: the next read re-verifies."""
     _EVENTS.clear()
-    _KEYS.clear()
+    if keys:
+        _KEYS.clear()
 
 
 def signature_checks() -> int:
