@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import uuid
 from json.encoder import encode_basestring as _escape
 from typing import Any
@@ -94,12 +95,43 @@ def canonical(value: Any) -> bytes:
             unsupported types, or strings that are not valid Unicode (lone
             surrogates) anywhere in ``value``.
     """
-    out: list[str] = []
-    _encode(value, out, "")
     try:
+        if _plain(value):
+            return _dumps(value).encode("utf-8")
+        out: list[str] = []
+        _encode(value, out, "")
         return "".join(out).encode("utf-8")
     except UnicodeEncodeError:
         raise CanonicalError("strings must be valid Unicode (no lone surrogates)") from None
+
+
+# The standard library's C encoder writes exactly RFC 8785 for a value :func:`_plain` accepts: the
+# same string escaper as :func:`_encode` (``encode_basestring``), ``int.__repr__`` for integers, and
+# keys sorted by code point, which is UTF-16 order when every key is ASCII (issue 14: about half the
+# cost of :func:`_encode` on an event). Anything else -- a non-ASCII key, a subclass, a refusal --
+# takes :func:`_encode`, which also names the offending path.
+_dumps = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False,
+                          check_circular=False).encode
+
+
+def _plain(value: Any) -> bool:
+    """True when ``value`` holds only exact str/int(±2^53−1)/bool/None/list/dict with ASCII keys."""
+    t = type(value)
+    if t is str or t is bool or value is None:
+        return True
+    if t is int:
+        return -MAX_SAFE_INT <= value <= MAX_SAFE_INT
+    if t is dict:
+        for k, v in value.items():
+            if type(k) is not str or not k.isascii() or not _plain(v):
+                return False
+        return True
+    if t is list:
+        for v in value:
+            if not _plain(v):
+                return False
+        return True
+    return False
 
 
 def reference_canonical(value: Any) -> bytes:

@@ -17,20 +17,18 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from . import journal, projector
+from . import journal, projector, sets
 from .signer import Signer
 
-_ARTIFACTS = sa.text(
-    "WITH a AS (INSERT INTO artifacts (tenant_id, artifact_id, kind, claim_id, version_id, ciphertext, sha256, created_seq)"
-    "           SELECT :t, * FROM unnest(CAST(:a AS uuid[]), CAST(:k AS text[]), CAST(:c AS uuid[]), CAST(:v AS uuid[]),"
-    "                  CAST(:ct AS bytea[]), CAST(:d AS bytea[]), CAST(:s AS bigint[])))"
-    " INSERT INTO wrapped_deks (tenant_id, artifact_id, key_version, wrapped)"
-    " SELECT :t, * FROM unnest(CAST(:a AS uuid[]), CAST(:kv AS int[]), CAST(:w AS bytea[]))"
+CHUNK = 25
+
+_ARTIFACTS = (
+    "WITH a AS (INSERT INTO artifacts " + sets.unnest(
+        ("artifact_id", "kind", "claim_id", "version_id", "ciphertext", "sha256", "created_seq"),
+        ("uuid", "text", "uuid", "uuid", "bytea", "bytea", "bigint")) + ")"
+    " INSERT INTO wrapped_deks " + sets.unnest(("artifact_id", "key_version", "wrapped"), ("uuid", "int", "bytea"))
 )
-_SUBJECTS = sa.text(
-    "INSERT INTO claim_subjects (tenant_id, claim_id, subject_hmac)"
-    " SELECT :t, * FROM unnest(CAST(:c AS uuid[]), CAST(:h AS bytea[])) ON CONFLICT DO NOTHING"
-)
+_SUBJECTS = "INSERT INTO claim_subjects " + sets.unnest(("claim_id", "subject_hmac"), ("uuid", "bytea")) + " ON CONFLICT DO NOTHING"
 
 
 @dataclass(frozen=True)
@@ -51,52 +49,93 @@ class Artifact:
 def write_artifacts(conn: sa.Connection, tenant: str, rows: list[Artifact]) -> None:
     """Insert artifacts and their wrapped DEKs (one DEK per artifact, the shredding unit) in one statement."""
     if rows:
-        conn.execute(_ARTIFACTS, {
-            "t": tenant, "a": [r.artifact_id for r in rows], "k": [r.kind for r in rows], "c": [r.claim_id for r in rows],
-            "v": [r.version_id for r in rows], "ct": [r.ciphertext for r in rows], "d": [r.digest for r in rows],
-            "s": [r.created_seq for r in rows], "kv": [r.key_version for r in rows], "w": [r.wrapped_dek for r in rows]})
-
+        sets.execute(conn, _ARTIFACTS, {
+            "t": tenant, "artifact_id": [r.artifact_id for r in rows], "kind": [r.kind for r in rows],
+            "claim_id": [r.claim_id for r in rows], "version_id": [r.version_id for r in rows],
+            "ciphertext": [r.ciphertext for r in rows], "sha256": [r.digest for r in rows],
+            "created_seq": [r.created_seq for r in rows], "key_version": [r.key_version for r in rows],
+            "wrapped": [r.wrapped_dek for r in rows]})
 
 def write_subjects(conn: sa.Connection, tenant: str, rows: list[tuple[str, bytes]]) -> None:
     """Insert declared-subject HMACs ``(claim_id, hmac)``; a repeat is a no-op."""
     if rows:
-        conn.execute(_SUBJECTS, {"t": tenant, "c": [c for c, _ in rows], "h": [h for _, h in rows]})
+        sets.execute(conn, _SUBJECTS, {"t": tenant} | sets.columns(("claim_id", "subject_hmac"), rows))
 
 
 @dataclass
 class Batch:
-    """The deferred writes of one group commit on ``head`` (attach with :func:`attach`)."""
+    """The deferred writes of one group commit on ``head`` (attach with :func:`attach`).
+
+    Every :data:`CHUNK` events the rows so far are sent in psycopg's pipeline mode without waiting for
+    the server, so PostgreSQL inserts one chunk while admission classifies, seals and signs the next
+    (the two sides of one transaction on two cores); :meth:`settle` waits for every result, and any
+    error of a chunk is raised there, before the commit.
+    """
 
     head: journal.Head
     rows: list[journal.Row] = field(default_factory=list)
     events: list[projector.Event] = field(default_factory=list)
     artifacts: list[Artifact] = field(default_factory=list)
     subjects: list[tuple[str, bytes]] = field(default_factory=list)
+    pipeline: Any = None  # the open psycopg Pipeline while chunks are in flight
 
     def append(self, signer: Signer, type: str, actor: Any, data: dict[str, Any], **kw: Any) -> journal.Appended:
         """Link ``type`` after the head now (seq, hash, signature) and defer its row and projection."""
+        if len(self.rows) >= CHUNK:
+            self.send()
         ev, row = journal.link(self.head, signer, type, actor, data, **kw)
         self.rows.append(row)
         self.events.append((ev.seq, ev.at, ev.event["actor"], type, data))
         return ev
 
-    def flush(self) -> None:
-        """Write everything deferred so far: journal, artifacts, projections, subjects (this order)."""
+    def send(self) -> None:
+        """Send everything deferred so far -- journal, artifacts, projections, subjects, in this order --
+        without waiting for the results."""
+        if not (self.rows or self.artifacts or self.subjects):
+            return
         conn, tenant = self.head.conn, self.head.tenant
+        if self.pipeline is None:
+            self.pipeline = conn.connection.driver_connection.pipeline()
+            self.pipeline.__enter__()
         journal.write(self.head, self.rows)
         write_artifacts(conn, tenant, self.artifacts)
         projector.apply_many(conn, tenant, self.events)
         write_subjects(conn, tenant, self.subjects)
         self.rows, self.events, self.artifacts, self.subjects = [], [], [], []
 
+    def settle(self) -> None:
+        """Send what is deferred and wait for every result (raises the first error of any chunk)."""
+        self.send()
+        if self.pipeline is not None:
+            pipe, self.pipeline = self.pipeline, None
+            pipe.__exit__(None, None, None)
+
+    def discard(self) -> None:
+        """Drop what is deferred and leave pipeline mode after a refusal (the transaction rolls back)."""
+        self.rows, self.events, self.artifacts, self.subjects = [], [], [], []
+        if self.pipeline is not None:
+            pipe, self.pipeline = self.pipeline, None
+            try:
+                pipe.__exit__(None, None, None)
+            except Exception:  # noqa: BLE001 -- the refusal being raised is the answer; the rollback follows
+                pass
+
 
 def attach(head: journal.Head) -> Batch:
-    """Defer ``head``'s appends, artifacts and subjects into a new :class:`Batch` until it is flushed."""
+    """Defer ``head``'s appends, artifacts and subjects into a new :class:`Batch` until it settles."""
     head.batch = Batch(head)
     return head.batch
 
 
-def flush(head: journal.Head) -> None:
-    """Write ``head``'s deferred rows, if a batch is attached (before a read of projection state)."""
+def settle(head: journal.Head) -> None:
+    """Write ``head``'s deferred rows and wait for them, if a batch is attached (before a read of the
+    projections, or of anything else, inside the batch's transaction)."""
     if head.batch is not None:
-        head.batch.flush()
+        head.batch.settle()
+
+
+def detach(head: journal.Head, *, ok: bool) -> None:
+    """End ``head``'s batch: settle it when ``ok``, else discard it."""
+    b, head.batch = head.batch, None
+    if b is not None:
+        b.settle() if ok else b.discard()

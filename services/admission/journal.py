@@ -19,6 +19,7 @@ from oml.domain.canonical import new_id, now
 from oml.domain.events import Actor, encode, event_object
 from oml.services.tracing import annotate, traced
 
+from . import sets
 from .signer import Signer
 
 
@@ -26,16 +27,15 @@ from .signer import Signer
 # "Data-Modifying Statements in WITH"); the outer SELECT only sends the NOTIFY when asked to. One
 # statement for any number of events: the rows, the head moved to the last one, one outbox message each
 # (ids and seqs only), so a group commit costs what a single act does (issue 14).
-_APPEND = sa.text(
-    "WITH j AS (INSERT INTO journal_events (tenant_id, seq, event_id, type, kid, at, canonical, hash, prev_hash, signature)"
-    "           SELECT :t, * FROM unnest(CAST(:seq AS bigint[]), CAST(:eid AS uuid[]), CAST(:type AS text[]),"
-    "                  CAST(:kid AS text[]), CAST(:at AS timestamptz[]), CAST(:c AS bytea[]), CAST(:h AS bytea[]),"
-    "                  CAST(:p AS bytea[]), CAST(:s AS bytea[]))),"
-    "     head AS (UPDATE chain_heads SET seq = :last_seq, hash = :last_hash WHERE tenant_id = :t),"
+_COLUMNS = ("seq", "event_id", "type", "kid", "at", "canonical", "hash", "prev_hash", "signature")
+_APPEND = (
+    "WITH j AS (INSERT INTO journal_events "
+    + sets.unnest(_COLUMNS, ("bigint", "uuid", "text", "text", "timestamptz", "bytea", "bytea", "bytea", "bytea")) + "),"
+    "     head AS (UPDATE chain_heads SET seq = %(last_seq)b, hash = %(last_hash)b WHERE tenant_id = %(t)b),"
     "     o AS (INSERT INTO outbox (tenant_id, seq, topic, payload)"
-    "           SELECT :t, u.s, u.ty, jsonb_build_object('seq', u.s, 'type', u.ty)"
-    "           FROM unnest(CAST(:seq AS bigint[]), CAST(:type AS text[])) WITH ORDINALITY AS u(s, ty, n) ORDER BY u.n)"
-    " SELECT pg_notify('oml_outbox', :t) WHERE CAST(:notify AS boolean)"
+    "           SELECT %(t)b, u.s, u.ty, jsonb_build_object('seq', u.s, 'type', u.ty)"
+    "           FROM unnest(CAST(%(seq)b AS bigint[]), CAST(%(type)b AS text[])) WITH ORDINALITY AS u(s, ty, n) ORDER BY u.n)"
+    " SELECT pg_notify('oml_outbox', %(t)b) WHERE %(notify)b"
 )
 
 
@@ -138,10 +138,8 @@ def write(head: Head, rows: list[Row]) -> None:
     per distinct payload at commit however often it is sent."""
     if not rows:
         return
-    head.conn.execute(_APPEND, {
-        "t": head.tenant, "seq": [r.seq for r in rows], "eid": [r.event_id for r in rows], "type": [r.type for r in rows],
-        "kid": [r.kid for r in rows], "at": [r.at for r in rows], "c": [r.canonical for r in rows],
-        "h": [r.hash for r in rows], "p": [r.prev_hash for r in rows], "s": [r.signature for r in rows],
+    sets.execute(head.conn, _APPEND, {
+        "t": head.tenant, **sets.columns(_COLUMNS, [tuple(getattr(r, c) for c in _COLUMNS) for r in rows]),
         "last_seq": rows[-1].seq, "last_hash": rows[-1].hash, "notify": not head.notified})
     head.notified = True
 

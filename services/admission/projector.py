@@ -21,6 +21,8 @@ from oml.domain import simulation as simrules
 from oml.domain.canonical import parse_time
 from oml.domain.signing import kid as _kid
 
+from . import sets
+
 # Tables a replay rebuilds, with the columns compared (all journal-derived).
 PROJECTIONS: dict[str, tuple[str, ...]] = {
     "tenant_keys": ("tenant_id", "kid", "purpose", "version", "public_key", "registered_seq", "retired_seq"),
@@ -139,25 +141,17 @@ def apply_many(conn: sa.Connection, tenant: str, events: list[Event]) -> None:
     claims_submitted(conn, tenant, run)
 
 
-def _unnest(columns: str, types: tuple[str, ...]) -> str:
-    """``SELECT :t, * FROM unnest(CAST(:c0 AS type0[]), …)`` for a multi-row insert of parallel arrays."""
-    return f"({columns}) SELECT :t, * FROM unnest({', '.join(f'CAST(:c{i} AS {ty}[])' for i, ty in enumerate(types))})"
-
-
-_CLAIMS = sa.text("INSERT INTO claims " + _unnest("tenant_id, claim_id, workarea_id, kind, simulation_id, created_seq",
-                                                    ("uuid", "uuid", "text", "uuid", "bigint")))
-_VERSIONS = sa.text("INSERT INTO claim_versions " + _unnest(
-    "tenant_id, version_id, claim_id, version_no, workarea_id, kind, provenance, status, tainted, simulation_id,"
-    " author_principal, author_identity, supersedes, valid_from, valid_to, confidence, artifact_id, ciphertext_sha256,"
-    " created_at, submitted_seq, status_seq",
-    ("uuid", "uuid", "int", "uuid", "text", "text", "text", "boolean", "uuid", "text", "uuid", "uuid", "timestamptz",
-     "timestamptz", "int", "uuid", "bytea", "timestamptz", "bigint", "bigint")))
-_STATUS_LOG = sa.text("INSERT INTO version_status_log " + _unnest("tenant_id, version_id, seq, status", ("uuid", "bigint", "text")))
-_EDGES = sa.text("INSERT INTO claim_edges " + _unnest("tenant_id, version_id, claim_id, derived_from", ("uuid", "uuid", "uuid")))
-
-
-def _columns(rows: list[tuple]) -> dict[str, list]:
-    return {f"c{i}": list(col) for i, col in enumerate(zip(*rows))}
+_CLAIM_COLUMNS = ("claim_id", "workarea_id", "kind", "simulation_id", "created_seq")
+_VERSION_COLUMNS = (
+    "version_id", "claim_id", "version_no", "workarea_id", "kind", "provenance", "status", "tainted", "simulation_id",
+    "author_principal", "author_identity", "supersedes", "valid_from", "valid_to", "confidence", "artifact_id",
+    "ciphertext_sha256", "created_at", "submitted_seq", "status_seq")
+_CLAIMS = "INSERT INTO claims " + sets.unnest(_CLAIM_COLUMNS, ("uuid", "uuid", "text", "uuid", "bigint"))
+_VERSIONS = "INSERT INTO claim_versions " + sets.unnest(_VERSION_COLUMNS, (
+    "uuid", "uuid", "int", "uuid", "text", "text", "text", "boolean", "uuid", "text", "uuid", "uuid", "timestamptz",
+    "timestamptz", "int", "uuid", "bytea", "timestamptz", "bigint", "bigint"))
+_STATUS_LOG = "INSERT INTO version_status_log " + sets.unnest(("version_id", "seq", "status"), ("uuid", "bigint", "text"))
+_EDGES = "INSERT INTO claim_edges " + sets.unnest(("version_id", "claim_id", "derived_from"), ("uuid", "uuid", "uuid"))
 
 
 def claims_submitted(conn: sa.Connection, tenant: str, events: list[tuple[int, dt.datetime, dict[str, Any], dict[str, Any]]]) -> None:
@@ -175,11 +169,11 @@ def claims_submitted(conn: sa.Connection, tenant: str, events: list[tuple[int, d
     edges = [(d["version_id"], d["claim_id"], src) for _, _, _, d in events for src in d.get("derived_from", [])]
     t = {"t": tenant}
     if claims:
-        conn.execute(_CLAIMS, t | _columns(claims))
-    conn.execute(_VERSIONS, t | _columns(versions))
-    conn.execute(_STATUS_LOG, t | _columns([(d["version_id"], seq, "held") for seq, _, _, d in events]))
+        sets.execute(conn, _CLAIMS, t | sets.columns(_CLAIM_COLUMNS, claims))
+    sets.execute(conn, _VERSIONS, t | sets.columns(_VERSION_COLUMNS, versions))
+    sets.execute(conn, _STATUS_LOG, t | sets.columns(("version_id", "seq", "status"), [(d["version_id"], seq, "held") for seq, _, _, d in events]))
     if edges:
-        conn.execute(_EDGES, t | _columns(edges))
+        sets.execute(conn, _EDGES, t | sets.columns(("version_id", "claim_id", "derived_from"), edges))
 
 
 def apply(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str, data: dict[str, Any]) -> None:

@@ -75,6 +75,7 @@ class Submission:
 def _memo(head: journal.Head, key: Any, load: Callable[[], Any]) -> Any:
     """``load()`` once per transaction (a batch's claims share their workareas and the encryption key)."""
     if key not in head.memo:
+        batching.settle(head)  # a read: nothing of a group commit may be in flight
         head.memo[key] = load()
     return head.memo[key]
 
@@ -497,16 +498,19 @@ class Admission:
         def act(head):
             out = []
             batching.attach(head)
-            for i, s in enumerate(items):
-                try:
-                    out.append(self._submit_one(head, p, s, i))
-                except OMLError as exc:
-                    if "field" in exc.extra:
-                        raise
-                    # All or nothing: the refusal names the item that caused it (a copy: some refusals are shared constants).
-                    raise OMLError(exc.code, exc.detail, exc.status, {**exc.extra, "field": f"claims[{i}]"}) from None
-            batching.flush(head)
-            head.batch = None
+            ok = False
+            try:
+                for i, s in enumerate(items):
+                    try:
+                        out.append(self._submit_one(head, p, s, i))
+                    except OMLError as exc:
+                        if "field" in exc.extra:
+                            raise
+                        # All or nothing: the refusal names the item that caused it (a copy: some refusals are shared constants).
+                        raise OMLError(exc.code, exc.detail, exc.status, {**exc.extra, "field": f"claims[{i}]"}) from None
+                ok = True
+            finally:
+                batching.detach(head, ok=ok)
             return {"items": out}
 
         return self._run(p, idempotency_key, request, act)
@@ -531,6 +535,7 @@ class Admission:
         explicit_sim = claim_sim = sup_sim = None
         if s.simulation_id is not None:
             explicit_sim = _uuid(s.simulation_id, f"claims[{i}].simulation_id")
+            batching.settle(head)
             if self.simulation_state(conn, p, explicit_sim) is None:
                 raise simrules.simulation_not_found()
         existing_versions: list = []
@@ -539,7 +544,7 @@ class Admission:
             if s.supersedes is not None:
                 raise invalid("supersedes needs claim_id", field=f"claims[{i}].supersedes")
         else:
-            batching.flush(head)  # a new version reads the claim's versions: earlier items of the batch included
+            batching.settle(head)  # a new version reads the claim's versions: earlier items of the batch included
             claim = conn.execute(sa.text("SELECT claim_id, workarea_id, kind, erased_seq, simulation_id FROM claims WHERE tenant_id = :t AND claim_id = CAST(:c AS uuid)"),
                                  {"t": p.tenant, "c": _uuid(s.claim_id, f"claims[{i}].claim_id")}).one_or_none()
             if claim is None or claim.erased_seq is not None:
@@ -568,7 +573,7 @@ class Admission:
         derived = []
         derived_sims: list[str | None] = []
         if s.derived_from:
-            batching.flush(head)
+            batching.settle(head)
         for j, d in enumerate(s.derived_from):
             ok = conn.execute(sa.text("SELECT c.claim_id, c.simulation_id, w.path FROM claims c JOIN workareas w ON w.tenant_id = c.tenant_id AND w.node_id = c.workarea_id"
                                       " WHERE c.tenant_id = :t AND c.claim_id = CAST(:c AS uuid)"),

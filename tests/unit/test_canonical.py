@@ -33,6 +33,21 @@ def test_fast_encoder_matches_rfc8785(value):
     assert canonical(value) == rfc8785.dumps(value)
 
 
+# ASCII keys, as every document OML writes has: the path through the standard library's C encoder.
+_ASCII_KEYS = st.text(alphabet=st.characters(max_codepoint=127), max_size=8)
+_ASCII_JSON = st.recursive(
+    st.none() | st.booleans() | _INT | _TEXT,
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(_ASCII_KEYS, inner, max_size=5),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=1500, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_ASCII_JSON)
+def test_ascii_key_documents_match_rfc8785(value):
+    assert canonical(value) == rfc8785.dumps(value)
+
+
 @pytest.mark.parametrize("keys", [["\uffff", "\U00010000"], ["b", "a", "\u00e9", "\U0001f600", "\ue000"]])
 def test_keys_sort_by_utf16_code_units(keys):
     value = {k: 1 for k in keys}

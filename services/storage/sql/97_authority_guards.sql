@@ -106,20 +106,24 @@ BEGIN
      OR ev -> 'actor' ->> 'principal' IS DISTINCT FROM NEW.author_principal THEN
     PERFORM oml_guard_refuse('claim_versions', NEW.version_id::text, NEW.submitted_seq);
   END IF;
-  ev := oml_journal_event(NEW.tenant_id, NEW.status_seq, CASE NEW.status
-          WHEN 'held' THEN ARRAY['claim.submitted'] WHEN 'promoted' THEN ARRAY['claim.promoted']
-          WHEN 'rejected' THEN ARRAY['claim.rejected'] WHEN 'demoted' THEN ARRAY['claim.demoted', 'simulation.closed']
-          WHEN 'erased' THEN ARRAY['claim.erased'] END);
-  d := ev -> 'data';
-  ok := CASE
-    WHEN ev IS NULL THEN false
-    WHEN ev ->> 'type' = 'claim.erased' THEN (d ->> 'claim_id')::uuid = NEW.claim_id
-    WHEN ev ->> 'type' = 'simulation.closed' THEN EXISTS (
-      SELECT 1 FROM jsonb_array_elements(COALESCE(d -> 'demoted', '[]'::jsonb)) x WHERE (x ->> 'version_id')::uuid = NEW.version_id)
-    ELSE (d ->> 'version_id')::uuid = NEW.version_id
-  END;
-  IF NOT ok THEN
-    PERFORM oml_guard_refuse('claim_versions', NEW.version_id::text, NEW.status_seq);
+  -- A new version held at its own submission (every admission insert) names the event just read:
+  -- reading and parsing it a second time would check nothing more (issue 14).
+  IF NOT (NEW.status = 'held' AND NEW.status_seq = NEW.submitted_seq) THEN
+    ev := oml_journal_event(NEW.tenant_id, NEW.status_seq, CASE NEW.status
+            WHEN 'held' THEN ARRAY['claim.submitted'] WHEN 'promoted' THEN ARRAY['claim.promoted']
+            WHEN 'rejected' THEN ARRAY['claim.rejected'] WHEN 'demoted' THEN ARRAY['claim.demoted', 'simulation.closed']
+            WHEN 'erased' THEN ARRAY['claim.erased'] END);
+    d := ev -> 'data';
+    ok := CASE
+      WHEN ev IS NULL THEN false
+      WHEN ev ->> 'type' = 'claim.erased' THEN (d ->> 'claim_id')::uuid = NEW.claim_id
+      WHEN ev ->> 'type' = 'simulation.closed' THEN EXISTS (
+        SELECT 1 FROM jsonb_array_elements(COALESCE(d -> 'demoted', '[]'::jsonb)) x WHERE (x ->> 'version_id')::uuid = NEW.version_id)
+      ELSE (d ->> 'version_id')::uuid = NEW.version_id
+    END;
+    IF NOT ok THEN
+      PERFORM oml_guard_refuse('claim_versions', NEW.version_id::text, NEW.status_seq);
+    END IF;
   END IF;
   RETURN NEW;
 END $$;
