@@ -23,4 +23,7 @@ def register(app: typer.Typer) -> None:
     from oml.services.bench import scale
 
     scale.register(bench_app)
+    from oml.services.bench import ingest
+
+    ingest.register(bench_app)
     app.add_typer(bench_app, name="bench")
