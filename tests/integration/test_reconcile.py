@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from admission_kit import owner, run_cli
+from admission_kit import owner, owner_unguarded, run_cli
 from audit_kit import (CANARY, add_claims, flip, lake_copy, lake_overwrite, lake_table, populate, resign_history, seal_reads,
                        with_cell)
 from oml.services.admission.checkpoints import issue_checkpoint
@@ -341,7 +341,7 @@ def test_a_checkpoint_beyond_the_postgres_head_is_a_cut_tail_even_without_the_la
 
 def test_a_projection_row_changed_directly_is_projection_drift(ctx):
     ak = ready(ctx, "rc-proj")
-    with owner(ctx, ak.tenant) as c:
+    with owner_unguarded(ctx, ak.tenant) as c:  # the owner may switch the authority guards off
         v = c.execute(sa.text("SELECT version_id FROM claim_versions WHERE tenant_id = :t AND status = 'promoted' LIMIT 1"), {"t": ak.tenant}).scalar()
         c.execute(sa.text("UPDATE claim_versions SET status = 'rejected', reviewer_identity = CAST(:i AS uuid) WHERE tenant_id = :t AND version_id = :v"),
                   {"t": ak.tenant, "v": v, "i": str(uuid.uuid4())})

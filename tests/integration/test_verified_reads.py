@@ -1,8 +1,10 @@
 """Verified reads (issue 12 item 3; docs/security-model.md, "Verified reads").
 
-A status forged directly in PostgreSQL — as ``oml_admission`` (which holds
-UPDATE on ``claim_versions``) or as the owner — is refused by fetch over
-HTTP, recall and MCP fetch at once, before any reconciliation; so is a
+A status forged directly in PostgreSQL is first refused by the authority
+guard (97_authority_guards.sql), as ``oml_admission`` (which holds UPDATE on
+``claim_versions``) and as the owner. Written by the owner with the guard
+switched off, it is refused by fetch over HTTP, recall and MCP fetch at
+once, before any reconciliation; so is a
 ``status_seq`` pointing at another genuine event, a journal row whose
 canonical bytes were changed, and a promoted-then-demoted version whose
 projection was put back. Genuine versions are served. Each refusal is an
@@ -24,7 +26,7 @@ from oml.services.http.app import create_app
 from oml.services.server import verified_reads
 from oml.services.server.recall import Recaller, RecallRequest
 
-from admission_kit import run_cli
+from admission_kit import owner_unguarded, run_cli
 from recall_kit import make_world, owner
 from test_mcp import env_for, error_text, payload
 
@@ -60,6 +62,11 @@ def as_role(ctx, role: str | None):
     return owner(ctx, TENANT) if role is None else ctx.db.tenant(role, TENANT)
 
 
+def unguarded(ctx):
+    """The schema owner with the authority guards off: the one writer the database itself cannot stop."""
+    return owner_unguarded(ctx, TENANT)
+
+
 def seq_of(ctx, version_id: str, etype: str) -> int:
     with owner(ctx, TENANT) as c:
         return int(c.execute(sa.text(
@@ -92,11 +99,28 @@ def test_a_genuine_promoted_version_is_served(w, ctx):
     assert verified_reads.signature_checks() == before
 
 
-@pytest.mark.parametrize("role,key", [("oml_admission", "held"), (None, "held_owner")])
-def test_a_status_flipped_in_the_projection_is_refused_at_once(w, ctx, role, key):
+def test_a_workload_cannot_write_a_status_the_journal_does_not_give(w, ctx):
+    """The first fence: the authority guard refuses the flip, the borrowed event and the put-back (23000)."""
+    good_seq = seq_of(ctx, w.good["version_id"], "claim.promoted")
+    promo = seq_of(ctx, w.demoted["version_id"], "claim.promoted")
+    for role in ("oml_admission", None):
+        for sql, p in [
+            ("UPDATE claim_versions SET status = 'promoted' WHERE tenant_id = :t AND version_id = :v", {"v": w.held["version_id"]}),
+            ("UPDATE claim_versions SET status = 'promoted', status_seq = :s WHERE tenant_id = :t AND version_id = :v",
+             {"v": w.held_forged["version_id"], "s": good_seq}),
+            ("UPDATE claim_versions SET status = 'promoted', status_seq = :s WHERE tenant_id = :t AND version_id = :v",
+             {"v": w.demoted["version_id"], "s": promo}),   # its own, genuine, earlier promotion
+        ]:
+            with pytest.raises(sa.exc.IntegrityError, match="authority guard"):
+                with as_role(ctx, role) as c:
+                    c.execute(sa.text(sql), {"t": TENANT, **p})
+
+
+@pytest.mark.parametrize("key", ["held", "held_owner"])
+def test_a_status_flipped_in_the_projection_is_refused_at_once(w, ctx, key):
     v = getattr(w, key)
     assert fetch_status(w, v["version_id"]) == 404  # held: not served
-    with as_role(ctx, role) as c:
+    with unguarded(ctx) as c:
         n = c.execute(sa.text("UPDATE claim_versions SET status = 'promoted' WHERE tenant_id = :t AND version_id = :v"),
                       {"t": TENANT, "v": v["version_id"]}).rowcount
         assert n == 1
@@ -131,14 +155,14 @@ def test_mcp_fetch_refuses_a_flipped_status(w, ctx):
 def test_a_status_seq_pointing_at_another_genuine_event_is_refused(w, ctx):
     good_seq = seq_of(ctx, w.good["version_id"], "claim.promoted")
     vid = w.held_forged["version_id"]
-    with as_role(ctx, "oml_admission") as c:
+    with unguarded(ctx) as c:
         c.execute(sa.text("UPDATE claim_versions SET status = 'promoted', status_seq = :s, decided_seq = :s"
                           " WHERE tenant_id = :t AND version_id = :v"), {"t": TENANT, "v": vid, "s": good_seq})
     assert fetch_status(w, vid) == 404
     assert refusals(ctx).get("status_log.disagrees", 0) >= 1
-    # The log forged too (a workload may append to it): the event is genuine but names another version.
+    # The log forged too (admission may append to it; the owner here, guards off): the event is genuine but names another version.
     vid = w.held_logged["version_id"]
-    with as_role(ctx, "oml_admission") as c:
+    with unguarded(ctx) as c:
         c.execute(sa.text("UPDATE claim_versions SET status = 'promoted', status_seq = :s, decided_seq = :s"
                           " WHERE tenant_id = :t AND version_id = :v"), {"t": TENANT, "v": vid, "s": good_seq})
         c.execute(sa.text("INSERT INTO version_status_log (tenant_id, version_id, seq, status) VALUES (:t, :v, :s, 'promoted')"),
@@ -193,8 +217,8 @@ def test_promoted_then_demoted_put_back_is_refused_by_recall(w, ctx):
     query = "release train second Thursday"
     assert cid not in recall_claims(ctx, w, query)
     promo = seq_of(ctx, vid, "claim.promoted")
-    # The owner puts everything the read path looks at back as it was before the demotion.
-    with owner(ctx, TENANT) as c:
+    # The owner, guards off, puts everything the read path looks at back as it was before the demotion.
+    with unguarded(ctx) as c:
         c.execute(sa.text("UPDATE claim_versions SET status = 'promoted', status_seq = :s WHERE tenant_id = :t AND version_id = :v"),
                   {"t": TENANT, "v": vid, "s": promo})
         c.execute(sa.text("UPDATE tip_intervals SET to_seq = NULL, to_at = NULL WHERE tenant_id = :t AND version_id = :v"),

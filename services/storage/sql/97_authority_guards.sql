@@ -93,14 +93,25 @@ BEGIN
 END $$;
 
 -- claim_versions: a new row's submitted_seq names the claim.submitted event of this version by its
--- author, and its status_seq the event that gave its status. A status changed later on an existing row
--- is caught where it matters: verified reads refuse to serve it (status_seq and version_status_log
--- against the journal), and reconcile / projections rebuild --verify report the row.
+-- author, and its status_seq the event that gave its status. A status change (UPDATE of status or
+-- status_seq) must name, at a status_seq no earlier than the row's current one, the event that gives
+-- that status to this version: a held version cannot be flipped to promoted, nor a demoted one put back
+-- to its old promotion. Behind this fence (the owner can disable triggers), verified reads refuse to
+-- serve what the journal does not back (status_seq and version_status_log), and reconcile / projections
+-- rebuild --verify report the row.
 CREATE OR REPLACE FUNCTION oml_guard_claim_versions() RETURNS trigger
   LANGUAGE plpgsql
   AS $$
 DECLARE ev jsonb; d jsonb; ok boolean;
 BEGIN
+  IF TG_OP = 'UPDATE' THEN
+    IF NEW.status IS NOT DISTINCT FROM OLD.status AND NEW.status_seq IS NOT DISTINCT FROM OLD.status_seq THEN
+      RETURN NEW;  -- a reviewer column rewritten with the status it had: nothing to prove
+    END IF;
+    IF NEW.status_seq IS NULL OR NEW.status_seq < OLD.status_seq OR NEW.submitted_seq IS DISTINCT FROM OLD.submitted_seq THEN
+      PERFORM oml_guard_refuse('claim_versions', NEW.version_id::text, NEW.status_seq);
+    END IF;
+  END IF;
   ev := oml_journal_event(NEW.tenant_id, NEW.submitted_seq, ARRAY['claim.submitted']);
   IF ev IS NULL OR (ev -> 'data' ->> 'version_id')::uuid IS DISTINCT FROM NEW.version_id
      OR ev -> 'actor' ->> 'principal' IS DISTINCT FROM NEW.author_principal THEN
@@ -138,7 +149,8 @@ BEGIN
   DROP TRIGGER IF EXISTS oml_guard ON claim_versions;
   IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'public.claim_versions'::regclass AND attname = 'status_seq'
              AND NOT attisdropped) THEN
-    CREATE TRIGGER oml_guard BEFORE INSERT ON claim_versions FOR EACH ROW EXECUTE FUNCTION oml_guard_claim_versions();
+    CREATE TRIGGER oml_guard BEFORE INSERT OR UPDATE OF status, status_seq ON claim_versions
+      FOR EACH ROW EXECUTE FUNCTION oml_guard_claim_versions();
   END IF;
 END $$;
 

@@ -1,0 +1,20 @@
+"""The authority guard on claim_versions also checks status changes (issue 12, item 4; docs/security-model.md).
+
+A version's status may change only to what the journal event at its new ``status_seq`` gives this version,
+and never back to an earlier event. New databases get it from ``97_authority_guards.sql`` through 0001; this
+re-applies the same re-runnable file to a database migrated before it.
+"""
+from importlib import resources
+
+from alembic import op
+
+revision = "0007"
+down_revision = "0006"
+
+
+def upgrade() -> None:
+    op.execute((resources.files("oml.services.storage.sql") / "97_authority_guards.sql").read_text())
+
+
+def downgrade() -> None:
+    raise NotImplementedError("OML's journal is append-only; restore from backup instead of downgrading")
