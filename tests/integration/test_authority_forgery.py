@@ -46,7 +46,8 @@ def refused(ctx, role: str, tenant: str, sql: str, **params) -> str:
 
 
 def reported(ctx, kit, seq: int, rule: str, *, cli: bool = False) -> None:
-    """Journal verify, reconcile and projections rebuild --verify each name ``seq`` and ``rule``."""
+    """Journal verify, reconcile, projections rebuild --verify and evidence verify each name ``seq`` and ``rule``
+    (``seq`` is the first unpermitted act: evidence verify stops there)."""
     rep = verify_journal(ctx.db, kit.tenant, kit.fingerprint)
     assert rep.result.ok and not rep.ok and rep.exit_code == 1  # every signature is good; the act was not allowed
     assert (seq, rule) in {(f.seq, f.rule) for f in rep.findings}, rep.lines()
@@ -55,6 +56,12 @@ def reported(ctx, kit, seq: int, rule: str, *, cli: bool = False) -> None:
     assert (seq, rule) in acts and not res.ok, res.discrepancies
     diffs = {(d.key, d.kind, d.columns) for d in verify_tenant(ctx.db, kit.tenant)}
     assert ((("seq", str(seq)),), "unauthorised_act", (rule,)) in diffs
+    # Offline, under the trusted key: an archive of the whole chain fails at the first unpermitted act.
+    from oml.services.evidence.export import export
+    from oml.services.evidence.verify import EXIT_FAILED, verify
+
+    ev = verify(export(ctx, kit.tenant, 1, None).data, trusted_key=kit.fingerprint)
+    assert ev.exit_code == EXIT_FAILED and f"seq {seq}: authority: {rule}" in (ev.failure or ""), ev.lines()
     if cli:
         jv = run_cli(ctx, ["journal", "verify", "--tenant", kit.tenant, "--trusted-key", kit.fingerprint])
         assert jv.exit_code == 1 and f"seq {seq}: {rule}" in jv.stdout, jv.stdout
