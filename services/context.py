@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 from oml.services.keystore import KeyStore, LocalKeyStore, load_master_key
 from oml.services.settings import Settings, get_settings
@@ -45,7 +46,8 @@ def owner_url(settings: Settings) -> str:
 def open_context(settings: Settings | None = None, *, migrate: bool = True) -> Context:
     settings = settings or get_settings()
     url = owner_url(settings)
-    db = Database(url, settings.role_password, settings.pool_size, settings.role_passwords)
+    db = Database(url, settings.role_password, settings.pool_size, settings.role_passwords,
+                  replica_urls=settings.replica_urls, replica_wait_s=settings.replica_wait_s)
     # With auto_migrate off the process never connects as the owner (it may not hold its password).
     if settings.auto_migrate:
         embedded.check_pgvector(db.engine(None))
@@ -57,22 +59,48 @@ def open_context(settings: Settings | None = None, *, migrate: bool = True) -> C
     return Context(settings, db, keystore)
 
 
+def describe_keystore(store: Any) -> str:
+    """Where a KeyStore keeps keys, in words for reports (``local key files`` or the token's label)."""
+    describe = getattr(store, "describe", None)
+    return describe() if describe is not None else "local key files"
+
+
 class DeferredKeyStore:
-    """The process's :class:`LocalKeyStore`, opened on first use.
+    """The process's KeyStore, opened on first use: :class:`LocalKeyStore`, or a PKCS#11 token when
+    ``OML_KEYSTORE`` is a ``pkcs11:`` URI (``services/keystore_pkcs11.py``).
 
     Keyless workloads (relay, lake-writer, indexer, reconciler) open a
     context too; deferring means they never load the master key — nor, on the
-    embedded default, create one — unless something in them asks for a key.
+    embedded default, create one, nor log in to a token — unless something in
+    them asks for a key.
     """
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        self._store: LocalKeyStore | None = None
+        self._store: Any = None
 
-    def open(self) -> LocalKeyStore:
+    def open(self) -> Any:
         if self._store is None:
-            self._store = LocalKeyStore(self._settings.keys, load_master_key(self._settings.master_key, self._settings.home))
+            spec = self._settings.keystore
+            if spec.startswith("pkcs11:"):
+                from oml.services.keystore_pkcs11 import Pkcs11Config, Pkcs11KeyStore
+
+                self._store = Pkcs11KeyStore(Pkcs11Config.from_uri(spec))
+            elif spec == "local":
+                self._store = LocalKeyStore(self._settings.keys, load_master_key(self._settings.master_key, self._settings.home))
+            else:
+                raise ValueError("OML_KEYSTORE must be 'local' or a pkcs11: URI")
         return self._store
+
+    def can_sign(self, tenant: str, name: str) -> bool:
+        store = self.open()
+        return bool(getattr(store, "can_sign", None)) and store.can_sign(tenant, name)
+
+    def sign(self, tenant: str, name: str, message: bytes) -> bytes:
+        return self.open().sign(tenant, name, message)
+
+    def describe(self) -> str:
+        return describe_keystore(self.open())
 
     def put(self, tenant: str, name: str, secret: bytes) -> None:
         self.open().put(tenant, name, secret)

@@ -1,7 +1,9 @@
 """Process settings from ``OML_*`` environment variables (pydantic-settings).
 
-With no ``OML_DATABASE_URL`` an embedded PostgreSQL with pgvector is started
-under ``<home>/pg``; with no ``OML_REDIS_URL`` workers run in-process; with no
+The home is ``OML_HOME``, else the nearest ``.oml`` up the tree, else the
+per-user data directory (:mod:`oml.services.home`). With no
+``OML_DATABASE_URL`` an embedded PostgreSQL with pgvector is started under
+``<home>/pg``; with no ``OML_REDIS_URL`` workers run in-process; with no
 ``OML_LAKE_URI`` the lake is ``<home>/lake``; with no ``OML_MASTER_KEY`` a
 generated master key file under ``<home>`` seals the local KeyStore (with a
 warning at start).
@@ -11,15 +13,25 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from typing import Annotated
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from oml.services.home import default_home
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="OML_", extra="ignore")
 
-    home: Path = Path(".oml")
+    home: Path = Field(default_factory=default_home)
     # Owner URL: runs migrations and owns tables; workloads connect as their own roles.
     database_url: str | None = None
+    # Hot standbys that serve recall and fetch (OML_REPLICA_URLS, comma-separated owner-shaped URLs;
+    # docs/operations.md, "Recall from hot standbys"). Everything that writes stays on the primary.
+    replica_urls: Annotated[list[str], NoDecode] = []
+    # How long a read-your-writes read waits for a standby to replay, before the primary serves it.
+    replica_wait_s: float = 0.5
     # Optional password for the per-workload login roles when not on trust auth.
     role_password: str | None = None
     # Per-role passwords, JSON ``{"oml_server": "…"}`` (OML_ROLE_PASSWORDS): a deployed process
@@ -39,10 +51,19 @@ class Settings(BaseSettings):
     # "<tenant> <fingerprint>" lines an operator keeps outside the database; reconciliation's
     # trust anchors (docs/operator-guide.md). Default <home>/trust-anchors when present.
     trust_anchors: Path | None = None
+    # OpenTelemetry tracing: off, otlp (OTEL_EXPORTER_OTLP_* name the collector) or console (services/tracing.py).
+    tracing: str = "off"
+    # Where private keys live: "local" (files sealed by the master key) or an RFC 7512 PKCS#11 URI,
+    # pkcs11:token=L?module-path=M&pin-source=file:P (docs/key-management.md, "HSM over PKCS#11").
+    keystore: str = "local"
     master_key: str | None = None
     key_dir: Path | None = None
     embedding_model: str | None = None
     embedding_dim: int = 384
+    # Statements of the claims this many positions before a claim in its declared thread join its index
+    # text (0: off); docs/recall.md, "Context at indexing time". Changing it takes effect for rows
+    # indexed afterwards: run oml index rebuild.
+    index_context_before: int = 1
     backup_retention_days: int = 35
     idempotency_retention_hours: int = 24
     outbox_retention_hours: int = 24
@@ -52,6 +73,13 @@ class Settings(BaseSettings):
     http_port: int = 8765
     pool_size: int = 5
 
+    @field_validator("replica_urls", mode="before")
+    @classmethod
+    def _split_urls(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [u.strip() for u in value.split(",") if u.strip()]
+        return value
+
     @property
     def lake(self) -> str:
         return self.lake_uri or str((self.home / "lake").resolve())
@@ -60,10 +88,6 @@ class Settings(BaseSettings):
     def keys(self) -> Path:
         return self.key_dir or self.home / "keys"
 
-    # Statements of the claims this many positions before a claim in its declared thread join its index
-    # text (0: off); docs/recall.md, "Context at indexing time". Changing it takes effect for rows
-    # indexed afterwards: run oml index rebuild.
-    index_context_before: int = 1
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
+from oml.services import tracing
 from oml.services.context import Context
 
 from . import openapi_contract, problems
@@ -33,6 +34,10 @@ def create_app(ctx: Context) -> FastAPI:
 
     # A pure ASGI middleware, not @app.middleware("http"): it must count the body as it streams (issue 13.1).
     app.add_middleware(BodyLimit, limit=ctx.settings.max_request_bytes)
+    # Added last, so outermost: a refused request (413, 401) is a span too. A no-op while tracing is off.
+    app.add_middleware(tracing.TraceRequests)
+    if ctx.settings.tracing != "off":
+        tracing.configure(ctx.settings.tracing)
 
     for module in ROUTERS:
         app.include_router(module.router)

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import Iterator, Literal, Optional
 
 import sqlalchemy as sa
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Response
 from pydantic import Field
 
 from oml.client import wire as W
@@ -29,6 +29,7 @@ from oml.services.context import Context
 from oml.services.server.bodies import Unverified, decrypt_version, log_read
 
 from .deps import context, principal
+from .read_after import stamp_position
 from .routes_admin import IdemKey
 from .validation import UUID_PATTERN, Body, Closed, Time, UUIDStr, text, uuid_path
 
@@ -85,7 +86,7 @@ def single_claim() -> Iterator[None]:
 
 
 @router.post("/v1/claims", response_model=W.AdmittedOne, summary="Submit one claim version (held)")
-def submit(req: ClaimIn, p: Principal = Depends(principal), ctx: Context = Depends(context),
+def submit(req: ClaimIn, response: Response, p: Principal = Depends(principal), ctx: Context = Depends(context),
            idempotency_key: str | None = IdemKey) -> dict:
     """Encrypts the body, journals ``claim.submitted`` and projects a ``held`` version. Role: writer.
 
@@ -96,15 +97,18 @@ def submit(req: ClaimIn, p: Principal = Depends(principal), ctx: Context = Depen
     with single_claim():
         _check_sizes(ctx, [req])
         out = ctx.admission.submit(p, [req.submission()], idempotency_key=idempotency_key)
+    stamp_position(response, ctx, p)
     return {**out["items"][0], "replayed": out.get("replayed", False)}
 
 
 @router.post("/v1/claims:batch", response_model=W.BatchAdmitted, summary="Submit many claim versions in one group commit")
-def submit_batch(req: BatchIn, p: Principal = Depends(principal), ctx: Context = Depends(context),
+def submit_batch(req: BatchIn, response: Response, p: Principal = Depends(principal), ctx: Context = Depends(context),
                  idempotency_key: str | None = IdemKey) -> dict:
     """All claims are appended in one transaction, or none is (the first refusal names ``claims[i]``). Role: writer."""
     _check_sizes(ctx, req.claims)
-    return ctx.admission.submit(p, [c.submission() for c in req.claims], idempotency_key=idempotency_key)
+    out = ctx.admission.submit(p, [c.submission() for c in req.claims], idempotency_key=idempotency_key)
+    stamp_position(response, ctx, p)
+    return out
 
 
 # ---------------------------------------------------------------- review
@@ -115,13 +119,15 @@ class ReviewIn(Closed):
 
 
 @router.post("/v1/versions/{version_id}/review", response_model=W.Reviewed, summary="Promote, reject or demote a version")
-def review(req: ReviewIn, version_id: uuid_path("the version id"), p: Principal = Depends(principal),
+def review(req: ReviewIn, response: Response, version_id: uuid_path("the version id"), p: Principal = Depends(principal),
            ctx: Context = Depends(context), idempotency_key: str | None = IdemKey) -> dict:
     """Role: reviewer, whose identity is not the author's (``access.separation_of_duties``, 403;
     self-promotion only in a development workarea, recorded ``self_signed``). A promotion whose
     ``supersedes`` is not the current tip is ``claim.stale_supersession`` (409).
     """
-    return ctx.admission.review(p, version_id, req.decision, req.reason, note=req.note, idempotency_key=idempotency_key)
+    out = ctx.admission.review(p, version_id, req.decision, req.reason, note=req.note, idempotency_key=idempotency_key)
+    stamp_position(response, ctx, p)
+    return out
 
 
 CURSOR_DOC = ("opaque cursor: the `next_after` of the previous page. It names the last version that page listed, never"

@@ -44,8 +44,9 @@ def healthz(ctx: Context = Depends(context)) -> dict:
 
 
 class _Collector:
-    def __init__(self, rows, undispatched: int | None, integrity=()) -> None:
+    def __init__(self, rows, undispatched: int | None, integrity=(), replica_reads: dict[str, int] | None = None) -> None:
         self.rows, self.undispatched, self.integrity = rows, undispatched, integrity
+        self.replica_reads = replica_reads
 
     def collect(self):
         head = GaugeMetricFamily("oml_journal_head_seq", "Last journal seq of the tenant's chain.", labels=["tenant"])
@@ -75,6 +76,13 @@ class _Collector:
             g = GaugeMetricFamily("oml_outbox_undispatched", "Outbox rows the relay has not dispatched yet.")
             g.add_metric([], self.undispatched)
             yield g
+        if self.replica_reads is not None:
+            # This process's reads by source (docs/operations.md, "Recall from hot standbys").
+            reads = CounterMetricFamily("oml_replica_reads", "Recall and fetch reads by the source that served them, and "
+                                        "standbys skipped (unreachable, behind).", labels=["source"])
+            for source, n in sorted(self.replica_reads.items()):
+                reads.add_metric([source], n)
+            yield reads
 
 
 def _bearer(request: Request) -> str | None:
@@ -92,6 +100,7 @@ def metrics(request: Request, ctx: Context = Depends(context)) -> Response:
     platform = os.environ.get("OML_METRICS_TOKEN")
     if token and platform and hmac.compare_digest(token.encode(), platform.encode()):
         rows, integrity = lag.report(ctx), verified_reads.report(ctx)
+        replica_reads = dict(ctx.db.read_counts)
         try:
             pending = lag.undispatched(ctx)
         except Exception:
@@ -101,7 +110,8 @@ def metrics(request: Request, ctx: Context = Depends(context)) -> Response:
         if p.role != "operator":
             raise OMLError("access.denied", "metrics need an operator key or the platform metrics token", 403)
         rows, pending, integrity = lag.report(ctx, tenant=p.tenant), None, verified_reads.report(ctx, p.tenant)
+        replica_reads = None  # process-wide counts: the platform's, not one tenant's
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(rows, pending, integrity))
+    registry.register(_Collector(rows, pending, integrity, replica_reads))
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 

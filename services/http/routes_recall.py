@@ -26,6 +26,7 @@ from oml.services.server import fetch as F
 from oml.services.server.recall import Recaller, RecallRequest
 
 from .deps import context, principal
+from .read_after import read_after
 from .validation import Closed, Time, UUIDStr, text
 
 router = APIRouter(tags=["recall"])
@@ -62,7 +63,8 @@ def _recaller(ctx: Context) -> Recaller:
 
 
 @router.post("/v1/recall", response_model=W.Recalled, summary="Recall: steering rows first, then ranked hits")
-async def post_recall(body: RecallIn, p: Principal = Depends(principal), ctx: Context = Depends(context)) -> dict:
+async def post_recall(body: RecallIn, p: Principal = Depends(principal), ctx: Context = Depends(context),
+                      after_lsn: str | None = Depends(read_after)) -> dict:
     """Role: reader or reviewer. Segment order is part of the contract: clients may rely on it."""
     req = RecallRequest(query=body.query, workarea_id=body.workarea_id, retriever=body.retriever, k=body.k,
                         max_chars=body.budget.max_chars if body.budget else None,
@@ -70,20 +72,21 @@ async def post_recall(body: RecallIn, p: Principal = Depends(principal), ctx: Co
                         kinds=body.filters.kinds if body.filters else None,
                         provenances=body.filters.provenances if body.filters else None,
                         valid_at=body.filters.valid_at if body.filters else None, as_of=body.as_of)
-    return await run_in_threadpool(_recaller(ctx).recall, p, req)
+    return await run_in_threadpool(_recaller(ctx).recall, p, req, after_lsn=after_lsn)
 
 
 @router.get("/v1/claims/{claim_id}", response_model=W.Fetched, summary="Fetch a claim's tip (now, or as of an instant)")
 def get_claim(claim_id: UUIDStr, workarea_id: Optional[UUIDStr] = Query(None, description="scope; needed for self-signed rows"),
-              as_of: Optional[Time] = Query(None), p: Principal = Depends(principal), ctx: Context = Depends(context)) -> dict:
+              as_of: Optional[Time] = Query(None), p: Principal = Depends(principal), ctx: Context = Depends(context),
+              after_lsn: str | None = Depends(read_after)) -> dict:
     """Role: reader or reviewer. ``claim.not_found`` for anything the key may not read; ``claim.erased`` (410)."""
-    return F.fetch(ctx, p, claim_id=claim_id, workarea_id=workarea_id, as_of=as_of)
+    return F.fetch(ctx, p, claim_id=claim_id, workarea_id=workarea_id, as_of=as_of, after_lsn=after_lsn)
 
 
 @router.get("/v1/versions/{version_id}", response_model=W.Fetched, summary="Fetch one promoted version (tip or superseded)")
 def get_version(version_id: UUIDStr, workarea_id: Optional[UUIDStr] = Query(None), p: Principal = Depends(principal),
-                ctx: Context = Depends(context)) -> dict:
-    return F.fetch(ctx, p, version_id=version_id, workarea_id=workarea_id)
+                ctx: Context = Depends(context), after_lsn: str | None = Depends(read_after)) -> dict:
+    return F.fetch(ctx, p, version_id=version_id, workarea_id=workarea_id, after_lsn=after_lsn)
 
 
 @router.get("/v1/claims/{claim_id}/lineage", response_model=W.Lineage, summary="Versions and derived_from graph, both ways")

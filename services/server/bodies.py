@@ -21,6 +21,7 @@ from oml.domain import envelope
 from oml.domain.errors import OMLError, not_found
 from oml.services.keystore import KeyStore
 from oml.services.server import verified_reads
+from oml.services.tracing import traced
 
 
 class Unverified(OMLError):
@@ -76,6 +77,7 @@ def decrypt_version(conn: sa.Connection, keystore: KeyStore, tenant: str, versio
     return decrypt_artifact(conn, keystore, tenant, str(art))
 
 
+@traced("recall.decrypt")
 def decrypt_versions(conn: sa.Connection, keystore: KeyStore, tenant: str, version_ids: list[str]
                      ) -> dict[str, dict[str, Any] | OMLError]:
     """Bodies of many versions in one round trip: version id → body, or the :class:`OMLError` that

@@ -36,6 +36,7 @@ from oml.domain.access import Principal
 from oml.domain.errors import OMLError, invalid, not_found
 from oml.services.server import readlog, rows, sim_read
 from oml.services.server.bodies import decrypt_version
+from oml.services.tracing import traced
 
 if TYPE_CHECKING:  # pragma: no cover
     from oml.services.context import Context
@@ -80,9 +81,10 @@ def _claim_erased_in_access(conn, principal: Principal, claim_id: str, audience:
     return row is not None and row.erased_seq is not None and principal.can_access(row.path)
 
 
+@traced("fetch")
 def fetch(ctx: "Context", principal: Principal, *, claim_id: str | None = None, version_id: str | None = None,
           workarea_id: str | None = None, as_of: dt.datetime | str | None = None,
-          audience_simulations: frozenset[str] | None = None) -> dict[str, Any]:
+          audience_simulations: frozenset[str] | None = None, after_lsn: str | None = None) -> dict[str, Any]:
     """One item with its decrypted body: ``claim_id`` → its tip (now or ``as_of``); ``version_id`` → that version.
 
     ``workarea_id`` scopes the read (needed to fetch a ``self_signed`` row,
@@ -95,7 +97,8 @@ def fetch(ctx: "Context", principal: Principal, *, claim_id: str | None = None, 
         raise invalid("give exactly one of claim_id and version_id", field="claim_id")
     when = _time(as_of, "as_of")
     tenant = principal.tenant
-    with ctx.db.tenant(ROLE, tenant) as conn:
+    with ctx.db.read(ROLE, tenant, after_lsn=after_lsn) as rtx:
+        conn = rtx.conn
         scopes, scope_ids = _scopes(conn, principal, workarea_id)
         if audience_simulations is None:
             audience_simulations = sim_read.audience_of(conn, principal)
@@ -123,7 +126,7 @@ def fetch(ctx: "Context", principal: Principal, *, claim_id: str | None = None, 
         item["is_tip"] = loaded.facts.is_tip
         item["body"] = body
         item["source"] = body.get("source") if isinstance(body, dict) else None
-        readlog.record(conn, principal, "fetch", claim_ids=[loaded.claim_id], workarea_ids=scope_ids)
+        readlog.record_read(ctx.db, rtx, principal, "fetch", claim_ids=[loaded.claim_id], workarea_ids=scope_ids)
     return item
 
 

@@ -53,9 +53,11 @@ from oml.domain.events import SYSTEM, Actor
 from oml.domain.recall import query_digest
 from oml.services.keystore import KeyNotFound, KeyStore
 from oml.services.server.bodies import log_read
+from oml.services.tracing import traced
 
 if TYPE_CHECKING:  # pragma: no cover
     from oml.services.context import Context
+    from oml.services.storage.db import Database, ReadTx
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,7 @@ MAX_RETENTION_DAYS = 36_500
 _ROW_COLS = ("tenant_id, read_id, at, principal_id, identity_id, role, op, workarea_ids, claim_ids, query_digest")
 
 
+@traced("readlog.record")
 def record(conn: sa.Connection, principal: Principal, op: str, *, claim_ids: Iterable[str] = (),
            workarea_ids: Iterable[str] = (), query_digest: bytes | None = None) -> None:
     """Log one read in the caller's ``oml_server`` transaction (ids and digest only)."""
@@ -75,6 +78,26 @@ def record(conn: sa.Connection, principal: Principal, op: str, *, claim_ids: Ite
     log_read(conn, principal.tenant, principal_id=principal.principal_id, identity_id=principal.identity_id,
              role=principal.role, op=op, claim_ids=[str(c) for c in claim_ids],
              workarea_ids=[str(w) for w in workarea_ids], query_digest=query_digest)
+
+
+def record_read(db: "Database", rtx: "ReadTx", principal: Principal, op: str, **kw: Any) -> None:
+    """Log a read served through ``rtx`` (:meth:`Database.read`) before its answer leaves.
+
+    On the primary the row goes into the read's own transaction, as
+    :func:`record`. A standby cannot write: the row is committed on the
+    primary in a transaction of its own, inside the read's, so the answer is
+    returned only after its log row is durable. Raises ``readlog.unavailable``
+    (503) when the primary cannot take it: nothing is served unlogged.
+    """
+    if rtx.on_primary:
+        record(rtx.conn, principal, op, **kw)
+        return
+    try:
+        with db.tenant("oml_server", principal.tenant) as conn:
+            record(conn, principal, op, **kw)
+    except sa.exc.OperationalError:
+        log.error("readlog: the primary refused a read-log row; the read is not served")
+        raise OMLError("readlog.unavailable", "the read log cannot be written now; nothing was served", 503) from None
 
 
 def digest_query(keystore: KeyStore, tenant: str, text: str) -> bytes:

@@ -61,6 +61,7 @@ from oml.domain.errors import OMLError, invalid
 from oml.services.server import readlog, rows, sim_read
 from oml.services.server.bodies import decrypt_versions
 from oml.services.server.bm25 import bm25_leg
+from oml.services.tracing import traced
 
 if TYPE_CHECKING:  # pragma: no cover
     from oml.services.context import Context
@@ -173,6 +174,7 @@ def fts_row(r: Any) -> LegRow:
     return (str(r.version_id), float(r.rank), (-float(r.rank_cd), -int(r.tip_from_seq)))
 
 
+@traced("recall.fts")
 def fts_leg(conn: sa.Connection, text: str, f: _Filters, n: int, diag: _Diag) -> list[LegRow]:
     """Up to ``n`` leg rows (version id, ts_rank, ties), best first.
 
@@ -328,6 +330,7 @@ def set_hnsw(conn: sa.Connection, n: int) -> dict[str, Any]:
     return {"ef_search": ef, "iterative_scan": ITERATIVE_SCAN, "max_scan_tuples": int(max_tuples)}
 
 
+@traced("recall.vector")
 def vector_leg(conn: sa.Connection, tenant: str, qvec: Sequence[float], f: _Filters, n: int, diag: _Diag,
                exact_scan_max: int = R.EXACT_SCAN_MAX) -> list[LegRow]:
     """Up to ``n`` leg rows (version id, cosine distance, ties), never fewer than ``min(n, qualifying rows)``.
@@ -385,6 +388,7 @@ def default_embed(ctx: "Context") -> EmbedFn:
     process-wide, so it is set and restored under a lock.
     """
 
+    @traced("recall.embed")
     def embed(text: str) -> Sequence[float]:
         import torch
 
@@ -419,8 +423,9 @@ class Recaller:
         self.embed = embed or default_embed(ctx)
         self.exact_scan_max = exact_scan_max
 
+    @traced("recall")
     def recall(self, principal: Principal, req: RecallRequest, *,
-               audience_simulations: frozenset[str] | None = None) -> dict[str, Any]:
+               audience_simulations: frozenset[str] | None = None, after_lsn: str | None = None) -> dict[str, Any]:
         """Run one recall for ``principal``; returns ``{"steering": [...], "hits": [...], "diagnostics": {...}}``.
 
         Raises ``access.denied`` (403) unless the key may read,
@@ -468,7 +473,8 @@ class Recaller:
 
         tenant = principal.tenant
         # A hot standby serves the read when one can (docs/operations.md); the read log goes to the primary.
-        with self.ctx.db.tenant(ROLE, tenant) as conn:
+        with self.ctx.db.read(ROLE, tenant, after_lsn=after_lsn) as rtx:
+            conn = rtx.conn
             if req.workarea_id is not None:
                 wa = rows.workarea_by_id(conn, tenant, str(req.workarea_id)) if _is_uuid(req.workarea_id) else None
                 if wa is None:
@@ -545,8 +551,8 @@ class Recaller:
                 hit_items.append(item)
 
             served = [i["claim_id"] for i in steer_items + hit_items]
-            readlog.record(conn, principal, "recall", claim_ids=served,
-                           workarea_ids=scope_ids, query_digest=readlog.digest_query(self.ctx.keystore, tenant, text))
+            readlog.record_read(self.ctx.db, rtx, principal, "recall", claim_ids=served, workarea_ids=scope_ids,
+                                query_digest=readlog.digest_query(self.ctx.keystore, tenant, text))
 
         return {
             "steering": steer_items,

@@ -19,6 +19,7 @@ from typing import Any, Iterable, Sequence
 import sqlalchemy as sa
 
 from oml.domain.recall import RowFacts
+from oml.services.tracing import traced
 
 # The tip interval that covers the read's instant: the open one when :as_of is NULL.
 _TIP_AT = ("(CASE WHEN CAST(:as_of AS timestamptz) IS NULL THEN ti.to_seq IS NULL"
@@ -139,6 +140,7 @@ def load_rows(conn: sa.Connection, tenant: str, version_ids: Iterable[str], as_o
     return out
 
 
+@traced("recall.steering")
 def steering_version_ids(conn: sa.Connection, tenant: str, paths: Sequence[str], as_of: dt.datetime | None,
                          audience: frozenset[str] = frozenset()) -> list[str]:
     """Versions that are steering tips (at ``as_of``; now when None) in any of the workarea ``paths``
