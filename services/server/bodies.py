@@ -11,6 +11,7 @@ does not back is :class:`Unverified` — to the reader, not found.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -35,16 +36,28 @@ def _erased() -> OMLError:
     return OMLError("claim.erased", "the body was erased", 410)
 
 
+def _check_digest(row) -> None:
+    """Raise ``ValueError`` unless the ciphertext is the one admission stored (hostile review X2).
+
+    The AAD and the HPKE wrap bind nothing secret: whoever may write ``artifacts.ciphertext`` and
+    ``wrapped_deks`` (admission, to shred) can seal a body of their own to the tenant's public key. The
+    digest is written once at admission (no role may update it) and is the journal's ``ciphertext_sha256``
+    (reconcile compares the two), so a swapped ciphertext fails here as a tampered one does.
+    """
+    if row.sha256 is None or hashlib.sha256(bytes(row.ciphertext)).digest() != bytes(row.sha256):
+        raise ValueError("ciphertext digest")
+
+
 def decrypt_artifact(conn: sa.Connection, keystore: KeyStore, tenant: str, artifact_id: str) -> dict[str, Any]:
     """The decrypted JSON object of one artifact (a body or a note).
 
     Raises ``claim.not_found`` (404) for an unknown artifact, ``claim.erased``
     (410) when its ciphertext was purged or its DEK shredded, and
-    ``integrity.body`` (500) when the ciphertext does not open (tampered or
+    ``integrity.body`` (500) when the ciphertext is not the one admission stored or does not open (tampered or
     wrong key): the AAD binds tenant, claim, version and artifact.
     """
     row = conn.execute(sa.text(
-        "SELECT a.artifact_id, a.claim_id, a.version_id, a.ciphertext, d.key_version, d.wrapped"
+        "SELECT a.artifact_id, a.claim_id, a.version_id, a.ciphertext, a.sha256, d.key_version, d.wrapped"
         " FROM artifacts a LEFT JOIN wrapped_deks d ON d.tenant_id = a.tenant_id AND d.artifact_id = a.artifact_id"
         " WHERE a.tenant_id = :t AND a.artifact_id = CAST(:a AS uuid)"), {"t": tenant, "a": artifact_id}).one_or_none()
     if row is None:
@@ -53,6 +66,7 @@ def decrypt_artifact(conn: sa.Connection, keystore: KeyStore, tenant: str, artif
         raise _erased()
     art = str(row.artifact_id)
     try:
+        _check_digest(row)
         dek = envelope.unwrap(bytes(row.wrapped), info=envelope.dek_info(tenant, art, row.key_version),
                               private_key=keystore.get(tenant, f"encryption/{row.key_version}"))
         plain = envelope.open_body(bytes(row.ciphertext), dek=dek,
@@ -97,11 +111,11 @@ def decrypt_versions(conn: sa.Connection, keystore: KeyStore, tenant: str, versi
     # Full-key lookups behind LATERAL/LIMIT fences, tenant as (SELECT :t): linear plans even when the
     # tenant's statistics are stale (services/server/rows.py explains; 28 ms → 1 ms for 30 bodies, measured).
     rows = conn.execute(sa.text(
-        "SELECT v.version_id, v.claim_id, a.artifact_id, a.ciphertext, d.key_version, d.wrapped"
+        "SELECT v.version_id, v.claim_id, a.artifact_id, a.ciphertext, a.sha256, d.key_version, d.wrapped"
         " FROM unnest(CAST(:ids AS uuid[])) AS x(vid)"
         " CROSS JOIN LATERAL (SELECT v.version_id, v.claim_id, v.artifact_id FROM claim_versions v"
         "   WHERE v.tenant_id = (SELECT CAST(:t AS text)) AND v.version_id = x.vid LIMIT 1) v"
-        " CROSS JOIN LATERAL (SELECT a.artifact_id, a.ciphertext FROM artifacts a"
+        " CROSS JOIN LATERAL (SELECT a.artifact_id, a.ciphertext, a.sha256 FROM artifacts a"
         "   WHERE a.tenant_id = (SELECT CAST(:t AS text)) AND a.artifact_id = v.artifact_id LIMIT 1) a"
         " LEFT JOIN LATERAL (SELECT d.key_version, d.wrapped FROM wrapped_deks d"
         "   WHERE d.tenant_id = (SELECT CAST(:t AS text)) AND d.artifact_id = a.artifact_id LIMIT 1) d ON true"),
@@ -113,6 +127,7 @@ def decrypt_versions(conn: sa.Connection, keystore: KeyStore, tenant: str, versi
             out[vid] = _erased()
             continue
         try:
+            _check_digest(row)
             if row.key_version not in keys:
                 keys[row.key_version] = keystore.get(tenant, f"encryption/{row.key_version}")
             dek = envelope.unwrap(bytes(row.wrapped), info=envelope.dek_info(tenant, art, row.key_version),

@@ -45,6 +45,7 @@ import structlog
 
 from oml.domain import verified_read as V
 from oml.domain.chain import JournalRow, link
+from oml.domain.event_format import parse_event
 
 if TYPE_CHECKING:  # pragma: no cover
     from oml.services.context import Context
@@ -187,6 +188,23 @@ def _reason(conn: sa.Connection, tenant: str, r: Any) -> str | None:
     projected = V.Projected(str(r.version_id), str(r.claim_id), r.status, bool(r.self_signed),
                             str(r.simulation_id) if r.simulation_id else None)
     return None if V.backs(cached[0], projected) else V.NOT_BACKED
+
+
+def genuine_event(conn: sa.Connection, tenant: str, row: JournalRow) -> dict[str, Any]:
+    """The parsed event of one stored journal row, checked as a status event is (hash over its bytes, strict
+    parsing, signature under the key the chain registered for its seq); raises :class:`ValueError` whose
+    ``args[0]`` is a reason code (``journal.hash``, ``journal.format``, ``journal.key``, ``journal.signature``).
+
+    For rows that are not status events (a ``principal.created`` behind an API key, :mod:`oml.services.auth`):
+    the signature check is cached like a status event's, by (tenant, seq, recomputed hash).
+    """
+    key = ("genuine", tenant, row.seq, link(row.prev_hash, row.canonical))
+    if _EVENTS.get(key) is None:
+        hist = _key_history(conn, tenant, row.seq)
+        _stats["signature_checks"] += 1
+        V.check_event(tenant, row, hist.key_at(row.kid, row.seq))
+        _EVENTS.put(key, True)
+    return parse_event(row.canonical, seq=row.seq, tenant=tenant)
 
 
 @dataclass(frozen=True)

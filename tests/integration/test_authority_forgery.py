@@ -18,7 +18,8 @@ import sqlalchemy as sa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi.testclient import TestClient
 
-from oml.domain import signing
+from oml.domain import envelope, signing
+from oml.domain.access import Principal
 from oml.domain.errors import OMLError
 from oml.domain.events import Actor
 from oml.services.admission import journal, projector
@@ -29,7 +30,7 @@ from oml.services.journal_verify import verify_journal
 from oml.services.projections import verify_tenant
 from oml.workers import reconciler
 
-from admission_kit import bearer, make_kit, owner, owner_unguarded, run_cli
+from admission_kit import bearer, journal_len, make_kit, owner, owner_unguarded, run_cli
 
 WORKLOADS = ("oml_admission", "oml_server", "oml_lake_writer", "oml_reconciler", "oml_indexer", "oml_relay")
 INSUFFICIENT_PRIVILEGE, GUARD = "42501", "23000"
@@ -110,8 +111,12 @@ def test_an_unregistered_actor_is_refused_to_workloads_and_reported_for_the_owne
     client = TestClient(create_app(ctx))
     r = client.post("/v1/principals", json={"identity_id": kit.dual_identity, "role": "admin", "roots": [kit.root]},
                     headers=bearer(f"oml_{pid}_{secret}"))
-    assert r.status_code == 200, r.text  # the forged key works over HTTP: a journalled, signed admin key
-    minted, minted_key = r.json()["principal_id"], r.json()["api_key"]
+    # The row names a genuine event that is not its principal.created: the key is refused (X1).
+    assert r.status_code == 401 and r.json()["code"] == "access.unauthenticated", r.text
+    # Had anything authenticated it (an older server), admission would journal a signed admin key:
+    forged = Principal(kit.tenant, pid, kit.dual_identity, "admin", (kit.root,), ("main",))
+    made = ctx.admission.create_principal(forged, kit.dual_identity, "admin", [kit.root])
+    minted, minted_key = made["principal_id"], made["api_key"]
     r = client.post("/v1/identities", json={"kind": "person", "display_name": "laundered"}, headers=bearer(minted_key))
     assert r.status_code == 200, r.text
     # ... and removes the forged row.
@@ -260,3 +265,70 @@ def test_an_event_that_does_not_replay_is_named_not_a_crash(ctx):
     assert pr.exit_code == 1 and f"journal [seq={seq}] replay_failed" in pr.stdout
     rep = verify_journal(ctx.db, kit.tenant, kit.fingerprint)
     assert [(f.seq, f.rule) for f in rep.findings] == [(seq, "workarea.unknown")]
+
+
+# ---------------------------------------------------------------- hostile review X1, X2: a stolen admission credential
+
+class _ForeignSigner:
+    """Signs with a key of the attacker's own under the tenant's kid (an admission credential holds no signing key)."""
+
+    def __init__(self) -> None:
+        self.key = Ed25519PrivateKey.generate()
+
+    def sign_event(self, tenant: str, kid: str, chain_hash: bytes) -> bytes:
+        return self.key.sign(signing.event_message(chain_hash))
+
+
+def test_a_key_behind_a_mis_signed_principal_event_is_refused(ctx):
+    """X1: as oml_admission, append a mis-signed principal.created and the row it projects to (the guard checks
+    values, not signatures); the key it names must not authenticate, so it cannot mint a genuine admin key."""
+    kit = make_kit(ctx, "forge-missigned-principal")
+    admin = authenticate(ctx.db, kit.admin_key)
+    pid, secret = secrets.token_hex(8), secrets.token_hex(32)
+    digest = hashlib.sha256(secret.encode()).digest()
+    with ctx.db.tenant("oml_admission", kit.tenant) as c:
+        ev = journal.append(journal.Head(c, kit.tenant), _ForeignSigner(), "principal.created",
+                            Actor(admin.principal_id, admin.identity_id),
+                            {"principal_id": pid, "identity_id": kit.dual_identity, "role": "admin", "roots": [kit.root],
+                             "secret_sha256": digest.hex()})
+        c.execute(sa.text(INSERT_PRINCIPAL.replace(":h, 4)", ":h, :s)")),
+                  {"t": kit.tenant, **principal_row(kit, pid, secret), "s": ev.seq})
+        c.execute(sa.text("INSERT INTO principal_directory (principal_id, tenant_id) VALUES (:p, :t)"), {"p": pid, "t": kit.tenant})
+    before = journal_len(ctx, kit.tenant)
+    r = TestClient(create_app(ctx)).post("/v1/principals", json={"identity_id": kit.dual_identity, "role": "admin",
+                                                                  "roots": [kit.root]}, headers=bearer(f"oml_{pid}_{secret}"))
+    assert r.status_code == 401 and r.json()["code"] == "access.unauthenticated", r.text
+    assert journal_len(ctx, kit.tenant) == before
+    with pytest.raises(OMLError):
+        authenticate(ctx.db, f"oml_{pid}_{secret}")
+    assert authenticate(ctx.db, kit.admin_key).role == "admin"  # genuine keys still work
+    rep = verify_journal(ctx.db, kit.tenant, kit.fingerprint)
+    assert not rep.ok and not rep.result.ok
+
+
+def test_a_body_resealed_to_the_tenant_key_is_not_served(ctx):
+    """X2: as oml_admission (UPDATE on artifacts.ciphertext and DELETE/INSERT on wrapped_deks, for shredding), seal a
+    body of the attacker's own to the tenant's public encryption key in place of a promoted one."""
+    kit = make_kit(ctx, "forge-reseal")
+    writer, reviewer = authenticate(ctx.db, kit.writer_key), authenticate(ctx.db, kit.reviewer_key)
+    v = ctx.admission.submit(writer, [Submission(kit.root, {"statement": "the genuine statement"})])["items"][0]
+    ctx.admission.review(reviewer, v["version_id"], "promote", "accurate")
+    with ctx.db.tenant("oml_admission", kit.tenant) as c:
+        art = str(c.execute(sa.text("SELECT artifact_id FROM claim_versions WHERE tenant_id = :t AND version_id = CAST(:v AS uuid)"),
+                            {"t": kit.tenant, "v": v["version_id"]}).scalar())
+        kv, pub = c.execute(sa.text("SELECT version, public_key FROM tenant_keys WHERE tenant_id = :t AND purpose = 'encryption'"
+                                    " AND retired_seq IS NULL"), {"t": kit.tenant}).one()
+        forged = envelope.seal({"statement": "FORGEDSTATEMENT"}, aad=envelope.body_aad(kit.tenant, v["claim_id"], v["version_id"], art),
+                               info=envelope.dek_info(kit.tenant, art, kv), public_key=bytes(pub), key_version=kv)
+        c.execute(sa.text("UPDATE artifacts SET ciphertext = :c WHERE tenant_id = :t AND artifact_id = CAST(:a AS uuid)"),
+                  {"c": forged.ciphertext, "t": kit.tenant, "a": art})
+        c.execute(sa.text("DELETE FROM wrapped_deks WHERE tenant_id = :t AND artifact_id = CAST(:a AS uuid)"), {"t": kit.tenant, "a": art})
+        c.execute(sa.text("INSERT INTO wrapped_deks (tenant_id, artifact_id, key_version, wrapped) VALUES (:t, CAST(:a AS uuid), :k, :w)"),
+                  {"t": kit.tenant, "a": art, "k": kv, "w": forged.wrapped_dek})
+    admin = authenticate(ctx.db, kit.admin_key)
+    reader = ctx.admission.create_principal(admin, kit.reviewer_identity, "reader", [kit.root])["api_key"]
+    r = TestClient(create_app(ctx), raise_server_exceptions=False).get(f"/v1/claims/{v['claim_id']}", headers=bearer(reader))
+    assert "FORGEDSTATEMENT" not in r.text and r.status_code != 200, r.text
+    assert r.json()["code"] == "integrity.body"
+    res = reconciler.reconcile(ctx, kit.tenant, trusted_fingerprint=kit.fingerprint)
+    assert any(d.column == "sha256" or "ciphertext" in str(d.column) for d in res.discrepancies), res.discrepancies
