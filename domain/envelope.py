@@ -56,11 +56,21 @@ def seal(body: dict[str, Any], *, aad: bytes, info: bytes, public_key: bytes, ke
         info: :func:`dek_info` of the artifact.
         public_key: raw 32-byte X25519 public key of the tenant, version ``key_version``.
     """
+    dek, ciphertext, digest = encrypt(body, aad=aad)
+    return Sealed(ciphertext, digest, wrap(dek, info=info, public_key=public_key), key_version)
+
+
+def encrypt(body: dict[str, Any], *, aad: bytes) -> tuple[bytes, bytes, bytes]:
+    """The first half of :func:`seal`: ``(dek, ciphertext, sha256(ciphertext))`` under a fresh 256-bit DEK."""
     dek = AESGCM.generate_key(bit_length=256)
     nonce = os.urandom(12)
     ciphertext = nonce + AESGCM(dek).encrypt(nonce, canonical(body), aad)
-    wrapped = SUITE.encrypt(dek, X25519PublicKey.from_public_bytes(public_key), info=info)
-    return Sealed(ciphertext, hashlib.sha256(ciphertext).digest(), wrapped, key_version)
+    return dek, ciphertext, hashlib.sha256(ciphertext).digest()
+
+
+def wrap(dek: bytes, *, info: bytes, public_key: bytes) -> bytes:
+    """The second half of :func:`seal`: ``dek`` wrapped with HPKE (RFC 9180, :data:`SUITE`) to ``public_key``."""
+    return SUITE.encrypt(dek, X25519PublicKey.from_public_bytes(public_key), info=info)
 
 
 def unwrap(wrapped_dek: bytes, *, info: bytes, private_key: bytes) -> bytes:

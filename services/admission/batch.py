@@ -12,12 +12,16 @@ flushes first, so a read inside a batch sees every earlier item, as before.
 """
 from __future__ import annotations
 
+import dataclasses
+import pickle
 from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
 
-from . import journal, projector, sets
+from oml.domain import envelope
+
+from . import journal, projector, sets, wrapping
 from .signer import Signer
 
 CHUNK = 25
@@ -78,6 +82,65 @@ class Batch:
     artifacts: list[Artifact] = field(default_factory=list)
     subjects: list[tuple[str, bytes]] = field(default_factory=list)
     pipeline: Any = None  # the open psycopg Pipeline while chunks are in flight
+    worker: wrapping.Worker | None = None  # wraps DEKs in a worker process (services/admission/wrapping.py)
+    unwrapped: list[tuple[Artifact, bytes, bytes, bytes]] = field(default_factory=list)  # (row, dek, info, public key)
+    # Groups handed to the worker (or, without one, to wrap here), oldest first: (public key, jobs, rows, sent).
+    wrapping: list[tuple[bytes, list[tuple[bytes, bytes]], list[Artifact], bool]] = field(default_factory=list)
+
+    def seal(self, body: dict[str, Any], row: Artifact, *, aad: bytes, info: bytes, public_key: bytes) -> Artifact:
+        """Encrypt ``body`` for the artifact ``row`` (its ciphertext fields unset) and defer its rows.
+
+        The DEK is wrapped here, or, with a worker, by the worker process a chunk at a time and
+        collected one chunk later (:meth:`send`). Returns the row with ciphertext and digest set."""
+        if self.worker is None:
+            sealed = envelope.seal(body, aad=aad, info=info, public_key=public_key, key_version=row.key_version)
+            row = dataclasses.replace(row, ciphertext=sealed.ciphertext, digest=sealed.digest, wrapped_dek=sealed.wrapped_dek)
+            self.artifacts.append(row)
+            return row
+        dek, ciphertext, digest = envelope.encrypt(body, aad=aad)
+        row = dataclasses.replace(row, ciphertext=ciphertext, digest=digest)
+        self.unwrapped.append((row, dek, info, public_key))
+        if len(self.unwrapped) >= CHUNK:
+            self._dispatch()
+        return row
+
+    def _dispatch(self) -> None:
+        """Hand the unwrapped DEKs, grouped by public key, to the worker."""
+        group, self.unwrapped = self.unwrapped, []
+        for pub in dict.fromkeys(g[3] for g in group):
+            part = [g for g in group if g[3] == pub]
+            jobs = [(dek, info) for _, dek, info, _ in part]
+            sent = self.worker is not None
+            if sent:
+                try:
+                    self.worker.submit(pub, jobs)
+                except OSError:
+                    self._drop_worker()
+                    sent = False
+            self.wrapping.append((pub, jobs, [r for r, *_ in part], sent))
+
+    def _drop_worker(self) -> None:
+        """Give up on the worker (it died): every group it holds is wrapped here instead."""
+        wrapping.checkin(self.worker, healthy=False)
+        self.worker = None
+        self.wrapping = [(pub, jobs, rows, False) for pub, jobs, rows, _ in self.wrapping]
+
+    def _collect(self, *, keep_last: bool) -> None:
+        """Move wrapped artifacts to the rows to write; ``keep_last`` leaves the newest group in flight."""
+        if not keep_last and self.unwrapped:
+            self._dispatch()
+        while len(self.wrapping) > (1 if keep_last else 0):
+            pub, jobs, rows, sent = self.wrapping[0]
+            wrapped = None
+            if sent and self.worker is not None:
+                try:
+                    wrapped = self.worker.result()
+                except (OSError, EOFError, pickle.UnpicklingError):
+                    self._drop_worker()
+            if wrapped is None or len(wrapped) != len(jobs):
+                wrapped = wrapping.wrap_many(pub, jobs)
+            self.wrapping.pop(0)
+            self.artifacts += [dataclasses.replace(r, wrapped_dek=w) for r, w in zip(rows, wrapped)]
 
     def append(self, signer: Signer, type: str, actor: Any, data: dict[str, Any], **kw: Any) -> journal.Appended:
         """Link ``type`` after the head now (seq, hash, signature) and defer its row and projection."""
@@ -91,6 +154,7 @@ class Batch:
     def send(self) -> None:
         """Send everything deferred so far -- journal, artifacts, projections, subjects, in this order --
         without waiting for the results."""
+        self._collect(keep_last=True)
         if not (self.rows or self.artifacts or self.subjects):
             return
         conn, tenant = self.head.conn, self.head.tenant
@@ -105,6 +169,7 @@ class Batch:
 
     def settle(self) -> None:
         """Send what is deferred and wait for every result (raises the first error of any chunk)."""
+        self._collect(keep_last=False)
         self.send()
         if self.pipeline is not None:
             pipe, self.pipeline = self.pipeline, None
@@ -113,6 +178,7 @@ class Batch:
     def discard(self) -> None:
         """Drop what is deferred and leave pipeline mode after a refusal (the transaction rolls back)."""
         self.rows, self.events, self.artifacts, self.subjects = [], [], [], []
+        self.unwrapped, self.wrapping = [], []
         if self.pipeline is not None:
             pipe, self.pipeline = self.pipeline, None
             try:
@@ -121,9 +187,11 @@ class Batch:
                 pass
 
 
-def attach(head: journal.Head) -> Batch:
-    """Defer ``head``'s appends, artifacts and subjects into a new :class:`Batch` until it settles."""
-    head.batch = Batch(head)
+def attach(head: journal.Head, size: int = 1) -> Batch:
+    """Defer ``head``'s appends, artifacts and subjects into a new :class:`Batch` until it settles.
+
+    ``size``: the number of claims to come; from two chunks on, DEKs are wrapped in the worker process."""
+    head.batch = Batch(head, worker=wrapping.checkout() if size >= 2 * CHUNK else None)
     return head.batch
 
 
@@ -137,5 +205,9 @@ def settle(head: journal.Head) -> None:
 def detach(head: journal.Head, *, ok: bool) -> None:
     """End ``head``'s batch: settle it when ``ok``, else discard it."""
     b, head.batch = head.batch, None
-    if b is not None:
+    if b is None:
+        return
+    try:
         b.settle() if ok else b.discard()
+    finally:
+        wrapping.checkin(b.worker, healthy=ok)

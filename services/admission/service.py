@@ -8,6 +8,7 @@ signer; it encrypts bodies but can never decrypt one.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -416,19 +417,14 @@ class Admission:
         """
         artifact_id = new_id()
         version, pub = key or self._encryption_key(conn, tenant)
-        sealed = envelope.seal(
-            body,
-            aad=envelope.body_aad(tenant, claim_id or "", version_id or "", artifact_id),
-            info=envelope.dek_info(tenant, artifact_id, version),
-            public_key=pub,
-            key_version=version,
-        )
-        row = batching.Artifact(artifact_id, kind, claim_id, version_id, sealed.ciphertext, sealed.digest, seq_hint,
-                                version, sealed.wrapped_dek)
+        aad = envelope.body_aad(tenant, claim_id or "", version_id or "", artifact_id)
+        info = envelope.dek_info(tenant, artifact_id, version)
+        row = batching.Artifact(artifact_id, kind, claim_id, version_id, b"", b"", seq_hint, version, b"")
         if pending is not None:
-            pending.artifacts.append(row)
-        else:
-            batching.write_artifacts(conn, tenant, [row])
+            return artifact_id, pending.seal(body, row, aad=aad, info=info, public_key=pub).digest
+        sealed = envelope.seal(body, aad=aad, info=info, public_key=pub, key_version=version)
+        batching.write_artifacts(conn, tenant, [dataclasses.replace(row, ciphertext=sealed.ciphertext, digest=sealed.digest,
+                                                                    wrapped_dek=sealed.wrapped_dek)])
         return artifact_id, sealed.digest
 
     def subject_hmac(self, tenant: str, kind: str, normalised: str) -> bytes:
@@ -497,7 +493,7 @@ class Admission:
 
         def act(head):
             out = []
-            batching.attach(head)
+            batching.attach(head, len(items))
             ok = False
             try:
                 for i, s in enumerate(items):

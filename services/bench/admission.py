@@ -53,6 +53,26 @@ def bodies(n: int) -> list[dict[str, Any]]:
 
 
 
+def _backend_cpu(eng: sa.Engine):
+    """A callable returning the CPU seconds (user + system) that the PostgreSQL backends of ``eng``'s role
+    used since this call, read from ``/proc`` (``None`` where the server is not on this host)."""
+    def backend_cpu() -> float | None:
+        with eng.connect() as c:
+            pids = c.execute(sa.text("SELECT pid FROM pg_stat_activity WHERE usename = current_user")).scalars().all()
+            c.rollback()
+        total = 0.0
+        for pid in pids:
+            try:
+                f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                return None
+            total += (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+        return total
+
+    start = backend_cpu()
+    return lambda: None if start is None or (end := backend_cpu()) is None else end - start
+
+
 def run(ctx, *, single: int = 300, batched: int = 3000, batch: int = 100) -> dict[str, Any]:
     """Run the four measurements; returns counts, seconds, claims/s and ratios (raw ÷ admission)."""
     bt = bench_tenant(ctx, "bench")
@@ -65,9 +85,11 @@ def run(ctx, *, single: int = 300, batched: int = 3000, batch: int = 100) -> dic
     submit_all(ctx, bt, items[:single], 1)
     res["admission_single"] = {"claims": single, "seconds": time.perf_counter() - t0}
     rest = items[single:]
-    t0 = time.perf_counter()
+    srv = _backend_cpu(ctx.db.engine("oml_admission"))
+    t0, c0 = time.perf_counter(), time.process_time()
     submit_all(ctx, bt, rest, batch)
-    res["admission_batched"] = {"claims": len(rest), "seconds": time.perf_counter() - t0}
+    res["admission_batched"] = {"claims": len(rest), "seconds": time.perf_counter() - t0,
+                                "client_cpu_s": time.process_time() - c0, "server_cpu_s": srv()}
 
     table = f"bench_raw_{secrets.token_hex(4)}"
     eng = ctx.db.engine(None)
@@ -91,11 +113,13 @@ def run(ctx, *, single: int = 300, batched: int = 3000, batch: int = 100) -> dic
             with eng.begin() as c:
                 c.execute(ins, row(b))
         res["raw_single"] = {"claims": single, "seconds": time.perf_counter() - t0}
-        t0 = time.perf_counter()
+        srv = _backend_cpu(eng)
+        t0, c0 = time.perf_counter(), time.process_time()
         for i in range(0, len(rest), batch):
             with eng.begin() as c:
                 c.execute(ins, [row(b) for b in rest[i:i + batch]])
-        res["raw_batched"] = {"claims": len(rest), "seconds": time.perf_counter() - t0}
+        res["raw_batched"] = {"claims": len(rest), "seconds": time.perf_counter() - t0,
+                              "client_cpu_s": time.process_time() - c0, "server_cpu_s": srv()}
     finally:
         with eng.begin() as c:
             c.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
@@ -103,6 +127,10 @@ def run(ctx, *, single: int = 300, batched: int = 3000, batch: int = 100) -> dic
     for k in ("admission_single", "admission_batched", "raw_single", "raw_batched"):
         res[k]["claims_per_s"] = round(rate(res[k]["claims"], res[k]["seconds"]), 1)
         res[k]["seconds"] = round(res[k]["seconds"], 3)
+        for side in ("client", "server"):
+            cpu = res[k].pop(f"{side}_cpu_s", None)
+            if cpu is not None:
+                res[k][f"{side}_cpu_us_per_claim"] = round(cpu / res[k]["claims"] * 1e6)
     res["ratio_single"] = round(res["raw_single"]["claims_per_s"] / res["admission_single"]["claims_per_s"], 2)
     res["ratio_batched"] = round(res["raw_batched"]["claims_per_s"] / res["admission_batched"]["claims_per_s"], 2)
     res["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
@@ -122,6 +150,10 @@ def render(res: dict[str, Any]) -> list[str]:
         r = res[k]
         out.append(f"{label:<22}{r['claims']:>8}{r['seconds']:>10.3f}{r['claims_per_s']:>11.1f}")
     out.append(f"raw ÷ admission: single {res['ratio_single']}×, batched {res['ratio_batched']}×")
+    cpu = [f"{label} client {res[k]['client_cpu_us_per_claim']} µs, server "
+           + (f"{res[k]['server_cpu_us_per_claim']} µs" if "server_cpu_us_per_claim" in res[k] else "n/a")
+           for k, label in (("admission_batched", "admission"), ("raw_batched", "raw"))]
+    out.append("CPU per claim, batched (process time; server: its backend, from /proc): " + "; ".join(cpu))
     return out
 
 

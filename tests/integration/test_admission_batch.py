@@ -100,3 +100,41 @@ def test_versions_and_lineage_inside_one_batch_match_one_by_one(ctx, kit):
     report = verify_journal(ctx.db, kit.tenant, kit.fingerprint)
     assert report.ok, (report.result.reason, report.findings)
     assert verify_tenant(ctx.db, kit.tenant) == []
+
+
+def _opens(ctx, kit, n: int) -> list[bytes]:
+    """The plaintexts of the tenant's last ``n`` body artifacts, opened with the tenant's private key."""
+    from oml.domain import envelope
+
+    private = ctx.keystore.get(kit.tenant, "encryption/1")
+    with owner(ctx, kit.tenant) as c:
+        rows = c.execute(sa.text(
+            "SELECT a.artifact_id, a.claim_id, a.version_id, a.ciphertext, d.wrapped, d.key_version FROM artifacts a"
+            " JOIN wrapped_deks d USING (tenant_id, artifact_id) WHERE a.tenant_id = :t AND a.kind = 'body'"
+            " ORDER BY a.created_seq DESC LIMIT :n"), {"t": kit.tenant, "n": n}).all()
+    out = []
+    for r in rows:
+        dek = envelope.unwrap(bytes(r.wrapped), info=envelope.dek_info(kit.tenant, str(r.artifact_id), r.key_version), private_key=private)
+        out.append(envelope.open_body(bytes(r.ciphertext), dek=dek,
+                                      aad=envelope.body_aad(kit.tenant, str(r.claim_id), str(r.version_id), str(r.artifact_id))))
+    return out
+
+
+def test_dek_wraps_from_the_worker_open_and_a_dead_worker_falls_back(ctx, kit):
+    from oml.domain.canonical import canonical
+    from oml.services.admission import wrapping
+
+    w = authenticate(ctx.db, kit.writer_key)
+    n = 3 * batch_mod.CHUNK
+    bodies = [{"statement": f"wrapped {i}"} for i in range(n)]
+    ctx.admission.submit(w, [Submission(kit.root, b) for b in bodies])
+    assert sorted(_opens(ctx, kit, n)) == sorted(canonical(b) for b in bodies)
+    # A worker that died between batches: its jobs are wrapped in-process, the batch commits.
+    dead = wrapping.checkout()
+    assert dead is not None
+    dead.proc.kill()
+    dead.proc.wait()
+    wrapping._idle.append(dead)
+    bodies = [{"statement": f"after a dead worker {i}"} for i in range(n)]
+    ctx.admission.submit(w, [Submission(kit.root, b) for b in bodies])
+    assert sorted(_opens(ctx, kit, n)) == sorted(canonical(b) for b in bodies)

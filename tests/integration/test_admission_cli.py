@@ -56,5 +56,6 @@ def test_bench_admission_runs_small(ctx):
     res = run(ctx, single=3, batched=10, batch=4)
     for k in ("admission_single", "admission_batched", "raw_single", "raw_batched"):
         assert res[k]["claims"] in (3, 10) and res[k]["claims_per_s"] > 0
-    assert len(render(res)) == 8
+    lines = render(res)
+    assert len(lines) == 9 and lines[-1].startswith("CPU per claim, batched")
     assert verify_journal(ctx.db, res["tenant"]).ok
