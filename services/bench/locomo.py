@@ -243,14 +243,14 @@ def oml_rows(ctx, fusions: Mapping[str, Any] | None = None) -> dict[str, tuple[A
     from oml.domain.recall import RRF_K_CLASSIC
     from oml.services.server.recall import Recaller
 
-    rec = Recaller(ctx)
+    rec = Recaller(ctx, lexical="ts_rank")
     rows: dict[str, tuple[Any, str]] = {r: (rec, r) for r in RETRIEVERS}
     bm25 = Recaller(ctx, lexical="bm25")
     rows["bm25"] = (bm25, "fts")
     rows["hybrid-bm25"] = (bm25, "hybrid")
     extra = {CLASSIC: Fusion("rrf", k=RRF_K_CLASSIC), **(fusions or {})}
     for name, fusion in extra.items():
-        rows[name] = (Recaller(ctx, fusion=fusion), "hybrid")
+        rows[name] = (Recaller(ctx, fusion=fusion, lexical="ts_rank"), "hybrid")
     return rows
 
 

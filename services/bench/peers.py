@@ -39,10 +39,15 @@ from oml.services.bench import locomo
 K = 10
 
 
+def offline() -> None:
+    """mem0 reads ``MEM0_TELEMETRY`` when it is first imported: set it (and no hub access) before any import."""
+    os.environ["MEM0_TELEMETRY"] = "False"
+    os.environ["HF_HUB_OFFLINE"] = "1"
+
+
 def mem0_memory(root: str) -> Any:
     """A mem0 ``Memory`` that runs offline: local MiniLM, embedded Qdrant under ``root``, history in SQLite."""
-    os.environ.setdefault("MEM0_TELEMETRY", "False")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    offline()
     os.environ.setdefault("MEM0_DIR", root)
     from mem0 import Memory
 
@@ -126,6 +131,7 @@ def register(bench_app: typer.Typer) -> None:
         """OML hybrid recall against mem0 (infer=False, same embedder), interleaved: p50/p95 and recall@10 (needs the peers extra)."""
         from oml.services.cli.common import context, err
 
+        offline()
         try:
             import mem0  # noqa: F401
         except ImportError:

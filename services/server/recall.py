@@ -411,11 +411,14 @@ class Recaller:
     ``exact_scan_max`` is the exact/approximate threshold and ``rrf_k`` the fusion constant (docs/recall.md)."""
 
     def __init__(self, ctx: "Context", *, embed: EmbedFn | None = None, exact_scan_max: int = R.EXACT_SCAN_MAX,
-                 rrf_k: int = R.RRF_K, fusion: "fusionmod.Fusion | None" = None, lexical: str = "ts_rank") -> None:
+                 rrf_k: int = R.RRF_K, fusion: "fusionmod.Fusion | None" = None, lexical: str | None = None) -> None:
+        lexical = lexical or ctx.settings.recall_lexical
         if lexical not in ("ts_rank", "bm25"):
             raise ValueError("lexical ranking must be ts_rank or bm25")
         self.ctx = ctx
-        # The lexical leg's ranking: ts_rank through oml_fts_search, or BM25 (services/server/bm25.py).
+        # The lexical leg's ranking: ts_rank through oml_fts_search, or BM25 (services/server/bm25.py; the
+        # OML_RECALL_LEXICAL setting by default). A simulation audience's legs merge shared and simulation rows
+        # by score, and the simulation side is ts_rank, so audience reads rank the shared side by ts_rank too.
         self.lexical = lexical
         # ``fusion`` (domain/fusion.py) wins over ``rrf_k``, which is kept for callers that only set the constant.
         self.fusion = fusion or fusionmod.Fusion("rrf", k=rrf_k)
@@ -504,7 +507,8 @@ class Recaller:
             pool = max(R.POOL_MIN, 2 * budget.k)
             legs: dict[str, list[LegRow]] = {}
             if use_fts:
-                legs["fts"] = (bm25_leg if self.lexical == "bm25" else fts_leg)(conn, text, f, pool, diag)
+                bm25 = self.lexical == "bm25" and not audience_simulations
+                legs["fts"] = (bm25_leg if bm25 else fts_leg)(conn, text, f, pool, diag)
             if use_vec and qvec is not None:
                 legs["vector"] = vector_leg(conn, tenant, qvec, f, pool, diag, self.exact_scan_max)
             if audience_simulations:

@@ -80,7 +80,7 @@ def test_bm25_differs_from_ts_rank_somewhere(ctx, kit):
     differ = 0
     for query in QUERIES:
         a = Recaller(ctx, lexical="bm25").recall(kit.reader, RecallRequest(query=query, retriever="fts", k=10, workarea_id=kit.wa))
-        b = Recaller(ctx).recall(kit.reader, RecallRequest(query=query, retriever="fts", k=10, workarea_id=kit.wa))
+        b = Recaller(ctx, lexical="ts_rank").recall(kit.reader, RecallRequest(query=query, retriever="fts", k=10, workarea_id=kit.wa))
         differ += [h["claim_id"] for h in a["hits"]] != [h["claim_id"] for h in b["hits"]]
     assert differ >= 1
 

@@ -42,20 +42,21 @@ def worlds(ctx):
     return out
 
 
-def _statements(ctx, w, query: str, retriever: str, k: int = 25) -> list[str]:
-    out = Recaller(ctx).recall(w.reader, RecallRequest(query=query, retriever=retriever, k=k))
+def _statements(ctx, w, query: str, retriever: str, k: int = 25, lexical: str | None = None) -> list[str]:
+    out = Recaller(ctx, lexical=lexical).recall(w.reader, RecallRequest(query=query, retriever=retriever, k=k))
     return [h["body"]["statement"] for h in out["hits"]]
 
 
+@pytest.mark.parametrize("lexical", ["bm25", "ts_rank"])
 @pytest.mark.parametrize("retriever", ["fts", "vector", "hybrid"])
 @pytest.mark.parametrize("query", QUERIES)
-def test_two_ingestions_rank_identically(ctx, worlds, retriever, query):
-    a, b = (_statements(ctx, w, query, retriever) for w in worlds)
+def test_two_ingestions_rank_identically(ctx, worlds, retriever, query, lexical):
+    a, b = (_statements(ctx, w, query, retriever, lexical=lexical) for w in worlds)
     assert a and a == b
 
 
 def test_ties_fall_to_cover_density_then_recency(ctx, worlds):
-    got = _statements(ctx, worlds[0], "deployment window report", "fts")
+    got = _statements(ctx, worlds[0], "deployment window report", "fts", lexical="ts_rank")
     block = [s for s in got if s in TIED or s in CLOSER]
     # Equal ts_rank: the words-closer-together statements first (ts_rank_cd), each group newest first.
     assert block == list(reversed(CLOSER)) + list(reversed(TIED))

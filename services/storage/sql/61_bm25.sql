@@ -55,8 +55,10 @@ BEGIN
              FROM cand cd CROSS JOIN LATERAL unnest(cd.tsv) AS u),
   dl AS (SELECT tk.version_id, tk.tip_from_seq, sum(tk.tf) AS dl FROM toks tk GROUP BY tk.version_id, tk.tip_from_seq),
   sc AS (SELECT tk.version_id, tk.tip_from_seq,
+                -- summed in lexeme order: a float sum in the hash aggregate's arbitrary order can differ in the
+                -- last bit between two ingestions of one corpus and reorder exact ties (docs/recall.md, "Ties")
                 sum(ln(1 + (n - d.df + 0.5) / (d.df + 0.5))
-                    * tk.tf * (k1 + 1) / (tk.tf + k1 * (1 - b + b * l.dl / avgdl))) AS score
+                    * tk.tf * (k1 + 1) / (tk.tf + k1 * (1 - b + b * l.dl / avgdl)) ORDER BY tk.lexeme) AS score
            FROM toks tk JOIN df d ON d.lx = tk.lexeme
            JOIN dl l ON l.version_id = tk.version_id AND l.tip_from_seq = tk.tip_from_seq
           GROUP BY tk.version_id, tk.tip_from_seq)
