@@ -332,3 +332,42 @@ def test_a_body_resealed_to_the_tenant_key_is_not_served(ctx):
     assert r.json()["code"] == "integrity.body"
     res = reconciler.reconcile(ctx, kit.tenant, trusted_fingerprint=kit.fingerprint)
     assert any(d.column == "sha256" or "ciphertext" in str(d.column) for d in res.discrepancies), res.discrepancies
+
+
+def test_a_workarea_policy_or_tree_changed_around_the_journal_is_refused(ctx):
+    """X3: as oml_admission, a workarea's development flag (self-promotion), pii_policy (the personal-data gate)
+    or place in the tree (access scope) cannot be changed without the journal event that sets it; a mis-signed
+    event appended for the purpose is named by `oml journal verify` for good."""
+    kit = make_kit(ctx, "forge-workarea")
+    admin = authenticate(ctx.db, kit.admin_key)
+    a = ctx.admission.create_workarea(admin, "team-a", kit.root)["node_id"]
+    b = ctx.admission.create_workarea(admin, "team-b", kit.root)["node_id"]
+    forgeries = {
+        "UPDATE workareas SET development = true WHERE tenant_id = :t AND node_id = CAST(:n AS uuid)": {"n": kit.root},
+        "UPDATE workareas SET pii_policy = 'allow' WHERE tenant_id = :t AND node_id = CAST(:n AS uuid)": {"n": kit.root},
+        "UPDATE workareas SET parent_id = CAST(:a AS uuid) WHERE tenant_id = :t AND node_id = CAST(:n AS uuid)": {"n": b, "a": a},
+        "UPDATE workareas SET path = 'main.team-a.team-b' WHERE tenant_id = :t AND node_id = CAST(:n AS uuid)": {"n": b},
+    }
+    for sql, params in forgeries.items():
+        for role in WORKLOADS:
+            code = refused(ctx, role, kit.tenant, sql, **params)
+            assert code == (GUARD if role == "oml_admission" else INSUFFICIENT_PRIVILEGE), (role, sql)
+    # Legitimate acts still project.
+    ctx.admission.set_workarea_policy(admin, b, development=True, pii_policy="declare")
+    ctx.admission.reparent_workarea(admin, b, a)
+    with owner(ctx, kit.tenant) as c:
+        row = c.execute(sa.text("SELECT path, development, pii_policy FROM workareas WHERE tenant_id = :t AND node_id = CAST(:n AS uuid)"),
+                        {"t": kit.tenant, "n": b}).one()
+    assert tuple(row) == ("main.team-a.team-b", True, "declare")
+    # A mis-signed policy event gets the row in, and the journal names it (the row cannot hide it by flipping back).
+    with ctx.db.tenant("oml_admission", kit.tenant) as c:
+        ev = journal.append(journal.Head(c, kit.tenant), _ForeignSigner(), "workarea.policy_set",
+                            Actor(admin.principal_id, admin.identity_id),
+                            {"node_id": kit.root, "development": True, "pii_policy": "allow"})
+        c.execute(sa.text("UPDATE workareas SET development = true, pii_policy = 'allow' WHERE tenant_id = :t AND node_id = CAST(:n AS uuid)"),
+                  {"t": kit.tenant, "n": kit.root})
+    assert refused(ctx, "oml_admission", kit.tenant, "UPDATE workareas SET development = false, pii_policy = 'deny'"
+                   " WHERE tenant_id = :t AND node_id = CAST(:n AS uuid)", n=kit.root) == GUARD
+    rep = verify_journal(ctx.db, kit.tenant, kit.fingerprint)
+    assert not rep.result.ok and rep.exit_code == 1
+    assert f"seq {ev.seq}" in "\n".join(rep.lines()), rep.lines()

@@ -34,6 +34,7 @@ def test_upgrade_from_0001_backfills_the_status_log(ctx):
     assert len(before[0]) == 4 and len(before[1]) == 8
     # The schema as it was at 0001, before verified reads.
     with owner(ctx) as c:
+        c.execute(sa.text("DROP TRIGGER IF EXISTS oml_guard ON claim_versions"))  # 0007's guard reads status_seq
         c.execute(sa.text("ALTER TABLE claim_versions DROP COLUMN status_seq"))
         c.execute(sa.text("DROP TABLE version_status_log"))
         c.execute(sa.text("DROP TABLE integrity_events"))

@@ -154,4 +154,83 @@ BEGIN
   END IF;
 END $$;
 
-GRANT EXECUTE ON FUNCTION oml_journal_event(text, bigint, text[]), oml_guard_refuse(text, text, bigint) TO oml_admission;
+-- workareas (hostile review X3): a node's tree and policy decide access scope, self-signed promotion and the
+-- personal-data gate, so a row may hold only what the journal last said for its node: created_seq names its
+-- workarea.created (same node and label); parent_id is the latest workarea.reparented's new parent, else
+-- the created one's; development and pii_policy the latest workarea.policy_set's, else the created one's.
+-- Forging a row now takes a journal event too, which `oml journal verify` names for ever (flipping the row
+-- back no longer hides it). path is derived: oml_guard_workarea_path checks it against the parent at commit.
+CREATE OR REPLACE FUNCTION oml_workarea_latest(p_tenant text, p_node uuid, p_type text) RETURNS jsonb
+  LANGUAGE sql STABLE
+  AS $$ SELECT e FROM (SELECT seq, convert_from(canonical, 'UTF8')::jsonb AS e FROM journal_events
+                        WHERE tenant_id = p_tenant AND type = p_type) j
+         WHERE (e -> 'data' ->> 'node_id')::uuid = p_node ORDER BY seq DESC LIMIT 1 $$;
+
+CREATE OR REPLACE FUNCTION oml_guard_workareas() RETURNS trigger
+  LANGUAGE plpgsql
+  AS $$
+DECLARE created jsonb; ev jsonb;
+BEGIN
+  created := oml_journal_event(NEW.tenant_id, NEW.created_seq, ARRAY['workarea.created']);
+  IF created IS NULL OR (created -> 'data' ->> 'node_id')::uuid IS DISTINCT FROM NEW.node_id
+     OR created -> 'data' ->> 'label' IS DISTINCT FROM NEW.label
+     OR (TG_OP = 'UPDATE' AND NEW.created_seq IS DISTINCT FROM OLD.created_seq) THEN
+    PERFORM oml_guard_refuse('workareas', NEW.node_id::text, NEW.created_seq);
+  END IF;
+  IF TG_OP = 'INSERT' OR NEW.parent_id IS DISTINCT FROM OLD.parent_id THEN
+    ev := oml_workarea_latest(NEW.tenant_id, NEW.node_id, 'workarea.reparented');
+    IF (CASE WHEN ev IS NULL THEN created -> 'data' ->> 'parent_id' ELSE ev -> 'data' ->> 'new_parent_id' END)::uuid
+       IS DISTINCT FROM NEW.parent_id THEN
+      PERFORM oml_guard_refuse('workareas', NEW.node_id::text, COALESCE((ev ->> 'seq')::bigint, NEW.created_seq));
+    END IF;
+  END IF;
+  IF TG_OP = 'INSERT' OR NEW.development IS DISTINCT FROM OLD.development OR NEW.pii_policy IS DISTINCT FROM OLD.pii_policy THEN
+    ev := COALESCE(oml_workarea_latest(NEW.tenant_id, NEW.node_id, 'workarea.policy_set'), created);
+    IF (ev -> 'data' ->> 'development')::boolean IS DISTINCT FROM NEW.development
+       OR ev -> 'data' ->> 'pii_policy' IS DISTINCT FROM NEW.pii_policy THEN
+      PERFORM oml_guard_refuse('workareas', NEW.node_id::text, (ev ->> 'seq')::bigint);
+    END IF;
+  END IF;
+  RETURN NEW;
+END $$;
+
+-- After each statement (a reparent rewrites a subtree's paths in one statement, so a row-level check would
+-- see a parent half-updated): every inserted or re-pathed row's path is its parent's path and its label.
+CREATE OR REPLACE FUNCTION oml_guard_workarea_path() RETURNS trigger
+  LANGUAGE plpgsql
+  AS $$
+DECLARE bad record;
+BEGIN
+  -- A parent changed alone is the first half of a reparent (the paths follow in the next statement; the
+  -- parent itself is held to the journal by oml_guard): on UPDATE only rows whose path is new are checked.
+  IF TG_OP = 'INSERT' THEN
+    SELECT w.node_id, w.created_seq INTO bad FROM changed c
+      JOIN workareas w ON w.tenant_id = c.tenant_id AND w.node_id = c.node_id
+      LEFT JOIN workareas p ON p.tenant_id = w.tenant_id AND p.node_id = w.parent_id
+     WHERE w.path IS DISTINCT FROM CASE WHEN w.parent_id IS NULL THEN w.label ELSE p.path || '.' || w.label END
+     LIMIT 1;
+  ELSE
+    SELECT w.node_id, w.created_seq INTO bad FROM changed c
+      JOIN previous o ON o.tenant_id = c.tenant_id AND o.node_id = c.node_id AND o.path IS DISTINCT FROM c.path
+      JOIN workareas w ON w.tenant_id = c.tenant_id AND w.node_id = c.node_id
+      LEFT JOIN workareas p ON p.tenant_id = w.tenant_id AND p.node_id = w.parent_id
+     WHERE w.path IS DISTINCT FROM CASE WHEN w.parent_id IS NULL THEN w.label ELSE p.path || '.' || w.label END
+     LIMIT 1;
+  END IF;
+  IF FOUND THEN
+    PERFORM oml_guard_refuse('workareas', bad.node_id::text, bad.created_seq);
+  END IF;
+  RETURN NULL;
+END $$;
+
+DROP TRIGGER IF EXISTS oml_guard ON workareas;
+CREATE TRIGGER oml_guard BEFORE INSERT OR UPDATE ON workareas FOR EACH ROW EXECUTE FUNCTION oml_guard_workareas();
+DROP TRIGGER IF EXISTS oml_guard_path_insert ON workareas;
+CREATE TRIGGER oml_guard_path_insert AFTER INSERT ON workareas REFERENCING NEW TABLE AS changed
+  FOR EACH STATEMENT EXECUTE FUNCTION oml_guard_workarea_path();
+DROP TRIGGER IF EXISTS oml_guard_path_update ON workareas;
+CREATE TRIGGER oml_guard_path_update AFTER UPDATE ON workareas REFERENCING OLD TABLE AS previous NEW TABLE AS changed
+  FOR EACH STATEMENT EXECUTE FUNCTION oml_guard_workarea_path();
+
+GRANT EXECUTE ON FUNCTION oml_journal_event(text, bigint, text[]), oml_guard_refuse(text, text, bigint),
+  oml_workarea_latest(text, uuid, text) TO oml_admission;
