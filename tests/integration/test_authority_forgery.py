@@ -371,3 +371,23 @@ def test_a_workarea_policy_or_tree_changed_around_the_journal_is_refused(ctx):
     rep = verify_journal(ctx.db, kit.tenant, kit.fingerprint)
     assert not rep.result.ok and rep.exit_code == 1
     assert f"seq {ev.seq}" in "\n".join(rep.lines()), rep.lines()
+
+
+def test_a_tenant_policy_changed_around_the_journal_is_refused(ctx):
+    """X3: as oml_admission, fewer phone regions (national numbers past the gate), an older genuine policy's seq,
+    or a shorter read-log retention cannot be written without the latest journal event that sets them."""
+    kit = make_kit(ctx, "forge-policy")
+    admin = authenticate(ctx.db, kit.admin_key)
+    ctx.admission.set_tenant_policy(admin, phone_regions=["GB"])
+    ctx.admission.set_tenant_policy(admin, phone_regions=["GB", "DE"])
+    with owner(ctx, kit.tenant) as c:
+        first = c.execute(sa.text("SELECT min(seq) FROM journal_events WHERE tenant_id = :t AND type = 'tenant.policy_set'"),
+                          {"t": kit.tenant}).scalar()
+    for sql, params in {"UPDATE tenant_policies SET phone_regions = ARRAY['JP'] WHERE tenant_id = :t": {},
+                        "UPDATE tenant_policies SET phone_regions = ARRAY['GB'], set_seq = :s WHERE tenant_id = :t": {"s": first},
+                        "INSERT INTO retention_policies (tenant_id, readlog_days, set_seq) VALUES (:t, 1, :s)": {"s": first}}.items():
+        for role in WORKLOADS:
+            code = refused(ctx, role, kit.tenant, sql, **params)
+            assert code == (GUARD if role == "oml_admission" else INSUFFICIENT_PRIVILEGE), (role, sql)
+    with owner(ctx, kit.tenant) as c:
+        assert c.execute(sa.text("SELECT phone_regions FROM tenant_policies WHERE tenant_id = :t"), {"t": kit.tenant}).scalar() == ["GB", "DE"]

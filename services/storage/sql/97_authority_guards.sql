@@ -232,5 +232,37 @@ DROP TRIGGER IF EXISTS oml_guard_path_update ON workareas;
 CREATE TRIGGER oml_guard_path_update AFTER UPDATE ON workareas REFERENCING OLD TABLE AS previous NEW TABLE AS changed
   FOR EACH STATEMENT EXECUTE FUNCTION oml_guard_workarea_path();
 
+-- tenant_policies, retention_policies (hostile review X3): set_seq names the tenant's latest event of the
+-- policy's type and the row carries its values (fewer phone regions let national numbers past the gate).
+CREATE OR REPLACE FUNCTION oml_guard_policies() RETURNS trigger
+  LANGUAGE plpgsql
+  AS $$
+DECLARE etype text := CASE TG_TABLE_NAME WHEN 'tenant_policies' THEN 'tenant.policy_set' ELSE 'retention.policy_set' END;
+        ev jsonb; ok boolean;
+BEGIN
+  ev := oml_journal_event(NEW.tenant_id, NEW.set_seq, ARRAY[etype]);
+  ok := ev IS NOT NULL AND NOT EXISTS (SELECT 1 FROM journal_events WHERE tenant_id = NEW.tenant_id AND type = etype AND seq > NEW.set_seq)
+        AND CASE TG_TABLE_NAME
+              WHEN 'tenant_policies' THEN ARRAY(SELECT jsonb_array_elements_text(ev -> 'data' -> 'phone_regions'))
+                                          = ARRAY(SELECT jsonb_array_elements_text(to_jsonb(NEW) -> 'phone_regions'))
+              ELSE (ev -> 'data' ->> 'readlog_days')::int IS NOT DISTINCT FROM (to_jsonb(NEW) ->> 'readlog_days')::int END;
+  IF NOT ok THEN
+    PERFORM oml_guard_refuse(TG_TABLE_NAME, NEW.tenant_id, NEW.set_seq);
+  END IF;
+  RETURN NEW;
+END $$;
+-- (to_jsonb(NEW): one function for two row types.) tenant_policies arrives with migration 0005, after 0003
+-- first applies this file.
+DO $$
+DECLARE t text;
+BEGIN
+  FOREACH t IN ARRAY ARRAY['tenant_policies', 'retention_policies'] LOOP
+    IF to_regclass('public.' || t) IS NOT NULL THEN
+      EXECUTE format('DROP TRIGGER IF EXISTS oml_guard ON %I', t);
+      EXECUTE format('CREATE TRIGGER oml_guard BEFORE INSERT OR UPDATE ON %I FOR EACH ROW EXECUTE FUNCTION oml_guard_policies()', t);
+    END IF;
+  END LOOP;
+END $$;
+
 GRANT EXECUTE ON FUNCTION oml_journal_event(text, bigint, text[]), oml_guard_refuse(text, text, bigint),
   oml_workarea_latest(text, uuid, text) TO oml_admission;
