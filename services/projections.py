@@ -143,6 +143,37 @@ def _journal(conn: sa.Connection, tenant: str, *, after: int = 0, upto_seq: int 
         after = rows[-1].seq
 
 
+_FAILURES = (sa.exc.SQLAlchemyError, OMLError, LookupError, TypeError, ValueError, AttributeError)
+_RUN = 500  # claim.submitted events projected per statement set (issue 14)
+
+
+class _RunFailed(sa.exc.SQLAlchemyError):
+    """The event of a run that the projector could not apply (``seq``)."""
+
+    def __init__(self, seq: int) -> None:
+        super().__init__(f"seq {seq}")
+        self.seq = seq
+
+
+def _apply_run(conn: sa.Connection, tenant: str, run: list[tuple[int, Any, dict, dict]]) -> None:
+    """Project a run of ``claim.submitted`` events as sets (``projector.claims_submitted``) under a
+    savepoint; when the set fails, replay the run event by event to name the first that fails."""
+    if not run:
+        return
+    try:
+        with conn.begin_nested():
+            projector.claims_submitted(conn, tenant, run)
+        return
+    except _FAILURES:
+        pass
+    for seq, at, actor, data in run:
+        try:
+            with conn.begin_nested():
+                projector.claims_submitted(conn, tenant, [(seq, at, actor, data)])
+        except _FAILURES as exc:
+            raise _RunFailed(seq) from exc
+
+
 def replay(conn: sa.Connection, tenant: str, *, upto_seq: int | None = None,
            artifacts: dict[str, str] | None = None, acts: AuthorityReplay | None = None) -> ReplayStats:
     """Create the temp projection tables and replay ``tenant``'s journal into them.
@@ -156,6 +187,7 @@ def replay(conn: sa.Connection, tenant: str, *, upto_seq: int | None = None,
     """
     _create_temp(conn)
     stats = ReplayStats()
+    run: list[tuple[int, Any, dict, dict]] = []  # consecutive claim.submitted events, applied as sets
     for seq, raw in _journal(conn, tenant, upto_seq=upto_seq):
         # The stored canonical bytes are the authority, never a JSONB copy.
         if acts is not None:
@@ -163,13 +195,25 @@ def replay(conn: sa.Connection, tenant: str, *, upto_seq: int | None = None,
         try:
             ev = json.loads(raw)
             data = ev.get("data") or {}
-            projector.apply(conn, tenant, seq, parse_time(ev["at"]), ev["actor"], ev["type"], data)
-        except (sa.exc.SQLAlchemyError, OMLError, LookupError, TypeError, ValueError, AttributeError) as exc:
-            raise ReplayFailed(seq) from exc
+            if ev.get("type") == "claim.submitted":
+                run.append((seq, parse_time(ev["at"]), ev["actor"], data))
+                if len(run) >= _RUN:
+                    _apply_run(conn, tenant, run)
+                    run = []
+            else:
+                _apply_run(conn, tenant, run)
+                run = []
+                projector.apply(conn, tenant, seq, parse_time(ev["at"]), ev["actor"], ev["type"], data)
+        except _FAILURES as exc:
+            raise ReplayFailed(getattr(exc, "seq", seq)) from exc
         if artifacts is not None:
             for a, d in _artifacts_named(ev["type"], data):
                 artifacts[a] = d
         stats.events += 1
+    try:
+        _apply_run(conn, tenant, run)
+    except _FAILURES as exc:
+        raise ReplayFailed(exc.seq) from exc
     for t in ORDER:
         stats.rows[t] = conn.execute(sa.text(f"SELECT count(*) FROM pg_temp.{t}")).scalar()
     return stats

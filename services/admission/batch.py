@@ -173,7 +173,8 @@ class Batch:
         self.send()
         if self.pipeline is not None:
             pipe, self.pipeline = self.pipeline, None
-            pipe.__exit__(None, None, None)
+            with sets.wrapped("-- a group commit's pipeline"):
+                pipe.__exit__(None, None, None)
 
     def discard(self) -> None:
         """Drop what is deferred and leave pipeline mode after a refusal (the transaction rolls back)."""

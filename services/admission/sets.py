@@ -8,8 +8,10 @@ SQLAlchemy connection ``conn``, so they belong to its transaction (and to a pipe
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
 
+import psycopg
 import sqlalchemy as sa
 
 
@@ -29,5 +31,18 @@ def columns(names: Sequence[str], rows: Sequence[tuple], *, prefix: str = "") ->
 
 
 def execute(conn: sa.Connection, sql: str, params: dict[str, Any]) -> None:
-    """Run ``sql`` with binary parameters in ``conn``'s transaction; its result, if any, is not read."""
-    conn.connection.driver_connection.cursor().execute(sql, params)
+    """Run ``sql`` with binary parameters in ``conn``'s transaction; its result, if any, is not read.
+
+    Raises the :class:`sqlalchemy.exc.DBAPIError` subclass SQLAlchemy would (``IntegrityError`` …),
+    without the parameters (ciphertexts, bodies' digests) in its text."""
+    with wrapped(sql):
+        conn.connection.driver_connection.cursor().execute(sql, params)
+
+
+@contextmanager
+def wrapped(sql: str | None) -> Iterator[None]:
+    """Translate psycopg errors raised inside into SQLAlchemy's exceptions (a pipeline's, at its sync)."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        raise sa.exc.DBAPIError.instance(sql, None, exc, psycopg.Error, hide_parameters=True) from exc

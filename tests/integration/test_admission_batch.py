@@ -138,3 +138,34 @@ def test_dek_wraps_from_the_worker_open_and_a_dead_worker_falls_back(ctx, kit):
     bodies = [{"statement": f"after a dead worker {i}"} for i in range(n)]
     ctx.admission.submit(w, [Submission(kit.root, b) for b in bodies])
     assert sorted(_opens(ctx, kit, n)) == sorted(canonical(b) for b in bodies)
+
+
+def test_a_set_statement_fails_as_sqlalchemy_would_without_its_values(ctx, kit):
+    from oml.services.admission import sets
+
+    secret = "batch-dup-canary"
+    with pytest.raises(sa.exc.IntegrityError) as e:
+        with owner(ctx) as conn:
+            sets.execute(conn, "INSERT INTO tenants (tenant_id) SELECT * FROM unnest(CAST(%(a)b AS text[]))", {"a": [secret, secret]})
+    # SQLAlchemy's own text of the statement, no parameter section (PostgreSQL's DETAIL is its own).
+    assert "unnest" in str(e.value) and "[parameters:" not in str(e.value)
+    with owner(ctx) as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM tenants WHERE tenant_id = :t"), {"t": secret}).scalar() == 0
+
+
+def test_a_submitted_event_that_does_not_replay_is_named_inside_a_run(ctx):
+    """The replay projects runs of claim.submitted as sets; a bad event inside a run is still named."""
+    import uuid
+
+    from oml.domain.events import Actor
+    from oml.services.admission import journal
+
+    k = make_kit(ctx, "batch-noreplay")
+    w = authenticate(ctx.db, k.writer_key)
+    ctx.admission.submit(w, [Submission(k.root, {"statement": f"before {i}"}) for i in range(5)])
+    with owner(ctx, k.tenant) as c:  # signed with the tenant's key, never projected
+        seq = journal.append(journal.Head(c, k.tenant), ctx.admission.signer, "claim.submitted",
+                             Actor(w.principal_id, w.identity_id), {"claim_id": str(uuid.uuid4()), "version_no": 1}).seq
+    ctx.admission.submit(w, [Submission(k.root, {"statement": "after"})])
+    diffs = {(d.table, d.key, d.kind) for d in verify_tenant(ctx.db, k.tenant)}
+    assert ("journal", (("seq", str(seq)),), "replay_failed") in diffs
