@@ -101,8 +101,10 @@ def _not_json(request: Request) -> str | None:
 
 
 def _error(e: dict) -> dict:
-    field = _field(e.get("loc", ()))
     rule = e.get("type", "invalid")
+    loc = tuple(e.get("loc", ()))
+    # An unknown member's name is submitted text (hostile review X4): name the object it was found in.
+    field = _field(loc[:-1] if rule == "extra_forbidden" and len(loc) > 1 else loc)
     if rule in ("literal_error", "enum"):
         allowed = _QUOTED.findall(str((e.get("ctx") or {}).get("expected", "")))
         what = "a reason code from the closed list" if field.rsplit(".", 1)[-1] == "reason" else "one of the allowed values"

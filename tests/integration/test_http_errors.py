@@ -128,3 +128,20 @@ def test_other_closed_lists_list_their_values(env):
     [e] = r.json()["errors"]
     assert (e["field"], e["allowed"]) == ("decision", ["promote", "reject", "demote"])
     assert "approve" not in r.text
+
+
+def test_an_unknown_member_is_named_by_where_it_was_not_its_name(env, ctx):
+    """Hostile review X4: an unknown member's name is submitted text (it may be personal data); the refusal names
+    the object it was found in and the rule, never the name."""
+    k = env["k"]
+    before = journal_len(ctx, k.tenant)
+    for path, key, body, where in [
+        ("/v1/claims", k.writer_key, {"workarea_id": k.root, "body": {"statement": "x"}, CANARY: 1}, "body"),
+        ("/v1/claims:batch", k.writer_key, {"claims": [{"workarea_id": k.root, "body": {"statement": "x"}, CANARY: 1}]}, "claims[0]"),
+        ("/v1/recall", k.writer_key, {"query": "x", "filters": {CANARY: 1}}, "filters"),
+        ("/v1/identities", k.admin_key, {"kind": "person", "display_name": "x", CANARY: 1}, "body"),
+    ]:
+        r = _post(env, path, key, json=body)
+        assert r.status_code == 422 and CANARY not in r.text, (path, r.text)
+        assert {(e["field"], e["rule"]) for e in r.json()["errors"]} >= {(where, "extra_forbidden")}, (path, r.text)
+    assert journal_len(ctx, k.tenant) == before
