@@ -686,7 +686,9 @@ def _cards(text: str) -> Iterator[_Span]:
 
 # Either case: "gb82 west ..." is the same account (ISO 13616 is case-insensitive
 # on input); stdnum checks the country's length and format and the mod-97 key.
-_IBAN_RE = re.compile(r"(?<![A-Za-z0-9])[A-Za-z]{2}[0-9]{2}(?: ?[A-Za-z0-9]){11,30}(?![A-Za-z0-9])")
+# Groups separated by spaces, dots or dashes ("GB82-WEST-…" slipped through: hostile review X5).
+_IBAN_RE = re.compile(r"(?<![A-Za-z0-9])[A-Za-z]{2}[0-9]{2}(?:[ .-]?[A-Za-z0-9]){11,30}(?![A-Za-z0-9])")
+_IBAN_SEPARATORS = str.maketrans("", "", " .-")
 
 
 def _ibans(text: str) -> Iterator[_Span]:
@@ -694,9 +696,9 @@ def _ibans(text: str) -> Iterator[_Span]:
         start, end = m.span()
         # The candidate may swallow words after a grouped IBAN
         # ("... 3000 OK"); retry at each earlier group boundary.
-        ends = [end] + [i for i in range(end - 1, start, -1) if text[i] == " "]
+        ends = [end] + [i for i in range(end - 1, start, -1) if text[i] in " .-"]
         for e in ends:
-            cand = text[start:e].replace(" ", "").upper()
+            cand = text[start:e].translate(_IBAN_SEPARATORS).upper()
             if len(cand) < 15:
                 break
             if _iban.is_valid(cand):

@@ -409,6 +409,8 @@ EVASIONS = [
      "\uff14\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11", "payment_card"),
     ("pay gb82 west 1234 5698 7654 32 now", "gb82 west 1234 5698 7654 32", "iban"),  # lower case
     ("pay GB82\u2009WEST\u20091234\u20095698\u20097654\u200932 now", "GB82\u2009WEST\u20091234\u20095698\u20097654\u200932", "iban"),
+    ("pay GB82-WEST-1234-5698-7654-32 now", "GB82-WEST-1234-5698-7654-32", "iban"),  # hostile review X5
+    ("pay GB82.WEST.1234.5698.7654.32 now", "GB82.WEST.1234.5698.7654.32", "iban"),
     ("ssn 536\u201190\u20114399 here", "536\u201190\u20114399", "national_id"),
     ("ssn 536\u00ad-90-4399 here", "536\u00ad-90-4399", "national_id"),
     ("key AKIA\u200bIOSFODNN7EXAMPLE leaked", "AKIA\u200bIOSFODNN7EXAMPLE", "credential"),
