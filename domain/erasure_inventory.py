@@ -29,13 +29,16 @@ erasure committed at ``E``:
   key able to unwrap a DEK (keys live in the KeyStore) and key versions older
   than the window are destroyed (``oml keys retire``).
 
-Pure: no I/O.
+The classes themselves are rows of ``erasure_inventory.json`` beside this
+module. Pure: no I/O beyond reading that packaged file once at import.
 """
 from __future__ import annotations
 
 import datetime as dt
+import json
 from dataclasses import dataclass
 from enum import Enum
+from importlib import resources
 from typing import Iterable, Mapping
 
 
@@ -68,185 +71,16 @@ class CopyClass:
     locations: tuple[str, ...] = ()
 
 
-INVENTORY: tuple[CopyClass, ...] = (
-    CopyClass(
-        key="wrapped_deks",
-        title="Wrapped DEKs",
-        holds="each artifact's 256-bit data key, HPKE-wrapped to the tenant's X25519 body-encryption key",
-        action="deleted for every artifact of the claim (bodies of every version and notes): the shred; "
-               "without the DEK no copy of the ciphertext anywhere can be opened",
-        completion=Completion.AT_COMMIT,
-        complete_when="when the claim.erased transaction commits",
-        pg_tables=("wrapped_deks",),
-    ),
-    CopyClass(
-        key="pg_ciphertext",
-        title="PostgreSQL ciphertext",
-        holds="AES-256-GCM ciphertext of each body and note",
-        action="purged: artifacts.ciphertext set to NULL and purged_seq recorded; the SHA-256 digest stays "
-               "in the journal and the artifact row",
-        completion=Completion.AT_COMMIT,
-        complete_when="when the claim.erased transaction commits (old tuple versions: see freed pages)",
-        pg_tables=("artifacts",),
-    ),
-    CopyClass(
-        key="lake_ciphertext",
-        title="Lake ciphertext",
-        holds="verbatim copies of body and note ciphertext in the Delta table bodies",
-        action="unreadable at once (its DEK is shredded); oml lake purge deletes the rows, vacuums the removed "
-               "files and proves by listing storage that no remaining file holds an erased artifact",
-        completion=Completion.AFTER_LAKE_PURGE,
-        complete_when="when oml lake purge has run past the erasure and its storage listing is clean "
-                      "(a vacuum only removes files older than the table's deleted-file retention unless "
-                      "the operator passes --force-now)",
-        delta_tables=("bodies",),
-    ),
-    CopyClass(
-        key="search_index_rows",
-        title="Full-text (tsvector) and embedding rows",
-        holds="plaintext-derived rows: lexemes of the statement, subject and tags, and the statement's "
-              "embedding (embeddings are invertible to approximate text)",
-        action="every row of the claim deleted in the erasure transaction; a trigger refuses index rows for an "
-               "erased claim, so an indexer that read the text before the erasure cannot write it back. The rows "
-               "of every claim whose context window holds the claim's statement (index_threads.window_claims) "
-               "are deleted in the same transaction and rebuilt by the indexer without it",
-        completion=Completion.AT_COMMIT,
-        complete_when="when the claim.erased transaction commits (old tuple versions: see freed pages)",
-        pg_tables=("memories_fts", "memory_embeddings"),
-    ),
-    CopyClass(
-        key="context_threads",
-        title="Context-window bookkeeping",
-        holds="per indexed claim: a SHA-256 digest of its declared thread name with the tenant, its position, and "
-              "the ids of the neighbour claims whose statements its index rows hold; no text",
-        action="the claim's row deleted in the erasure transaction; neighbours' rows keep its id until the "
-               "indexer rebuilds their windows",
-        completion=Completion.NO_CONTENT,
-        complete_when="when the claim.erased transaction commits",
-        pg_tables=("index_threads",),
-    ),
-    CopyClass(
-        key="bm25_stats",
-        title="BM25 corpus counts",
-        holds="per tenant: the number of current full-text rows and the sum of their token counts; no text, no ids",
-        action="nothing to remove; the indexer recounts after its next batch (document frequencies are never "
-               "stored: the BM25 leg counts them through the GIN index at query time)",
-        completion=Completion.NO_CONTENT,
-        complete_when="when the claim.erased transaction commits",
-        pg_tables=("bm25_stats",),
-    ),
-    CopyClass(
-        key="simulation_index_rows",
-        title="Simulation index rows",
-        holds="the same plaintext-derived rows for claims written inside a simulation",
-        action="every row of the claim deleted in the erasure transaction, in every simulation partition",
-        completion=Completion.AT_COMMIT,
-        complete_when="when the claim.erased transaction commits (old tuple versions: see freed pages)",
-        pg_tables=("sim_memories_fts", "sim_memory_embeddings"),
-    ),
-    CopyClass(
-        key="freed_pages_and_statistics",
-        title="Freed pages and planner statistics",
-        holds="dead tuple versions (deleted DEKs, purged ciphertext, deleted index rows and HMACs) left in heap, "
-              "TOAST and index files, and frequent lexemes kept in pg_statistic",
-        action="the touched relations are rewritten after the commit (CLUSTER on the primary key inside a "
-               "SECURITY DEFINER function: the same heap, TOAST and index rewrite as VACUUM FULL, which cannot run "
-               "inside a function) — the tenant's partition for the index tables, the whole table for the "
-               "unpartitioned ones — their statistics cleared and re-analysed; the rewrite waits until no older "
-               "snapshot could still see the old tuples",
-        completion=Completion.AFTER_REWRITE,
-        complete_when="when erasure_rewrites shows every touched relation rewritten at or after the erasure",
-        pg_tables=("erasure_rewrites",),
-        locations=("PostgreSQL data directory relation files (base/<database oid>/)", "pg_statistic"),
-    ),
-    CopyClass(
-        key="subject_hmacs",
-        title="Subject HMACs",
-        holds="HMAC-SHA-256 of each declared data subject under the tenant's subject key",
-        action="every row of the claim deleted in the erasure transaction (never journalled)",
-        completion=Completion.AT_COMMIT,
-        complete_when="when the claim.erased transaction commits (old tuple versions: see freed pages)",
-        pg_tables=("claim_subjects",),
-    ),
-    CopyClass(
-        key="read_log",
-        title="Read log",
-        holds="who read which claim ids when, with an HMAC of the query under the tenant's query key; never text",
-        action="kept: ids and keyed digests only; removed by the tenant's journalled read-log retention",
-        completion=Completion.NO_CONTENT,
-        complete_when="nothing to erase: no content",
-        pg_tables=("read_events", "readlog_batches"),
-    ),
-    CopyClass(
-        key="journal",
-        title="Journal and its projections",
-        holds="signed events with ids, codes, public keys and ciphertext digests; projections derived from them "
-              "(claims, versions, tips, lineage edges, workareas, identities, principals, keys, checkpoints)",
-        action="kept: the claim.erased event records the claim id, the reason code and each artifact's id and "
-               "digest; lineage keeps a tombstone with ids only",
-        completion=Completion.NO_CONTENT,
-        complete_when="nothing to erase: no content",
-        pg_tables=("tenants", "chain_heads", "journal_events", "tenant_keys", "identities", "workareas", "principals",
-                   "principal_directory", "claims", "claim_versions", "version_status_log", "tip_intervals",
-                   "sim_tip_intervals", "claim_edges", "simulations", "retention_policies", "tenant_policies", "checkpoints", "merkle_state"),
-        delta_tables=("journal", "checkpoints"),
-    ),
-    CopyClass(
-        key="idempotency_records",
-        title="Idempotency records",
-        holds="SHA-256 of the canonical request (for a submission that includes the body, so a guessable body "
-              "could be confirmed against it) and the response ids; never the request itself",
-        action="kept until expiry, so that a client retrying the original submission gets the erased claim's "
-               "id back instead of re-creating it",
-        completion=Completion.AT_EXPIRY,
-        complete_when="when every record created before the erasure has expired "
-                      "(erasure time + OML_IDEMPOTENCY_RETENTION_HOURS)",
-        pg_tables=("idempotency_keys",),
-    ),
-    CopyClass(
-        key="outbox_and_messages",
-        title="Outbox rows and Dramatiq messages",
-        holds="tenant ids, seqs and event types; consumer cursors, poison records and integrity events "
-              "(ids, seqs and reason codes)",
-        action="nothing: ids only; dispatched outbox rows are deleted after OML_OUTBOX_RETENTION_HOURS",
-        completion=Completion.NO_CONTENT,
-        complete_when="nothing to erase: no content",
-        pg_tables=("outbox", "consumer_cursors", "poison_messages", "integrity_events"),
-        locations=("Redis (Dramatiq queues) when OML_REDIS_URL is set",),
-    ),
-    CopyClass(
-        key="evidence_exports",
-        title="Evidence exports already delivered",
-        holds="journal events, proofs, read-log sections and erasure records: ids and digests, no plaintext body",
-        action="nothing: an export never contains plaintext; later exports carry the claim.erased record",
-        completion=Completion.NO_CONTENT,
-        complete_when="nothing to erase: no content",
-        locations=("archives delivered to auditors, outside OML",),
-    ),
-    CopyClass(
-        key="logs",
-        title="Application and PostgreSQL logs",
-        holds="event types, ids, codes and error classes; PostgreSQL is configured never to log statement text "
-              "or parameters and to drop error detail; validation errors never echo input",
-        action="nothing: no content by configuration (docs/erasure.md lists the PostgreSQL settings)",
-        completion=Completion.NO_CONTENT,
-        complete_when="nothing to erase: no content",
-        locations=("application logs (stderr)", "PostgreSQL server log"),
-    ),
-    CopyClass(
-        key="wal_and_backups",
-        title="WAL and base backups",
-        holds="old tuple versions, including wrapped DEKs, ciphertext and index rows, until the backup window ends",
-        action="not rewritten; no backup holds a key able to unwrap a DEK (private keys live in the KeyStore), "
-               "key versions older than the window are destroyed (oml keys retire), and a restored database "
-               "refuses reads until oml restore reapply-erasures has replayed every erasure",
-        completion=Completion.BACKUP_WINDOW,
-        complete_when="when every backup and WAL segment taken before the erasure has expired "
-                      "(erasure time + OML_BACKUP_RETENTION_DAYS)",
-        pg_tables=("restore_state",),
-        locations=("pg_wal", "base backups and dumps", "WAL archives"),
-    ),
-)
+def _load() -> tuple[CopyClass, ...]:
+    # The classes are data, not code: one row each in erasure_inventory.json (packaged next to this module),
+    # in report order, so adding a class is adding a row rather than another constructor call.
+    rows = json.loads(resources.files(__package__).joinpath("erasure_inventory.json").read_text(encoding="utf-8"))
+    return tuple(CopyClass(**{k: tuple(v) if isinstance(v, list) else v for k, v in row.items()}
+                           | {"completion": Completion(row["completion"])}) for row in rows)
+
+
+#: Every copy class, in the order the erasure report walks them.
+INVENTORY: tuple[CopyClass, ...] = _load()
 
 CLASSES: Mapping[str, CopyClass] = {c.key: c for c in INVENTORY}
 

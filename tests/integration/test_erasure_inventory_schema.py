@@ -18,8 +18,8 @@ def _pg_tables(ctx) -> set[str]:
 
 def test_every_postgres_and_delta_table_is_in_the_inventory(ctx):
     pg, delta = inv.unmapped(_pg_tables(ctx), DELTA_TABLES)
-    assert not pg, f"PostgreSQL tables missing from domain/erasure_inventory.py: {pg}"
-    assert not delta, f"Delta tables missing from domain/erasure_inventory.py: {delta}"
+    assert not pg, f"PostgreSQL tables missing from domain/erasure_inventory.json: {pg}"
+    assert not delta, f"Delta tables missing from domain/erasure_inventory.json: {delta}"
 
 
 def test_the_inventory_names_no_table_the_schema_lacks(ctx):
