@@ -17,6 +17,7 @@ import sqlalchemy as sa
 
 from oml.services.context import Context
 from oml.services.settings import get_settings
+from owner_kit import owner
 
 
 @dataclass
@@ -50,14 +51,6 @@ def make_kit(ctx: Context, tenant: str) -> Kit:
 
     return Kit(tenant, t.fingerprint, t.recovery_private_key, t.root_workarea, t.admin_key, key(w, "writer"),
                key(r, "reviewer"), key(d, "writer"), key(d, "reviewer"), w, r, d)
-
-
-@contextmanager
-def owner(ctx: Context, tenant: str | None = None) -> Iterator[sa.Connection]:
-    with ctx.db.engine(None).begin() as conn:
-        if tenant is not None:
-            conn.execute(sa.text("SELECT set_config('oml.tenant_id', :t, true)"), {"t": tenant})
-        yield conn
 
 
 @contextmanager

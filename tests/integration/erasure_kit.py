@@ -8,9 +8,8 @@ promotes one claim; ``owner()`` is a transaction as the schema owner.
 from __future__ import annotations
 
 import secrets
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -18,6 +17,7 @@ from oml.domain.access import Principal
 from oml.services.admission.service import Submission
 from oml.services.auth import authenticate
 from oml.services.context import Context
+from owner_kit import owner  # noqa: F401  (tests import owner from their kit)
 
 
 @dataclass
@@ -64,14 +64,6 @@ def make_ekit(ctx: Context, tenant: str) -> EKit:
         keys[role] = adm.create_principal(admin, ident, role, [t.root_workarea])["api_key"]
         ps[role] = authenticate(ctx.db, keys[role])
     return EKit(ctx, tenant, t.root_workarea, wa, wb, admin, ps["writer"], ps["reviewer"], ps["reader"], ps["operator"], keys)
-
-
-@contextmanager
-def owner(ctx: Context, tenant: str | None = None) -> Iterator[sa.Connection]:
-    with ctx.db.engine(None).begin() as conn:
-        if tenant is not None:
-            conn.execute(sa.text("SELECT set_config('oml.tenant_id', :t, true)"), {"t": tenant})
-        yield conn
 
 
 def canary() -> str:

@@ -6,14 +6,19 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import sqlalchemy as sa
+import uvicorn
 
 from oml.services.admission.service import Submission
 from oml.services.auth import authenticate
+from oml.services.storage.db import Database
 
 import oml_test_backends as backends
 
@@ -114,6 +119,47 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class NoKeys:
+    """A KeyStore stand-in that fails on any use: a keyless workload must never need a key."""
+
+    def __init__(self, who: str = "a keyless worker") -> None:
+        self.who = who
+
+    def __getattr__(self, name):
+        raise AssertionError(f"{self.who} touched the KeyStore ({name})")
+
+
+class Fenced(Database):
+    """A Database that can log in as the listed roles only."""
+
+    def __init__(self, url: str, allowed: set[str]) -> None:
+        super().__init__(url)
+        self.allowed = allowed
+
+    def engine(self, role):
+        if role not in self.allowed:
+            raise AssertionError(f"this workload may not connect as {role or 'the owner'}")
+        return super().engine(role)
+
+
+@contextmanager
+def serving(app) -> Iterator[str]:
+    """``app`` on a real uvicorn server on a free local port (no lifespan); yields its base URL, stops it after."""
+    port = free_port()
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    th = threading.Thread(target=srv.run, daemon=True)
+    th.start()
+    deadline = time.monotonic() + 30
+    while not srv.started:
+        assert th.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        srv.should_exit = True
+        th.join(timeout=10)
 
 
 class RedisServer:

@@ -6,9 +6,7 @@ indexed by the real oml-indexer (``workers/indexer.py``, the real model).
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import sqlalchemy as sa
 
@@ -16,6 +14,7 @@ from oml.domain.access import Principal
 from oml.services.admission.service import Submission
 from oml.services.auth import authenticate
 from oml.services.context import Context
+from owner_kit import owner  # noqa: F401  (tests import owner from their kit)
 
 
 @dataclass
@@ -98,15 +97,6 @@ def make_world(ctx: Context, tenant: str, root_label: str = "main") -> World:
                   {root_label: t.root_workarea}, {})
     world.keys.update({world.writer.principal_id: wk, world.reviewer.principal_id: rk, admin.principal_id: t.admin_key})
     return world
-
-
-@contextmanager
-def owner(ctx: Context, tenant: str | None = None) -> Iterator[sa.Connection]:
-    """A transaction as the schema owner (what a tampering test, or an attacker with DB access, gets)."""
-    with ctx.db.engine(None).begin() as conn:
-        if tenant is not None:
-            conn.execute(sa.text("SELECT set_config('oml.tenant_id', :t, true)"), {"t": tenant})
-        yield conn
 
 
 def read_events(ctx: Context, tenant: str) -> list:

@@ -9,25 +9,16 @@ retry reuses its Idempotency-Key and the journal gets one row, not two.
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
-import time
 
 import httpx
 import pytest
 import sqlalchemy as sa
-import uvicorn
 
 from oml.client import (AccessDenied, AsyncOMLClient, ClaimNotFound, IdempotencyConflict, InvalidRequest, NotFound,
                         OMLClient, PersonalDataRefused, SeparationOfDuties, TooLarge, Unauthenticated)
 from oml.client.models import ClaimIn
 from oml.services.http.app import create_app
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from oml_workers_support import serving
 
 
 @pytest.fixture(scope="module")
@@ -37,18 +28,8 @@ def app(ctx):
 
 @pytest.fixture(scope="module")
 def base_url(app):
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serving(app) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

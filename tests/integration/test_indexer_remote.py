@@ -7,13 +7,8 @@ holding the server's role and keys, with the tenant's indexer API key.
 """
 from __future__ import annotations
 
-import socket
-import threading
-import time
-
 import pytest
 import sqlalchemy as sa
-import uvicorn
 
 from oml.client import AccessDenied, OMLClient
 from oml.services.admission.service import Submission
@@ -21,32 +16,8 @@ from oml.services.auth import authenticate
 from oml.services.context import Context
 from oml.services.http.app import create_app
 from oml.services.settings import Settings
-from oml.services.storage.db import Database
 from oml.workers import indexer
-
-
-class NoKeys:
-    def __getattr__(self, name):
-        raise AssertionError(f"the indexer touched the KeyStore ({name})")
-
-
-class Fenced(Database):
-    """A Database that can log in as the listed roles only."""
-
-    def __init__(self, url: str, allowed: set[str]) -> None:
-        super().__init__(url)
-        self.allowed = allowed
-
-    def engine(self, role):
-        if role not in self.allowed:
-            raise AssertionError(f"this workload may not connect as {role or 'the owner'}")
-        return super().engine(role)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from oml_workers_support import Fenced, NoKeys, serving
 
 
 @pytest.fixture(scope="module")
@@ -59,17 +30,8 @@ def env(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(ctx, env):
-    port = _free_port()
-    srv = uvicorn.Server(uvicorn.Config(create_app(ctx), host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
-    th = threading.Thread(target=srv.run, daemon=True)
-    th.start()
-    deadline = time.monotonic() + 30
-    while not srv.started:
-        assert th.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    srv.should_exit = True
-    th.join(timeout=10)
+    with serving(create_app(ctx)) as url:
+        yield url
 
 
 def test_keyless_indexer_over_http(ctx, db_url, server, env, tmp_path):
@@ -88,7 +50,7 @@ def test_keyless_indexer_over_http(ctx, db_url, server, env, tmp_path):
     indexer.enroll(ctx, "feed-co")  # where admission and the KeyStore live (the api container)
 
     env.setenv("OML_INDEXING_FEED_URL", server)
-    keyless = Context(Settings(home=tmp_path / "indexer", database_url=db_url), Fenced(db_url, {"oml_indexer"}), NoKeys())  # type: ignore[arg-type]
+    keyless = Context(Settings(home=tmp_path / "indexer", database_url=db_url), Fenced(db_url, {"oml_indexer"}), NoKeys("the indexer"))  # type: ignore[arg-type]
     try:
         assert indexer.catch_up(keyless, "feed-co") > 0
         assert indexer.catch_up(keyless, "feed-co") == 0

@@ -9,38 +9,18 @@ context; the lake and the indexes must converge to exactly the journal.
 """
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
-import uvicorn
 
 from oml.services.context import Context
 from oml.services.http.app import create_app
 from oml.services.settings import Settings
-from oml.services.storage.db import Database
 from oml.workers import indexer, lag
 from oml.workers.actors import WorkerRuntime
 from oml.workers.broker import make_broker
-from oml_workers_support import RedisServer, assert_index_exact, assert_lake_exact, free_port, promote, setup_tenant
-
-
-class NoKeys:
-    def __getattr__(self, name):
-        raise AssertionError(f"a keyless worker touched the KeyStore ({name})")
-
-
-class Fenced(Database):
-    """A Database that can log in as the listed roles only."""
-
-    def __init__(self, url: str, allowed: set[str]) -> None:
-        super().__init__(url)
-        self.allowed = allowed
-
-    def engine(self, role):
-        if role not in self.allowed:
-            raise AssertionError(f"this workload may not connect as {role or 'the owner'}")
-        return super().engine(role)
+from oml_workers_support import (Fenced, NoKeys, RedisServer, assert_index_exact, assert_lake_exact, promote, serving,
+                                 setup_tenant)
 
 
 @pytest.fixture(scope="module")
@@ -54,18 +34,9 @@ def redis():
 def api(ctx, tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("OML_INDEXER_KEY_DIR", str(tmp_path_factory.mktemp("indexer-keys")))
-    port = free_port()
-    srv = uvicorn.Server(uvicorn.Config(create_app(ctx), host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
-    th = threading.Thread(target=srv.run, daemon=True)
-    th.start()
-    deadline = time.monotonic() + 30
-    while not srv.started:
-        assert th.is_alive() and time.monotonic() < deadline
-        time.sleep(0.05)
-    mp.setenv("OML_INDEXING_FEED_URL", f"http://127.0.0.1:{port}")
-    yield
-    srv.should_exit = True
-    th.join(timeout=10)
+    with serving(create_app(ctx)) as url:
+        mp.setenv("OML_INDEXING_FEED_URL", url)
+        yield
     mp.undo()
 
 
