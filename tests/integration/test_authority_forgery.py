@@ -391,3 +391,34 @@ def test_a_tenant_policy_changed_around_the_journal_is_refused(ctx):
             assert code == (GUARD if role == "oml_admission" else INSUFFICIENT_PRIVILEGE), (role, sql)
     with owner(ctx, kit.tenant) as c:
         assert c.execute(sa.text("SELECT phone_regions FROM tenant_policies WHERE tenant_id = :t"), {"t": kit.tenant}).scalar() == ["GB", "DE"]
+
+
+def test_a_legal_hold_or_erasure_changed_around_the_journal_is_refused(ctx):
+    """X6: as oml_admission, clearing a claim's legal hold in the row (so that a genuinely signed erasure shreds a
+    held claim) or marking a claim erased needs the journal event that does it."""
+    from oml.services.erasure import erasure_service
+
+    kit = make_kit(ctx, "forge-hold")
+    writer, admin = authenticate(ctx.db, kit.writer_key), authenticate(ctx.db, kit.admin_key)
+    op = authenticate(ctx.db, ctx.admission.create_principal(admin, kit.writer_identity, "operator", [kit.root])["api_key"])
+    held = ctx.admission.submit(writer, [Submission(kit.root, {"statement": "under hold"})])["items"][0]["claim_id"]
+    other = ctx.admission.submit(writer, [Submission(kit.root, {"statement": "kept"})])["items"][0]["claim_id"]
+    er = erasure_service(ctx)
+    er.place_hold(op, held, "legal_request")
+    erased_seq = seq_of(ctx, kit.tenant, "claim.hold_placed", claim_id=held)
+    for sql, params in {"UPDATE claims SET legal_hold = false WHERE tenant_id = :t AND claim_id = CAST(:c AS uuid)": {"c": held},
+                        "UPDATE claims SET erased_seq = :s WHERE tenant_id = :t AND claim_id = CAST(:c AS uuid)": {"c": other, "s": erased_seq}
+                        }.items():
+        for role in WORKLOADS:
+            code = refused(ctx, role, kit.tenant, sql, **params)
+            assert code == (GUARD if role == "oml_admission" else INSUFFICIENT_PRIVILEGE), (role, sql)
+    with pytest.raises(OMLError) as e:
+        er.erase_claim(op, held, "data_subject_request")
+    assert e.value.code == "erasure.legal_hold"
+    er.release_hold(op, held, "legal_request")  # the genuine acts still project
+    er.erase_claim(op, held, "data_subject_request")
+    with owner(ctx, kit.tenant) as c:
+        assert c.execute(sa.text("SELECT erased_seq IS NOT NULL AND NOT legal_hold FROM claims WHERE tenant_id = :t"
+                                 " AND claim_id = CAST(:c AS uuid)"), {"t": kit.tenant, "c": held}).scalar()
+    assert refused(ctx, "oml_admission", kit.tenant, "UPDATE claims SET erased_seq = NULL WHERE tenant_id = :t"
+                   " AND claim_id = CAST(:c AS uuid)", c=held) == GUARD

@@ -25,7 +25,7 @@ def test_upgrade_from_0002_narrows_admission_and_installs_the_guards(ctx):
     upgrade(ctx.db.owner_url.render_as_string(hide_password=False))
     with owner(ctx) as c:
         assert set(c.execute(sa.text("SELECT tgrelid::regclass::text FROM pg_trigger WHERE tgname = 'oml_guard'")).scalars()) == {
-            "principals", "tenant_keys", "claim_versions", "workareas", "tenant_policies", "retention_policies"}
+            "principals", "tenant_keys", "claim_versions", "workareas", "tenant_policies", "retention_policies", "claims"}
         privs = set(c.execute(sa.text(
             "SELECT table_name || ':' || privilege_type FROM information_schema.role_table_grants"
             " WHERE grantee = 'oml_admission' AND table_name IN ('principals', 'claim_versions', 'claims')")).scalars())

@@ -264,5 +264,32 @@ BEGIN
   END LOOP;
 END $$;
 
+-- claims (hostile review X6): legal_hold is what the claim's latest hold event says (a hold cleared in the row
+-- let a genuinely signed erasure shred a held claim), and erased_seq names this claim's claim.erased, for ever.
+-- Inserts are not checked here: a claim row serves nothing without a version, which is guarded.
+CREATE OR REPLACE FUNCTION oml_guard_claims() RETURNS trigger
+  LANGUAGE plpgsql
+  AS $$
+DECLARE ev jsonb;
+BEGIN
+  IF NEW.erased_seq IS DISTINCT FROM OLD.erased_seq THEN
+    ev := oml_journal_event(NEW.tenant_id, NEW.erased_seq, ARRAY['claim.erased']);
+    IF OLD.erased_seq IS NOT NULL OR ev IS NULL OR (ev -> 'data' ->> 'claim_id')::uuid IS DISTINCT FROM NEW.claim_id THEN
+      PERFORM oml_guard_refuse('claims', NEW.claim_id::text, COALESCE(NEW.erased_seq, OLD.erased_seq));
+    END IF;
+  END IF;
+  IF NEW.legal_hold IS DISTINCT FROM OLD.legal_hold THEN
+    SELECT e INTO ev FROM (SELECT seq, convert_from(canonical, 'UTF8')::jsonb AS e FROM journal_events
+                            WHERE tenant_id = NEW.tenant_id AND type IN ('claim.hold_placed', 'claim.hold_released')) j
+     WHERE (e -> 'data' ->> 'claim_id')::uuid = NEW.claim_id ORDER BY seq DESC LIMIT 1;
+    IF ev IS NULL OR (ev ->> 'type' = 'claim.hold_placed') IS DISTINCT FROM NEW.legal_hold THEN
+      PERFORM oml_guard_refuse('claims', NEW.claim_id::text, (ev ->> 'seq')::bigint);
+    END IF;
+  END IF;
+  RETURN NEW;
+END $$;
+DROP TRIGGER IF EXISTS oml_guard ON claims;
+CREATE TRIGGER oml_guard BEFORE UPDATE OF erased_seq, legal_hold ON claims FOR EACH ROW EXECUTE FUNCTION oml_guard_claims();
+
 GRANT EXECUTE ON FUNCTION oml_journal_event(text, bigint, text[]), oml_guard_refuse(text, text, bigint),
   oml_workarea_latest(text, uuid, text) TO oml_admission;
