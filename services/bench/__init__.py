@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
+import platform
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -9,6 +11,46 @@ from typing import Any, Callable, Sequence
 def rate(n: int, seconds: float) -> float:
     """Items per second; infinite when the clock measured no time."""
     return n / seconds if seconds > 0 else float("inf")
+
+
+def per_second(res: dict[str, Any], paths: Sequence[str], unit: str) -> None:
+    """For each measured path ``res[k]``: add ``<unit>_per_s`` (its ``unit`` count over its ``seconds``, to 0.1)
+    and round ``seconds`` to the millisecond, in place."""
+    for k in paths:
+        res[k][f"{unit}_per_s"] = round(rate(res[k][unit], res[k]["seconds"]), 1)
+        res[k]["seconds"] = round(res[k]["seconds"], 3)
+
+
+def machine(ctx=None, **versions: Any) -> dict[str, Any]:
+    """Where a result was measured: CPUs, Python, platform, the named ``versions`` (e.g. ``deltalake=…``), the UTC
+    time (RFC 3339) and, given a context, the PostgreSQL server's version."""
+    import sqlalchemy as sa
+
+    from oml.domain.canonical import format_time, now
+
+    m = {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(), **versions,
+         "at": format_time(now())}
+    if ctx is not None:
+        with ctx.db.engine(None).connect() as c:
+            m["postgres"] = c.execute(sa.text("SHOW server_version")).scalar()
+    return m
+
+
+def machine_line(m: dict[str, Any], tail: str, cpus: str = "") -> str:
+    """The ``machine:`` line of a rendered result; ``tail`` names what the benchmark depends on, ``cpus`` a note."""
+    return f"machine: {m['cpus']} CPUs{cpus}, {m['platform']}, Python {m['python']}, {tail}"
+
+
+def path_table(res: dict[str, Any], width: int, paths: Sequence[tuple[str, str]], counts: Sequence[str],
+               unit: str) -> list[str]:
+    """The rendered table of measured paths: a header, then per ``(key, label)`` of ``paths`` the label (``width``
+    wide), each of ``res[key]``'s ``counts``, its seconds and its ``<unit>_per_s`` (from :func:`per_second`)."""
+    out = [f"{'path':<{width}}" + "".join(f"{c:>8}" for c in counts) + f"{'seconds':>10}{unit + '/s':>11}"]
+    for k, label in paths:
+        r = res[k]
+        out.append(f"{label:<{width}}" + "".join(f"{r[c]:>8}" for c in counts)
+                   + f"{r['seconds']:>10.3f}{r[unit + '_per_s']:>11.1f}")
+    return out
 
 
 @dataclass(frozen=True)
@@ -47,6 +89,16 @@ def submit_all(ctx, bt: BenchTenant, items: Sequence[dict[str, Any]], batch: int
     for i in range(0, len(items), batch):
         out += ctx.admission.submit(bt.writer, [Submission(bt.root, b) for b in items[i:i + batch]])["items"]
     return out
+
+
+def run_and_emit(run: Callable[..., dict[str, Any]], render: Callable[[dict[str, Any]], list[str]], as_json: bool,
+                 **kw: Any) -> None:
+    """A benchmark command's body: ``run(ctx, **kw)`` in the configured context, then :func:`emit` its result."""
+    from oml.services.cli.common import context
+
+    with context() as ctx:
+        res = run(ctx, **kw)
+    emit(res, render, as_json)
 
 
 def emit(res: dict[str, Any], render: Callable[[dict[str, Any]], list[str]], as_json: bool) -> None:

@@ -21,18 +21,18 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import secrets
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import sqlalchemy as sa
 import typer
 
-from oml.domain.canonical import format_time, now
-from oml.services.bench import bench_tenant, emit, rate, submit_all
+from oml.domain.canonical import now
+from oml.services.bench import bench_tenant, machine, machine_line, path_table, per_second, run_and_emit, submit_all
 
 SHARED = Path(os.environ.get("OML_SHARED_DIR", Path(__file__).resolve().parents[3] / "shared"))
 
@@ -73,6 +73,29 @@ def _backend_cpu(eng: sa.Engine):
     return lambda: None if start is None or (end := backend_cpu()) is None else end - start
 
 
+@contextmanager
+def raw_table(eng: sa.Engine) -> Iterator[sa.TextClause]:
+    """The raw baseline's table: one ordinary table with a claim version's columns and its body (no RLS, trigger,
+    journal or signature), created for one measurement and dropped after; yields its INSERT for :func:`raw_row`."""
+    table = f"bench_raw_{secrets.token_hex(4)}"
+    with eng.begin() as c:
+        c.execute(sa.text(
+            f"CREATE TABLE {table} (tenant_id text NOT NULL, claim_id uuid NOT NULL, version_id uuid PRIMARY KEY, version_no int NOT NULL,"
+            " workarea_id uuid NOT NULL, kind text NOT NULL, provenance text NOT NULL, status text NOT NULL,"
+            " author_principal text NOT NULL, author_identity uuid NOT NULL, created_at timestamptz NOT NULL, body jsonb NOT NULL)"))
+    try:
+        yield sa.text(f"INSERT INTO {table} VALUES (:t, :c, :v, 1, :w, 'fact', 'observed', 'held', :p, :i, :at, CAST(:b AS jsonb))")
+    finally:
+        with eng.begin() as c:
+            c.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
+
+
+def raw_row(bt, body: dict[str, Any]) -> dict[str, Any]:
+    """Parameters of :func:`raw_table`'s INSERT: ``body`` as a new claim's first version by ``bt``'s writer."""
+    return {"t": bt.tenant, "c": str(uuid.uuid4()), "v": str(uuid.uuid4()), "w": bt.root, "p": bt.writer.principal_id,
+            "i": bt.writer.identity_id, "at": now(), "b": json.dumps(body)}
+
+
 def run(ctx, *, single: int = 300, batched: int = 3000, batch: int = 100) -> dict[str, Any]:
     """Run the four measurements; returns counts, seconds, claims/s and ratios (raw ÷ admission)."""
     bt = bench_tenant(ctx, "bench")
@@ -91,64 +114,43 @@ def run(ctx, *, single: int = 300, batched: int = 3000, batch: int = 100) -> dic
     res["admission_batched"] = {"claims": len(rest), "seconds": time.perf_counter() - t0,
                                 "client_cpu_s": time.process_time() - c0, "server_cpu_s": srv()}
 
-    table = f"bench_raw_{secrets.token_hex(4)}"
     eng = ctx.db.engine(None)
-    with eng.begin() as c:
-        c.execute(sa.text(
-            f"CREATE TABLE {table} (tenant_id text NOT NULL, claim_id uuid NOT NULL, version_id uuid PRIMARY KEY, version_no int NOT NULL,"
-            " workarea_id uuid NOT NULL, kind text NOT NULL, provenance text NOT NULL, status text NOT NULL,"
-            " author_principal text NOT NULL, author_identity uuid NOT NULL, created_at timestamptz NOT NULL, body jsonb NOT NULL)"))
-    ins = sa.text(f"INSERT INTO {table} VALUES (:t, :c, :v, 1, :w, 'fact', 'observed', 'held', :p, :i, :at, CAST(:b AS jsonb))")
-
-    def row(b):
-        return {"t": bt.tenant, "c": str(uuid.uuid4()), "v": str(uuid.uuid4()), "w": bt.root, "p": bt.writer.principal_id,
-                "i": bt.writer.identity_id, "at": now(), "b": json.dumps(b)}
-
-    try:
+    with raw_table(eng) as ins:
         for b in warm:
             with eng.begin() as c:
-                c.execute(ins, row(b))
+                c.execute(ins, raw_row(bt, b))
         t0 = time.perf_counter()
         for b in items[:single]:
             with eng.begin() as c:
-                c.execute(ins, row(b))
+                c.execute(ins, raw_row(bt, b))
         res["raw_single"] = {"claims": single, "seconds": time.perf_counter() - t0}
         srv = _backend_cpu(eng)
         t0, c0 = time.perf_counter(), time.process_time()
         for i in range(0, len(rest), batch):
             with eng.begin() as c:
-                c.execute(ins, [row(b) for b in rest[i:i + batch]])
+                c.execute(ins, [raw_row(bt, b) for b in rest[i:i + batch]])
         res["raw_batched"] = {"claims": len(rest), "seconds": time.perf_counter() - t0,
                               "client_cpu_s": time.process_time() - c0, "server_cpu_s": srv()}
-    finally:
-        with eng.begin() as c:
-            c.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
 
+    per_second(res, ("admission_single", "admission_batched", "raw_single", "raw_batched"), "claims")
     for k in ("admission_single", "admission_batched", "raw_single", "raw_batched"):
-        res[k]["claims_per_s"] = round(rate(res[k]["claims"], res[k]["seconds"]), 1)
-        res[k]["seconds"] = round(res[k]["seconds"], 3)
         for side in ("client", "server"):
             cpu = res[k].pop(f"{side}_cpu_s", None)
             if cpu is not None:
                 res[k][f"{side}_cpu_us_per_claim"] = round(cpu / res[k]["claims"] * 1e6)
     res["ratio_single"] = round(res["raw_single"]["claims_per_s"] / res["admission_single"]["claims_per_s"], 2)
     res["ratio_batched"] = round(res["raw_batched"]["claims_per_s"] / res["admission_batched"]["claims_per_s"], 2)
-    res["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
-                      "at": format_time(now())}
-    with ctx.db.engine(None).connect() as c:
-        res["machine"]["postgres"] = c.execute(sa.text("SHOW server_version")).scalar()
+    res["machine"] = machine(ctx)
     return res
 
 
 def render(res: dict[str, Any]) -> list[str]:
     m = res["machine"]
     out = [f"oml bench admission — tenant {res['tenant']}, one client, batch size {res['batch']}",
-           f"machine: {m['cpus']} CPUs, {m['platform']}, Python {m['python']}, PostgreSQL {m['postgres']}",
-           f"{'path':<22}{'claims':>8}{'seconds':>10}{'claims/s':>11}"]
-    for k, label in (("admission_single", "admission, single"), ("raw_single", "raw insert, single"),
-                     ("admission_batched", "admission, batched"), ("raw_batched", "raw insert, batched")):
-        r = res[k]
-        out.append(f"{label:<22}{r['claims']:>8}{r['seconds']:>10.3f}{r['claims_per_s']:>11.1f}")
+           machine_line(m, f"PostgreSQL {m['postgres']}")]
+    out += path_table(res, 22, (("admission_single", "admission, single"), ("raw_single", "raw insert, single"),
+                                ("admission_batched", "admission, batched"), ("raw_batched", "raw insert, batched")),
+                      ("claims",), "claims")
     out.append(f"raw ÷ admission: single {res['ratio_single']}×, batched {res['ratio_batched']}×")
     cpu = [f"{label} client {res[k]['client_cpu_us_per_claim']} µs, server "
            + (f"{res[k]['server_cpu_us_per_claim']} µs" if "server_cpu_us_per_claim" in res[k] else "n/a")
@@ -165,10 +167,6 @@ def register(bench_app: typer.Typer) -> None:
                   batch: int = typer.Option(100, "--batch", min=1, max=500, help="claims per group commit"),
                   as_json: bool = typer.Option(False, "--json")) -> None:
         """Claims/s for single and batched submits, against the same rows inserted raw."""
-        from oml.services.cli.common import context
-
         if quick:
             single, batched = 30, 300
-        with context() as ctx:
-            res = run(ctx, single=single, batched=batched, batch=batch)
-        emit(res, render, as_json)
+        run_and_emit(run, render, as_json, single=single, batched=batched, batch=batch)

@@ -23,15 +23,13 @@ tenant is kept (the journal is append-only).
 from __future__ import annotations
 
 import os
-import platform
 import time
 from typing import Any
 
 import sqlalchemy as sa
 import typer
 
-from oml.domain.canonical import format_time, now
-from oml.services.bench import bench_tenant, emit, rate, submit_all
+from oml.services.bench import bench_tenant, machine, machine_line, path_table, per_second, run_and_emit, submit_all
 
 
 
@@ -89,34 +87,24 @@ def run(ctx, *, claims: int = 1000, batch: int = 100) -> dict[str, Any]:
         raw.close()
     res["raw"] = {"claims": claims, "encode_seconds": round(t_encode, 3), "copy_seconds": round(t_copy, 3),
                   "seconds": t_encode + t_copy}
-    for k in ("indexer", "raw"):
-        res[k]["claims_per_s"] = round(rate(res[k]["claims"], res[k]["seconds"]), 1)
-        res[k]["seconds"] = round(res[k]["seconds"], 3)
+    per_second(res, ("indexer", "raw"), "claims")
     res["ratio"] = round(res["raw"]["claims_per_s"] / res["indexer"]["claims_per_s"], 2)
     import torch
 
-    res["machine"] = {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
-                      "platform": platform.platform(), "at": format_time(now())}
-    with ctx.db.engine(None).connect() as c:
-        res["machine"]["postgres"] = c.execute(sa.text("SHOW server_version")).scalar()
+    res["machine"] = machine(ctx, torch_threads=torch.get_num_threads())
     return res
 
 
 def render(res: dict[str, Any]) -> list[str]:
     m = res["machine"]
     raw = res["raw"]
-    return [
-        f"oml bench index — tenant {res['tenant']}, {res['claims']} promoted claims, model {res['model']},"
-        f" encode batch {res['encode_batch']}",
-        f"machine: {m['cpus']} CPUs (torch threads {m['torch_threads']}), {m['platform']}, Python {m['python']},"
-        f" PostgreSQL {m['postgres']}",
-        f"{'path':<40}{'claims':>8}{'seconds':>10}{'claims/s':>11}",
-        f"{'indexer catch_up (feed+FTS+vectors)':<40}{res['indexer']['claims']:>8}{res['indexer']['seconds']:>10.3f}"
-        f"{res['indexer']['claims_per_s']:>11.1f}",
-        f"{'raw encode + binary COPY':<40}{raw['claims']:>8}{raw['seconds']:>10.3f}{raw['claims_per_s']:>11.1f}"
-        f"   (encode {raw['encode_seconds']:.3f} s, COPY {raw['copy_seconds']:.3f} s)",
-        f"raw ÷ indexer: {res['ratio']}×",
-    ]
+    out = [f"oml bench index — tenant {res['tenant']}, {res['claims']} promoted claims, model {res['model']},"
+           f" encode batch {res['encode_batch']}",
+           machine_line(m, f"PostgreSQL {m['postgres']}", cpus=f" (torch threads {m['torch_threads']})")]
+    out += path_table(res, 40, (("indexer", "indexer catch_up (feed+FTS+vectors)"), ("raw", "raw encode + binary COPY")),
+                      ("claims",), "claims")
+    out[-1] += f"   (encode {raw['encode_seconds']:.3f} s, COPY {raw['copy_seconds']:.3f} s)"
+    return out + [f"raw ÷ indexer: {res['ratio']}×"]
 
 
 def register(bench_app: typer.Typer) -> None:
@@ -125,10 +113,6 @@ def register(bench_app: typer.Typer) -> None:
               claims: int = typer.Option(1000, "--claims", min=1, help="claims promoted before the measurement"),
               as_json: bool = typer.Option(False, "--json")) -> None:
         """Claims/s indexed (feed, tsvector, embeddings), against raw model.encode + binary COPY of the vectors."""
-        from oml.services.cli.common import context
-
         if quick:
             claims = 50
-        with context() as ctx:
-            res = run(ctx, claims=claims)
-        emit(res, render, as_json)
+        run_and_emit(run, render, as_json, claims=claims)

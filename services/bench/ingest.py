@@ -24,9 +24,7 @@ tenants are kept (the journal is append-only); the lake directory and the scratc
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import platform
 import secrets
 import shutil
 import socket
@@ -35,15 +33,13 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 import typer
 
-from oml.domain.canonical import format_time, now
-from oml.services.bench import emit, rate
+from oml.services.bench import machine, machine_line, rate, run_and_emit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,26 +129,16 @@ def _clients(n: int, work: list[list[Any]], fn) -> list[float]:
 
 def _raw(ctx, tenants: list[_Tenant], items: list[dict[str, Any]], batch: int) -> float:
     """Seconds to insert ``items`` raw (one ordinary table, multi-row inserts of ``batch``, one client)."""
-    table = f"bench_raw_{secrets.token_hex(4)}"
+    from oml.services.bench.admission import raw_row, raw_table
+
     eng = ctx.db.engine(None)
-    with eng.begin() as c:
-        c.execute(sa.text(
-            f"CREATE TABLE {table} (tenant_id text NOT NULL, claim_id uuid NOT NULL, version_id uuid PRIMARY KEY, version_no int NOT NULL,"
-            " workarea_id uuid NOT NULL, kind text NOT NULL, provenance text NOT NULL, status text NOT NULL,"
-            " author_principal text NOT NULL, author_identity uuid NOT NULL, created_at timestamptz NOT NULL, body jsonb NOT NULL)"))
-    ins = sa.text(f"INSERT INTO {table} VALUES (:t, :c, :v, 1, :w, 'fact', 'observed', 'held', :p, :i, :at, CAST(:b AS jsonb))")
-    try:
+    with raw_table(eng) as ins:
         t0 = time.perf_counter()
         for k, i in enumerate(range(0, len(items), batch)):
             bt = tenants[k % len(tenants)]
             with eng.begin() as c:
-                c.execute(ins, [{"t": bt.tenant, "c": str(uuid.uuid4()), "v": str(uuid.uuid4()), "w": bt.root,
-                                 "p": bt.writer.principal_id, "i": bt.writer.identity_id, "at": now(), "b": json.dumps(b)}
-                                for b in items[i:i + batch]])
+                c.execute(ins, [raw_row(bt, b) for b in items[i:i + batch]])
         return time.perf_counter() - t0
-    finally:
-        with eng.begin() as c:
-            c.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
 
 
 def run(ctx, *, claims: int = 1000, clients: int = 4, tenants: int = 2, batch: int = 10, servers: int = 1) -> dict[str, Any]:
@@ -232,10 +218,7 @@ def run(ctx, *, claims: int = 1000, clients: int = 4, tenants: int = 2, batch: i
         "raw": {"seconds": round(t_raw, 3), "claims_per_s": round(rate(claims, t_raw), 1)},
     }
     res["ratio"] = round(res["raw"]["claims_per_s"] / res["submit"]["claims_per_s"], 2)
-    res["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
-                      "at": format_time(now())}
-    with ctx.db.engine(None).connect() as c:
-        res["machine"]["postgres"] = c.execute(sa.text("SHOW server_version")).scalar()
+    res["machine"] = machine(ctx)
     return res
 
 
@@ -244,7 +227,7 @@ def render(res: dict[str, Any]) -> list[str]:
     return [
         f"oml bench ingest — {res['claims']} claims, {res['clients']} HTTP clients over {res['tenants']} tenants, "
         f"batches of {res['batch']}, {res['servers']} oml serve (uvicorn) process(es) on 127.0.0.1",
-        f"machine: {m['cpus']} CPUs, {m['platform']}, Python {m['python']}, PostgreSQL {m['postgres']}",
+        machine_line(m, f"PostgreSQL {m['postgres']}"),
         f"submit            {s['claims_per_s']:>9.1f} claims/s  ({s['requests']} requests in {s['seconds']:.3f} s;"
         f" latency p50 {s['p50_ms']} ms, p95 {s['p95_ms']} ms, p99 {s['p99_ms']} ms)",
         f"review (promote)  {r['requests']} requests; latency p50 {r['p50_ms']} ms, p95 {r['p95_ms']} ms, p99 {r['p99_ms']} ms",
@@ -265,10 +248,6 @@ def register(bench_app: typer.Typer) -> None:
                servers: int = typer.Option(1, "--servers", min=1, max=16, help="oml serve processes (client j uses server j mod S)"),
                as_json: bool = typer.Option(False, "--json")) -> None:
         """Claims/s, submit latency and end-to-end freshness through the HTTP API, next to a raw insert."""
-        from oml.services.cli.common import context
-
         if quick:
             claims = 200
-        with context() as ctx:
-            res = run(ctx, claims=claims, clients=clients, tenants=tenants, batch=batch, servers=servers)
-        emit(res, render, as_json)
+        run_and_emit(run, render, as_json, claims=claims, clients=clients, tenants=tenants, batch=batch, servers=servers)

@@ -24,8 +24,6 @@ deleted.
 from __future__ import annotations
 
 import dataclasses
-import os
-import platform
 import shutil
 import tempfile
 import time
@@ -35,8 +33,7 @@ from typing import Any
 import sqlalchemy as sa
 import typer
 
-from oml.domain.canonical import format_time, now
-from oml.services.bench import bench_tenant, emit, rate, submit_all
+from oml.services.bench import bench_tenant, machine, machine_line, path_table, per_second, run_and_emit, submit_all
 
 
 
@@ -91,14 +88,11 @@ def run(ctx, *, claims: int = 5000, batch: int = 100, batch_rows: int | None = N
                       "commits": len(journal) + len(bodies_), "seconds": time.perf_counter() - t0}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    for k in ("lake_writer", "raw"):
-        res[k]["events_per_s"] = round(rate(res[k]["events"], res[k]["seconds"]), 1)
-        res[k]["seconds"] = round(res[k]["seconds"], 3)
+    per_second(res, ("lake_writer", "raw"), "events")
     res["ratio"] = round(res["raw"]["events_per_s"] / res["lake_writer"]["events_per_s"], 2)
     import deltalake
 
-    res["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
-                      "deltalake": deltalake.__version__, "at": format_time(now())}
+    res["machine"] = machine(deltalake=deltalake.__version__)
     return res
 
 
@@ -106,11 +100,9 @@ def render(res: dict[str, Any]) -> list[str]:
     m = res["machine"]
     out = [f"oml bench lake — tenant {res['tenant']}, {res['claims']} claims, up to {res['batch_rows']} rows per commit,"
            " local disk",
-           f"machine: {m['cpus']} CPUs, {m['platform']}, Python {m['python']}, deltalake {m['deltalake']}",
-           f"{'path':<26}{'events':>8}{'rows':>8}{'seconds':>10}{'events/s':>11}"]
-    for k, label in (("lake_writer", "lake-writer catch_up"), ("raw", "raw write_deltalake")):
-        r = res[k]
-        out.append(f"{label:<26}{r['events']:>8}{r['rows']:>8}{r['seconds']:>10.3f}{r['events_per_s']:>11.1f}")
+           machine_line(m, f"deltalake {m['deltalake']}")]
+    out += path_table(res, 26, (("lake_writer", "lake-writer catch_up"), ("raw", "raw write_deltalake")),
+                      ("events", "rows"), "events")
     out.append(f"raw ÷ lake-writer: {res['ratio']}× (raw: {res['raw']['commits']} commits of the same Arrow tables;"
                " rows = journal + bodies)")
     return out
@@ -123,10 +115,6 @@ def register(bench_app: typer.Typer) -> None:
              batch_rows: int = typer.Option(0, "--batch-rows", min=0, help="rows per Delta commit (0: the writer's default)"),
              as_json: bool = typer.Option(False, "--json")) -> None:
         """Events/s copied to Delta by the lake-writer, against a raw write_deltalake of the same Arrow data."""
-        from oml.services.cli.common import context
-
         if quick:
             claims = 300
-        with context() as ctx:
-            res = run(ctx, claims=claims, batch_rows=batch_rows or None)
-        emit(res, render, as_json)
+        run_and_emit(run, render, as_json, claims=claims, batch_rows=batch_rows or None)

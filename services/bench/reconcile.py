@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
-import platform
 import shutil
 import tempfile
 import time
@@ -38,8 +36,7 @@ from typing import Any
 import sqlalchemy as sa
 import typer
 
-from oml.domain.canonical import format_time, now
-from oml.services.bench import bench_tenant, emit, rate, submit_all
+from oml.services.bench import bench_tenant, machine, machine_line, path_table, per_second, run_and_emit, submit_all
 
 
 
@@ -91,27 +88,22 @@ def run(ctx, *, claims: int = 5000, batch: int = 100) -> dict[str, Any]:
         res["raw"] = {"events": len(rows), "signatures": len(rows), "bodies": 0, "seconds": time.perf_counter() - t0}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    for k in ("reconcile", "reconcile_no_replay", "raw"):
-        res[k]["events_per_s"] = round(rate(res[k]["events"], res[k]["seconds"]), 1)
-        res[k]["seconds"] = round(res[k]["seconds"], 3)
+    per_second(res, ("reconcile", "reconcile_no_replay", "raw"), "events")
     res["ratio"] = round(res["raw"]["events_per_s"] / res["reconcile"]["events_per_s"], 2)
     res["ratio_no_replay"] = round(res["raw"]["events_per_s"] / res["reconcile_no_replay"]["events_per_s"], 2)
     import cryptography
 
-    res["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
-                      "cryptography": cryptography.__version__, "at": format_time(now())}
+    res["machine"] = machine(cryptography=cryptography.__version__)
     return res
 
 
 def render(res: dict[str, Any]) -> list[str]:
     m = res["machine"]
     out = [f"oml bench reconcile — tenant {res['tenant']}, {res['claims']} claims, lake on local disk",
-           f"machine: {m['cpus']} CPUs, {m['platform']}, Python {m['python']}, cryptography {m['cryptography']}",
-           f"{'path':<34}{'events':>8}{'bodies':>8}{'seconds':>10}{'events/s':>11}"]
-    for k, label in (("reconcile", "reconcile, end to end"), ("reconcile_no_replay", "reconcile, no projection replay"),
-                     ("raw", "raw SHA-256 + Ed25519 loop")):
-        r = res[k]
-        out.append(f"{label:<34}{r['events']:>8}{r['bodies']:>8}{r['seconds']:>10.3f}{r['events_per_s']:>11.1f}")
+           machine_line(m, f"cryptography {m['cryptography']}")]
+    out += path_table(res, 34, (("reconcile", "reconcile, end to end"),
+                                ("reconcile_no_replay", "reconcile, no projection replay"),
+                                ("raw", "raw SHA-256 + Ed25519 loop")), ("events", "bodies"), "events")
     out.append(f"raw ÷ reconcile: {res['ratio']}× end to end, {res['ratio_no_replay']}× without the replay")
     return out
 
@@ -122,10 +114,6 @@ def register(bench_app: typer.Typer) -> None:
                   claims: int = typer.Option(5000, "--claims", min=1, help="claims submitted before the measurement"),
                   as_json: bool = typer.Option(False, "--json")) -> None:
         """Events/s verified end to end by reconciliation, against a raw SHA-256 + Ed25519 loop over the same rows."""
-        from oml.services.cli.common import context
-
         if quick:
             claims = 300
-        with context() as ctx:
-            res = run(ctx, claims=claims)
-        emit(res, render, as_json)
+        run_and_emit(run, render, as_json, claims=claims)
