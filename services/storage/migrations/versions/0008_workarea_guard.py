@@ -1,7 +1,8 @@
-"""The authority guard on workareas (hostile review X3; docs/security-model.md, Authority).
+"""The authority guards on workareas, tenant and retention policies and claims (hostile review X3, X6;
+docs/security-model.md, Authority).
 
-A workarea's parent, path, development flag and personal-data policy must be what the journal last said for
-its node. New databases get it from ``97_authority_guards.sql`` through 0001; this re-applies the same
+A workarea's parent, path, development flag and personal-data policy, a tenant's phone regions and read-log
+retention, and a claim's legal hold and erasure mark must be what the journal last said. New databases get it from ``97_authority_guards.sql`` through 0001; this re-applies the same
 re-runnable file to a database migrated before it.
 """
 from importlib import resources
