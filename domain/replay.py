@@ -300,6 +300,24 @@ def _str(data: dict, key: str, *, optional: bool = False) -> str | None:
     return v
 
 
+def _int(data: dict, key: str) -> int:
+    v = data[key]
+    if not isinstance(v, int) or isinstance(v, bool):  # JSON true is not a number here
+        raise _Malformed(f"data.{key} must be an integer")
+    return v
+
+
+_REQUIRED = object()
+
+
+def _list(data: dict, key: str, what: str, *, item: type = str, nonempty: bool = False, default=_REQUIRED) -> list:
+    """``data[key]`` (``default`` when absent, if given) as a list of ``item``; ``what`` says so in the finding."""
+    v = data[key] if default is _REQUIRED else data.get(key, default)
+    if not isinstance(v, list) or (nonempty and not v) or not all(isinstance(x, item) for x in v):
+        raise _Malformed(f"data.{key} must be {what}")
+    return v
+
+
 # ---------------------------------------------------------------- handlers: tenant and keys
 
 def _tenant_created(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
@@ -336,9 +354,7 @@ def _signing_rotated(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
 
 def _encryption_rotated(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
     reg = r.registry
-    version = data["version"]
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise _Malformed("data.version must be an integer")
+    version = _int(data, "version")
     if version != _versions_of(reg, "encryption") + 1:
         f("key.version", f"encryption key version {version} does not follow {_versions_of(reg, 'encryption')}")
     _rotate(reg, "encryption", _str(data, "new_key"), version, seq)
@@ -358,9 +374,7 @@ def _identity_created(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
 def _principal_created(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
     reg = r.registry
     new, ident, role = _str(data, "principal_id"), _str(data, "identity_id"), _str(data, "role")
-    roots = data["roots"]
-    if not isinstance(roots, list) or not all(isinstance(x, str) for x in roots):
-        raise _Malformed("data.roots must be a list of workarea ids")
+    roots = _list(data, "roots", "a list of workarea ids")
     if new in reg.principals:
         f("principal.exists", f"principal {new} was created at seq {reg.principals[new]['created_seq']}")
         return
@@ -381,15 +395,26 @@ def _principal_created(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
                            "revoked_seq": None, "authorised": not f.found}
 
 
-def _principal_revoked(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
-    reg = r.registry
-    target = _str(data, "principal_id")
-    p = reg.principals.get(target)
-    if p is None:
-        f("principal.unknown", f"principal {target}")
-    elif p["revoked_seq"] is not None:
-        f("principal.revoked", f"principal {target} was revoked at seq {p['revoked_seq']}")
+def _still_open(entries: dict, key: str, mark: str, unknown: Callable[[], None],
+                again: Callable[[int], None]) -> dict | None:
+    """``entries[key]`` while it exists and its ``mark`` seq is unset (a principal is revoked once, a simulation
+    closed once); otherwise ``unknown()`` or ``again(seq it was marked at)`` reports the finding and it is ``None``.
+    The callers spell their finding codes out, so the rule list (test_replay) finds every one."""
+    e = entries.get(key)
+    if e is None:
+        unknown()
+    elif e[mark] is not None:
+        again(e[mark])
     else:
+        return e
+    return None
+
+
+def _principal_revoked(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
+    target = _str(data, "principal_id")
+    p = _still_open(r.registry.principals, target, "revoked_seq", lambda: f("principal.unknown", f"principal {target}"),
+                    lambda at: f("principal.revoked", f"principal {target} was revoked at seq {at}"))
+    if p is not None:
         p["revoked_seq"] = seq
 
 
@@ -439,10 +464,10 @@ def _workarea_policy(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
 def _submitted(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
     reg = r.registry
     cid, vid, wa = _str(data, "claim_id"), _str(data, "version_id"), _str(data, "workarea_id")
-    no, sup = data["version_no"], _str(data, "supersedes", optional=True)
+    no, sup = _int(data, "version_no"), _str(data, "supersedes", optional=True)
     derived = data.get("derived_from") or []
-    if not isinstance(no, int) or isinstance(no, bool) or not isinstance(derived, list):
-        raise _Malformed("version_no must be an integer and derived_from a list")
+    if not isinstance(derived, list):
+        raise _Malformed("data.derived_from must be a list")
     if vid in reg.versions:
         f("version.exists", f"version {vid}")
         return
@@ -618,9 +643,7 @@ def _hold(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
 def _sim_opened(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
     reg = r.registry
     sid = _str(data, "simulation_id")
-    audience = data["audience"]
-    if not isinstance(audience, list) or not audience or not all(isinstance(a, str) for a in audience):
-        raise _Malformed("data.audience must be a non-empty list of principal ids")
+    audience = _list(data, "audience", "a non-empty list of principal ids", nonempty=True)
     if sid in reg.simulations:
         f("simulation.exists", f"simulation {sid}")
         return
@@ -634,16 +657,11 @@ def _sim_opened(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
 def _sim_closed(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
     reg = r.registry
     sid = _str(data, "simulation_id")
-    s = reg.simulations.get(sid)
+    s = _still_open(reg.simulations, sid, "closed_seq", lambda: f("simulation.unknown", f"simulation {sid}"),
+                    lambda at: f("simulation.closed", f"simulation {sid} was closed at seq {at}"))
     if s is None:
-        f("simulation.unknown", f"simulation {sid}")
         return
-    if s["closed_seq"] is not None:
-        f("simulation.closed", f"simulation {sid} was closed at seq {s['closed_seq']}")
-        return
-    listed = data.get("demoted", [])
-    if not isinstance(listed, list) or not all(isinstance(d, dict) for d in listed):
-        raise _Malformed("data.demoted must be a list of {claim_id, version_id}")
+    listed = _list(data, "demoted", "a list of {claim_id, version_id}", item=dict, default=[])
     promoted = [(reg.versions[i]["claim"], i) for i in s["versions"] if reg.versions[i]["status"] == "promoted"]
     if listed != simrules.close_demotions(promoted):
         f("simulation.demotions", f"simulation {sid}'s close does not list exactly its promoted versions")
@@ -654,10 +672,7 @@ def _sim_closed(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
 
 
 def _retention_set(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
-    days = data["readlog_days"]
-    if not isinstance(days, int) or isinstance(days, bool):
-        raise _Malformed("data.readlog_days must be an integer")
-    r.registry.readlog_days = days
+    r.registry.readlog_days = _int(data, "readlog_days")
 
 
 _HANDLERS: dict[str, Callable[..., None]] = {
