@@ -54,26 +54,30 @@ PER_TENANT_PARTITIONED = ("memories_fts", "memory_embeddings")
 _TENANT_GUC = re.compile(r"oml_current_tenant\(\)|current_setting\(\s*'oml\.tenant_id'")
 
 
+def _all_tables(conn: sa.Connection, *, with_tenant_id: bool = False) -> set[str]:
+    """Public tables (a partitioned table once, by its parent); only those with a ``tenant_id`` column if asked."""
+    column = (" JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'tenant_id' AND NOT a.attisdropped"
+              if with_tenant_id else "")
+    return set(conn.execute(sa.text(
+        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace" + column +
+        " WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND NOT c.relispartition")).scalars())
+
+
 def _tenant_tables(conn: sa.Connection) -> set[str]:
     """Tables carrying ``tenant_id`` that are to be distributed (reference tables excluded)."""
-    return set(conn.execute(sa.text(
-        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'tenant_id' AND NOT a.attisdropped"
-        " WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND NOT c.relispartition")).scalars()) - set(REFERENCE_TABLES)
+    return _all_tables(conn, with_tenant_id=True) - set(REFERENCE_TABLES)
 
 
-def _all_tables(conn: sa.Connection) -> set[str]:
-    return set(conn.execute(sa.text(
-        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND NOT c.relispartition")).scalars())
+def _column_names(attnums: str, rel: str) -> str:
+    """SQL: the names of relation ``rel``'s columns numbered by the array ``attnums``, in the array's order."""
+    return (f"ARRAY(SELECT a.attname FROM unnest({attnums}) WITH ORDINALITY k(n, o)"
+            f" JOIN pg_attribute a ON a.attrelid = {rel} AND a.attnum = k.n ORDER BY k.o)")
 
 
 def _key_findings(conn: sa.Connection, tenant_tables: set[str]) -> list[str]:
     out = []
     rows = conn.execute(sa.text(
-        "SELECT t.relname AS tbl, i.relname AS idx, x.indisprimary AS pk,"
-        "       ARRAY(SELECT a.attname FROM unnest(x.indkey) k JOIN pg_attribute a"
-        "             ON a.attrelid = t.oid AND a.attnum = k) AS cols"
+        "SELECT t.relname AS tbl, i.relname AS idx, x.indisprimary AS pk, " + _column_names("x.indkey", "t.oid") + " AS cols"
         "  FROM pg_index x JOIN pg_class t ON t.oid = x.indrelid JOIN pg_class i ON i.oid = x.indexrelid"
         "  JOIN pg_namespace n ON n.oid = t.relnamespace"
         " WHERE n.nspname = 'public' AND (x.indisunique OR x.indisprimary) AND NOT t.relispartition")).all()
@@ -90,11 +94,8 @@ def _key_findings(conn: sa.Connection, tenant_tables: set[str]) -> list[str]:
 def _fk_findings(conn: sa.Connection, tenant_tables: set[str]) -> list[str]:
     out = []
     rows = conn.execute(sa.text(
-        "SELECT c.conname, s.relname AS src, d.relname AS dst,"
-        "       ARRAY(SELECT a.attname FROM unnest(c.conkey) WITH ORDINALITY k(n, o)"
-        "             JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.n ORDER BY k.o) AS src_cols,"
-        "       ARRAY(SELECT a.attname FROM unnest(c.confkey) WITH ORDINALITY k(n, o)"
-        "             JOIN pg_attribute a ON a.attrelid = c.confrelid AND a.attnum = k.n ORDER BY k.o) AS dst_cols"
+        "SELECT c.conname, s.relname AS src, d.relname AS dst, " + _column_names("c.conkey", "c.conrelid") + " AS src_cols, "
+        + _column_names("c.confkey", "c.confrelid") + " AS dst_cols"
         "  FROM pg_constraint c JOIN pg_class s ON s.oid = c.conrelid JOIN pg_class d ON d.oid = c.confrelid"
         "  JOIN pg_namespace n ON n.oid = s.relnamespace"
         " WHERE c.contype = 'f' AND n.nspname = 'public' AND NOT s.relispartition AND c.conparentid = 0")).all()
@@ -108,9 +109,7 @@ def _fk_findings(conn: sa.Connection, tenant_tables: set[str]) -> list[str]:
 
 def _partition_findings(conn: sa.Connection) -> list[str]:
     rows = dict(conn.execute(sa.text(
-        "SELECT c.relname,"
-        "       ARRAY(SELECT a.attname FROM unnest(p.partattrs) WITH ORDINALITY k(n, o)"
-        "             JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.n ORDER BY k.o)"
+        "SELECT c.relname, " + _column_names("p.partattrs", "c.oid") +
         "  FROM pg_partitioned_table p JOIN pg_class c ON c.oid = p.partrelid"
         "  JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public'")).all())
     return [f"{t}: not partitioned by tenant_id (one index graph per tenant is the design)"
