@@ -20,29 +20,28 @@ _TRICKY = st.sampled_from(["\x00", "\x1f", "\b", "\f", "\n", "\r", "\t", '"', "\
                            "\u2029", "\ue000", "\uffff", "\U00010000", "\U0001f600", "é", "€"])
 _TEXT = st.text(alphabet=st.one_of(st.characters(exclude_categories=["Cs"]), _TRICKY), max_size=12)
 _INT = st.integers(min_value=-MAX_SAFE_INT, max_value=MAX_SAFE_INT)
-_JSON = st.recursive(
-    st.none() | st.booleans() | _INT | _TEXT,
-    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(_TEXT, inner, max_size=5),
-    max_leaves=30,
-)
 
 
-@settings(max_examples=1500, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+def _json(keys: st.SearchStrategy[str]) -> st.SearchStrategy:
+    """JSON values without floats, whose object keys are drawn from ``keys``."""
+    return st.recursive(st.none() | st.booleans() | _INT | _TEXT,
+                        lambda inner: st.lists(inner, max_size=5) | st.dictionaries(keys, inner, max_size=5),
+                        max_leaves=30)
+
+
+_JSON = _json(_TEXT)
+# ASCII keys, as every document OML writes has: the path through the standard library's C encoder.
+_ASCII_JSON = _json(st.text(alphabet=st.characters(max_codepoint=127), max_size=8))
+_MANY = settings(max_examples=1500, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@_MANY
 @given(_JSON)
 def test_fast_encoder_matches_rfc8785(value):
     assert canonical(value) == rfc8785.dumps(value)
 
 
-# ASCII keys, as every document OML writes has: the path through the standard library's C encoder.
-_ASCII_KEYS = st.text(alphabet=st.characters(max_codepoint=127), max_size=8)
-_ASCII_JSON = st.recursive(
-    st.none() | st.booleans() | _INT | _TEXT,
-    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(_ASCII_KEYS, inner, max_size=5),
-    max_leaves=30,
-)
-
-
-@settings(max_examples=1500, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@_MANY
 @given(_ASCII_JSON)
 def test_ascii_key_documents_match_rfc8785(value):
     assert canonical(value) == rfc8785.dumps(value)
