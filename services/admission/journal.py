@@ -145,22 +145,13 @@ def write(head: Head, rows: list[Row]) -> None:
 
 
 @traced("journal.append")
-def append(
-    head: Head,
-    signer: Signer,
-    type: str,
-    actor: Actor,
-    data: dict[str, Any],
-    *,
-    kid: str | None = None,
-    at: dt.datetime | None = None,
-) -> Appended:
+def append(head: Head, signer: Signer, type: str, actor: Actor, data: dict[str, Any], **options: Any) -> Appended:
     """Append one event after ``head`` and advance it (:func:`link` then :func:`write`).
 
-    ``kid`` overrides the signing key (first event, recovery rotation).
+    ``options`` are :func:`link`'s: ``kid`` overrides the signing key (first event, recovery rotation), ``at`` the time.
     Raises ``ValueError`` for an unknown type or non-canonical data.
     """
     annotate(**{"oml.tenant": head.tenant, "oml.event_type": type, "oml.seq": head.seq + 1})
-    ev, row = link(head, signer, type, actor, data, kid=kid, at=at)
+    ev, row = link(head, signer, type, actor, data, **options)
     write(head, [row])
     return ev
