@@ -250,13 +250,7 @@ def assemble(*, tenant: str, from_seq: int, to_seq: int, rows: list[JournalRow],
         files[fmt.CONSISTENCY] = format_consistency_proof(tree.consistency_proof(prev.size, cp.size))
         prev_json = {"file": fmt.PREVIOUS, "tree_size": prev.size, "root": prev.root.hex(), "consistency_file": fmt.CONSISTENCY}
 
-    recon, erasures = [], []
-    for r in rows:
-        ev = audit.parse_event(r.canonical) or {}
-        if ev.get("type") == "reconciliation.completed":
-            recon.append({"seq": r.seq, "at": ev.get("at"), "data": ev.get("data")})
-        elif ev.get("type") == "claim.erased":
-            erasures.append({"seq": r.seq, "at": ev.get("at"), "data": ev.get("data")})
+    recon, erasures = fmt.outcome_records(rows)
     files[fmt.RECONCILIATIONS] = canonical(recon)
     files[fmt.ERASURES] = canonical(erasures)
 

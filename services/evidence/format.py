@@ -21,7 +21,7 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from oml.domain import event_format as ef
+from oml.domain import audit, event_format as ef
 from oml.domain.canonical import canonical
 from oml.domain.chain import JournalRow
 
@@ -95,6 +95,20 @@ def row_line(row: JournalRow) -> bytes:
     obj = {"seq": row.seq, "canonical": base64.b64encode(row.canonical).decode("ascii"), "hash": row.hash.hex(),
            "prev_hash": row.prev_hash.hex(), "signature": row.signature.hex(), "kid": row.kid}
     return canonical(obj) + b"\n"
+
+
+def outcome_records(rows: list[JournalRow]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """What :data:`RECONCILIATIONS` and :data:`ERASURES` hold for the journal ``rows``: ``{seq, at, data}`` of
+    each ``reconciliation.completed`` and of each ``claim.erased`` event, in the rows' order (written by the export,
+    recomputed by the verifier)."""
+    recon, erasures = [], []
+    for r in rows:
+        ev = audit.parse_event(r.canonical) or {}
+        if ev.get("type") == "reconciliation.completed":
+            recon.append({"seq": r.seq, "at": ev.get("at"), "data": ev.get("data")})
+        elif ev.get("type") == "claim.erased":
+            erasures.append({"seq": r.seq, "at": ev.get("at"), "data": ev.get("data")})
+    return recon, erasures
 
 
 def jsonl(objs: list[Any]) -> bytes:

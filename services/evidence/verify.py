@@ -300,13 +300,7 @@ def _verify(rep: Report, data: bytes, anchor: str | None, prev_note: bytes | Non
     _check_readlog(files, tenant, keys, note, cp, size, receipt, ok, ids)
 
     # -- reconciliations and erasures
-    recon, erased = [], []
-    for r in rows:
-        ev = audit.parse_event(r.canonical) or {}
-        if ev.get("type") == "reconciliation.completed":
-            recon.append({"seq": r.seq, "at": ev.get("at"), "data": ev.get("data")})
-        elif ev.get("type") == "claim.erased":
-            erased.append({"seq": r.seq, "at": ev.get("at"), "data": ev.get("data")})
+    recon, erased = fmt.outcome_records(rows)
     if _json(files.get(fmt.RECONCILIATIONS, b"null"), fmt.RECONCILIATIONS) != recon:
         raise Failure(f"{fmt.RECONCILIATIONS} does not list exactly the reconciliation.completed events in range")
     if _json(files.get(fmt.ERASURES, b"null"), fmt.ERASURES) != erased:
