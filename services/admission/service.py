@@ -81,6 +81,12 @@ def _memo(head: journal.Head, key: Any, load: Callable[[], Any]) -> Any:
     return head.memo[key]
 
 
+def idempotency_key_digest(key: str) -> str:
+    """Hex SHA-256 of a client's ``Idempotency-Key``: what the record keeps (DESIGN.md, Journal: digests, never the
+    request). A key is the client's own token and may carry anything; stored as a digest it is looked up, never read."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
 def request_digest(payload: Any) -> bytes:
     """SHA-256 of the canonical request; what an idempotency record keeps instead of the body."""
     return hashlib.sha256(canonical(payload)).digest()
@@ -116,7 +122,7 @@ class Admission:
             raise invalid("Idempotency-Key must be 1-200 printable characters", field="Idempotency-Key")
         row = conn.execute(
             sa.text("SELECT request_digest, response FROM idempotency_keys WHERE tenant_id = :t AND principal_id = :p AND key = :k AND expires_at > now()"),
-            {"t": p.tenant, "p": p.principal_id, "k": key},
+            {"t": p.tenant, "p": p.principal_id, "k": idempotency_key_digest(key)},
         ).one_or_none()
         if row is None:
             return None
@@ -127,14 +133,15 @@ class Admission:
     def _remember(self, p: Principal, key: str | None, digest: bytes, response: dict, conn: sa.Connection) -> None:
         if key is None:
             return
+        k = idempotency_key_digest(key)
         conn.execute(
             sa.text("DELETE FROM idempotency_keys WHERE tenant_id = :t AND principal_id = :p AND key = :k AND expires_at <= now()"),
-            {"t": p.tenant, "p": p.principal_id, "k": key},
+            {"t": p.tenant, "p": p.principal_id, "k": k},
         )
         conn.execute(
             sa.text("INSERT INTO idempotency_keys (tenant_id, principal_id, key, request_digest, response, status, expires_at)"
                     " VALUES (:t, :p, :k, :d, CAST(:r AS jsonb), 200, now() + make_interval(hours => :h))"),
-            {"t": p.tenant, "p": p.principal_id, "k": key, "d": digest, "r": json.dumps(response), "h": self.idempotency_hours},
+            {"t": p.tenant, "p": p.principal_id, "k": k, "d": digest, "r": json.dumps(response), "h": self.idempotency_hours},
         )
 
     def _run(self, p: Principal, idem_key: str | None, request: Any, fn: Callable[[journal.Head], dict]) -> dict:

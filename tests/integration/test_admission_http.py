@@ -81,9 +81,11 @@ def test_idempotency_replay_and_conflict(env, ctx):
     assert r.status_code == 200 and r.json()["replayed"] is False
     # The record holds a digest and ids, never the body.
     with owner(ctx, a.tenant) as conn:
-        row = conn.execute(sa.text("SELECT request_digest, response FROM idempotency_keys WHERE tenant_id = :t AND key = 'retry-1'"
+        row = conn.execute(sa.text("SELECT request_digest, response FROM idempotency_keys WHERE tenant_id = :t AND key = encode(sha256(convert_to('retry-1', 'UTF8')), 'hex')"
                                    " AND principal_id = :p"), {"t": a.tenant, "p": a.writer_key.split("_")[1]}).one()
     assert len(bytes(row.request_digest)) == 32 and "idempotent" not in json.dumps(row.response)
+    with owner(ctx, a.tenant) as conn:  # nor the client's key itself: its digest only
+        assert not conn.execute(sa.text("SELECT 1 FROM idempotency_keys WHERE tenant_id = :t AND key = 'retry-1'"), {"t": a.tenant}).all()
     # Batch and admin writes replay too; a created key is not shown again.
     hb = bearer(a.admin_key) | {"Idempotency-Key": "mk-key"}
     pk = {"identity_id": a.writer_identity, "role": "reader", "roots": [a.root]}

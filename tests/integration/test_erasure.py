@@ -226,7 +226,7 @@ def test_http_endpoints(ctx, kit):
                         headers={**op, "Idempotency-Key": "subj-1"})
     assert again.json()["erasures"] == body["erasures"] and again.json()["replayed"] is True
     with owner(ctx, kit.tenant) as conn:
-        stored = conn.execute(sa.text("SELECT request_digest, response::text FROM idempotency_keys WHERE tenant_id = :t AND key = 'subj-1'"),
+        stored = conn.execute(sa.text("SELECT request_digest, response::text FROM idempotency_keys WHERE tenant_id = :t AND key = encode(sha256(convert_to('subj-1', 'UTF8')), 'hex')"),
                               {"t": kit.tenant}).one()
     assert "cust-77" not in stored.response.lower()
     r = client.get(f"/v1/erasures/claims/{c['claim_id']}/report?format=html", headers=op)
