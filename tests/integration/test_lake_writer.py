@@ -129,38 +129,36 @@ def test_independent_reader_duckdb_matches_postgres(ctx, env):
     assert norm(dc) == norm(pc)
 
 
-def test_failed_commit_that_landed_is_not_repeated(ctx, env, monkeypatch):
-    promote(ctx, env, "written while the store misbehaves")
+def _catch_up_with_first_write_failing(ctx, env, monkeypatch, *, landed: bool) -> int:
+    """Run the lake-writer with its first Delta write raising OSError, after (``landed``) or before the commit
+    reached the table; returns how many writes it made."""
     real = lake_writer.write_deltalake
     calls = {"n": 0}
 
-    def flaky(*a, **kw):
+    def failing_once(*a, **kw):
         calls["n"] += 1
-        real(*a, **kw)
+        if calls["n"] == 1 and not landed:
+            raise OSError("refused before anything landed")
+        out = real(*a, **kw)
         if calls["n"] == 1:
             raise OSError("connection reset after the commit landed")
+        return out
 
-    monkeypatch.setattr(lake_writer, "write_deltalake", flaky)
+    monkeypatch.setattr(lake_writer, "write_deltalake", failing_once)
     lake_writer.catch_up(ctx, env.tenant)
     monkeypatch.undo()
+    return calls["n"]
+
+
+def test_failed_commit_that_landed_is_not_repeated(ctx, env, monkeypatch):
+    promote(ctx, env, "written while the store misbehaves")
+    _catch_up_with_first_write_failing(ctx, env, monkeypatch, landed=True)
     assert_lake_exact(ctx, env.tenant)
 
 
 def test_failed_commit_that_did_not_land_is_retried(ctx, env, monkeypatch):
     promote(ctx, env, "written after one refused commit")
-    real = lake_writer.write_deltalake
-    calls = {"n": 0}
-
-    def refusing(*a, **kw):
-        calls["n"] += 1
-        if calls["n"] == 1:
-            raise OSError("refused before anything landed")
-        return real(*a, **kw)
-
-    monkeypatch.setattr(lake_writer, "write_deltalake", refusing)
-    lake_writer.catch_up(ctx, env.tenant)
-    monkeypatch.undo()
-    assert calls["n"] >= 2
+    assert _catch_up_with_first_write_failing(ctx, env, monkeypatch, landed=False) >= 2
     assert_lake_exact(ctx, env.tenant)
 
 
