@@ -9,6 +9,7 @@ single snapshot never shows a claim half-shredded.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 import threading
@@ -62,71 +63,62 @@ def test_erasure_under_concurrent_reads_and_writes(ctx):
         with lock:
             seen[kind] += 1
 
-    def fetcher(seed: int) -> None:
+    def until_stopped(label: str, step, seed: int) -> None:
+        """Run ``step(rnd)`` until the erasures are done; anything it raises is an error named by ``label``."""
         rnd = random.Random(seed)
         while not stop.is_set():
-            c = rnd.choice(claims)
             try:
-                item = reads.fetch(ctx, kit.reader, claim_id=c["claim_id"])
-                if item["body"] != {"statement": bodies[c["claim_id"]]}:
-                    errors.append(f"partial body for {c['claim_id']}")
-                record("full")
-            except OMLError as exc:
-                if exc.code != "claim.erased":
-                    errors.append(f"fetch: {exc.code}: {exc.detail}")
-                record("erased")
+                step(rnd)
             except Exception as exc:  # noqa: BLE001
-                errors.append(f"fetch: {type(exc).__name__}: {exc}")
+                errors.append(f"{label}: {type(exc).__name__}: {exc}")
 
-    def recaller(seed: int) -> None:
-        rnd = random.Random(seed)
-        while not stop.is_set():
-            c = rnd.choice(claims)
-            word = bodies[c["claim_id"]].split()[3]
-            try:
-                out = recall(ctx, kit.reader, RecallRequest(query=word, retriever="fts"))
-                for item in out["hits"] + out["steering"]:
-                    if item["claim_id"] in bodies and item["body"] != {"statement": bodies[item["claim_id"]]}:
-                        errors.append("recall served a partial body")
-                if any(i["claim_id"] == c["claim_id"] for i in out["hits"]):
-                    record("recall_hits")
-                record("recalls")
-            except Exception as exc:  # noqa: BLE001
-                errors.append(f"recall: {type(exc).__name__}: {exc}")
+    def fetch_one(rnd: random.Random) -> None:
+        c = rnd.choice(claims)
+        try:
+            item = reads.fetch(ctx, kit.reader, claim_id=c["claim_id"])
+            if item["body"] != {"statement": bodies[c["claim_id"]]}:
+                errors.append(f"partial body for {c['claim_id']}")
+            record("full")
+        except OMLError as exc:
+            if exc.code != "claim.erased":
+                errors.append(f"fetch: {exc.code}: {exc.detail}")
+            record("erased")
 
-    def snapshotter(seed: int) -> None:
-        rnd = random.Random(seed)
-        while not stop.is_set():
-            c = rnd.choice(claims)
-            try:
-                with ctx.db.engine("oml_server").connect().execution_options(isolation_level="REPEATABLE READ") as conn:
-                    with conn.begin():
-                        conn.execute(sa.text("SELECT set_config('oml.tenant_id', :t, true)"), {"t": kit.tenant})
-                        p = {"t": kit.tenant, "c": c["claim_id"]}
-                        erased = conn.execute(sa.text("SELECT erased_seq IS NOT NULL FROM claims WHERE tenant_id = :t AND claim_id = :c"), p).scalar()
-                        ct = conn.execute(sa.text("SELECT count(*) FROM artifacts WHERE tenant_id = :t AND claim_id = :c AND ciphertext IS NOT NULL"), p).scalar()
-                        dek = conn.execute(sa.text("SELECT count(*) FROM wrapped_deks d JOIN artifacts a USING (tenant_id, artifact_id)"
-                                                   " WHERE a.tenant_id = :t AND a.claim_id = :c"), p).scalar()
-                        idx = conn.execute(sa.text("SELECT count(*) FROM memories_fts WHERE tenant_id = :t AND claim_id = :c"), p).scalar()
-                state = (erased, ct, dek, idx)
-                if state not in ((False, 1, 1, 1), (True, 0, 0, 0)):
-                    errors.append(f"half-erased snapshot {state}")
-                record("snapshots")
-            except Exception as exc:  # noqa: BLE001
-                errors.append(f"snapshot: {type(exc).__name__}: {exc}")
+    def recall_one(rnd: random.Random) -> None:
+        c = rnd.choice(claims)
+        word = bodies[c["claim_id"]].split()[3]
+        out = recall(ctx, kit.reader, RecallRequest(query=word, retriever="fts"))
+        for item in out["hits"] + out["steering"]:
+            if item["claim_id"] in bodies and item["body"] != {"statement": bodies[item["claim_id"]]}:
+                errors.append("recall served a partial body")
+        if any(i["claim_id"] == c["claim_id"] for i in out["hits"]):
+            record("recall_hits")
+        record("recalls")
 
-    def writer() -> None:
-        i = 0
-        while not stop.is_set():
-            try:
-                kit.claim(f"concurrent write {i}")
-                record("writes")
-            except Exception as exc:  # noqa: BLE001
-                errors.append(f"write: {type(exc).__name__}: {exc}")
-            i += 1
+    def snapshot_one(rnd: random.Random) -> None:
+        c = rnd.choice(claims)
+        with ctx.db.engine("oml_server").connect().execution_options(isolation_level="REPEATABLE READ") as conn:
+            with conn.begin():
+                conn.execute(sa.text("SELECT set_config('oml.tenant_id', :t, true)"), {"t": kit.tenant})
+                p = {"t": kit.tenant, "c": c["claim_id"]}
+                erased = conn.execute(sa.text("SELECT erased_seq IS NOT NULL FROM claims WHERE tenant_id = :t AND claim_id = :c"), p).scalar()
+                ct = conn.execute(sa.text("SELECT count(*) FROM artifacts WHERE tenant_id = :t AND claim_id = :c AND ciphertext IS NOT NULL"), p).scalar()
+                dek = conn.execute(sa.text("SELECT count(*) FROM wrapped_deks d JOIN artifacts a USING (tenant_id, artifact_id)"
+                                           " WHERE a.tenant_id = :t AND a.claim_id = :c"), p).scalar()
+                idx = conn.execute(sa.text("SELECT count(*) FROM memories_fts WHERE tenant_id = :t AND claim_id = :c"), p).scalar()
+        state = (erased, ct, dek, idx)
+        if state not in ((False, 1, 1, 1), (True, 0, 0, 0)):
+            errors.append(f"half-erased snapshot {state}")
+        record("snapshots")
 
-    threads = [threading.Thread(target=f, args=(s,)) for s, f in enumerate((fetcher, fetcher, recaller, snapshotter))]
-    threads.append(threading.Thread(target=writer))
+    writes = itertools.count()
+
+    def write_one(rnd: random.Random) -> None:
+        kit.claim(f"concurrent write {next(writes)}")
+        record("writes")
+
+    steps = (("fetch", fetch_one), ("fetch", fetch_one), ("recall", recall_one), ("snapshot", snapshot_one), ("write", write_one))
+    threads = [threading.Thread(target=until_stopped, args=(label, step, seed)) for seed, (label, step) in enumerate(steps)]
     for t in threads:
         t.start()
     try:
