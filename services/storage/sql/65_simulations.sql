@@ -5,17 +5,18 @@
 -- only: for a real claim the audience's overlay tip (shadowing the default tip),
 -- for a claim born in the simulation its only tip. The default tip_intervals
 -- table never records a tainted version. Journal-derived (projector.PROJECTIONS).
-CREATE TABLE sim_tip_intervals (
-  tenant_id      text NOT NULL,
-  simulation_id  uuid NOT NULL,
-  claim_id       uuid NOT NULL,
-  version_id     uuid NOT NULL,
-  from_seq       bigint NOT NULL,
-  from_at        timestamptz NOT NULL,
-  to_seq         bigint,
-  to_at          timestamptz,
-  PRIMARY KEY (tenant_id, version_id, from_seq)
-);
+-- Its columns are tip_intervals' (20_claims.sql), read from the catalog so the two cannot drift, with
+-- simulation_id second: (tenant_id, simulation_id, claim_id, version_id, from_seq, from_at, to_seq, to_at).
+DO $$
+BEGIN
+  EXECUTE format('CREATE TABLE sim_tip_intervals (tenant_id text NOT NULL, simulation_id uuid NOT NULL, %s, '
+                 'PRIMARY KEY (tenant_id, version_id, from_seq))',
+                 (SELECT string_agg(format('%I %s%s', attname, format_type(atttypid, atttypmod),
+                                           CASE WHEN attnotnull THEN ' NOT NULL' ELSE '' END), ', ' ORDER BY attnum)
+                    FROM pg_attribute
+                   WHERE attrelid = 'tip_intervals'::regclass AND attnum > 0 AND NOT attisdropped
+                     AND attname <> 'tenant_id'));
+END $$;
 CREATE UNIQUE INDEX sim_tip_intervals_open ON sim_tip_intervals (tenant_id, simulation_id, claim_id) WHERE to_seq IS NULL;
 CREATE INDEX sim_tip_intervals_claim ON sim_tip_intervals (tenant_id, claim_id);
 
