@@ -139,10 +139,18 @@ BEGIN
   RETURN NEW;
 END $$;
 
-DROP TRIGGER IF EXISTS oml_guard ON principals;
-CREATE TRIGGER oml_guard BEFORE INSERT OR UPDATE ON principals FOR EACH ROW EXECUTE FUNCTION oml_guard_principals();
-DROP TRIGGER IF EXISTS oml_guard ON tenant_keys;
-CREATE TRIGGER oml_guard BEFORE INSERT OR UPDATE ON tenant_keys FOR EACH ROW EXECUTE FUNCTION oml_guard_tenant_keys();
+-- (Re)attaches guard function fn as table t's row trigger oml_guard, before every insert and update; this file is
+-- re-run by migrations, so the trigger is dropped first.
+CREATE OR REPLACE FUNCTION oml_guard_attach(t regclass, fn regproc) RETURNS void
+  LANGUAGE plpgsql SET search_path = public, pg_temp AS $$
+BEGIN
+  EXECUTE format('DROP TRIGGER IF EXISTS oml_guard ON %s', t);
+  EXECUTE format('CREATE TRIGGER oml_guard BEFORE INSERT OR UPDATE ON %s FOR EACH ROW EXECUTE FUNCTION %s()', t, fn);
+END $$;
+REVOKE ALL ON FUNCTION oml_guard_attach(regclass, regproc) FROM PUBLIC;
+
+SELECT oml_guard_attach('principals', 'oml_guard_principals');
+SELECT oml_guard_attach('tenant_keys', 'oml_guard_tenant_keys');
 -- The version guard needs status_seq (verified reads, 20_claims.sql).
 DO $$
 BEGIN
@@ -166,6 +174,8 @@ CREATE OR REPLACE FUNCTION oml_workarea_latest(p_tenant text, p_node uuid, p_typ
                         WHERE tenant_id = p_tenant AND type = p_type) j
          WHERE (e -> 'data' ->> 'node_id')::uuid = p_node ORDER BY seq DESC LIMIT 1 $$;
 
+-- Opens like oml_guard_principals (find the creating event, compare its members) and is kept apart on purpose:
+-- the shared step is oml_journal_event; what is compared, and when an update may change it, is each table's own.
 CREATE OR REPLACE FUNCTION oml_guard_workareas() RETURNS trigger
   LANGUAGE plpgsql
   AS $$
@@ -223,8 +233,7 @@ BEGIN
   RETURN NULL;
 END $$;
 
-DROP TRIGGER IF EXISTS oml_guard ON workareas;
-CREATE TRIGGER oml_guard BEFORE INSERT OR UPDATE ON workareas FOR EACH ROW EXECUTE FUNCTION oml_guard_workareas();
+SELECT oml_guard_attach('workareas', 'oml_guard_workareas');
 DROP TRIGGER IF EXISTS oml_guard_path_insert ON workareas;
 CREATE TRIGGER oml_guard_path_insert AFTER INSERT ON workareas REFERENCING NEW TABLE AS changed
   FOR EACH STATEMENT EXECUTE FUNCTION oml_guard_workarea_path();
@@ -258,8 +267,7 @@ DECLARE t text;
 BEGIN
   FOREACH t IN ARRAY ARRAY['tenant_policies', 'retention_policies'] LOOP
     IF to_regclass('public.' || t) IS NOT NULL THEN
-      EXECUTE format('DROP TRIGGER IF EXISTS oml_guard ON %I', t);
-      EXECUTE format('CREATE TRIGGER oml_guard BEFORE INSERT OR UPDATE ON %I FOR EACH ROW EXECUTE FUNCTION oml_guard_policies()', t);
+      PERFORM oml_guard_attach(to_regclass('public.' || t), 'oml_guard_policies');
     END IF;
   END LOOP;
 END $$;
