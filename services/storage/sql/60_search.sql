@@ -71,6 +71,11 @@ SELECT m.version_id, m.claim_id, m.tsv, m.tip_from_seq, ts_rank(m.tsv, $1) AS ra
  LIMIT $8
 $q$ $f$;
 
+-- Kept inline, not a shared helper (a known repeat, issue 17 item 4): each SECURITY DEFINER search function
+-- reads the tenant from the binding and refuses an unbound call itself, because the Citus readiness check
+-- (services/storage/citus_readiness.py) requires every function touching a tenant table to show where its tenant
+-- comes from, and because migrations re-apply these files one at a time (0004: 60_search.sql and
+-- 66_sim_search.sql, 0006: 61_bm25.sql), so a helper defined in one file could be missing when another runs.
 CREATE OR REPLACE FUNCTION oml_fts_search(q tsquery, scopes text[], as_of timestamptz, kinds text[],
                                           provenances text[], valid_at timestamptz, exclude uuid[], lim int)
   RETURNS TABLE (version_id uuid, claim_id uuid, rank real, rank_cd real, tip_from_seq bigint)

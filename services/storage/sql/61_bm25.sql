@@ -20,6 +20,8 @@ CREATE TABLE IF NOT EXISTS bm25_stats (
   updated_at  timestamptz NOT NULL DEFAULT now()
 );
 
+-- The tenant and limit checks below repeat oml_fts_search's on purpose (see 60_search.sql): migration 0006
+-- re-applies this file alone.
 CREATE OR REPLACE FUNCTION oml_bm25_search(q tsquery, terms text[], term_queries tsquery[], scopes text[],
                                            as_of timestamptz, kinds text[], provenances text[], valid_at timestamptz,
                                            exclude uuid[], lim int, k1 double precision DEFAULT 1.2,

@@ -63,6 +63,7 @@ BEGIN
 END $$;
 REVOKE ALL ON FUNCTION oml_sim_create_partitions(uuid) FROM PUBLIC;
 
+-- Its tenant check repeats the search functions' on purpose (see 60_search.sql).
 CREATE OR REPLACE FUNCTION oml_sim_drop_partitions(sim uuid) RETURNS void
   LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE

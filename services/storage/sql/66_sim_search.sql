@@ -11,7 +11,10 @@ GRANT SELECT ON sim_memories_fts, simulations TO oml_search;
 DROP POLICY IF EXISTS search_definer ON sim_memories_fts;
 CREATE POLICY search_definer ON sim_memories_fts FOR SELECT TO oml_search USING (true);
 
--- Ranked and tie-broken exactly as oml_fts_search (60_search.sql), so a merged leg has one order.
+-- Ranked and tie-broken exactly as oml_fts_search (60_search.sql), so a merged leg has one order. Its text is
+-- written out rather than derived from oml_fts_search_sql() (a known repeat, issue 17 item 4): the planner must
+-- see sim_memories_fts and its simulation predicate, which prune to the audience's partitions, as plain text, and
+-- the plan tests inspect exactly this text. The tenant guard below is inline for the reasons in 60_search.sql.
 -- $1 tsquery, $2 scope paths, $3 as_of, $4 kinds, $5 provenances, $6 valid_at,
 -- $7 version ids to leave out, $8 limit, $9 tenant, $10 simulation ids.
 CREATE OR REPLACE FUNCTION oml_sim_fts_search_sql() RETURNS text
