@@ -160,6 +160,8 @@ def render(res: dict[str, Any]) -> list[str]:
 
 
 def register(bench_app: typer.Typer) -> None:
+    # Like every benchmark command (a known same-shape repeat, issue 17 item 4): typer reads a command's options
+    # from its own parameters, so each declares its own; what they share is run_and_emit.
     @bench_app.command("admission")
     def admission(quick: bool = typer.Option(False, "--quick", help="CI-sized: 30 single, 300 batched"),
                   single: int = typer.Option(300, "--single", min=1, help="claims submitted one per transaction"),
