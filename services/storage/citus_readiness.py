@@ -51,6 +51,8 @@ QUERY_TEXT_FUNCTIONS: dict[str, str] = {
 #: per-tenant partitions follow the distribution column.
 PER_TENANT_PARTITIONED = ("memories_fts", "memory_embeddings")
 
+# A statement-level trigger reads its rows from a transition table and joins tenant tables on their tenant_id.
+_JOINS_ON_TENANT = re.compile(r"\b\w+\.tenant_id\s*=\s*\w+\.tenant_id\b")
 _TENANT_GUC = re.compile(r"oml_current_tenant\(\)|current_setting\(\s*'oml\.tenant_id'")
 
 
@@ -132,8 +134,8 @@ def _function_findings(conn: sa.Connection, tenant_tables: set[str]) -> list[str
         first = (r.proargnames or [""])[0] or ""
         if _TENANT_GUC.search(src) or first in ("t", "tenant", "p_tenant", "tenant_id"):
             continue
-        if r.is_trigger and re.search(r"\b(NEW|OLD)\.tenant_id\b", src):
-            continue  # a trigger acts on the tenant of the row being written
+        if r.is_trigger and (re.search(r"\b(NEW|OLD)\.tenant_id\b", src) or _JOINS_ON_TENANT.search(src)):
+            continue  # a trigger acts on the tenant of the rows being written (its own row, or its transition table's)
         out.append(f"function {r.proname}: touches {touched[0]} but takes the tenant neither from the GUC nor as its first argument")
     return out
 

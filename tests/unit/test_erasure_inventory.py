@@ -10,10 +10,14 @@ DESIGN_CLASSES = [
     "freed_pages_and_statistics", "subject_hmacs", "read_log", "journal", "idempotency_records",
     "outbox_and_messages", "evidence_exports", "logs", "wal_and_backups",
 ]
+# Added since DESIGN.md with the index-time context window and the BM25 leg (issue 18; docs/recall.md), next to
+# the search index rows they serve.
+INDEX_CONTEXT_CLASSES = ["context_threads", "bm25_stats"]
 
 
 def test_exactly_the_design_copy_classes_in_order():
-    assert [c.key for c in inv.INVENTORY] == DESIGN_CLASSES
+    expected = DESIGN_CLASSES[:4] + INDEX_CONTEXT_CLASSES + DESIGN_CLASSES[4:]
+    assert [c.key for c in inv.INVENTORY] == expected
 
 
 def test_every_class_says_what_it_holds_what_erasure_does_and_when_it_is_complete():
