@@ -7,7 +7,8 @@ endpoint the standard ``OTEL_EXPORTER_OTLP_*`` variables name; needs the
 JSON on standard output, for a first look).
 
 Spans follow a request: ``HTTP <method> <route>`` → ``admission.submit`` →
-``journal.append`` for writes; ``HTTP POST /v1/recall`` → ``recall`` →
+``journal.link`` (per event, under the head lock) and ``journal.write`` (the
+rows as a set) for writes; ``HTTP POST /v1/recall`` → ``recall`` →
 ``recall.embed``, ``recall.steering``, ``recall.fts``, ``recall.vector``,
 ``recall.decrypt``, ``readlog.record`` for reads, so a slow recall is
 explained by its children. Span attributes are ids, counts and codes only —

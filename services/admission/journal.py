@@ -96,6 +96,7 @@ def create_head(conn: sa.Connection, tenant: str) -> Head:
     return Head(conn, tenant)
 
 
+@traced("journal.link")
 def link(
     head: Head,
     signer: Signer,
@@ -116,6 +117,7 @@ def link(
     if kid is None:
         raise LookupError("tenant has no current signing key")
     seq = head.seq + 1
+    annotate(**{"oml.tenant": head.tenant, "oml.event_type": type, "oml.seq": seq})
     at = at or now()
     event = event_object(
         tenant=head.tenant, seq=seq, type=type, event_id=new_id(), at=at, actor=actor, kid=kid, data=data
@@ -132,6 +134,7 @@ def link(
     return Appended(seq, h, at, event), row
 
 
+@traced("journal.write")
 def write(head: Head, rows: list[Row]) -> None:
     """Insert linked ``rows`` (consecutive, from :func:`link`), move the stored head to the last, queue
     one outbox message each, in one statement; one NOTIFY per transaction -- PostgreSQL delivers one
@@ -151,7 +154,6 @@ def append(head: Head, signer: Signer, type: str, actor: Actor, data: dict[str, 
     ``options`` are :func:`link`'s: ``kid`` overrides the signing key (first event, recovery rotation), ``at`` the time.
     Raises ``ValueError`` for an unknown type or non-canonical data.
     """
-    annotate(**{"oml.tenant": head.tenant, "oml.event_type": type, "oml.seq": head.seq + 1})
     ev, row = link(head, signer, type, actor, data, **options)
     write(head, [row])
     return ev
