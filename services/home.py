@@ -61,8 +61,9 @@ def explain(home: Path) -> str:
 def announce_new_home(home: Path, what: str) -> None:
     """Tell the user (stderr) that ``what`` is being created under a home that did not exist yet."""
     home = Path(home).resolve()
-    sys.stderr.write(f"oml: creating {what} in {home} ({explain(home)}); "
-                     f"set OML_HOME to use another home\n")
+    why = explain(home)
+    hint = "change OML_HOME" if "OML_HOME" in why else "set OML_HOME"
+    sys.stderr.write(f"oml: creating {what} in {home} ({why}); {hint} to use another home\n")
     sys.stderr.flush()
 
 

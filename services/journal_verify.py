@@ -73,7 +73,8 @@ class JournalReport:
             out.append("anchored: event 1 registers the signing key with the trusted fingerprint")
         else:
             out.append("NOT ANCHORED: the chain is internally consistent, but nothing ties it to a key recorded "
-                       "outside the database; pass --trusted-key <fingerprint printed by `oml tenant create`>")
+                       "outside the database; pass --trusted-key <fingerprint printed by `oml tenant create`>, or add "
+                       "the tenant's line to OML_TRUST_ANCHORS or <home>/trust-anchors (docs/anchoring.md)")
         return out
 
 

@@ -239,6 +239,18 @@ def workarea_list(key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Opti
 
 
 # ---------------------------------------------------------------- journal
+def _require_tenant(ctx, tenant: str) -> None:
+    """``tenant.not_found`` (exit 2, as reconcile and evidence export answer: docs/anchoring.md) for a tenant this
+    database does not have; an existing tenant whose journal is empty or cut still fails verification (exit 1)."""
+    import sqlalchemy as sa
+
+    from oml.domain.errors import OMLError
+
+    with ctx.db.system("oml_reconciler") as conn:  # the tenant list is readable to the keyless workers
+        if conn.execute(sa.text("SELECT 1 FROM tenants WHERE tenant_id = :t"), {"t": tenant}).scalar() is None:
+            raise OMLError("tenant.not_found", "tenant not found", 404)
+
+
 @journal_app.command("verify")
 def journal_verify(tenant: str = TENANT,
                    trusted_key: Optional[str] = typer.Option(None, "--trusted-key", help="the fingerprint printed by `oml tenant create` "
@@ -255,6 +267,7 @@ def journal_verify(tenant: str = TENANT,
             anchor = trust_anchor_for(ctx.settings, tenant, trusted_key)
         except ValueError as exc:
             fail(str(exc))
+        _require_tenant(ctx, tenant)
         rep = verify_journal(ctx.db, tenant, anchor)
     r = rep.result
     _emit({"tenant": tenant, "ok": rep.ok, "anchored": r.anchored, "last_seq": r.last_seq, "head": r.head.hex(),

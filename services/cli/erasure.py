@@ -247,7 +247,8 @@ def keys_retire(tenant: str = TENANT,
     with context() as ctx:
         out = keys_rotation.retire(ctx, tenant, older_than=window, dry_run=dry_run)
     if not _print(out, as_json):
-        console.print(f"cutoff {out['cutoff']}: destroyed {out['destroyed'] or 'none'}{' (dry run)' if dry_run else ''}")
+        verb = "would destroy" if dry_run else "destroyed"
+        console.print(f"cutoff {out['cutoff']}: {verb} {out['destroyed'] or 'none'} ({out['keystore']})")
         for k in out["kept"]:
             console.print(escape(f"  kept version {k['version']}: {k['reason']}"))
 
@@ -256,17 +257,26 @@ def keys_versions(tenant: str = TENANT, as_json: bool = AS_JSON) -> None:
     """List the body-encryption key versions: registration, retirement, live DEKs, presence in the KeyStore."""
     from oml.services import keys_rotation
 
+    from oml.services.context import describe_keystore
+
     with context() as ctx:
         out = keys_rotation.versions(ctx, tenant)
-    if _print({"tenant": tenant, "versions": out}, as_json):
-        return
-    t = Table(title=f"body-encryption keys — {tenant}")
-    for col in ("version", "kid", "registered", "retired", "live DEKs", "in KeyStore"):
-        t.add_column(col)
-    for v in out:
-        t.add_row(str(v["version"]), v["kid"], v["registered_at"], v["retired_at"] or "current", str(v["live_deks"]),
-                  "yes" if v["in_keystore"] else "destroyed")
-    console.print(t)
+        where = describe_keystore(ctx.keystore)
+    # The current version is never destroyed: absent, it means this process reads another KeyStore than the one
+    # that holds the tenant's keys (OML_KEYSTORE, OML_KEY_DIR, OML_MASTER_KEY), not that anything was erased.
+    missing = [v["version"] for v in out if v["retired_at"] is None and not v["in_keystore"]]
+    if not _print({"tenant": tenant, "keystore": where, "versions": out, "current_missing": missing}, as_json):
+        t = Table(title=f"body-encryption keys — {tenant} ({where})")
+        for col in ("version", "kid", "registered", "retired", "live DEKs", "in KeyStore"):
+            t.add_column(col)
+        for v in out:
+            present = "yes" if v["in_keystore"] else ("MISSING" if v["version"] in missing else "destroyed")
+            t.add_row(str(v["version"]), v["kid"], v["registered_at"], v["retired_at"] or "current", str(v["live_deks"]), present)
+        console.print(t)
+    if missing:
+        err.print(escape(f"the current version is not in this KeyStore ({where}): check OML_KEYSTORE, OML_KEY_DIR and "
+                         "OML_MASTER_KEY — this is the wrong KeyStore, not an erasure"))
+        raise typer.Exit(1)
 
 
 # ---------------------------------------------------------------- restore

@@ -107,6 +107,8 @@ class Standby:
 
     def stop(self) -> None:
         """Stop the standby and drop its replication slot on the primary (retried while its sender exits)."""
+        if not hasattr(self, "_user"):  # a Standby object made for a running standby: run as its data directory's owner
+            self._user = _as_server_user(self.pgdata)
         self._run("pg_ctl", "-D", str(self.pgdata), "-m", "fast", "-w", "stop", timeout=60, check=False)
         engine = sa.create_engine(self.primary, isolation_level="AUTOCOMMIT")
         try:

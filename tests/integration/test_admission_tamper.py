@@ -84,7 +84,9 @@ def test_cli_exit_codes_and_wording(ctx):
     bad = run_cli(ctx, ["journal", "verify", "--tenant", kit.tenant, "--trusted-key", kit.fingerprint, "--json"])
     out = json.loads(bad.stdout)
     assert bad.exit_code == 1 and out["bad_seq"] == K and out["reason"] == "bad signature"
-    assert run_cli(ctx, ["journal", "verify", "--tenant", "no-such-tenant"]).exit_code == 1
+    # An unknown tenant is a refusal, as for reconcile (docs/anchoring.md); an existing tenant's cut journal is exit 1.
+    unknown = run_cli(ctx, ["journal", "verify", "--tenant", "no-such-tenant"])
+    assert unknown.exit_code == 2 and "tenant.not_found" in unknown.output
 
 
 def _resign_in_place(ctx, tenant: str) -> None:

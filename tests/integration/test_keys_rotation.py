@@ -115,6 +115,12 @@ def test_cli_rotate_and_retire(ctx, kit):
     assert r.exit_code == 0 and "destroyed" in r.output
 
 
+def test_the_wrong_keystore_is_said_not_shown_as_destroyed(ctx, kit, tmp_path):
+    """Run with another key directory (a forgotten OML_KEYSTORE or OML_KEY_DIR): the current version is MISSING."""
+    r = run_cli(ctx, ["keys", "encryption-versions", "--tenant", kit.tenant], env={"OML_KEY_DIR": str(tmp_path / "elsewhere")})
+    assert r.exit_code == 1 and "MISSING" in r.output and "wrong KeyStore" in r.output.replace("\n", " ")
+
+
 def test_rotation_is_refused_while_a_restore_is_pending(ctx, kit):
     from oml.services import restore
 
