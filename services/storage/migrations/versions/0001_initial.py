@@ -8,6 +8,8 @@ from importlib import resources
 
 from alembic import op
 
+from oml.services.storage.migrations import sqlfiles
+
 revision = "0001"
 down_revision = None
 
@@ -18,5 +20,4 @@ def upgrade() -> None:
         op.execute(f.read_text())
 
 
-def downgrade() -> None:
-    raise NotImplementedError("OML's journal is append-only; restore from backup instead of downgrading")
+downgrade = sqlfiles.append_only

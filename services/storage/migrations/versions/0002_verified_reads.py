@@ -10,15 +10,14 @@ it, and ``status_seq`` = the version's latest logged change. RLS is lifted
 for the backfill inside this one transaction (the owner need not be a
 superuser) and forced again with the policy ``90_rls.sql`` gives every tenant table.
 """
-from importlib import resources
-
 import sqlalchemy as sa
 from alembic import op
+
+from oml.services.storage.migrations import sqlfiles
 
 revision = "0002"
 down_revision = "0001"
 
-_SQL = resources.files("oml.services.storage.sql")
 
 _BACKFILL = """
 ALTER TABLE claim_versions ADD COLUMN IF NOT EXISTS status_seq bigint;
@@ -66,29 +65,14 @@ ALTER TABLE claim_versions ALTER COLUMN status_seq SET NOT NULL;
 """
 
 
-_RLS = """
-DO $$
-DECLARE t text;
-BEGIN
-  FOREACH t IN ARRAY ARRAY['journal_events', 'claim_versions', 'version_status_log', 'integrity_events'] LOOP
-    EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', t);
-    EXECUTE format('ALTER TABLE %I FORCE ROW LEVEL SECURITY', t);
-    EXECUTE format('DROP POLICY IF EXISTS tenant_isolation ON %I', t);
-    EXECUTE format('CREATE POLICY tenant_isolation ON %I USING (tenant_id = oml_current_tenant())'
-                   ' WITH CHECK (tenant_id = oml_current_tenant())', t);
-  END LOOP;
-END $$;
-"""
 
 
 def upgrade() -> None:
     op.execute(_BACKFILL)
     if op.get_bind().execute(sa.text("SELECT to_regclass('public.integrity_events')")).scalar() is None:
-        op.execute((_SQL / "62_integrity.sql").read_text())
-    # The same policy 90_rls.sql gives every tenant table (that file's other policies are not re-runnable).
-    op.execute(_RLS)
-    op.execute((_SQL / "96_verified_reads_grants.sql").read_text())
+        sqlfiles.apply("62_integrity.sql")
+    sqlfiles.tenant_isolation("journal_events", "claim_versions", "version_status_log", "integrity_events")
+    sqlfiles.apply("96_verified_reads_grants.sql")
 
 
-def downgrade() -> None:
-    raise NotImplementedError("OML's journal is append-only; restore from backup instead of downgrading")
+downgrade = sqlfiles.append_only

@@ -5,17 +5,14 @@ New databases get them from ``97_authority_guards.sql`` through 0001; this appli
 database migrated before it. The triggers check rows written from now on; rows already there are checked by the
 authority replay (``oml journal verify``, ``oml reconcile``).
 """
-from importlib import resources
-
-from alembic import op
+from oml.services.storage.migrations import sqlfiles
 
 revision = "0003"
 down_revision = "0002"
 
 
 def upgrade() -> None:
-    op.execute((resources.files("oml.services.storage.sql") / "97_authority_guards.sql").read_text())
+    sqlfiles.apply("97_authority_guards.sql")
 
 
-def downgrade() -> None:
-    raise NotImplementedError("OML's journal is append-only; restore from backup instead of downgrading")
+downgrade = sqlfiles.append_only

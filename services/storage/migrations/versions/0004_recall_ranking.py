@@ -6,9 +6,9 @@ The FTS search functions now return their tie keys (``rank_cd``, ``tip_from_seq`
 dropped (their result type changed, which ``CREATE OR REPLACE`` cannot do) and re-created from the same
 re-runnable files, and the read-path grants re-applied.
 """
-from importlib import resources
-
 from alembic import op
+
+from oml.services.storage.migrations import sqlfiles
 
 revision = "0004"
 down_revision = "0003"
@@ -23,11 +23,8 @@ DROP FUNCTION IF EXISTS oml_sim_fts_search_plan(uuid[], {_ARGS});
 
 
 def upgrade() -> None:
-    sql = resources.files("oml.services.storage.sql")
     op.execute(_DROP)
-    for name in ("60_search.sql", "66_sim_search.sql", "96_recall_grants.sql", "96_simulations_grants.sql"):
-        op.execute((sql / name).read_text())
+    sqlfiles.apply("60_search.sql", "66_sim_search.sql", "96_recall_grants.sql", "96_simulations_grants.sql")
 
 
-def downgrade() -> None:
-    raise NotImplementedError("OML's journal is append-only; restore from backup instead of downgrading")
+downgrade = sqlfiles.append_only

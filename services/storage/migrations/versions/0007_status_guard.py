@@ -4,17 +4,14 @@ A version's status may change only to what the journal event at its new ``status
 and never back to an earlier event. New databases get it from ``97_authority_guards.sql`` through 0001; this
 re-applies the same re-runnable file to a database migrated before it.
 """
-from importlib import resources
-
-from alembic import op
+from oml.services.storage.migrations import sqlfiles
 
 revision = "0007"
 down_revision = "0006"
 
 
 def upgrade() -> None:
-    op.execute((resources.files("oml.services.storage.sql") / "97_authority_guards.sql").read_text())
+    sqlfiles.apply("97_authority_guards.sql")
 
 
-def downgrade() -> None:
-    raise NotImplementedError("OML's journal is append-only; restore from backup instead of downgrading")
+downgrade = sqlfiles.append_only

@@ -5,17 +5,14 @@ A workarea's parent, path, development flag and personal-data policy, a tenant's
 retention, and a claim's legal hold and erasure mark must be what the journal last said. New databases get it from ``97_authority_guards.sql`` through 0001; this re-applies the same
 re-runnable file to a database migrated before it.
 """
-from importlib import resources
-
-from alembic import op
+from oml.services.storage.migrations import sqlfiles
 
 revision = "0008"
 down_revision = "0007"
 
 
 def upgrade() -> None:
-    op.execute((resources.files("oml.services.storage.sql") / "97_authority_guards.sql").read_text())
+    sqlfiles.apply("97_authority_guards.sql")
 
 
-def downgrade() -> None:
-    raise NotImplementedError("OML's journal is append-only; restore from backup instead of downgrading")
+downgrade = sqlfiles.append_only
