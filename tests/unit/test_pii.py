@@ -558,3 +558,64 @@ def test_normalised_view_offsets_property_on_hostile_mix() -> None:
     assert kinds == ["email", "phone"]
     for f in classify(text):
         assert text[f.start] != "\u200b" and text[f.end - 1] != "\u200b"
+
+
+# ---- the cheap gates change no result (issue 14) -------------------------------
+
+
+def _min_digits(parsed) -> int:
+    """The fewest characters a match of a parsed pattern must take from [0-9] (a lower bound: a class
+    that also admits a non-digit counts 0)."""
+    import re._constants as c
+
+    total = 0
+    for op, av in parsed:
+        if op is c.LITERAL:
+            total += chr(av).isdigit()
+        elif op is c.IN:
+            only_digits = all((o is c.CATEGORY and a is c.CATEGORY_DIGIT) or (o is c.RANGE and "0" <= chr(a[0]) and chr(a[1]) <= "9")
+                              or (o is c.LITERAL and chr(a).isdigit()) for o, a in av)
+            total += only_digits
+        elif op in (c.MAX_REPEAT, c.MIN_REPEAT, c.POSSESSIVE_REPEAT):
+            total += av[0] * _min_digits(av[2])
+        elif op is c.SUBPATTERN:
+            total += _min_digits(av[3])
+        elif op is c.BRANCH:
+            total += min(_min_digits(b) for b in av[1])
+        elif op is c.ATOMIC_GROUP:
+            total += _min_digits(av)
+    return total
+
+
+def test_national_id_rules_need_the_digits_their_gate_assumes() -> None:
+    """A rule is skipped for a text with fewer digits than ``needs``: every match of its pattern holds at least that many
+    (or the rule's own ``min_digits`` check refuses it)."""
+    import re._parser as sre_parse
+
+    from oml.domain import pii
+
+    for rule in pii._ID_RULES:
+        assert rule.needs <= max(_min_digits(sre_parse.parse(rule.pattern.pattern)), rule.min_digits), rule.pattern.pattern
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=120)
+       | st.builds(lambda a, b, c: a + b + c, st.text(max_size=20), st.sampled_from(
+           ["PassWord", "PWD", "Secret", "KEY", "ToKeN", "AUTH", "Bearer", "://", "GHP_", "Github_Pat_", "XOXB-", "EYJ", "OML_",
+            "akia", "AsCa", "ghx_", "xoxz-"]), st.text(max_size=20)))
+def test_credential_gate_matches_the_case_insensitive_pattern(text: str) -> None:
+    from oml.domain import pii
+
+    assert pii._credential_gate(text) == (pii._CREDENTIAL_GATE_RE.search(text) is not None)
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.text(alphabet=st.sampled_from("abcxyz ASK:/@.-_\t0123456789+"), max_size=60)
+       | st.text(alphabet=st.characters(max_codepoint=127), max_size=80))
+def test_ascii_text_without_a_trigger_skips_no_finding(text: str) -> None:
+    """The short cut for ASCII text with no digit, "@" or credential trigger answers what the detectors would."""
+    from oml.domain import pii
+
+    view = pii._view(text)
+    full = [Finding(f.kind, *view.span(f.start, f.end)) for f in pii._resolve(pii._spans(view, pii.DEFAULT_PHONE_REGIONS))]
+    assert pii._classify(text, pii.DEFAULT_PHONE_REGIONS) == full
