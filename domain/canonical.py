@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import uuid
+import os
 from json.encoder import encode_basestring as _escape
 from typing import Any
 
@@ -149,6 +149,10 @@ def sha256(data: bytes) -> bytes:
 
 def format_time(t: dt.datetime) -> str:
     """``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (UTC, always six fraction digits)."""
+    if t.tzinfo is dt.timezone.utc and t.year >= 1000:
+        # The same text as the strftime below for a UTC time with a four-digit year (every event's
+        # ``at``), at a fifth of the cost: ``isoformat`` ends in "+00:00" (issue 14).
+        return t.isoformat(timespec="microseconds")[:-6] + "Z"
     if t.tzinfo is None:
         raise CanonicalError("naive datetime")
     return t.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -164,5 +168,13 @@ def now() -> dt.datetime:
 
 
 def new_id() -> str:
-    """A new lowercase UUID (v4) string."""
-    return str(uuid.uuid4())
+    """A new lowercase UUID (v4) string: 122 random bits from ``os.urandom``, as :func:`uuid.uuid4` draws them.
+
+    Formatted from the bytes directly (half the cost of ``str(uuid.uuid4())``; admission draws four per
+    claim, issue 14); tests/unit/test_canonical.py checks the result is what :class:`uuid.UUID` reads as
+    version 4, variant RFC 4122, and prints the same."""
+    b = bytearray(os.urandom(16))
+    b[6] = (b[6] & 0x0F) | 0x40
+    b[8] = (b[8] & 0x3F) | 0x80
+    h = b.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"

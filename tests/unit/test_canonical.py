@@ -7,6 +7,8 @@ non-BMP characters (where UTF-16 order and code point order differ).
 """
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 import rfc8785
 from hypothesis import HealthCheck, given, settings
@@ -68,3 +70,22 @@ def test_rfc8785_appendix_b_style_example():
     # Escapes and literal non-ASCII exactly as RFC 8785 §3.2.2.2 prescribes.
     value = {"literals": [None, True, False], "string": "\u20ac$\u000f\u000aA'\u0042\u0022\u005c\\\"/", "int": -(2**53 - 1)}
     assert canonical(value) == b'{"int":-9007199254740991,"literals":[null,true,false],"string":"\xe2\x82\xac$\\u000f\\nA\'B\\"\\\\\\\\\\"/"}'
+
+
+def test_new_id_is_a_lowercase_uuid4():
+    import uuid
+
+    from oml.domain.canonical import new_id
+
+    ids = {new_id() for _ in range(2000)}
+    assert len(ids) == 2000
+    for s in ids:
+        u = uuid.UUID(s)
+        assert (u.version, u.variant, str(u)) == (4, uuid.RFC_4122, s)
+
+
+@given(st.datetimes(min_value=dt.datetime(1, 1, 1), timezones=st.sampled_from([dt.timezone.utc, dt.timezone(dt.timedelta(hours=5, minutes=30))])))
+def test_format_time_fast_path_matches_strftime(t):
+    from oml.domain.canonical import format_time
+
+    assert format_time(t) == t.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
