@@ -445,7 +445,7 @@ def _refresh_bm25_stats(conn: sa.Connection, tenant: str) -> None:
     """N and Σ document length of the tenant's current FTS rows, for the BM25 leg (61_bm25.sql); counts only."""
     conn.execute(sa.text(
         "INSERT INTO bm25_stats (tenant_id, docs, total_len)"
-        " SELECT :t, count(*), coalesce(sum((SELECT coalesce(sum(cardinality(u.positions)), 0) FROM unnest(m.tsv) u)), 0)"
+        " SELECT :t, count(*), coalesce(sum(m.tsv_len), 0)"
         "   FROM memories_fts m WHERE m.tenant_id = :t AND m.tip_to_seq IS NULL"
         " ON CONFLICT (tenant_id) DO UPDATE SET docs = EXCLUDED.docs, total_len = EXCLUDED.total_len, updated_at = now()"),
         {"t": tenant})

@@ -48,11 +48,12 @@ CREATE POLICY search_definer ON memories_fts FOR SELECT TO oml_search USING (tru
 -- inspects is the plan recall gets. $1 tsquery, $2 scope paths, $3 as_of
 -- (NULL: current tips), $4 kinds, $5 provenances, $6 valid_at (NULL: any),
 -- $7 version ids to leave out (segment-1 steering rows), $8 limit, $9 tenant.
-CREATE OR REPLACE FUNCTION oml_fts_search_sql() RETURNS text
+-- The candidates -- the GIN matches of $1 that the read's filters admit -- are one text for both lexical
+-- rankings, so the BM25 leg (61_bm25.sql) admits exactly what this one admits; only ids, lexemes' counts
+-- and lengths leave the functions that run it.
+CREATE OR REPLACE FUNCTION oml_fts_candidates_sql() RETURNS text
   LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $f$ SELECT $q$
-SELECT c.version_id, c.claim_id, c.rank, ts_rank_cd(c.tsv, $1) AS rank_cd, c.tip_from_seq
-  FROM (
-SELECT m.version_id, m.claim_id, m.tsv, m.tip_from_seq, ts_rank(m.tsv, $1) AS rank
+SELECT m.version_id, m.claim_id, m.tsv, m.tsv_len, m.tip_from_seq
   FROM memories_fts m
  WHERE m.tenant_id = $9
    AND m.tsv @@ $1
@@ -65,11 +66,17 @@ SELECT m.version_id, m.claim_id, m.tsv, m.tip_from_seq, ts_rank(m.tsv, $1) AS ra
    AND ($5 IS NULL OR m.provenance = ANY($5))
    AND ($6 IS NULL OR ((m.valid_from IS NULL OR m.valid_from <= $6) AND (m.valid_to IS NULL OR m.valid_to > $6)))
    AND ($7 IS NULL OR m.version_id <> ALL($7))
- ORDER BY rank DESC
- FETCH FIRST ($8) ROWS WITH TIES) c
- ORDER BY c.rank DESC, rank_cd DESC, c.tip_from_seq DESC, c.version_id
- LIMIT $8
 $q$ $f$;
+
+CREATE OR REPLACE FUNCTION oml_fts_search_sql() RETURNS text
+  LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $f$ SELECT
+'SELECT c.version_id, c.claim_id, c.rank, ts_rank_cd(c.tsv, $1) AS rank_cd, c.tip_from_seq
+  FROM (SELECT m.version_id, m.claim_id, m.tsv, m.tip_from_seq, ts_rank(m.tsv, $1) AS rank
+          FROM (' || oml_fts_candidates_sql() || ') m
+         ORDER BY rank DESC
+         FETCH FIRST ($8) ROWS WITH TIES) c
+ ORDER BY c.rank DESC, rank_cd DESC, c.tip_from_seq DESC, c.version_id
+ LIMIT $8' $f$;
 
 -- Kept inline, not a shared helper (a known repeat, issue 17 item 4): each SECURITY DEFINER search function
 -- reads the tenant from the binding and refuses an unbound call itself, because the Citus readiness check
