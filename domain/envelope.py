@@ -47,7 +47,8 @@ def x25519_public_raw(key: X25519PrivateKey) -> bytes:
     return key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
-def seal(body: dict[str, Any], *, aad: bytes, info: bytes, public_key: bytes, key_version: int) -> Sealed:
+def seal(body: dict[str, Any], *, aad: bytes, info: bytes, public_key: bytes, key_version: int,
+         plaintext: bytes | None = None) -> Sealed:
     """Encrypt ``JCS(body)`` under a fresh DEK and wrap the DEK to ``public_key``.
 
     Args:
@@ -55,16 +56,19 @@ def seal(body: dict[str, Any], *, aad: bytes, info: bytes, public_key: bytes, ke
         aad: :func:`body_aad` of the artifact.
         info: :func:`dek_info` of the artifact.
         public_key: raw 32-byte X25519 public key of the tenant, version ``key_version``.
+        plaintext: ``canonical(body)`` when the caller has computed it already.
     """
-    dek, ciphertext, digest = encrypt(body, aad=aad)
+    dek, ciphertext, digest = encrypt(body, aad=aad, plaintext=plaintext)
     return Sealed(ciphertext, digest, wrap(dek, info=info, public_key=public_key), key_version)
 
 
-def encrypt(body: dict[str, Any], *, aad: bytes) -> tuple[bytes, bytes, bytes]:
-    """The first half of :func:`seal`: ``(dek, ciphertext, sha256(ciphertext))`` under a fresh 256-bit DEK."""
+def encrypt(body: dict[str, Any], *, aad: bytes, plaintext: bytes | None = None) -> tuple[bytes, bytes, bytes]:
+    """The first half of :func:`seal`: ``(dek, ciphertext, sha256(ciphertext))`` under a fresh 256-bit DEK.
+
+    ``plaintext``: ``canonical(body)`` when the caller has it (admission computes it once per body)."""
     dek = AESGCM.generate_key(bit_length=256)
     nonce = os.urandom(12)
-    ciphertext = nonce + AESGCM(dek).encrypt(nonce, canonical(body), aad)
+    ciphertext = nonce + AESGCM(dek).encrypt(nonce, canonical(body) if plaintext is None else plaintext, aad)
     return dek, ciphertext, hashlib.sha256(ciphertext).digest()
 
 

@@ -8,7 +8,6 @@ signer; it encrypts bodies but can never decrypt one.
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import hmac
 import json
@@ -89,7 +88,34 @@ def idempotency_key_digest(key: str) -> str:
 
 def request_digest(payload: Any) -> bytes:
     """SHA-256 of the canonical request; what an idempotency record keeps instead of the body."""
+    if isinstance(payload, _SubmitRequest):
+        return hashlib.sha256(payload.canonical()).digest()
     return hashlib.sha256(canonical(payload)).digest()
+
+
+@dataclass(frozen=True)
+class _SubmitRequest:
+    """A submit's request, ``{"act": "claim.submit", "items": [_submission_request(s) …]}``, with each body's
+    canonical bytes already computed (``plaintexts``): :meth:`canonical` splices them in instead of
+    encoding every body a second time (issue 14). The bytes are those of ``canonical(self.value())``
+    (test: tests/integration/test_admission_batch.py)."""
+
+    items: Sequence["Submission"]
+    plaintexts: Sequence[bytes]
+
+    def value(self) -> dict:
+        return {"act": "claim.submit", "items": [_submission_request(s) for s in self.items]}
+
+    def canonical(self) -> bytes:
+        # RFC 8785 sorts members by key: "act" < "items", and "b" (the body) sorts first in an item
+        # ("c", "conf", "d", "k", "p", "s", "sim", "vf", "vt", "w" follow), so an item is '{"b":' + body + the
+        # rest of the item's object without its opening brace.
+        parts = []
+        for s, body in zip(self.items, self.plaintexts):
+            rest = _submission_request(s)
+            del rest["b"]
+            parts.append(b'{"b":' + body + b"," + canonical(rest)[1:])
+        return b'{"act":"claim.submit","items":[' + b",".join(parts) + b"]}"
 
 
 class Admission:
@@ -416,11 +442,13 @@ class Admission:
         return row.version, bytes(row.public_key)
 
     def seal_artifact(self, conn, tenant: str, body: dict, *, kind: str, claim_id: str | None, version_id: str | None, seq_hint: int,
-                      key: tuple[int, bytes] | None = None, pending: batching.Batch | None = None) -> tuple[str, bytes]:
+                      key: tuple[int, bytes] | None = None, pending: batching.Batch | None = None,
+                      plaintext: bytes | None = None) -> tuple[str, bytes]:
         """Encrypt ``body`` as a new artifact; stores ciphertext and wrapped DEK; returns (artifact id, digest).
 
         ``key`` is the tenant's current ``(version, public key)`` for encryption when the caller already has it;
-        with ``pending`` the rows are written when that group commit flushes.
+        with ``pending`` the rows are written when that group commit flushes; ``plaintext`` is
+        ``canonical(body)`` when the caller has computed it.
         """
         artifact_id = new_id()
         version, pub = key or self._encryption_key(conn, tenant)
@@ -428,10 +456,10 @@ class Admission:
         info = envelope.dek_info(tenant, artifact_id, version)
         row = batching.Artifact(artifact_id, kind, claim_id, version_id, b"", b"", seq_hint, version, b"")
         if pending is not None:
-            return artifact_id, pending.seal(body, row, aad=aad, info=info, public_key=pub).digest
-        sealed = envelope.seal(body, aad=aad, info=info, public_key=pub, key_version=version)
-        batching.write_artifacts(conn, tenant, [dataclasses.replace(row, ciphertext=sealed.ciphertext, digest=sealed.digest,
-                                                                    wrapped_dek=sealed.wrapped_dek)])
+            return artifact_id, pending.seal(body, row, aad=aad, info=info, public_key=pub, plaintext=plaintext).digest
+        sealed = envelope.seal(body, aad=aad, info=info, public_key=pub, key_version=version, plaintext=plaintext)
+        batching.write_artifacts(conn, tenant, [row._replace(ciphertext=sealed.ciphertext, digest=sealed.digest,
+                                                             wrapped_dek=sealed.wrapped_dek)])
         return artifact_id, sealed.digest
 
     def subject_hmac(self, tenant: str, kind: str, normalised: str) -> bytes:
@@ -490,13 +518,14 @@ class Admission:
         rules.require_act(p.role, "submit")
         if not items:
             raise invalid("at least one claim is required", field="claims")
+        plaintexts: list[bytes] = []
         for i, s in enumerate(items):
             # Before the request digest, which canonicalises every body: a float is a refusal, not a 500.
             try:
-                canonical(s.body)
+                plaintexts.append(canonical(s.body))
             except CanonicalError:
                 raise invalid("body must be JSON without floats or integers beyond 2^53", field=f"claims[{i}].body") from None
-        request = {"act": "claim.submit", "items": [_submission_request(s) for s in items]}
+        request = _SubmitRequest(items, plaintexts)
 
         def act(head):
             out = []
@@ -505,7 +534,7 @@ class Admission:
             try:
                 for i, s in enumerate(items):
                     try:
-                        out.append(self._submit_one(head, p, s, i))
+                        out.append(self._submit_one(head, p, s, i, plaintexts[i]))
                     except OMLError as exc:
                         if "field" in exc.extra:
                             raise
@@ -518,7 +547,8 @@ class Admission:
 
         return self._run(p, idempotency_key, request, act)
 
-    def _submit_one(self, head: journal.Head, p: Principal, s: Submission, i: int) -> dict:
+    def _submit_one(self, head: journal.Head, p: Principal, s: Submission, i: int, plaintext: bytes | None = None) -> dict:
+        """Admit item ``i`` of a submit under ``head`` (``plaintext``: ``canonical(s.body)``, computed by :meth:`submit`)."""
         conn = head.conn
         if s.kind not in rules.KINDS:
             raise invalid("kind must be fact or steering", field=f"claims[{i}].kind")
@@ -598,7 +628,8 @@ class Admission:
         version_id = new_id()
         enc = _memo(head, "encryption_key", lambda: self._encryption_key(conn, p.tenant))
         artifact_id, digest = self.seal_artifact(conn, p.tenant, s.body, kind="body", claim_id=claim_id,
-                                                 version_id=version_id, seq_hint=head.seq + 1, key=enc, pending=head.batch)
+                                                 version_id=version_id, seq_hint=head.seq + 1, key=enc, pending=head.batch,
+                                                 plaintext=plaintext)
         data = {
             "claim_id": claim_id, "version_id": version_id, "version_no": version_no, "workarea_id": s.workarea_id,
             "kind": kind, "provenance": provenance, "supersedes": s.supersedes, "derived_from": derived,
