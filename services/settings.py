@@ -60,6 +60,15 @@ class Settings(BaseSettings):
     key_dir: Path | None = None
     embedding_model: str | None = None
     embedding_dim: int = 384
+    # Recall's query embedding (workers/embedding.py, query_embedder; docs/recall.md, "Query embedding"):
+    # onnx, torch, or auto (unset: onnx when onnxruntime imports, else torch). The indexer stays on torch.
+    query_embedding: str | None = None
+    # The ONNX session's intra-op threads for one query (1: the better tail on a loaded host; decisions E2).
+    query_embedding_threads: int = 1
+    # Query vectors kept per process, keyed by the normalised query text (0: off). Memory only, never persisted.
+    query_vector_cache: int = 1024
+    # Where the ONNX export of the model is cached (OML_MODEL_CACHE; default <home>/models): homes may share one.
+    model_cache: Path | None = None
     # Statements of the claims this many positions before a claim in its declared thread join its index
     # text (0: off); docs/recall.md, "Context at indexing time". Changing it takes effect for rows
     # indexed afterwards: run oml index rebuild.

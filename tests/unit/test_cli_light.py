@@ -1,4 +1,4 @@
-"""Fast start (issue 15.2): importing the CLI and ``oml --help`` load no torch, sentence-transformers, deltalake or FastAPI.
+"""Fast start (issue 15.2): importing the CLI and ``oml --help`` load no torch, sentence-transformers, ONNX Runtime, deltalake or FastAPI.
 
 Checked in a fresh interpreter by module presence, not by timing.
 """
@@ -8,7 +8,7 @@ import json
 import subprocess
 import sys
 
-HEAVY = ("torch", "sentence_transformers", "deltalake", "fastapi", "pyarrow", "uvicorn", "mcp")
+HEAVY = ("torch", "sentence_transformers", "onnxruntime", "onnx", "deltalake", "fastapi", "pyarrow", "uvicorn", "mcp")
 
 PROBE = """
 import json, sys
