@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
@@ -28,9 +28,10 @@ from .signer import Signer
 # statement for any number of events: the rows, the head moved to the last one, one outbox message each
 # (ids and seqs only), so a group commit costs what a single act does (issue 14).
 _COLUMNS = ("seq", "event_id", "type", "kid", "at", "canonical", "hash", "prev_hash", "signature")
+_TYPES = ("bigint", "uuid", "text", "text", "timestamptz", "bytea", "bytea", "bytea", "bytea")
 _APPEND = (
     "WITH j AS (INSERT INTO journal_events "
-    + sets.unnest(_COLUMNS, ("bigint", "uuid", "text", "text", "timestamptz", "bytea", "bytea", "bytea", "bytea")) + "),"
+    + sets.unnest(_COLUMNS, _TYPES) + "),"
     "     head AS (UPDATE chain_heads SET seq = %(last_seq)b, hash = %(last_hash)b WHERE tenant_id = %(t)b),"
     "     o AS (INSERT INTO outbox (tenant_id, seq, topic, payload)"
     "           SELECT %(t)b, u.s, u.ty, jsonb_build_object('seq', u.s, 'type', u.ty)"
@@ -39,9 +40,9 @@ _APPEND = (
 )
 
 
-@dataclass(frozen=True)
-class Row:
-    """A linked, signed journal row not yet written (:func:`link`; :func:`write` inserts it)."""
+class Row(NamedTuple):
+    """A linked, signed journal row not yet written (:func:`link`; :func:`write` inserts it); its fields
+    are ``_COLUMNS`` in order (a tuple, so a chunk's rows transpose into the statement's arrays)."""
 
     seq: int
     event_id: str
@@ -142,7 +143,7 @@ def write(head: Head, rows: list[Row]) -> None:
     if not rows:
         return
     sets.execute(head.conn, _APPEND, {
-        "t": head.tenant, **sets.columns(_COLUMNS, [tuple(getattr(r, c) for c in _COLUMNS) for r in rows]),
+        "t": head.tenant, **sets.columns(_COLUMNS, rows, _TYPES),
         "last_seq": rows[-1].seq, "last_hash": rows[-1].hash, "notify": not head.notified})
     head.notified = True
 

@@ -146,12 +146,16 @@ _VERSION_COLUMNS = (
     "version_id", "claim_id", "version_no", "workarea_id", "kind", "provenance", "status", "tainted", "simulation_id",
     "author_principal", "author_identity", "supersedes", "valid_from", "valid_to", "confidence", "artifact_id",
     "ciphertext_sha256", "created_at", "submitted_seq", "status_seq")
-_CLAIMS = "INSERT INTO claims " + sets.unnest(_CLAIM_COLUMNS, ("uuid", "uuid", "text", "uuid", "bigint"))
-_VERSIONS = "INSERT INTO claim_versions " + sets.unnest(_VERSION_COLUMNS, (
+_CLAIM_TYPES = ("uuid", "uuid", "text", "uuid", "bigint")
+_VERSION_TYPES = (
     "uuid", "uuid", "int", "uuid", "text", "text", "text", "boolean", "uuid", "text", "uuid", "uuid", "timestamptz",
-    "timestamptz", "int", "uuid", "bytea", "timestamptz", "bigint", "bigint"))
-_STATUS_LOG = "INSERT INTO version_status_log " + sets.unnest(("version_id", "seq", "status"), ("uuid", "bigint", "text"))
-_EDGES = "INSERT INTO claim_edges " + sets.unnest(("version_id", "claim_id", "derived_from"), ("uuid", "uuid", "uuid"))
+    "timestamptz", "int", "uuid", "bytea", "timestamptz", "bigint", "bigint")
+_STATUS_COLUMNS, _STATUS_TYPES = ("version_id", "seq", "status"), ("uuid", "bigint", "text")
+_EDGE_COLUMNS, _EDGE_TYPES = ("version_id", "claim_id", "derived_from"), ("uuid", "uuid", "uuid")
+_CLAIMS = "INSERT INTO claims " + sets.unnest(_CLAIM_COLUMNS, _CLAIM_TYPES)
+_VERSIONS = "INSERT INTO claim_versions " + sets.unnest(_VERSION_COLUMNS, _VERSION_TYPES)
+_STATUS_LOG = "INSERT INTO version_status_log " + sets.unnest(_STATUS_COLUMNS, _STATUS_TYPES)
+_EDGES = "INSERT INTO claim_edges " + sets.unnest(_EDGE_COLUMNS, _EDGE_TYPES)
 
 
 def claims_submitted(conn: sa.Connection, tenant: str, events: list[tuple[int, dt.datetime, dict[str, Any], dict[str, Any]]]) -> None:
@@ -169,11 +173,12 @@ def claims_submitted(conn: sa.Connection, tenant: str, events: list[tuple[int, d
     edges = [(d["version_id"], d["claim_id"], src) for _, _, _, d in events for src in d.get("derived_from", [])]
     t = {"t": tenant}
     if claims:
-        sets.execute(conn, _CLAIMS, t | sets.columns(_CLAIM_COLUMNS, claims))
-    sets.execute(conn, _VERSIONS, t | sets.columns(_VERSION_COLUMNS, versions))
-    sets.execute(conn, _STATUS_LOG, t | sets.columns(("version_id", "seq", "status"), [(d["version_id"], seq, "held") for seq, _, _, d in events]))
+        sets.execute(conn, _CLAIMS, t | sets.columns(_CLAIM_COLUMNS, claims, _CLAIM_TYPES))
+    sets.execute(conn, _VERSIONS, t | sets.columns(_VERSION_COLUMNS, versions, _VERSION_TYPES))
+    sets.execute(conn, _STATUS_LOG, t | sets.columns(_STATUS_COLUMNS, [(d["version_id"], seq, "held") for seq, _, _, d in events],
+                                                     _STATUS_TYPES))
     if edges:
-        sets.execute(conn, _EDGES, t | sets.columns(("version_id", "claim_id", "derived_from"), edges))
+        sets.execute(conn, _EDGES, t | sets.columns(_EDGE_COLUMNS, edges, _EDGE_TYPES))
 
 
 def apply(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str, data: dict[str, Any]) -> None:

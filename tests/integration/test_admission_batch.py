@@ -190,3 +190,26 @@ def test_the_submit_digest_splices_the_bodies_it_has_encoded(items):
     req = _SubmitRequest(items, [canonical(s.body) for s in items])
     assert req.canonical() == canonical(req.value())
     assert request_digest(req) == request_digest(req.value())
+
+
+@pytest.mark.parametrize(("sql_type", "values"), [
+    ("uuid", ["0b7c1a4e-52d1-4f3a-9b0e-7f6e5d4c3b2a", None, "0B7C1A4E-52D1-4F3A-9B0E-7F6E5D4C3B2A"]),
+    ("text", ["fact", "", "\u00e9\U0001f600 \x01", None]),
+    ("bytea", [b"", b"\x00\xff" * 400, None]),
+    ("bigint", [0, -1, 2**53 - 1, -(2**63), None]),
+    ("int", [0, 1000, -(2**31), 2**31 - 1, None]),
+    ("boolean", [True, False, None]),
+    ("text", []),
+    ("bytea", []),
+])
+def test_arrays_built_here_read_back_as_psycopg_sends_them(ctx, sql_type, values):
+    """sets.array builds the binary array psycopg would send for the same list (what PostgreSQL reads back is equal)."""
+    from oml.services.admission import sets
+
+    with ctx.db.engine(None).begin() as conn:
+        dc = conn.connection.driver_connection
+        sets._register(dc)
+        sql = f"SELECT CAST(%(a)b AS {sql_type}[])::text, array_length(CAST(%(a)b AS {sql_type}[]), 1)"
+        ours = dc.execute(sql, {"a": sets.array(sql_type, values)}).fetchone()
+        theirs = dc.execute(sql, {"a": list(values)}).fetchone()
+    assert ours == theirs
