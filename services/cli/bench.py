@@ -26,4 +26,7 @@ def register(app: typer.Typer) -> None:
     from oml.services.bench import ingest
 
     ingest.register(bench_app)
+    from oml.services.bench import embed
+
+    embed.register(bench_app)
     app.add_typer(bench_app, name="bench")

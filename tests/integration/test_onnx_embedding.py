@@ -185,3 +185,14 @@ def test_concurrent_queries_share_one_session(cache, onnx):
     [th.join() for th in threads]
     for t in texts:
         assert np.allclose(out[t], onnx.encode([t])[0], atol=1e-6)
+
+
+@needs_locomo
+def test_bench_embed_runs_and_renders():
+    from oml.services.bench import embed as bench
+
+    res = bench.run(LOCOMO, questions=4, turns=6)
+    assert set(res["per_query"]) == {"torch_1_thread", "onnx_1_thread", "onnx_2_threads"}
+    assert res["min_cosine_per_query"] >= 0.99999 and res["batch"]["min_cosine"] >= 0.99999
+    lines = bench.render(res)
+    assert lines[0].startswith("machine: ") and any(line.startswith("onnx 1 thread / torch: p50 ") for line in lines)
