@@ -53,29 +53,32 @@ _NULL = b"\xff\xff\xff\xff"
 _TRUE, _FALSE = b"\x00\x00\x00\x01\x01", b"\x00\x00\x00\x01\x00"
 
 
-def _varlena(values: Sequence[bytes | None]) -> Iterator[bytes]:
+def _varlena(values: Sequence[bytes | None]) -> list[bytes]:
+    out: list[bytes] = []
+    put = out.append
     for v in values:
         if v is None:
-            yield _NULL
+            put(_NULL)
         else:
-            yield len(v).to_bytes(4, "big")
-            yield v
+            put(len(v).to_bytes(4, "big"))
+            put(v)
+    return out
 
 
-def _text(values: Sequence[Any]) -> Iterator[bytes]:
+def _text(values: Sequence[Any]) -> list[bytes]:
     return _varlena([None if v is None else v.encode() for v in values])
 
 
-def _int8(values: Sequence[Any]) -> Iterator[bytes]:
-    return (_NULL if v is None else _INT8.pack(8, v) for v in values)
+def _int8(values: Sequence[Any]) -> list[bytes]:
+    return [_NULL if v is None else _INT8.pack(8, v) for v in values]
 
 
-def _int4(values: Sequence[Any]) -> Iterator[bytes]:
-    return (_NULL if v is None else _INT4.pack(4, v) for v in values)
+def _int4(values: Sequence[Any]) -> list[bytes]:
+    return [_NULL if v is None else _INT4.pack(4, v) for v in values]
 
 
-def _bool(values: Sequence[Any]) -> Iterator[bytes]:
-    return (_NULL if v is None else _TRUE if v else _FALSE for v in values)
+def _bool(values: Sequence[Any]) -> list[bytes]:
+    return [_NULL if v is None else _TRUE if v else _FALSE for v in values]
 
 
 class _Array:
