@@ -77,9 +77,12 @@ def wrap(dek: bytes, *, info: bytes, public_key: bytes) -> bytes:
     return SUITE.encrypt(dek, X25519PublicKey.from_public_bytes(public_key), info=info)
 
 
-def unwrap(wrapped_dek: bytes, *, info: bytes, private_key: bytes) -> bytes:
-    """Recover a DEK; raises ``cryptography`` errors when the key or info is wrong."""
-    return SUITE.decrypt(wrapped_dek, X25519PrivateKey.from_private_bytes(private_key), info=info)
+def unwrap(wrapped_dek: bytes, *, info: bytes, private_key: "bytes | X25519PrivateKey") -> bytes:
+    """Recover a DEK; raises ``cryptography`` errors when the key or info is wrong. ``private_key``: the raw
+    32 bytes or an already parsed key (a reader unwrapping many DEKs parses the tenant's key once)."""
+    if not isinstance(private_key, X25519PrivateKey):
+        private_key = X25519PrivateKey.from_private_bytes(private_key)
+    return SUITE.decrypt(wrapped_dek, private_key, info=info)
 
 
 def rewrap(wrapped_dek: bytes, *, old_info: bytes, old_private: bytes, new_info: bytes, new_public: bytes) -> bytes:

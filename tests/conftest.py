@@ -35,6 +35,9 @@ import oml_test_backends as backends
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("OML_SHARED_DIR", REPO.parent / "shared"))
+# Every module has its own home; one ONNX export of the query model serves them all (its digest sidecar
+# re-exports when the model changes: workers/onnx_embedding.py).
+os.environ.setdefault("OML_MODEL_CACHE", str(REPO / ".oml-test" / "models"))
 
 
 def pytest_configure(config) -> None:

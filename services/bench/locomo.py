@@ -236,21 +236,25 @@ class Scores:
         }
 
 
-def oml_rows(ctx, fusions: Mapping[str, Any] | None = None) -> dict[str, tuple[Any, str]]:
+def oml_rows(ctx, fusions: Mapping[str, Any] | None = None, *, lexical: str = "ts_rank",
+             bm25: Mapping[str, tuple[float, float]] | None = None) -> dict[str, tuple[Any, str]]:
     """Retriever rows: name -> (Recaller, retriever). ``fusions`` adds hybrid rows fused another way
-    (name -> :class:`oml.domain.fusion.Fusion`); the classic RRF constant 60 is always one of them."""
+    (name -> :class:`oml.domain.fusion.Fusion`) over the ``lexical`` leg; the classic RRF constant 60 (over
+    ts_rank) is always one of them. ``bm25`` adds BM25-only rows with other (k1, b) (name -> pair)."""
     from oml.domain.fusion import Fusion
     from oml.domain.recall import RRF_K_CLASSIC
     from oml.services.server.recall import Recaller
 
     rec = Recaller(ctx, lexical="ts_rank")
     rows: dict[str, tuple[Any, str]] = {r: (rec, r) for r in RETRIEVERS}
-    bm25 = Recaller(ctx, lexical="bm25")
-    rows["bm25"] = (bm25, "fts")
-    rows["hybrid-bm25"] = (bm25, "hybrid")
-    extra = {CLASSIC: Fusion("rrf", k=RRF_K_CLASSIC), **(fusions or {})}
-    for name, fusion in extra.items():
-        rows[name] = (Recaller(ctx, fusion=fusion, lexical="ts_rank"), "hybrid")
+    plain_bm25 = Recaller(ctx, lexical="bm25")
+    rows["bm25"] = (plain_bm25, "fts")
+    rows["hybrid-bm25"] = (plain_bm25, "hybrid")
+    rows[CLASSIC] = (Recaller(ctx, fusion=Fusion("rrf", k=RRF_K_CLASSIC), lexical="ts_rank"), "hybrid")
+    for name, fusion in (fusions or {}).items():
+        rows[name] = (Recaller(ctx, fusion=fusion, lexical=lexical), "hybrid")
+    for name, params in (bm25 or {}).items():
+        rows[name] = (Recaller(ctx, lexical="bm25", bm25=params), "fts")
     return rows
 
 
@@ -298,7 +302,8 @@ def _has(module: str) -> bool:
 def run(ctx, data: Path, *, conversations: str | int | None = None, retrievers: Sequence[str] = RETRIEVERS,
         cutoffs: Sequence[int] = CUTOFFS, batch: int = 100, context_before: int | None = None,
         decide: Sequence[str] = DECIDE, fusions: Mapping[str, Any] | None = None, reference: bool = True,
-        only: Sequence[str] = (), progress=None) -> dict[str, Any]:
+        only: Sequence[str] = (), lexical: str = "ts_rank", bm25: Mapping[str, tuple[float, float]] | None = None,
+        progress=None) -> dict[str, Any]:
     """Ingest, promote, index and evaluate; returns the measurements (see the module docstring).
 
     ``decide`` names the conversations choices are made on; the others form the ``confirm`` group, and both
@@ -313,7 +318,7 @@ def run(ctx, data: Path, *, conversations: str | int | None = None, retrievers: 
     groups = {"decide": set(decide) & present, "confirm": present - set(decide)}
     groups = {g: m for g, m in groups.items() if m}
     kmax = max(cutoffs)
-    rows = {n: v for n, v in oml_rows(ctx, fusions).items() if v[1] in retrievers}
+    rows = {n: v for n, v in oml_rows(ctx, fusions, lexical=lexical, bm25=bm25).items() if v[1] in retrievers}
     rows = {n: v for n, v in rows.items() if not only or n in only}
     # Warm the model, the pools and the plans before timing.
     first = next(iter(rows.values()))[0]
@@ -387,6 +392,8 @@ def register(bench_app: typer.Typer) -> None:
                context_window: int = typer.Option(None, "--context-window", min=0, max=8,
                                                   help="turns before each turn indexed with it (default: the index_context_before setting)"),
                fusion: list[str] = typer.Option([], "--fusion", help="extra hybrid row NAME=METHOD:K[:W_FTS,W_VECTOR] (method rrf or minmax)"),
+               lexical: str = typer.Option("ts_rank", "--lexical", help="lexical leg of the --fusion rows: ts_rank or bm25"),
+               bm25: list[str] = typer.Option([], "--bm25", help="extra BM25 row NAME=K1,B"),
                rows: str = typer.Option("", "--rows", help="comma-separated rows to run (default all)"),
                as_json: bool = typer.Option(False, "--json")) -> None:
         """Evidence recall@5/10/25 and latency of fts, vector and hybrid recall on LoCoMo, through admission, review and the indexer."""
@@ -394,10 +401,16 @@ def register(bench_app: typer.Typer) -> None:
         from oml.services.cli.common import context, err
 
         fusions = dict(parse_spec(f) for f in fusion)
+        if lexical not in ("ts_rank", "bm25"):
+            raise typer.BadParameter("ts_rank or bm25", param_hint="--lexical")
+        try:
+            params = {n: (float(v.split(",")[0]), float(v.split(",")[1])) for n, _, v in (x.partition("=") for x in bm25)}
+        except (ValueError, IndexError):
+            raise typer.BadParameter("NAME=K1,B", param_hint="--bm25") from None
         with context() as ctx:
             res = run(ctx, data, conversations=conversations or None, context_before=context_window,
                       decide=[x.strip() for x in decide.split(",") if x.strip()], fusions=fusions,
-                      only=[x.strip() for x in rows.split(",") if x.strip()],
+                      only=[x.strip() for x in rows.split(",") if x.strip()], lexical=lexical, bm25=params,
                       progress=lambda m: err.print(m))
         emit(res, render, as_json)
 

@@ -27,9 +27,10 @@ _CALL = sa.text(
 
 
 @traced("recall.bm25")
-def bm25_leg(conn: sa.Connection, text: str, f: Any, n: int, diag: Any) -> list[tuple[str, float, tuple]]:
+def bm25_leg(conn: sa.Connection, text: str, f: Any, n: int, diag: Any, params: tuple[float, float] = (K1, B)
+             ) -> list[tuple[str, float, tuple]]:
     """Up to ``n`` rows (version id, BM25 score, ties) best first; diagnostics under ``legs["fts"]`` with
-    ``ranking: "bm25"``. Degrades like the FTS leg when the query has no lexemes."""
+    ``ranking: "bm25"``. ``params`` is (k1, b). Degrades like the FTS leg when the query has no lexemes."""
     from oml.services.server.recall import _lexemes
 
     lex = sorted(set(_lexemes(conn, text)))
@@ -42,5 +43,5 @@ def bm25_leg(conn: sa.Connection, text: str, f: Any, n: int, diag: Any) -> list[
     info["mode"] = "or"
     got = conn.execute(_CALL, {"q": R.tsquery_text(lex, "|"), "terms": lex, "tqs": [R.tsquery_text([x], "|") for x in lex],
                                "scopes": list(f.scopes), "as_of": f.as_of, "kinds": f.kinds, "provs": f.provenances,
-                               "valid": f.valid_at, "excl": f.exclude or None, "lim": n, "k1": K1, "b": B}).all()
+                               "valid": f.valid_at, "excl": f.exclude or None, "lim": n, "k1": params[0], "b": params[1]}).all()
     return [(str(r.version_id), float(r.score), (-int(r.tip_from_seq),)) for r in got]

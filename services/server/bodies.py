@@ -17,6 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from oml.domain import envelope
 from oml.domain.errors import OMLError, not_found
@@ -120,7 +121,7 @@ def decrypt_versions(conn: sa.Connection, keystore: KeyStore, tenant: str, versi
         " LEFT JOIN LATERAL (SELECT d.key_version, d.wrapped FROM wrapped_deks d"
         "   WHERE d.tenant_id = (SELECT CAST(:t AS text)) AND d.artifact_id = a.artifact_id LIMIT 1) d ON true"),
         {"t": tenant, "ids": ids}).all()
-    keys: dict[int, bytes] = {}
+    keys: dict[int, X25519PrivateKey] = {}
     for row in rows:
         vid, art = str(row.version_id), str(row.artifact_id)
         if row.ciphertext is None or row.wrapped is None:
@@ -129,7 +130,8 @@ def decrypt_versions(conn: sa.Connection, keystore: KeyStore, tenant: str, versi
         try:
             _check_digest(row)
             if row.key_version not in keys:
-                keys[row.key_version] = keystore.get(tenant, f"encryption/{row.key_version}")
+                keys[row.key_version] = X25519PrivateKey.from_private_bytes(
+                    keystore.get(tenant, f"encryption/{row.key_version}"))
             dek = envelope.unwrap(bytes(row.wrapped), info=envelope.dek_info(tenant, art, row.key_version),
                                   private_key=keys[row.key_version])
             plain = envelope.open_body(bytes(row.ciphertext), dek=dek,

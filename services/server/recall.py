@@ -42,11 +42,12 @@ decrypted is cached; query text is never logged.
 """
 from __future__ import annotations
 
+import concurrent.futures
+import contextvars
 import dataclasses
 import datetime as dt
 import json
 import logging
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -60,7 +61,7 @@ from oml.domain.access import Principal
 from oml.domain.errors import OMLError, invalid
 from oml.services.server import readlog, rows, sim_read
 from oml.services.server.bodies import decrypt_versions
-from oml.services.server.bm25 import bm25_leg
+from oml.services.server import bm25 as bm25mod
 from oml.services.tracing import traced
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -330,43 +331,79 @@ def set_hnsw(conn: sa.Connection, n: int) -> dict[str, Any]:
     return {"ef_search": ef, "iterative_scan": ITERATIVE_SCAN, "max_scan_tuples": int(max_tuples)}
 
 
+#: How long a tenant's planner estimate for the vector filter is reused (seconds). It decides only whether
+#: the exact count is worth running; a stale value costs speed, never a different answer.
+ESTIMATE_TTL_S = 60.0
+_ESTIMATES: dict[tuple, tuple[float, int]] = {}
+_ESTIMATES_MAX = 4096
+
+
+def _estimate(conn: sa.Connection, tenant: str, f: _Filters) -> int:
+    key = (tenant, f.scopes, f.as_of is None, tuple(f.kinds or ()), tuple(f.provenances or ()))
+    now = time.monotonic()
+    hit = _ESTIMATES.get(key)
+    if hit is not None and now - hit[0] < ESTIMATE_TTL_S:
+        return hit[1]
+    est = estimate_qualifying(conn, tenant, f)
+    if len(_ESTIMATES) >= _ESTIMATES_MAX:
+        _ESTIMATES.clear()
+    _ESTIMATES[key] = (now, est)
+    return est
+
+
+def _counted_exact(conn: sa.Connection, tenant: str, q: str, f: _Filters, n: int, cap: int) -> tuple[int, list[Any]]:
+    """The qualifying rows counted up to ``cap`` and, when there are at most ``cap - 1``, the exact top ``n`` —
+    one statement (the count fences the search: ``n.c < cap``). Returns (count, rows)."""
+    where, params = _vector_where(f)
+    got = conn.execute(sa.text(
+        f"WITH n AS MATERIALIZED (SELECT count(*) AS c FROM (SELECT 1 FROM memory_embeddings m WHERE {where} LIMIT :cap) x)"
+        " SELECT n.c AS qualifying, r.version_id, r.distance, r.tip_from_seq FROM n LEFT JOIN LATERAL ("
+        "  SELECT m.version_id, (m.embedding <=> CAST(:q AS vector)) AS distance, m.tip_from_seq"
+        f"   FROM memory_embeddings m WHERE n.c < :cap AND {where}"
+        "  ORDER BY (m.embedding <=> CAST(:q AS vector)) + 0.0, m.tip_from_seq DESC, m.version_id LIMIT :n) r ON true"),
+        params | {"t": tenant, "q": q, "n": n, "cap": cap}).all()
+    return int(got[0].qualifying), [r for r in got if r.version_id is not None]
+
+
 @traced("recall.vector")
 def vector_leg(conn: sa.Connection, tenant: str, qvec: Sequence[float], f: _Filters, n: int, diag: _Diag,
                exact_scan_max: int = R.EXACT_SCAN_MAX) -> list[LegRow]:
     """Up to ``n`` leg rows (version id, cosine distance, ties), never fewer than ``min(n, qualifying rows)``.
 
     ``diag.legs["vector"]`` gets ``exact_scan_max`` and, on the HNSW path, the scan's parameters
-    (:func:`set_hnsw`); ``diag.approximate`` is set when the HNSW answer is the one returned."""
-    if estimate_qualifying(conn, tenant, f) > ESTIMATE_MARGIN * max(exact_scan_max, 1):
+    (:func:`set_hnsw`); ``diag.approximate`` is set when the HNSW answer is the one returned. At or below
+    the threshold the count and the exact search are one statement (:func:`_counted_exact`); the planner's
+    estimate, which skips the count for large subtrees, is reused per tenant and filter for
+    :data:`ESTIMATE_TTL_S`."""
+    q = _vector_literal(qvec)
+    got: list[Any] | None = None
+    if _estimate(conn, tenant, f) > ESTIMATE_MARGIN * max(exact_scan_max, 1):
         qualifying = exact_scan_max + 1
     else:
-        qualifying = count_qualifying(conn, tenant, f, exact_scan_max + 1)
+        qualifying, got = _counted_exact(conn, tenant, q, f, n, exact_scan_max + 1)
     info: dict[str, Any] = {"qualifying": qualifying if qualifying <= exact_scan_max else f">{exact_scan_max}",
                             "exact_scan_max": exact_scan_max}
     diag.legs["vector"] = info
     if qualifying == 0:
         info["search"] = "none"
         return []
-    q = _vector_literal(qvec)
     if qualifying <= exact_scan_max:
         info["search"] = "exact"
+        return vector_rows(got or [])
+    info["search"] = "hnsw"
+    info.update(set_hnsw(conn, n))
+    diag.approximate = True
+    sql, params = vector_sql(f, exact=False)
+    got = conn.execute(sa.text(sql), params | {"t": tenant, "q": q, "n": n}).all()
+    if len(got) < n and count_qualifying(conn, tenant, f, n) > len(got):
+        # More rows qualify than the scan returned (it stopped at hnsw.max_scan_tuples):
+        # answer exactly rather than under-return.
+        info["search"] = "hnsw+exact"
+        diag.approximate = False
+        diag.degrade("vector", "vector.approximate_short",
+                     "the approximate scan returned fewer rows than asked; answered by an exact scan")
         sql, params = vector_sql(f, exact=True)
         got = conn.execute(sa.text(sql), params | {"t": tenant, "q": q, "n": n}).all()
-    else:
-        info["search"] = "hnsw"
-        info.update(set_hnsw(conn, n))
-        diag.approximate = True
-        sql, params = vector_sql(f, exact=False)
-        got = conn.execute(sa.text(sql), params | {"t": tenant, "q": q, "n": n}).all()
-        if len(got) < n and count_qualifying(conn, tenant, f, n) > len(got):
-            # More rows qualify than the scan returned (it stopped at hnsw.max_scan_tuples):
-            # answer exactly rather than under-return.
-            info["search"] = "hnsw+exact"
-            diag.approximate = False
-            diag.degrade("vector", "vector.approximate_short",
-                         "the approximate scan returned fewer rows than asked; answered by an exact scan")
-            sql, params = vector_sql(f, exact=True)
-            got = conn.execute(sa.text(sql), params | {"t": tenant, "q": q, "n": n}).all()
     return vector_rows(got)
 
 
@@ -375,33 +412,22 @@ def vector_leg(conn: sa.Connection, tenant: str, qvec: Sequence[float], f: _Filt
 EmbedFn = Callable[[str], Sequence[float]]
 
 
-_QUERY_EMBED_LOCK = threading.Lock()
+#: Query embeddings run here, beside the read's transaction; the model serialises on its own lock, so two
+#: threads are enough for one to wait while the other encodes.
+_EMBED_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="oml-query-embed")
 
 
 def default_embed(ctx: "Context") -> EmbedFn:
-    """The query embedding: the indexer's model (``workers/embedding.py``), one sentence on one torch thread.
-
-    A single short sentence gains nothing from intra-op parallelism, and on a
-    busy 2-core host the threads' barrier waits made the latency tail ~20×
-    the median (measured: p50 17.5 ms / p95 65 ms on two threads, 12.8 / 19.4
-    ms on one, same 80 LoCoMo questions). torch's thread count is
-    process-wide, so it is set and restored under a lock.
-    """
+    """The query embedding: :func:`oml.workers.embedding.query_embedder` — the indexer's model through ONNX
+    Runtime on one thread (same vectors, tested), or torch where onnxruntime is missing or
+    ``OML_QUERY_EMBEDDING=torch``; a per-process LRU of query vectors in front (docs/recall.md, "Query
+    embedding")."""
 
     @traced("recall.embed")
     def embed(text: str) -> Sequence[float]:
-        import torch
+        from oml.workers.embedding import query_embedder
 
-        from oml.workers.embedding import get_embedder
-
-        emb = get_embedder(ctx.settings)
-        with _QUERY_EMBED_LOCK:
-            before = torch.get_num_threads()
-            torch.set_num_threads(1)
-            try:
-                return emb.encode([text])[0]
-            finally:
-                torch.set_num_threads(before)
+        return query_embedder(ctx.settings)(text)
 
     return embed
 
@@ -411,7 +437,8 @@ class Recaller:
     ``exact_scan_max`` is the exact/approximate threshold and ``rrf_k`` the fusion constant (docs/recall.md)."""
 
     def __init__(self, ctx: "Context", *, embed: EmbedFn | None = None, exact_scan_max: int = R.EXACT_SCAN_MAX,
-                 rrf_k: int = R.RRF_K, fusion: "fusionmod.Fusion | None" = None, lexical: str | None = None) -> None:
+                 rrf_k: int = R.RRF_K, fusion: "fusionmod.Fusion | None" = None, lexical: str | None = None,
+                 bm25: tuple[float, float] = (bm25mod.K1, bm25mod.B)) -> None:
         lexical = lexical or ctx.settings.recall_lexical
         if lexical not in ("ts_rank", "bm25"):
             raise ValueError("lexical ranking must be ts_rank or bm25")
@@ -420,6 +447,7 @@ class Recaller:
         # OML_RECALL_LEXICAL setting by default). A simulation audience's legs merge shared and simulation rows
         # by score, and the simulation side is ts_rank, so audience reads rank the shared side by ts_rank too.
         self.lexical = lexical
+        self.bm25 = bm25  # (k1, b) of the BM25 leg
         # ``fusion`` (domain/fusion.py) wins over ``rrf_k``, which is kept for callers that only set the constant.
         self.fusion = fusion or fusionmod.Fusion("rrf", k=rrf_k)
         self.rrf_k = self.fusion.k
@@ -463,16 +491,10 @@ class Recaller:
         if not searching:
             diag.degrade(req.retriever, "query.empty", "the query is empty: steering rows only")
 
-        # Embed before the transaction: the model's latency should not hold a connection.
-        qvec = None
-        if use_vec:
-            try:
-                qvec = self.embed(text)
-            except Exception as exc:  # noqa: BLE001 - any model failure degrades to FTS, said in diagnostics
-                log.warning("recall: embedding model unavailable (%s)", type(exc).__name__)
-                diag.degrade("vector", "vector.model_unavailable",
-                             "the embedding model is unavailable; " + ("FTS only" if use_fts else "no hits"))
-                use_vec = False
+        # The query embedding runs on a worker thread while segment 1 and the lexical leg run in PostgreSQL
+        # (docs/recall.md, "Latency"): the model and the database use different cores, and the vector leg,
+        # the only statement that needs the vector, waits for it.
+        pending = _EMBED_POOL.submit(contextvars.copy_context().run, self.embed, text) if use_vec else None
 
         tenant = principal.tenant
         # A hot standby serves the read when one can (docs/operations.md); the read log goes to the primary.
@@ -507,8 +529,19 @@ class Recaller:
             pool = max(R.POOL_MIN, 2 * budget.k)
             legs: dict[str, list[LegRow]] = {}
             if use_fts:
-                bm25 = self.lexical == "bm25" and not audience_simulations
-                legs["fts"] = (bm25_leg if bm25 else fts_leg)(conn, text, f, pool, diag)
+                if self.lexical == "bm25" and not audience_simulations:
+                    legs["fts"] = bm25mod.bm25_leg(conn, text, f, pool, diag, self.bm25)
+                else:
+                    legs["fts"] = fts_leg(conn, text, f, pool, diag)
+            qvec = None
+            if pending is not None:
+                try:
+                    qvec = pending.result()
+                except Exception as exc:  # noqa: BLE001 - any model failure degrades to FTS, said in diagnostics
+                    log.warning("recall: embedding model unavailable (%s)", type(exc).__name__)
+                    diag.degrade("vector", "vector.model_unavailable",
+                                 "the embedding model is unavailable; " + ("FTS only" if use_fts else "no hits"))
+                    use_vec = False
             if use_vec and qvec is not None:
                 legs["vector"] = vector_leg(conn, tenant, qvec, f, pool, diag, self.exact_scan_max)
             if audience_simulations:
