@@ -73,6 +73,28 @@ def _backend_cpu(eng: sa.Engine):
     return lambda: None if start is None or (end := backend_cpu()) is None else end - start
 
 
+def _wal(eng: sa.Engine):
+    """A callable returning the bytes of WAL the server wrote since this call (every session's: the benchmark's
+    database serves nothing else while it runs); ``None`` where the position cannot be read."""
+    def lsn() -> str | None:
+        try:
+            with eng.connect() as c:
+                return c.execute(sa.text("SELECT pg_current_wal_lsn()::text")).scalar()
+        except sa.exc.DBAPIError:
+            return None
+
+    start = lsn()
+
+    def since() -> int | None:
+        end = lsn()
+        if start is None or end is None:
+            return None
+        with eng.connect() as c:
+            return int(c.execute(sa.text("SELECT pg_wal_lsn_diff(CAST(:e AS pg_lsn), CAST(:s AS pg_lsn))"), {"e": end, "s": start}).scalar())
+
+    return since
+
+
 @contextmanager
 def raw_table(eng: sa.Engine) -> Iterator[sa.TextClause]:
     """The raw baseline's table: one ordinary table with a claim version's columns and its body (no RLS, trigger,
@@ -108,11 +130,11 @@ def run(ctx, *, single: int = 300, batched: int = 3000, batch: int = 100) -> dic
     submit_all(ctx, bt, items[:single], 1)
     res["admission_single"] = {"claims": single, "seconds": time.perf_counter() - t0}
     rest = items[single:]
-    srv = _backend_cpu(ctx.db.engine("oml_admission"))
+    srv, wal = _backend_cpu(ctx.db.engine("oml_admission")), _wal(ctx.db.engine("oml_admission"))
     t0, c0 = time.perf_counter(), time.process_time()
     submit_all(ctx, bt, rest, batch)
     res["admission_batched"] = {"claims": len(rest), "seconds": time.perf_counter() - t0,
-                                "client_cpu_s": time.process_time() - c0, "server_cpu_s": srv()}
+                                "client_cpu_s": time.process_time() - c0, "server_cpu_s": srv(), "wal_bytes": wal()}
 
     eng = ctx.db.engine(None)
     with raw_table(eng) as ins:
@@ -124,13 +146,13 @@ def run(ctx, *, single: int = 300, batched: int = 3000, batch: int = 100) -> dic
             with eng.begin() as c:
                 c.execute(ins, raw_row(bt, b))
         res["raw_single"] = {"claims": single, "seconds": time.perf_counter() - t0}
-        srv = _backend_cpu(eng)
+        srv, wal = _backend_cpu(eng), _wal(eng)
         t0, c0 = time.perf_counter(), time.process_time()
         for i in range(0, len(rest), batch):
             with eng.begin() as c:
                 c.execute(ins, [raw_row(bt, b) for b in rest[i:i + batch]])
         res["raw_batched"] = {"claims": len(rest), "seconds": time.perf_counter() - t0,
-                              "client_cpu_s": time.process_time() - c0, "server_cpu_s": srv()}
+                              "client_cpu_s": time.process_time() - c0, "server_cpu_s": srv(), "wal_bytes": wal()}
 
     per_second(res, ("admission_single", "admission_batched", "raw_single", "raw_batched"), "claims")
     for k in ("admission_single", "admission_batched", "raw_single", "raw_batched"):
@@ -138,6 +160,9 @@ def run(ctx, *, single: int = 300, batched: int = 3000, batch: int = 100) -> dic
             cpu = res[k].pop(f"{side}_cpu_s", None)
             if cpu is not None:
                 res[k][f"{side}_cpu_us_per_claim"] = round(cpu / res[k]["claims"] * 1e6)
+        wal_bytes = res[k].pop("wal_bytes", None)
+        if wal_bytes is not None:
+            res[k]["wal_bytes_per_claim"] = round(wal_bytes / res[k]["claims"])
     res["ratio_single"] = round(res["raw_single"]["claims_per_s"] / res["admission_single"]["claims_per_s"], 2)
     res["ratio_batched"] = round(res["raw_batched"]["claims_per_s"] / res["admission_batched"]["claims_per_s"], 2)
     res["machine"] = machine(ctx)
@@ -156,6 +181,9 @@ def render(res: dict[str, Any]) -> list[str]:
            + (f"{res[k]['server_cpu_us_per_claim']} µs" if "server_cpu_us_per_claim" in res[k] else "n/a")
            for k, label in (("admission_batched", "admission"), ("raw_batched", "raw"))]
     out.append("CPU per claim, batched (process time; server: its backend, from /proc): " + "; ".join(cpu))
+    if all("wal_bytes_per_claim" in res[k] for k in ("admission_batched", "raw_batched")):
+        out.append(f"WAL per claim, batched: admission {res['admission_batched']['wal_bytes_per_claim']:,} B, "
+                   f"raw {res['raw_batched']['wal_bytes_per_claim']:,} B")
     return out
 
 

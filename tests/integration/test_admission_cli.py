@@ -57,5 +57,5 @@ def test_bench_admission_runs_small(ctx):
     for k in ("admission_single", "admission_batched", "raw_single", "raw_batched"):
         assert res[k]["claims"] in (3, 10) and res[k]["claims_per_s"] > 0
     lines = render(res)
-    assert len(lines) == 9 and lines[-1].startswith("CPU per claim, batched")
+    assert len(lines) == 10 and lines[8].startswith("CPU per claim, batched") and lines[9].startswith("WAL per claim, batched")
     assert verify_journal(ctx.db, res["tenant"]).ok
