@@ -114,6 +114,19 @@ _dumps = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", "
                           check_circular=False).encode
 
 
+def _never(value: Any) -> Any:
+    raise TypeError(f"unsupported type {type(value).__name__}")  # unreachable: _plain admitted the value
+
+
+# The C encoder ``_dumps`` builds on every call, built once (no markers: check_circular=False; indent None,
+# the same separators, sort_keys, no skipkeys, allow_nan False): about 1 µs less per document.
+_c_iterencode = (json.encoder.c_make_encoder(None, _never, _escape, None, ":", ",", True, False, False)
+                 if json.encoder.c_make_encoder is not None else None)
+if _c_iterencode is not None:
+    def _dumps(value: Any) -> str:  # noqa: F811 -- the faster form of the same encoder
+        return "".join(_c_iterencode(value, 0))
+
+
 def _plain(value: Any) -> bool:
     """True when ``value`` holds only exact str/int(±2^53−1)/bool/None/list/dict with ASCII keys."""
     t = type(value)

@@ -10,10 +10,12 @@ import dataclasses
 import datetime as dt
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from oml.domain import chain, signing, vectors
-from oml.domain.canonical import canonical
+from oml.domain.canonical import CanonicalError, canonical
 from oml.domain.events import Actor, encode, event_object
 
 FP = vectors.generate()["keys"]["signing_1"]["fingerprint"]
@@ -149,3 +151,32 @@ def test_events_after_rotation_need_the_new_key():
 def test_other_tenant_and_genesis():
     res = chain.verify_chain("other", rows())
     assert res.bad_seq == 1
+
+
+_TEXT = st.text(max_size=12)  # Hypothesis draws non-BMP characters, escapes and (rarely) nothing else odd
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-(2**53 - 1), 2**53 - 1) | _TEXT,
+                     lambda c: st.lists(c, max_size=3) | st.dictionaries(_TEXT, c, max_size=3), max_leaves=8)
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.fixed_dictionaries({
+    "v": st.just(1), "tenant": _TEXT, "seq": st.integers(-(2**53 - 1), 2**53 - 1), "type": _TEXT, "event_id": _TEXT, "at": _TEXT,
+    "actor": st.fixed_dictionaries({"principal": st.none() | _TEXT, "identity": st.none() | _TEXT}), "kid": _TEXT,
+    "data": st.dictionaries(_TEXT, _JSON, max_size=5)}))
+def test_event_template_encodes_as_canonical_does(event):
+    """encode() writes a well-formed event from a template; the bytes are canonical(event)'s (and rfc8785's)."""
+    import rfc8785
+
+    assert encode(event) == canonical(event) == rfc8785.dumps(event)
+
+
+def test_event_encode_falls_back_for_other_shapes():
+    ev = event_object(tenant="t", seq=1, type="tenant.created", event_id="e", at=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
+                      actor=Actor(None, None), kid="k", data={"a": 1})
+    assert encode(ev) == canonical(ev)
+    for odd in ({**ev, "extra": 1}, {**ev, "seq": True}, {**ev, "v": 2}, {**ev, "actor": {"principal": None}}):
+        assert encode(odd) == canonical(odd)
+    with pytest.raises(CanonicalError):
+        encode({**ev, "tenant": "\ud800"})
+    with pytest.raises(CanonicalError):
+        encode({**ev, "data": {"x": 1.5}})
