@@ -119,17 +119,22 @@ def signature_checks() -> int:
     return _stats["signature_checks"]
 
 
-_ROWS = sa.text(
-    "SELECT x.vid AS version_id, v.claim_id, v.status, v.status_seq, v.self_signed,"
-    "       v.simulation_id, l.seq AS log_seq, l.status AS log_status,"
-    "       j.seq AS j_seq, j.kid, j.canonical, j.hash, j.prev_hash, j.signature"
+#: What a verdict needs about one version (x.vid from ``unnest(:ids)``): its projection row, its newest status-log
+#: entry and the journal row its status names. Shared with the body read (``services/server/bodies.py``), which
+#: adds the ciphertext and wrapped DEK to the same statement: one round trip verifies and opens.
+VERDICT_COLUMNS = ("x.vid AS version_id, v.claim_id, v.artifact_id, v.status, v.status_seq, v.self_signed,"
+                   " v.simulation_id, l.seq AS log_seq, l.status AS log_status,"
+                   " j.seq AS j_seq, j.kid, j.canonical, j.hash, j.prev_hash, j.signature")
+VERDICT_FROM = (
     "  FROM unnest(CAST(:ids AS uuid[])) AS x(vid)"
-    "  CROSS JOIN LATERAL (SELECT v.claim_id, v.status, v.status_seq, v.self_signed, v.simulation_id FROM claim_versions v"
+    "  CROSS JOIN LATERAL (SELECT v.claim_id, v.artifact_id, v.status, v.status_seq, v.self_signed, v.simulation_id"
+    "                        FROM claim_versions v"
     "                       WHERE v.tenant_id = (SELECT CAST(:t AS text)) AND v.version_id = x.vid LIMIT 1) v"
     "  LEFT JOIN LATERAL (SELECT l.seq, l.status FROM version_status_log l"
     "                      WHERE l.tenant_id = (SELECT CAST(:t AS text)) AND l.version_id = x.vid ORDER BY l.seq DESC LIMIT 1) l ON true"
     "  LEFT JOIN LATERAL (SELECT j.seq, j.kid, j.canonical, j.hash, j.prev_hash, j.signature FROM journal_events j"
     "                      WHERE j.tenant_id = (SELECT CAST(:t AS text)) AND j.seq = v.status_seq LIMIT 1) j ON true")
+_ROWS = sa.text("SELECT " + VERDICT_COLUMNS + VERDICT_FROM)
 
 _KEY_EVENTS = sa.text(
     "SELECT seq AS j_seq, kid, canonical, hash, prev_hash, signature FROM journal_events"
@@ -225,8 +230,16 @@ def refused(conn: sa.Connection, tenant: str, version_ids: Iterable[str]) -> dic
     ids = sorted({str(v) for v in version_ids})
     if not ids or not enabled():
         return {}
+    return judge(conn, tenant, conn.execute(_ROWS, {"t": tenant, "ids": ids}).all())
+
+
+def judge(conn: sa.Connection, tenant: str, rows: Iterable[Any]) -> dict[str, str]:
+    """:func:`refused` over rows already read with :data:`VERDICT_COLUMNS` / :data:`VERDICT_FROM` (any extra
+    columns ignored): version id → reason for each the journal does not back, refusals recorded; {} when off."""
+    if not enabled():
+        return {}
     out: list[Refusal] = []
-    for r in conn.execute(_ROWS, {"t": tenant, "ids": ids}):
+    for r in rows:
         why = _reason(conn, tenant, r)
         if why is not None:
             out.append(Refusal(str(r.version_id), None if r.status_seq is None else int(r.status_seq), why))
