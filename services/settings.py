@@ -73,9 +73,9 @@ class Settings(BaseSettings):
     # text (0: off); docs/recall.md, "Context at indexing time". Changing it takes effect for rows
     # indexed afterwards: run oml index rebuild.
     index_context_before: int = 1
-    # The lexical leg's ranking: ts_rank, or bm25 (services/storage/sql/61_bm25.sql: better recall, slower
-    # today); docs/recall.md, "BM25"; decisions K6.
-    recall_lexical: str = "ts_rank"
+    # The lexical leg's ranking: bm25 (services/storage/sql/61_bm25.sql) or ts_rank (oml_fts_search);
+    # docs/recall.md, "BM25"; decisions K6, K8.
+    recall_lexical: str = "bm25"
     backup_retention_days: int = 35
     idempotency_retention_hours: int = 24
     outbox_retention_hours: int = 24

@@ -14,10 +14,13 @@ What it does, end to end through the product:
 3. **indexed** by the oml-indexer (``workers/indexer.py``: tsvector + the
    all-MiniLM-L6-v2 embedding, through the server's indexing feed);
 4. every question with evidence **recalled** by a reader key scoped to its
-   conversation's workarea with ``fts``, ``vector`` and ``hybrid`` (k = the
-   largest cutoff), timing each call end to end (embedding, SQL, decrypt,
-   read log) — and ``hybrid`` once more fused with the classic RRF constant
-   60 (row ``hybrid-rrf60``) for comparison with OML's 10;
+   conversation's workarea (k = the largest cutoff), timing each call end to
+   end (embedding, SQL, decrypt, read log), once per row: ``fts`` (the
+   ts_rank leg), ``bm25`` (the BM25 leg), ``vector``, ``hybrid`` (what a
+   recall gets by default: the settings' lexical leg fused by
+   ``domain.fusion.DEFAULT``), ``hybrid-ts_rank`` and ``hybrid-bm25`` (either
+   leg with equal-weight RRF, k = 10) and ``hybrid-rrf60`` (ts_rank, the
+   classic RRF constant 60);
 5. evidence recall@k = |evidence ∩ top-k dia_ids| / |evidence|, averaged
    over questions per category and overall; p50/p95 latency; characters of
    body JSON returned per query at each cutoff.
@@ -29,7 +32,8 @@ conversations run (ids, or N for the first N) so others stay held out;
 ``--decide`` splits them into the half choices are made on and the half that
 confirms them, and every row reports both halves. ``--context-window`` sets
 how many previous turns are indexed with each turn (docs/recall.md);
-``--fusion`` adds hybrid rows fused another way (``domain/fusion.py``).
+``--fusion`` adds hybrid rows fused another way (``domain/fusion.py``) over the
+``--lexical`` leg; ``--bm25 NAME=K1,B`` adds BM25 rows with other parameters.
 A ``bm25s (ref.)`` row ranks the same statements with the ``bm25s`` library
 outside OML (a reference, not a product path; its latency is in-process
 scoring only).
@@ -242,15 +246,19 @@ def oml_rows(ctx, fusions: Mapping[str, Any] | None = None, *, lexical: str = "t
     (name -> :class:`oml.domain.fusion.Fusion`) over the ``lexical`` leg; the classic RRF constant 60 (over
     ts_rank) is always one of them. ``bm25`` adds BM25-only rows with other (k1, b) (name -> pair)."""
     from oml.domain.fusion import Fusion
-    from oml.domain.recall import RRF_K_CLASSIC
+    from oml.domain.recall import RRF_K, RRF_K_CLASSIC
     from oml.services.server.recall import Recaller
 
-    rec = Recaller(ctx, lexical="ts_rank")
-    rows: dict[str, tuple[Any, str]] = {r: (rec, r) for r in RETRIEVERS}
-    plain_bm25 = Recaller(ctx, lexical="bm25")
-    rows["bm25"] = (plain_bm25, "fts")
-    rows["hybrid-bm25"] = (plain_bm25, "hybrid")
-    rows[CLASSIC] = (Recaller(ctx, fusion=Fusion("rrf", k=RRF_K_CLASSIC), lexical="ts_rank"), "hybrid")
+    equal = Fusion("rrf", k=RRF_K)
+    ts_rank = Recaller(ctx, lexical="ts_rank", fusion=equal)
+    rows: dict[str, tuple[Any, str]] = {
+        "fts": (ts_rank, "fts"), "bm25": (Recaller(ctx, lexical="bm25"), "fts"), "vector": (ts_rank, "vector"),
+        # what a recall gets by default (the settings' lexical leg, domain.fusion.DEFAULT)
+        "hybrid": (Recaller(ctx), "hybrid"),
+        # the default before issue 18's fusion decision (K8), and BM25 with equal weights
+        "hybrid-ts_rank": (ts_rank, "hybrid"),
+        "hybrid-bm25": (Recaller(ctx, lexical="bm25", fusion=equal), "hybrid"),
+        CLASSIC: (Recaller(ctx, fusion=Fusion("rrf", k=RRF_K_CLASSIC), lexical="ts_rank"), "hybrid")}
     for name, fusion in (fusions or {}).items():
         rows[name] = (Recaller(ctx, fusion=fusion, lexical=lexical), "hybrid")
     for name, params in (bm25 or {}).items():

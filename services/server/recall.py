@@ -449,7 +449,7 @@ class Recaller:
         self.lexical = lexical
         self.bm25 = bm25  # (k1, b) of the BM25 leg
         # ``fusion`` (domain/fusion.py) wins over ``rrf_k``, which is kept for callers that only set the constant.
-        self.fusion = fusion or fusionmod.Fusion("rrf", k=rrf_k)
+        self.fusion = fusion or dataclasses.replace(fusionmod.DEFAULT, k=rrf_k)
         self.rrf_k = self.fusion.k
         self.embed = embed or default_embed(ctx)
         self.exact_scan_max = exact_scan_max

@@ -95,7 +95,7 @@ def test_stdio_tools_with_the_sdk_client(world, ctx):
         async with Client(params, read_timeout_seconds=120) as client:
             out = payload(await client.call_tool("recall", {"query": "standups on Fridays", "k": 5}))  # hybrid: the real model
             assert mem["claim_id"] in {h["claim_id"] for h in out["hits"]}
-            assert out["diagnostics"]["fusion"] == {"method": "rrf", "k": 10}
+            assert out["diagnostics"]["fusion"] == {"method": "rrf", "k": 10, "weights": {"fts": 1.0, "vector": 0.5}}
 
     anyio.run(after)
 

@@ -161,7 +161,7 @@ def test_held_demoted_and_self_signed_rows(world):
 def test_item_shape_and_hybrid_fusion(world):
     out = recall(world, query="how often is the ranking model retrained", workarea_id=search_scope(world), k=3)
     d = out["diagnostics"]
-    assert d["fusion"] == {"method": "rrf", "k": 10}
+    assert d["fusion"] == {"method": "rrf", "k": 10, "weights": {"fts": 1.0, "vector": 0.5}}
     assert set(d["candidates"]) == {"fts", "vector"}
     assert d["returned"] == {"steering": 3, "hits": len(out["hits"])}
     h = out["hits"][0]

@@ -38,7 +38,7 @@ def test_recall_over_http(world):
     assert out["hits"][0]["claim_id"] == world.fact["claim_id"]
     assert out["hits"][0]["version_id"] == world.fact2["version_id"]
     assert out["hits"][0]["source"] == {"uri": "https://ci.example/docs", "title": "CI"}
-    assert out["diagnostics"]["fusion"] == {"method": "rrf", "k": 10}
+    assert out["diagnostics"]["fusion"] == {"method": "rrf", "k": 10, "weights": {"fts": 1.0, "vector": 0.5}}
 
 
 def test_fetch_lineage_and_journal(world):

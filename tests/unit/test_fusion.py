@@ -1,4 +1,4 @@
-"""Fusion (domain/fusion.py): deterministic, weight-aware, and the default equals OML's RRF."""
+"""Fusion (domain/fusion.py): deterministic, weight-aware, and the default is OML's weighted RRF."""
 from __future__ import annotations
 
 import itertools
@@ -23,9 +23,12 @@ def test_fusion_is_deterministic_whatever_the_input_order(fusion):
     assert sorted(k for k, _ in want) == ["a", "b", "c", "d", "e", "f"]
 
 
-def test_default_is_oml_rrf():
-    assert [x.key for x in F.fuse(F.DEFAULT, ORDER, SCORES)] == [x.key for x in fuse_rrf(ORDER, priority=("fts", "vector"))]
-    assert F.DEFAULT.describe() == {"method": "rrf", "k": 10}
+def test_default_is_oml_rrf_with_the_vector_leg_at_half_weight():
+    want = fuse_rrf(ORDER, weights={"fts": 1.0, "vector": 0.5}, priority=("fts", "vector"))
+    assert [x.key for x in F.fuse(F.DEFAULT, ORDER, SCORES)] == [x.key for x in want]
+    assert F.DEFAULT.describe() == {"method": "rrf", "k": 10, "weights": {"fts": 1.0, "vector": 0.5}}
+    # equal weights remain expressible, and read as before
+    assert F.Fusion().describe() == {"method": "rrf", "k": 10}
 
 
 def test_minmax_normalises_each_leg_and_weights_move_the_order():

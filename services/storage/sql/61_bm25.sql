@@ -62,8 +62,8 @@ BEGIN
               FROM (SELECT DISTINCT lx, tq FROM unnest($10, $11) AS u(lx, tq)) x),
      toks AS (SELECT c.version_id, c.claim_id, c.tip_from_seq, c.tsv_len::float8 AS dl, u.lexeme,
                      cardinality(u.positions)::float8 AS tf
-                -- only the lexemes of the query: setweight(…, ''A'', $10) marks them and ts_filter keeps them, about
-                -- four times cheaper than unnesting every lexeme of every candidate (weights reset to D first)
+                -- only the lexemes of the query: setweight(…, ''A'', $10) marks them and ts_filter keeps them, rather
+                -- than unnesting every lexeme of every candidate (weights reset to D first)
                 FROM cand c CROSS JOIN LATERAL unnest(ts_filter(setweight(setweight(c.tsv, ''D''), ''A'', $10), ''{a}'')) AS u),
      -- claim_id rides along so no join back to cand is needed (without statistics the planner nested-looped it)
      sc AS (SELECT tk.version_id, tk.claim_id, tk.tip_from_seq,
