@@ -12,6 +12,7 @@ server's KeyStore can load.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -75,6 +76,74 @@ def encrypt(body: dict[str, Any], *, aad: bytes, plaintext: bytes | None = None)
 def wrap(dek: bytes, *, info: bytes, public_key: bytes) -> bytes:
     """The second half of :func:`seal`: ``dek`` wrapped with HPKE (RFC 9180, :data:`SUITE`) to ``public_key``."""
     return SUITE.encrypt(dek, X25519PublicKey.from_public_bytes(public_key), info=info)
+
+
+# ------------------------------------------------------------------ HPKE sender in two steps (issue 14)
+# RFC 9180 base mode for SUITE, written out so that the KEM step -- a fresh ephemeral key pair, its X25519
+# agreement with the recipient's key and ExtractAndExpand, everything that costs (about 75 of the ~85 µs of a
+# wrap) and depends only on the recipient's public key -- can run ahead of time (the wrap worker does it while
+# it waits, services/admission/wrapping.py), leaving per artifact the key schedule over its ``info`` and one
+# AES-GCM seal of the DEK. Each Encapsulation is used for exactly one wrap, so every DEK still gets its own
+# ephemeral key; the output is the same ``enc || ct`` that SUITE.encrypt returns and SUITE.decrypt opens
+# (tests/unit/test_envelope.py: RFC 9180 A.1 vector for the schedule, decryption by ``cryptography``).
+
+_KEM_SUITE_ID = b"KEM\x00\x20"  # DHKEM(X25519, HKDF-SHA256)
+_AES_256_GCM = 0x0002
+
+
+def _hpke_suite_id(aead_id: int) -> bytes:
+    return b"HPKE\x00\x20\x00\x01" + aead_id.to_bytes(2, "big")  # KEM 0x0020, KDF 0x0001 (HKDF-SHA256)
+
+
+def _labeled_extract(suite: bytes, salt: bytes, label: bytes, ikm: bytes) -> bytes:
+    return hmac.digest(salt or bytes(32), b"HPKE-v1" + suite + label + ikm, "sha256")
+
+
+def _labeled_expand(suite: bytes, prk: bytes, label: bytes, info: bytes, length: int) -> bytes:
+    # HKDF-Expand for L <= 32 (one block): T(1) = HMAC(PRK, labeled_info || 0x01).
+    return hmac.digest(prk, length.to_bytes(2, "big") + b"HPKE-v1" + suite + label + info + b"\x01", "sha256")[:length]
+
+
+@dataclass(frozen=True)
+class Encapsulation:
+    """One KEM encapsulation to a recipient key, for one wrap: ``enc`` (the ephemeral public key) and the key
+    schedule's ``secret`` (LabeledExtract(shared_secret, "secret", psk="")). As secret as the DEK it will wrap."""
+
+    enc: bytes
+    secret: bytes
+
+
+def encapsulate(public_key: bytes, *, aead_id: int = _AES_256_GCM, ephemeral: X25519PrivateKey | None = None) -> Encapsulation:
+    """RFC 9180 Encap to the raw X25519 ``public_key`` and the mode-independent start of the key schedule.
+
+    ``ephemeral`` fixes the ephemeral key (test vectors only). Raises ``ValueError`` for a key whose agreement
+    is all zeros (a small-order point), as ``cryptography`` does."""
+    sk = ephemeral or X25519PrivateKey.generate()
+    enc = x25519_public_raw(sk)
+    dh = sk.exchange(X25519PublicKey.from_public_bytes(public_key))
+    eae_prk = _labeled_extract(_KEM_SUITE_ID, b"", b"eae_prk", dh)
+    shared = _labeled_expand(_KEM_SUITE_ID, eae_prk, b"shared_secret", enc + public_key, 32)
+    return Encapsulation(enc, _labeled_extract(_hpke_suite_id(aead_id), shared, b"secret", b""))
+
+
+_PSK_ID_HASH: dict[bytes, bytes] = {}
+
+
+def _key_and_nonce(secret: bytes, info: bytes, *, aead_id: int = _AES_256_GCM, nk: int = 32) -> tuple[bytes, bytes]:
+    """KeySchedule's ``key`` and ``base_nonce`` (base mode, empty PSK) from :class:`Encapsulation`'s ``secret``."""
+    suite = _hpke_suite_id(aead_id)
+    psk_id_hash = _PSK_ID_HASH.get(suite)
+    if psk_id_hash is None:
+        psk_id_hash = _PSK_ID_HASH[suite] = _labeled_extract(suite, b"", b"psk_id_hash", b"")  # the empty PSK id's
+    ctx = b"\x00" + psk_id_hash + _labeled_extract(suite, b"", b"info_hash", info)
+    return _labeled_expand(suite, secret, b"key", ctx, nk), _labeled_expand(suite, secret, b"base_nonce", ctx, 12)
+
+
+def wrap_encapsulated(encapsulation: Encapsulation, dek: bytes, *, info: bytes) -> bytes:
+    """:func:`wrap` with an :class:`Encapsulation` made beforehand by :func:`encapsulate` (use each once):
+    ``enc || AES-256-GCM(key, base_nonce, dek)``, what ``SUITE.encrypt(dek, public_key, info=info)`` returns."""
+    key, nonce = _key_and_nonce(encapsulation.secret, info)
+    return encapsulation.enc + AESGCM(key).encrypt(nonce, dek, b"")
 
 
 def unwrap(wrapped_dek: bytes, *, info: bytes, private_key: "bytes | X25519PrivateKey") -> bytes:

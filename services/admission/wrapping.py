@@ -9,7 +9,8 @@ and signs the next. Only a public key and the DEKs of the artifacts being writte
 already in admission's memory); no private key.
 
 ``OML_ADMISSION_WRAP_PROCESSES`` (default 1) caps the idle workers kept per server process; 0 wraps
-in-process. A worker that fails is dropped and its jobs are wrapped in-process.
+in-process. A worker that fails is dropped and its jobs are wrapped in-process. A worker has its
+encapsulations made ahead at idle priority (``OML_ADMISSION_WRAP_AHEAD``, :func:`_serve`; docs/decisions.md T12).
 """
 from __future__ import annotations
 
@@ -95,16 +96,105 @@ def checkin(worker: Worker | None, *, healthy: bool) -> None:
     worker.close()
 
 
-def _serve() -> None:
-    """The worker's loop: read ``(public key, jobs)``, answer the wrapped DEKs, until stdin closes."""
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
-    while True:
+_RECORD = 64  # one encapsulation on the ahead pipe: enc (32 bytes) then secret (32)
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    parts, left = [], n
+    while left:
+        part = os.read(fd, left)
+        if not part:
+            raise EOFError("wrap worker's stdin closed")
+        parts.append(part)
+        left -= len(part)
+    return b"".join(parts)
+
+
+def _ahead_main(public_key_hex: str) -> None:
+    """``python -m oml.services.admission.wrapping --ahead <key>``: encapsulate to the key, forever, at idle
+    priority, one 64-byte record per encapsulation on stdout (a pipe: it blocks when the pipe is full and
+    ends when the worker closes it)."""
+    key = bytes.fromhex(public_key_hex)
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # runs only on an otherwise idle core
+    except (AttributeError, OSError):
+        os.nice(19)
+    out = sys.stdout.fileno()
+    try:
+        while True:
+            e = envelope.encapsulate(key)
+            os.write(out, e.enc + e.secret)  # 64 bytes < PIPE_BUF: written whole or not at all
+    except (BrokenPipeError, OSError):
+        return
+
+
+class _Ahead:
+    """The worker's encapsulations made ahead for one public key, by an idle-priority child process."""
+
+    def __init__(self, public_key: bytes) -> None:
+        self.key = public_key
+        self.proc = subprocess.Popen([sys.executable, "-m", "oml.services.admission.wrapping", "--ahead", public_key.hex()],
+                                     stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        self.fd = self.proc.stdout.fileno()
+        os.set_blocking(self.fd, False)
+
+    def take(self, n: int) -> list[envelope.Encapsulation]:
+        """Up to ``n`` encapsulations that are ready (none when the child has not caught up or has died)."""
         try:
-            public_key, jobs = _receive(stdin)  # type: ignore[misc]
-        except EOFError:
-            return
-        _send(stdout, wrap_many(public_key, jobs))
+            data = os.read(self.fd, n * _RECORD)
+        except (BlockingIOError, OSError):
+            return []
+        data = data[: len(data) - len(data) % _RECORD]  # whole records only (each was written in one piece)
+        return [envelope.Encapsulation(data[i:i + 32], data[i + 32:i + _RECORD]) for i in range(0, len(data), _RECORD)]
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        self.proc.stdout.close()
+
+
+def _serve() -> None:
+    """The worker's loop: read ``(public key, jobs)``, answer the wrapped DEKs, until stdin closes.
+
+    With ``OML_ADMISSION_WRAP_AHEAD`` (default 1; 0: off) a child process at idle priority encapsulates
+    (:func:`oml.domain.envelope.encapsulate`) to the last public key asked about, into a pipe (at most its
+    64 KiB, about a thousand): the X25519 work of a wrap, about nine tenths of it, then runs only when a core
+    would otherwise be idle, and each DEK costs the key schedule and one AES-GCM seal
+    (:func:`oml.domain.envelope.wrap_encapsulated`); a DEK finding none ready is wrapped in full here. Each
+    encapsulation wraps one DEK. They exist only in the two processes' memory and the pipe between them; a
+    new key (a rotation, another tenant) replaces the child, and the child ends with the worker."""
+    fd, stdout = sys.stdin.fileno(), sys.stdout.buffer
+    use_ahead = os.environ.get("OML_ADMISSION_WRAP_AHEAD", "1") != "0"
+    ahead: _Ahead | None = None
+    try:
+        while True:
+            try:
+                (n,) = _HEADER.unpack(_read_exact(fd, _HEADER.size))
+                public_key, jobs = pickle.loads(_read_exact(fd, n))
+            except EOFError:
+                return
+            ready: list[envelope.Encapsulation] = []
+            if use_ahead:
+                if ahead is not None and (ahead.key != public_key or ahead.proc.poll() is not None):
+                    ahead.close()
+                    ahead = None
+                if ahead is None:
+                    try:
+                        ahead = _Ahead(public_key)
+                    except OSError:
+                        ahead = None
+                if ahead is not None:
+                    ready = ahead.take(len(jobs))
+            out = [envelope.wrap_encapsulated(ready[i], dek, info=info) if i < len(ready) else envelope.wrap(dek, info=info, public_key=public_key)
+                   for i, (dek, info) in enumerate(jobs)]
+            _send(stdout, out)
+    finally:
+        if ahead is not None:
+            ahead.close()
 
 
 if __name__ == "__main__":
-    _serve()
+    if len(sys.argv) == 3 and sys.argv[1] == "--ahead":
+        _ahead_main(sys.argv[2])
+    else:
+        _serve()

@@ -213,3 +213,35 @@ def test_arrays_built_here_read_back_as_psycopg_sends_them(ctx, sql_type, values
         ours = dc.execute(sql, {"a": sets.array(sql_type, values)}).fetchone()
         theirs = dc.execute(sql, {"a": list(values)}).fetchone()
     assert ours == theirs
+
+
+@pytest.mark.parametrize("pool", ["0", "1"])
+def test_the_wrap_worker_wraps_from_its_pool_and_each_wrap_opens(monkeypatch, pool):
+    """With or without encapsulations made ahead, every wrapped DEK opens with the recipient key and its own info,
+    and no two wraps share an ephemeral key (enc); a new public key is served too."""
+    import os
+    import time
+
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+    from oml.domain import envelope
+    from oml.services.admission import wrapping
+
+    monkeypatch.setenv("OML_ADMISSION_WRAP_AHEAD", pool)
+    w = wrapping.Worker()
+    try:
+        seen = set()
+        first, second = X25519PrivateKey.generate(), X25519PrivateKey.generate()
+        for round_, sk in enumerate((first, first, second)):
+            pub = envelope.x25519_public_raw(sk)
+            jobs = [(os.urandom(32), f"oml.dek.v1|t|a{round_}-{i}|1".encode()) for i in range(30)]
+            w.submit(pub, jobs)
+            wrapped = w.result()
+            assert len(wrapped) == len(jobs)
+            for (dek, info), blob in zip(jobs, wrapped):
+                assert envelope.unwrap(blob, info=info, private_key=sk.private_bytes_raw()) == dek
+                seen.add(blob[:32])
+            time.sleep(0.2)  # the worker fills its pool meanwhile
+        assert len(seen) == 90
+    finally:
+        w.close()

@@ -1,0 +1,44 @@
+"""The HPKE sender in two steps (domain/envelope.py: encapsulate + wrap_encapsulated; issue 14)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+from oml.domain import envelope
+
+
+def test_key_schedule_matches_rfc9180_a1():
+    """RFC 9180 A.1.1 (DHKEM(X25519, HKDF-SHA256), HKDF-SHA256, AES-128-GCM, base mode): the same steps with the
+    vector's ephemeral key give its enc, key and base_nonce."""
+    sk_e = X25519PrivateKey.from_private_bytes(bytes.fromhex("52c4a758a802cd8b936eceea314432798d5baf2d7e9235dc084ab1b9cfa2f736"))
+    pk_r = bytes.fromhex("3948cfe0ad1ddb695d780e59077195da6c56506b027329794ab02bca80815c4d")
+    info = bytes.fromhex("4f6465206f6e2061204772656369616e2055726e")
+    e = envelope.encapsulate(pk_r, aead_id=0x0001, ephemeral=sk_e)
+    assert e.enc.hex() == "37fda3567bdbd628e88668c3c8d7e97d1d1253b6d4ea6d44c150f741f1bf4431"
+    key, nonce = envelope._key_and_nonce(e.secret, info, aead_id=0x0001, nk=16)
+    assert (key.hex(), nonce.hex()) == ("4531685d41d65f03dc48f6b8302c05b0", "56d890e5accaaf011cff4b7d")
+
+
+def test_a_wrap_from_an_encapsulation_opens_with_cryptography():
+    """What wrap_encapsulated writes is RFC 9180 single-shot output: cryptography's HPKE opens it, and only with the
+    same info and key; every encapsulation has its own ephemeral key."""
+    recipient = X25519PrivateKey.generate()
+    pub = envelope.x25519_public_raw(recipient)
+    encs = set()
+    for i in range(20):
+        dek, info = os.urandom(32), f"oml.dek.v1|t|a{i}|1".encode()
+        e = envelope.encapsulate(pub)
+        encs.add(e.enc)
+        wrapped = envelope.wrap_encapsulated(e, dek, info=info)
+        assert len(wrapped) == len(envelope.wrap(dek, info=info, public_key=pub)) == 80
+        assert envelope.unwrap(wrapped, info=info, private_key=recipient.private_bytes_raw()) == dek
+        with pytest.raises(Exception):
+            envelope.unwrap(wrapped, info=info + b"x", private_key=recipient.private_bytes_raw())
+    assert len(encs) == 20
+
+
+def test_a_small_order_recipient_key_is_refused():
+    with pytest.raises(ValueError):
+        envelope.encapsulate(bytes(32))
