@@ -29,6 +29,9 @@ CHUNK = 50
 WRAP_GROUP = 10
 # A batch of at least this many claims wraps its DEKs in the worker (fewer: starting one costs more than it saves).
 WORKER_MIN = 50
+# With a worker, a batch's bodies are classified there ahead of admission, this many per request
+# (:meth:`Batch.classify_ahead`); each item still takes its findings at the point it did.
+CLASSIFY_GROUP = 10
 # The last TAIL events of a batch go in a chunk of their own: after the last item, admission waits while
 # PostgreSQL writes the rows it has not written yet, so that chunk is kept short (a chunk costs about
 # 1 ms of fixed server time, CHUNK rows about 6 ms more).
@@ -96,9 +99,53 @@ class Batch:
     pipeline: Any = None  # the open psycopg Pipeline while chunks are in flight
     worker: wrapping.Worker | None = None  # wraps DEKs in a worker process (services/admission/wrapping.py)
     unwrapped: list[tuple[Artifact, bytes, bytes, bytes]] = field(default_factory=list)  # (row, dek, info, public key)
-    # Groups handed to the worker (or, without one, to wrap here), oldest first: (public key, jobs, rows, sent).
-    wrapping: list[tuple[bytes, list[tuple[bytes, bytes]], list[Artifact], bool]] = field(default_factory=list)
+    # Groups handed to the worker (or, without one, to wrap here), oldest first: (public key, jobs, rows,
+    # the worker's request id or None).
+    wrapping: list[tuple[bytes, list[tuple[bytes, bytes]], list[Artifact], int | None]] = field(default_factory=list)
     left: int = 0  # events still expected (the claims of the submit not yet appended)
+    # Classification ahead: (first item, bodies, regions, request id or None once the worker is gone), and
+    # the answers taken so far by item.
+    classes: list[tuple[int, list[dict], Any, int | None]] = field(default_factory=list)
+    found: dict[int, Any] = field(default_factory=dict)
+
+    def classify_ahead(self, regions: Any, bodies: list[dict[str, Any]]) -> None:
+        """Have the worker classify ``bodies`` (the items of the batch, in order) under ``regions`` while admission
+        works through the items (no-op without a worker). Runs under the head lock, with the regions admission
+        would classify with; :meth:`findings` hands each item its own answer."""
+        if self.worker is None:
+            return
+        for g in range(0, len(bodies), CLASSIFY_GROUP):
+            part = bodies[g:g + CLASSIFY_GROUP]
+            rid = None
+            if self.worker is not None:
+                try:
+                    rid = self.worker.classify(regions, part)
+                except OSError:
+                    self._drop_worker()
+            self.classes.append((g, part, regions, rid))
+
+    def findings(self, i: int, body: dict[str, Any], regions: Any) -> list:
+        """``pii.classify_body(body, phone_regions=regions)`` for item ``i``: the worker's answer when it
+        classified the item ahead, else computed here; an exception it raised is raised here."""
+        if i not in self.found:
+            group = next((c for c in self.classes if c[0] <= i < c[0] + len(c[1])), None)
+            if group is None or group[1][i - group[0]] is not body or group[2] != regions:
+                return _classify(body, regions)
+            first, part, _, rid = group
+            answers = None
+            if rid is not None and self.worker is not None:
+                try:
+                    answers = self.worker.result(rid)
+                except (OSError, EOFError, pickle.UnpicklingError):
+                    self._drop_worker()
+            if answers is None or len(answers) != len(part):
+                answers = wrapping.classify_all(regions, part)
+            self.classes.remove(group)
+            self.found.update({first + k: a for k, a in enumerate(answers)})
+        answer = self.found.pop(i)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
 
     def seal(self, body: dict[str, Any], row: Artifact, *, aad: bytes, info: bytes, public_key: bytes,
              plaintext: bytes | None = None) -> Artifact:
@@ -126,31 +173,31 @@ class Batch:
         for pub in dict.fromkeys(g[3] for g in group):
             part = [g for g in group if g[3] == pub]
             jobs = [(dek, info) for _, dek, info, _ in part]
-            sent = self.worker is not None
-            if sent:
+            rid = None
+            if self.worker is not None:
                 try:
-                    self.worker.submit(pub, jobs)
+                    rid = self.worker.submit(pub, jobs)
                 except OSError:
                     self._drop_worker()
-                    sent = False
-            self.wrapping.append((pub, jobs, [r for r, *_ in part], sent))
+            self.wrapping.append((pub, jobs, [r for r, *_ in part], rid))
 
     def _drop_worker(self) -> None:
         """Give up on the worker (it died): every group it holds is wrapped here instead."""
         wrapping.checkin(self.worker, healthy=False)
         self.worker = None
-        self.wrapping = [(pub, jobs, rows, False) for pub, jobs, rows, _ in self.wrapping]
+        self.wrapping = [(pub, jobs, rows, None) for pub, jobs, rows, _ in self.wrapping]
+        self.classes = [(first, part, regions, None) for first, part, regions, _ in self.classes]
 
     def _collect(self, *, keep_last: bool) -> None:
         """Move wrapped artifacts to the rows to write; ``keep_last`` leaves the newest group in flight."""
         if not keep_last and self.unwrapped:
             self._dispatch()
         while len(self.wrapping) > (1 if keep_last else 0):
-            pub, jobs, rows, sent = self.wrapping[0]
+            pub, jobs, rows, rid = self.wrapping[0]
             wrapped = None
-            if sent and self.worker is not None:
+            if rid is not None and self.worker is not None:
                 try:
-                    wrapped = self.worker.result()
+                    wrapped = self.worker.result(rid)
                 except (OSError, EOFError, pickle.UnpicklingError):
                     self._drop_worker()
             if wrapped is None or len(wrapped) != len(jobs):
@@ -196,13 +243,19 @@ class Batch:
     def discard(self) -> None:
         """Drop what is deferred and leave pipeline mode after a refusal (the transaction rolls back)."""
         self.rows, self.events, self.artifacts, self.subjects = [], [], [], []
-        self.unwrapped, self.wrapping = [], []
+        self.unwrapped, self.wrapping, self.classes, self.found = [], [], [], {}
         if self.pipeline is not None:
             pipe, self.pipeline = self.pipeline, None
             try:
                 pipe.__exit__(None, None, None)
             except Exception:  # noqa: BLE001 -- the refusal being raised is the answer; the rollback follows
                 pass
+
+
+def _classify(body: dict[str, Any], regions: Any) -> list:
+    from oml.domain import pii  # imported when first needed (phonenumbers is slow to import)
+
+    return pii.classify_body(body, phone_regions=regions)
 
 
 def attach(head: journal.Head, size: int = 1) -> Batch:

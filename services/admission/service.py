@@ -467,10 +467,13 @@ class Admission:
         return hmac.new(key, f"{kind}:{normalised}".encode(), hashlib.sha256).digest()
 
     def _check_personal_data(self, wa, body: dict, field: str = "body",
-                             regions: Sequence[str] | None = None) -> list[tuple[str, str]]:
+                             regions: Sequence[str] | None = None,
+                             classify: Callable[[], list] | None = None) -> list[tuple[str, str]]:
         """Run the classifier under the workarea's policy; returns normalised declared subjects.
 
         ``regions``: the tenant's phone regions (:meth:`phone_regions`; ``None``: ``pii.DEFAULT_PHONE_REGIONS``).
+        ``classify``: returns the body's findings (a group commit's, classified ahead in its worker) instead of
+        ``pii.classify_body(body, phone_regions=regions)``; called at the same point.
         Raises ``admission.personal_data`` (422) or, for a credential under any policy,
         ``admission.credential`` (422), naming ``field`` (the body's place in the request) and
         each finding's kind, path and offsets, never its text; ``admission.invalid`` for bad ``data_subjects``.
@@ -486,7 +489,7 @@ class Admission:
                 subjects.append((s["kind"], pii.normalise_subject(s["kind"], s["value"])))
             except ValueError:
                 raise invalid("data subject value cannot be normalised for its kind", field=f"{field}.data_subjects[{i}].value") from None
-        findings = pii.classify_body(body, phone_regions=regions)
+        findings = pii.classify_body(body, phone_regions=regions) if classify is None else classify()
         try:
             pii.decide(wa.pii_policy, findings, subjects)
         except pii.ContentRefused as exc:
@@ -529,9 +532,12 @@ class Admission:
 
         def act(head):
             out = []
-            batching.attach(head, len(items))
+            b = batching.attach(head, len(items))
             ok = False
             try:
+                if b.worker is not None:  # classified in the worker ahead of the loop, under this lock
+                    b.classify_ahead(_memo(head, "phone_regions", lambda: self.phone_regions(head.conn, p.tenant)),
+                                     [s.body for s in items])
                 for i, s in enumerate(items):
                     try:
                         out.append(self._submit_one(head, p, s, i, plaintexts[i]))
@@ -562,7 +568,9 @@ class Admission:
             raise invalid("body.statement must be a non-empty string", field=f"claims[{i}].body.statement")
         wa = _memo(head, ("workarea", s.workarea_id), lambda: self._scoped_workarea(conn, p, s.workarea_id))
         regions = _memo(head, "phone_regions", lambda: self.phone_regions(conn, p.tenant))
-        subjects = self._check_personal_data(wa, s.body, f"claims[{i}].body", regions)
+        b = head.batch
+        subjects = self._check_personal_data(wa, s.body, f"claims[{i}].body", regions,
+                                             None if b is None else lambda: b.findings(i, s.body, regions))
         # Simulation taint (docs/simulations.md): material a key outside the audience cannot see is,
         # to that key, material that does not exist -- the same refusal as for a missing id.
         explicit_sim = claim_sim = sup_sim = None

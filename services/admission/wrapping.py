@@ -49,20 +49,46 @@ def _receive(stream: BinaryIO) -> object:
 
 
 class Worker:
-    """One worker process; requests are answered in order, so one batch uses it at a time."""
+    """One worker process; requests are answered in order (one batch uses it at a time), and each answer is
+    taken by the id its request returned, so a batch can read them in another order."""
 
     def __init__(self) -> None:
         self.proc = subprocess.Popen([sys.executable, "-m", "oml.services.admission.wrapping"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        self.pending = 0
+        self.sent = 0
+        self.read = 0
+        self.answers: dict[int, object] = {}
+        self.unclaimed: list[int] = []  # ids sent and not yet taken, oldest first
 
-    def submit(self, public_key: bytes, jobs: list[tuple[bytes, bytes]]) -> None:
-        _send(self.proc.stdin, (public_key, jobs))
-        self.pending += 1
+    @property
+    def pending(self) -> int:
+        """Answers not yet taken (a worker is reused only with none)."""
+        return len(self.unclaimed)
 
-    def result(self) -> list[bytes]:
-        self.pending -= 1
-        return _receive(self.proc.stdout)  # type: ignore[return-value]
+    def _request(self, message: tuple) -> int:
+        _send(self.proc.stdin, message)
+        rid, self.sent = self.sent, self.sent + 1
+        self.unclaimed.append(rid)
+        return rid
+
+    def submit(self, public_key: bytes, jobs: list[tuple[bytes, bytes]]) -> int:
+        """Ask for ``jobs`` ``(dek, info)`` wrapped to ``public_key``; returns the request's id."""
+        return self._request(("wrap", public_key, jobs))
+
+    def classify(self, regions: tuple[str, ...] | None, bodies: list[dict]) -> int:
+        """Ask for :func:`oml.domain.pii.classify_body` of each body (answered as its findings or the exception
+        it raised); returns the request's id."""
+        return self._request(("classify", regions, bodies))
+
+    def result(self, rid: int | None = None) -> list:
+        """The answer to request ``rid`` (default: the oldest not yet taken)."""
+        if rid is None:
+            rid = self.unclaimed[0]
+        while rid not in self.answers:
+            self.answers[self.read] = _receive(self.proc.stdout)
+            self.read += 1
+        self.unclaimed.remove(rid)
+        return self.answers.pop(rid)  # type: ignore[return-value]
 
     def close(self) -> None:
         try:
@@ -153,6 +179,20 @@ class _Ahead:
         self.proc.stdout.close()
 
 
+def classify_all(regions: tuple[str, ...] | None, bodies: list[dict]) -> list:
+    """For each body, :func:`oml.domain.pii.classify_body` under ``regions``, or the exception it raised."""
+    from oml.domain import pii
+
+    out: list = []
+    for body in bodies:
+        try:
+            out.append(pii.classify_body(body, phone_regions=regions))
+        except Exception as exc:  # noqa: BLE001 -- re-raised by admission where it would have been raised
+            out.append(exc)
+    return out
+
+
+
 def _serve() -> None:
     """The worker's loop: read ``(public key, jobs)``, answer the wrapped DEKs, until stdin closes.
 
@@ -170,9 +210,12 @@ def _serve() -> None:
         while True:
             try:
                 (n,) = _HEADER.unpack(_read_exact(fd, _HEADER.size))
-                public_key, jobs = pickle.loads(_read_exact(fd, n))
+                kind, public_key, jobs = pickle.loads(_read_exact(fd, n))
             except EOFError:
                 return
+            if kind == "classify":
+                _send(stdout, classify_all(public_key, jobs))  # (regions, bodies)
+                continue
             ready: list[envelope.Encapsulation] = []
             if use_ahead:
                 if ahead is not None and (ahead.key != public_key or ahead.proc.poll() is not None):

@@ -245,3 +245,26 @@ def test_the_wrap_worker_wraps_from_its_pool_and_each_wrap_opens(monkeypatch, po
         assert len(seen) == 90
     finally:
         w.close()
+
+
+def test_a_batch_classified_in_the_worker_refuses_as_one_by_one(ctx, kit):
+    """With the worker classifying ahead (a batch of WORKER_MIN or more), the refusal is the one admission would give
+    one item at a time: the first refused item in order, with the same code, field and findings; nothing commits."""
+    w = authenticate(ctx.db, kit.writer_key)
+    n = batch_mod.WORKER_MIN + 20
+    before = _counts(ctx, kit.tenant)
+    items = [Submission(kit.root, {"statement": f"plain {i}"}) for i in range(n)]
+    items[37] = Submission(kit.root, {"statement": "mail ada@example.org please"})   # personal data under deny
+    items[41] = Submission(kit.root, {"statement": "late"}, confidence=5000)         # invalid, after it
+    with pytest.raises(OMLError) as batched:
+        ctx.admission.submit(w, items)
+    with pytest.raises(OMLError) as alone:
+        ctx.admission.submit(w, [items[37]])
+    assert batched.value.code == alone.value.code == "admission.personal_data"
+    assert batched.value.extra["field"] == "claims[37].body" and alone.value.extra["field"] == "claims[0].body"
+    assert batched.value.extra["findings"] == alone.value.extra["findings"]
+    items[37] = Submission(kit.root, {"statement": "fine now"})
+    with pytest.raises(OMLError) as e:
+        ctx.admission.submit(w, items)
+    assert e.value.code == "admission.invalid" and e.value.extra["field"] == "claims[41].confidence"
+    assert _counts(ctx, kit.tenant) == before
