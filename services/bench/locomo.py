@@ -52,6 +52,7 @@ from typing import Any, Mapping, Sequence
 
 import typer
 
+from oml.services import heap
 from oml.services.bench import emit
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
@@ -331,6 +332,7 @@ def run(ctx, data: Path, *, conversations: str | int | None = None, retrievers: 
     # Warm the model, the pools and the plans before timing.
     first = next(iter(rows.values()))[0]
     recall_dia(corpus, first, "hybrid", questions[0], kmax)
+    heap.freeze()  # as oml serve does after its warm-up (services/heap.py)
     results: dict[str, Any] = {}
     for name, (rec, retriever) in rows.items():
         sc = Scores(cutoffs)

@@ -36,13 +36,16 @@ def check_port(host: str, port: int) -> None:
 def warm_model() -> None:
     """Load the process-wide embedding model now, with a spinner, so the first request does not wait for it;
     and recall's query embedder (the ONNX session, exported on a new home's first start: seconds)."""
+    from oml.services import heap
     from oml.services.settings import get_settings
     from oml.workers.embedding import get_embedder, query_embedder
 
     with err.status("loading the embedding model…"):
         get_embedder(get_settings())
         backend = query_embedder(get_settings()).warm()
+    heap.freeze()
     err.print(f"oml: embedding model loaded (queries on {backend})")
+
 
 
 def serve_cmd(
