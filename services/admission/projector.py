@@ -150,18 +150,23 @@ _CLAIM_TYPES = ("uuid", "uuid", "text", "uuid", "bigint")
 _VERSION_TYPES = (
     "uuid", "uuid", "int", "uuid", "text", "text", "text", "boolean", "uuid", "text", "uuid", "uuid", "timestamptz",
     "timestamptz", "int", "uuid", "bytea", "timestamptz", "bigint", "bigint")
-_STATUS_COLUMNS, _STATUS_TYPES = ("version_id", "seq", "status"), ("uuid", "bigint", "text")
 _EDGE_COLUMNS, _EDGE_TYPES = ("version_id", "claim_id", "derived_from"), ("uuid", "uuid", "uuid")
-_CLAIMS = "INSERT INTO claims " + sets.unnest(_CLAIM_COLUMNS, _CLAIM_TYPES)
-_VERSIONS = "INSERT INTO claim_versions " + sets.unnest(_VERSION_COLUMNS, _VERSION_TYPES)
-_STATUS_LOG = "INSERT INTO version_status_log " + sets.unnest(_STATUS_COLUMNS, _STATUS_TYPES)
 _EDGES = "INSERT INTO claim_edges " + sets.unnest(_EDGE_COLUMNS, _EDGE_TYPES)
+# Claims, versions and their status-log rows in one statement (each statement has a fixed server cost, T11):
+# data-modifying CTEs all run, and the foreign key from a version to its claim is checked at the end of the
+# statement, when the sibling CTE's claim rows are in; the status log reads the versions' own arrays.
+_SUBMITTED = (
+    "WITH c AS (INSERT INTO claims " + sets.unnest(_CLAIM_COLUMNS, _CLAIM_TYPES, prefix="c_") + "),"
+    " v AS (INSERT INTO claim_versions " + sets.unnest(_VERSION_COLUMNS, _VERSION_TYPES, prefix="v_") + ")"
+    " INSERT INTO version_status_log (tenant_id, version_id, seq, status)"
+    " SELECT %(t)b, u.v, u.s, 'held' FROM unnest(CAST(%(v_version_id)b AS uuid[]), CAST(%(v_submitted_seq)b AS bigint[])) AS u(v, s)"
+)
 
 
 def claims_submitted(conn: sa.Connection, tenant: str, events: list[tuple[int, dt.datetime, dict[str, Any], dict[str, Any]]]) -> None:
     """Project ``claim.submitted`` events ``(seq, at, actor, data)``: a claim row for each first version,
-    the version ``held`` at its seq, its status-log row and its lineage edges -- one multi-row insert per
-    table whatever the number of events (issue 14), the journal rows already written."""
+    the version ``held`` at its seq, its status-log row and its lineage edges -- one statement (two with
+    edges) whatever the number of events (issue 14), the journal rows already written."""
     if not events:
         return
     claims = [(d["claim_id"], d["workarea_id"], d["kind"], d.get("simulation_id"), seq)
@@ -172,11 +177,8 @@ def claims_submitted(conn: sa.Connection, tenant: str, events: list[tuple[int, d
                  bytes.fromhex(d["ciphertext_sha256"]), at, seq, seq) for seq, at, a, d in events]
     edges = [(d["version_id"], d["claim_id"], src) for _, _, _, d in events for src in d.get("derived_from", [])]
     t = {"t": tenant}
-    if claims:
-        sets.execute(conn, _CLAIMS, t | sets.columns(_CLAIM_COLUMNS, claims, _CLAIM_TYPES))
-    sets.execute(conn, _VERSIONS, t | sets.columns(_VERSION_COLUMNS, versions, _VERSION_TYPES))
-    sets.execute(conn, _STATUS_LOG, t | sets.columns(_STATUS_COLUMNS, [(d["version_id"], seq, "held") for seq, _, _, d in events],
-                                                     _STATUS_TYPES))
+    sets.execute(conn, _SUBMITTED, t | sets.columns(_CLAIM_COLUMNS, claims, _CLAIM_TYPES, prefix="c_")
+                 | sets.columns(_VERSION_COLUMNS, versions, _VERSION_TYPES, prefix="v_"))
     if edges:
         sets.execute(conn, _EDGES, t | sets.columns(_EDGE_COLUMNS, edges, _EDGE_TYPES))
 
