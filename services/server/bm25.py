@@ -26,7 +26,7 @@ _CALL = sa.text(
     " CAST(:provs AS text[]), CAST(:valid AS timestamptz), CAST(:excl AS uuid[]), :lim, :k1, :b)")
 
 
-@traced("recall.bm25")
+@traced("recall.fts")  # the lexical leg, whichever ranking (docs/operations.md, spans)
 def bm25_leg(conn: sa.Connection, text: str, f: Any, n: int, diag: Any, params: tuple[float, float] = (K1, B)
              ) -> list[tuple[str, float, tuple]]:
     """Up to ``n`` rows (version id, BM25 score, ties) best first; diagnostics under ``legs["fts"]`` with
