@@ -441,16 +441,6 @@ def _sync_dependents(conn: sa.Connection, run: _Run, dependents: set[str], claim
     _sync_claims(conn, run, {c: seq for c in context_index.refresh(conn, run.tenant, dependents)}, cascade=False)
 
 
-def _refresh_bm25_stats(conn: sa.Connection, tenant: str) -> None:
-    """N and Σ document length of the tenant's current FTS rows, for the BM25 leg (61_bm25.sql); counts only."""
-    conn.execute(sa.text(
-        "INSERT INTO bm25_stats (tenant_id, docs, total_len)"
-        " SELECT :t, count(*), coalesce(sum(m.tsv_len), 0)"
-        "   FROM memories_fts m WHERE m.tenant_id = :t AND m.tip_to_seq IS NULL"
-        " ON CONFLICT (tenant_id) DO UPDATE SET docs = EXCLUDED.docs, total_len = EXCLUDED.total_len, updated_at = now()"),
-        {"t": tenant})
-
-
 def _refresh_paths(conn: sa.Connection, tenant: str) -> None:
     """After a re-parent: every row's path from its workarea's current derived path."""
     for table in TABLES + SIM_TABLES:
@@ -482,7 +472,6 @@ def _batch(conn: sa.Connection, run: _Run, cursor: int, limit: int) -> int:
             events.append(Event(r.seq, r.type, data if data is not None else json.loads(bytes(r.canonical))["data"]))
     if claims:
         _sync_claims(conn, run, claims)
-        _refresh_bm25_stats(conn, tenant)
     if reparent:
         _refresh_paths(conn, tenant)
     for fn in _simulation_indexers:

@@ -22,7 +22,7 @@ B = 0.75
 
 _CALL = sa.text(
     "SELECT version_id, score, tip_from_seq FROM oml_bm25_search(CAST(:q AS tsquery), CAST(:terms AS text[]),"
-    " CAST(:tqs AS tsquery[]), CAST(:scopes AS text[]), CAST(:as_of AS timestamptz), CAST(:kinds AS text[]),"
+    " CAST(:scopes AS text[]), CAST(:as_of AS timestamptz), CAST(:kinds AS text[]),"
     " CAST(:provs AS text[]), CAST(:valid AS timestamptz), CAST(:excl AS uuid[]), :lim, :k1, :b)")
 
 
@@ -41,7 +41,7 @@ def bm25_leg(conn: sa.Connection, text: str, f: Any, n: int, diag: Any, params: 
         diag.degrade("fts", "fts.no_lexemes", "the query has no searchable words (empty, stop words or punctuation only)")
         return []
     info["mode"] = "or"
-    got = conn.execute(_CALL, {"q": R.tsquery_text(lex, "|"), "terms": lex, "tqs": [R.tsquery_text([x], "|") for x in lex],
+    got = conn.execute(_CALL, {"q": R.tsquery_text(lex, "|"), "terms": lex,
                                "scopes": list(f.scopes), "as_of": f.as_of, "kinds": f.kinds, "provs": f.provenances,
                                "valid": f.valid_at, "excl": f.exclude or None, "lim": n, "k1": params[0], "b": params[1]}).all()
     return [(str(r.version_id), float(r.score), (-int(r.tip_from_seq),)) for r in got]

@@ -93,10 +93,12 @@ def decrypt_version(conn: sa.Connection, keystore: KeyStore, tenant: str, versio
 
 
 _BODIES = sa.text(
-    "SELECT " + verified_reads.VERDICT_COLUMNS + ", a.ciphertext, a.sha256, d.key_version, d.wrapped"
+    "SELECT " + verified_reads.VERDICT_COLUMNS + ", a.artifact_id AS stored_artifact, a.ciphertext, a.sha256,"
+    " d.key_version, d.wrapped"
     + verified_reads.VERDICT_FROM +
-    " CROSS JOIN LATERAL (SELECT a.ciphertext, a.sha256 FROM artifacts a"
-    "   WHERE a.tenant_id = (SELECT CAST(:t AS text)) AND a.artifact_id = v.artifact_id LIMIT 1) a"
+    # LEFT: a version whose artifact row is gone is still judged (and its refusal recorded), then not found
+    " LEFT JOIN LATERAL (SELECT a.artifact_id, a.ciphertext, a.sha256 FROM artifacts a"
+    "   WHERE a.tenant_id = (SELECT CAST(:t AS text)) AND a.artifact_id = v.artifact_id LIMIT 1) a ON true"
     " LEFT JOIN LATERAL (SELECT d.key_version, d.wrapped FROM wrapped_deks d"
     "   WHERE d.tenant_id = (SELECT CAST(:t AS text)) AND d.artifact_id = v.artifact_id LIMIT 1) d ON true")
 
@@ -121,7 +123,7 @@ def decrypt_versions(conn: sa.Connection, keystore: KeyStore, tenant: str, versi
     rows = conn.execute(_BODIES, {"t": tenant, "ids": ids}).all()
     bad = verified_reads.judge(conn, tenant, rows)
     out.update({v: Unverified() for v in bad})
-    rows = [r for r in rows if str(r.version_id) not in bad]
+    rows = [r for r in rows if str(r.version_id) not in bad and r.stored_artifact is not None]
     keys: dict[int, X25519PrivateKey] = {}
     for row in rows:
         vid, art = str(row.version_id), str(row.artifact_id)

@@ -331,15 +331,17 @@ def set_hnsw(conn: sa.Connection, n: int) -> dict[str, Any]:
     return {"ef_search": ef, "iterative_scan": ITERATIVE_SCAN, "max_scan_tuples": int(max_tuples)}
 
 
-#: How long a tenant's planner estimate for the vector filter is reused (seconds). It decides only whether
-#: the exact count is worth running; a stale value costs speed, never a different answer.
+#: How long a tenant's planner estimate for the vector filter is reused (seconds). It decides only whether the
+#: exact count is worth running: a stale low estimate costs a count; a stale high one (a subtree that shrank)
+#: sends reads to the HNSW path for up to this long, flagged ``approximate`` as every HNSW answer is.
 ESTIMATE_TTL_S = 60.0
 _ESTIMATES: dict[tuple, tuple[float, int]] = {}
 _ESTIMATES_MAX = 4096
 
 
 def _estimate(conn: sa.Connection, tenant: str, f: _Filters) -> int:
-    key = (tenant, f.scopes, f.as_of is None, tuple(f.kinds or ()), tuple(f.provenances or ()))
+    key = (conn.engine.url.render_as_string(), tenant, f.scopes, f.as_of is None, tuple(f.kinds or ()),
+           tuple(f.provenances or ()))
     now = time.monotonic()
     hit = _ESTIMATES.get(key)
     if hit is not None and now - hit[0] < ESTIMATE_TTL_S:
@@ -355,12 +357,10 @@ def _counted_exact(conn: sa.Connection, tenant: str, q: str, f: _Filters, n: int
     """The qualifying rows counted up to ``cap`` and, when there are at most ``cap - 1``, the exact top ``n`` —
     one statement (the count fences the search: ``n.c < cap``). Returns (count, rows)."""
     where, params = _vector_where(f)
+    exact = vector_statement("memory_embeddings", f"n.c < :cap AND {where}", exact=True)
     got = conn.execute(sa.text(
         f"WITH n AS MATERIALIZED (SELECT count(*) AS c FROM (SELECT 1 FROM memory_embeddings m WHERE {where} LIMIT :cap) x)"
-        " SELECT n.c AS qualifying, r.version_id, r.distance, r.tip_from_seq FROM n LEFT JOIN LATERAL ("
-        "  SELECT m.version_id, (m.embedding <=> CAST(:q AS vector)) AS distance, m.tip_from_seq"
-        f"   FROM memory_embeddings m WHERE n.c < :cap AND {where}"
-        "  ORDER BY (m.embedding <=> CAST(:q AS vector)) + 0.0, m.tip_from_seq DESC, m.version_id LIMIT :n) r ON true"),
+        f" SELECT n.c AS qualifying, r.version_id, r.distance, r.tip_from_seq FROM n LEFT JOIN LATERAL ({exact}) r ON true"),
         params | {"t": tenant, "q": q, "n": n, "cap": cap}).all()
     return int(got[0].qualifying), [r for r in got if r.version_id is not None]
 
@@ -412,8 +412,8 @@ def vector_leg(conn: sa.Connection, tenant: str, qvec: Sequence[float], f: _Filt
 EmbedFn = Callable[[str], Sequence[float]]
 
 
-#: Query embeddings run here, beside the read's transaction; the model serialises on its own lock, so two
-#: threads are enough for one to wait while the other encodes.
+#: Query embeddings run here, beside the read's transaction (decisions K9): at most two model runs at once per
+#: process, the rest queue; a recall that fails before it needs its vector leaves the run to finish unread.
 _EMBED_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="oml-query-embed")
 
 

@@ -43,6 +43,7 @@ REFERENCE_TABLES: dict[str, str] = {
 
 #: Functions that name a tenant table but run no query on one themselves, and why.
 QUERY_TEXT_FUNCTIONS: dict[str, str] = {
+    "oml_fts_scope_sql": "returns the text of the rows a lexical read admits; its callers bind the tenant from the GUC as $9",
     "oml_fts_candidates_sql": "returns the lexical candidates' SQL text; its callers bind the tenant from the GUC as $9",
     "oml_fts_search_sql": "returns the search's SQL text; its callers bind the tenant from the GUC as $9",
     "oml_sim_fts_search_sql": "returns the simulation search's SQL text; its callers bind the tenant from the GUC",

@@ -17,6 +17,7 @@ from oml.services.server.recall import Recaller, RecallRequest
 from oml.workers import indexer
 
 from erasure_kit import make_ekit, owner
+from recall_kit import make_world
 
 DOCS = [
     "the harbour crane lifted the red container",
@@ -87,5 +88,32 @@ def test_bm25_differs_from_ts_rank_somewhere(ctx, kit):
 
 def test_bm25_function_refuses_without_a_tenant(ctx, kit):
     with ctx.db.system("oml_server") as conn, pytest.raises(Exception, match="no tenant bound"):
-        conn.execute(sa.text("SELECT * FROM oml_bm25_search(CAST('crane' AS tsquery), ARRAY['crane'], ARRAY[CAST('crane' AS tsquery)],"
+        conn.execute(sa.text("SELECT * FROM oml_bm25_search(CAST('crane' AS tsquery), ARRAY['crane'],"
                              " ARRAY['main'], NULL, NULL, NULL, NULL, NULL, 10)")).all()
+
+
+def test_bm25_scores_ignore_rows_outside_the_readers_scope(ctx):
+    """N, avgdl and df come from the rows the read admits (61_bm25.sql): a reader rooted at main.eng cannot tell from
+    its scores which words occur in main.hr. Two visible rows that tie on their own words still tie after rows it may
+    not read gain one of the words (hostile review, wave 2: with tenant-wide statistics they stopped tying)."""
+    w = make_world(ctx, "bm25-scope")
+    a = w.remember("main.eng", "zephyr plans")
+    b = w.remember("main.eng", "kestrel plans")
+    w.area("main.hr")
+    w.index()
+    reader = w.key("reader", "main.eng")
+
+    def scores():
+        out = Recaller(ctx, lexical="bm25").recall(reader, RecallRequest(query="zephyr kestrel", retriever="fts", k=10))
+        return {h["claim_id"]: h["score"] for h in out["hits"]}
+
+    s0 = scores()
+    assert s0[a["claim_id"]] == pytest.approx(s0[b["claim_id"]])
+    for i in range(3):  # out of the reader's scope
+        w.remember("main.hr", f"zephyr salary review {i}")
+    w.index()
+    s1 = scores()
+    assert set(s1) == {a["claim_id"], b["claim_id"]}  # nothing from main.hr is returned ...
+    # ... but its words move the scores the reader sees:
+    assert s1[a["claim_id"]] == pytest.approx(s1[b["claim_id"]]), (
+        f"zephyr row {s1[a['claim_id']]:.4f} vs kestrel row {s1[b['claim_id']]:.4f}: out-of-scope rows hold 'zephyr'")

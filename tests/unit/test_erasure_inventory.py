@@ -10,9 +10,9 @@ DESIGN_CLASSES = [
     "freed_pages_and_statistics", "subject_hmacs", "read_log", "journal", "idempotency_records",
     "outbox_and_messages", "evidence_exports", "logs", "wal_and_backups",
 ]
-# Added since DESIGN.md with the index-time context window and the BM25 leg (issue 18; docs/recall.md), next to
-# the search index rows they serve.
-INDEX_CONTEXT_CLASSES = ["context_threads", "bm25_stats"]
+# Added since DESIGN.md with the index-time context window (issue 18; docs/recall.md), next to the search index
+# rows it serves.
+INDEX_CONTEXT_CLASSES = ["context_threads"]
 
 
 def test_exactly_the_design_copy_classes_in_order():

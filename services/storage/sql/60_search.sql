@@ -48,15 +48,16 @@ CREATE POLICY search_definer ON memories_fts FOR SELECT TO oml_search USING (tru
 -- inspects is the plan recall gets. $1 tsquery, $2 scope paths, $3 as_of
 -- (NULL: current tips), $4 kinds, $5 provenances, $6 valid_at (NULL: any),
 -- $7 version ids to leave out (segment-1 steering rows), $8 limit, $9 tenant.
--- The candidates -- the GIN matches of $1 that the read's filters admit -- are one text for both lexical
--- rankings, so the BM25 leg (61_bm25.sql) admits exactly what this one admits; only ids, lexemes' counts
--- and lengths leave the functions that run it.
-CREATE OR REPLACE FUNCTION oml_fts_candidates_sql() RETURNS text
+-- The rows a read admits (its scope, self-signed rule, tip or as_of, kinds, provenances, valid time,
+-- exclusions) are one text, and the candidates -- those of them that match $1 through the GIN index -- add
+-- the match: both lexical rankings admit exactly the same rows, and the BM25 leg (61_bm25.sql) takes its
+-- corpus statistics from the admitted rows alone. Only ids, counts and lengths leave the functions that run
+-- them. $1 appears in the candidates only; callers pass all nine parameters.
+CREATE OR REPLACE FUNCTION oml_fts_scope_sql() RETURNS text
   LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $f$ SELECT $q$
 SELECT m.version_id, m.claim_id, m.tsv, m.tsv_len, m.tip_from_seq
   FROM memories_fts m
  WHERE m.tenant_id = $9
-   AND m.tsv @@ $1
    AND EXISTS (SELECT 1 FROM unnest($2) AS s(p) WHERE m.path = s.p OR starts_with(m.path, s.p || '.'))
    AND (NOT m.self_signed OR m.path = ANY($2))
    AND m.provenance <> 'simulation'
@@ -67,6 +68,9 @@ SELECT m.version_id, m.claim_id, m.tsv, m.tsv_len, m.tip_from_seq
    AND ($6 IS NULL OR ((m.valid_from IS NULL OR m.valid_from <= $6) AND (m.valid_to IS NULL OR m.valid_to > $6)))
    AND ($7 IS NULL OR m.version_id <> ALL($7))
 $q$ $f$;
+
+CREATE OR REPLACE FUNCTION oml_fts_candidates_sql() RETURNS text
+  LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $f$ SELECT oml_fts_scope_sql() || '   AND m.tsv @@ $1' $f$;
 
 CREATE OR REPLACE FUNCTION oml_fts_search_sql() RETURNS text
   LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $f$ SELECT
