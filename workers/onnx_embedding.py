@@ -153,25 +153,36 @@ def export(model_dir: str | Path, target: Path) -> None:
                           do_constant_folding=True, dynamo=False)
 
 
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def ensure_exported(model_dir: str | Path, cache_dir: str | Path) -> tuple[Path, bool]:
     """The cached ``model.onnx`` for ``model_dir`` and whether this call exported it.
 
-    Reused when the sidecar's ``source_sha256`` equals :func:`source_digest`;
-    otherwise exported again (model, then sidecar, each renamed into place).
+    Reused when the sidecar's ``source_sha256`` equals :func:`source_digest` and its ``onnx_sha256`` equals
+    the cached file's own SHA-256 (a file edited, truncated or swapped by another process after the sidecar was
+    written is exported again, never loaded); otherwise exported again (model, then sidecar, each renamed into
+    place).
     """
     cache_dir = Path(cache_dir)
     digest = source_digest(model_dir)
     target = cache_dir / ONNX_NAME
     with _export_lock:
-        if _read_sidecar(cache_dir).get("source_sha256") == digest and target.is_file():
+        meta = _read_sidecar(cache_dir)
+        if meta.get("source_sha256") == digest and target.is_file() and meta.get("onnx_sha256") == _file_sha256(target):
             return target, False
         cache_dir.mkdir(parents=True, exist_ok=True)
         import torch
 
         log.info("embedding: exporting the query model to ONNX under %s (once per model)", cache_dir)
         _atomic_write(target, lambda tmp: export(model_dir, Path(tmp)))
-        meta = {"source_sha256": digest, "source": str(Path(model_dir).resolve()), "torch": torch.__version__,
-                "opset": OPSET}
+        meta = {"source_sha256": digest, "onnx_sha256": _file_sha256(target), "source": str(Path(model_dir).resolve()),
+                "torch": torch.__version__, "opset": OPSET}
         _atomic_write(cache_dir / SIDECAR_NAME, lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1) + "\n"))
         return target, True
 

@@ -2,6 +2,7 @@
 installed torch, against sentence-transformers on real LoCoMo text; the export cache; the query LRU."""
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 
@@ -91,6 +92,19 @@ def test_export_is_cached_and_redone_when_the_sidecar_digest_differs(onnx, cache
 
     again = ox.OnnxEmbedder(model, cache)
     assert not again.exported and np.allclose(again.encode(["same vector"]), onnx.encode(["same vector"]))
+
+
+def test_a_changed_or_truncated_model_file_is_exported_again_not_loaded(onnx, cache):
+    # The sidecar names the exported file's own SHA-256: a file edited after it was written (another process, a
+    # shared cache, a disk error) is never loaded as the query model (hostile review, wave 2).
+    model = embedding.model_path(None)
+    target = cache / ox.ONNX_NAME
+    good = target.read_bytes()
+    for bad in (good[: len(good) // 2], good[:-64] + bytes(64)):
+        target.write_bytes(bad)
+        path, exported = ox.ensure_exported(model, cache)
+        assert exported and path.read_bytes() != bad
+        assert json.loads((cache / ox.SIDECAR_NAME).read_text())["onnx_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def test_a_failed_export_leaves_no_file(tmp_path, monkeypatch):
