@@ -201,7 +201,7 @@ class Memory(Wire):
     confidence: Optional[int] = None
     supersedes: Optional[str] = None
     tip_since: Optional[str] = None
-    score: Optional[float] = Field(None, description="hits: RRF score (hybrid), ts_rank (fts) or cosine similarity (vector)")
+    score: Optional[float] = Field(None, description="hits: weighted RRF score (hybrid), BM25 score or ts_rank (fts, by the server's lexical ranking) or cosine similarity (vector)")
     retrievers: dict[str, dict[str, float]] = Field(default_factory=dict,
                                                    description="per retriever that found it: its rank and raw score or distance")
     body: dict[str, Any]
