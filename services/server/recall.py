@@ -11,20 +11,23 @@ The contract is seeds/retrieval.md (normative) and docs/recall.md:
 * Segment 2 (``hits``): candidates from one or two ranking legs, each a
   bounded ``ORDER BY … LIMIT n`` so its index is used; then loaded from the
   projections and admitted by the same predicate (segment ``hit``); then
-  ranked (one leg) or fused by RRF (k = 10, :data:`~oml.domain.recall.RRF_K`);
+  ranked (one leg) or fused (:data:`oml.domain.fusion.DEFAULT`: RRF, k = 10, the vector leg at weight 0.5);
   then cut by ``k`` and the budget. Each leg's order is its score, then a
   tie score, then recency, never a random id alone
   (:func:`oml.domain.recall.leg_order_key`), so equal corpora rank equally.
 * Valid time: hits must be valid at ``valid_at``, defaulting to ``as_of`` or
   now; segment 1 applies its rows' valid time at the read's instant; what
   valid time left out is counted (``diagnostics.valid_time``).
-* FTS leg: ``oml_fts_search()`` (60_search.sql; SECURITY DEFINER so GIN is
-  used under RLS). Lexemes come from ``to_tsvector`` on the server; the AND
-  query runs first and the OR query fills the pool when AND finds fewer
-  rows than the pool holds. No lexeme (empty, stop words, punctuation) →
-  the leg is skipped and the diagnostics say why.
-* Vector leg: the query embedded with the indexer's model
-  (``workers/embedding.py``). Qualifying rows (tenant, scope, tip, filters)
+* Lexical leg (``fts``): BM25 by default (``oml_bm25_search``, 61_bm25.sql,
+  :mod:`oml.services.server.bm25`: corpus statistics over the rows the read
+  admits), or ``ts_rank`` (``oml_fts_search()``, 60_search.sql: the AND
+  query first, the OR query when AND finds fewer rows than the pool holds);
+  both SECURITY DEFINER so GIN is used under RLS, over one candidate text.
+  Lexemes come from ``to_tsvector`` on the server. No lexeme (empty, stop
+  words, punctuation) → the leg is skipped and the diagnostics say why.
+* Vector leg: the query embedded with the indexer's model on a worker
+  thread while segment 1 and the lexical leg run (``workers/embedding.py``,
+  ``query_embedder``). Qualifying rows (tenant, scope, tip, filters)
   are counted up to :data:`~oml.domain.recall.EXACT_SCAN_MAX` + 1 (not
   counted when the planner estimates over 4× that); at or
   below the threshold the subtree is searched exactly (an ``ORDER BY``
