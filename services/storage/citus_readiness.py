@@ -55,7 +55,7 @@ PER_TENANT_PARTITIONED = ("memories_fts", "memory_embeddings")
 
 # A statement-level trigger reads its rows from a transition table and joins tenant tables on their tenant_id.
 _JOINS_ON_TENANT = re.compile(r"\b\w+\.tenant_id\s*=\s*\w+\.tenant_id\b")
-_TENANT_GUC = re.compile(r"oml_current_tenant\(\)|current_setting\(\s*'oml\.tenant_id'")
+_TENANT_GUC = re.compile(r"oml_current_tenant\(\)|oml_bound_tenant\(\)|current_setting\(\s*'oml\.tenant_id'")
 
 
 def _all_tables(conn: sa.Connection, *, with_tenant_id: bool = False) -> set[str]:

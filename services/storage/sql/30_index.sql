@@ -36,10 +36,9 @@ END $$;
 CREATE OR REPLACE FUNCTION oml_create_tenant_partitions() RETURNS void
   LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
-  t text := oml_current_tenant();
+  t text := oml_bound_tenant();  -- refuses when no tenant is bound (01_tenant_binding.sql)
   n int;
 BEGIN
-  IF t IS NULL THEN RAISE EXCEPTION 'no tenant bound'; END IF;
   SELECT tenant_no INTO n FROM tenants WHERE tenant_id = t;
   IF n IS NULL THEN RAISE EXCEPTION 'unknown tenant'; END IF;
   EXECUTE format('CREATE TABLE IF NOT EXISTS %I PARTITION OF memories_fts FOR VALUES IN (%L)', 'memories_fts_p' || n, t);

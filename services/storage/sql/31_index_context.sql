@@ -26,9 +26,8 @@ CREATE INDEX IF NOT EXISTS index_threads_window ON index_threads USING gin (wind
 CREATE OR REPLACE FUNCTION oml_lock_window_claims(cs uuid[]) RETURNS SETOF uuid
   LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
-  t text := oml_current_tenant();
+  t text := oml_bound_tenant();  -- refuses when no tenant is bound (01_tenant_binding.sql)
 BEGIN
-  IF t IS NULL THEN RAISE EXCEPTION 'no tenant bound' USING ERRCODE = 'insufficient_privilege'; END IF;
   RETURN QUERY
     SELECT x.claim_id FROM (SELECT c.claim_id, c.erased_seq FROM claims c
                              WHERE c.tenant_id = t AND c.claim_id = ANY(cs) ORDER BY c.claim_id FOR KEY SHARE) x

@@ -82,24 +82,16 @@ CREATE OR REPLACE FUNCTION oml_fts_search_sql() RETURNS text
  ORDER BY c.rank DESC, rank_cd DESC, c.tip_from_seq DESC, c.version_id
  LIMIT $8' $f$;
 
--- Kept inline, not a shared helper (a known repeat, issue 17 item 4): each SECURITY DEFINER search function
--- reads the tenant from the binding and refuses an unbound call itself, because the Citus readiness check
--- (services/storage/citus_readiness.py) requires every function touching a tenant table to show where its tenant
--- comes from, and because migrations re-apply these files one at a time (0004: 60_search.sql and
--- 66_sim_search.sql, 0006: 61_bm25.sql), so a helper defined in one file could be missing when another runs.
+-- Each SECURITY DEFINER search function takes its tenant from oml_bound_tenant() (the binding, never an
+-- argument) and its limit through oml_search_limit() (01_tenant_binding.sql).
 CREATE OR REPLACE FUNCTION oml_fts_search(q tsquery, scopes text[], as_of timestamptz, kinds text[],
                                           provenances text[], valid_at timestamptz, exclude uuid[], lim int)
   RETURNS TABLE (version_id uuid, claim_id uuid, rank real, rank_cd real, tip_from_seq bigint)
   LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $f$
 DECLARE
-  t text := oml_current_tenant();
+  t text := oml_bound_tenant();  -- refuses when no tenant is bound (01_tenant_binding.sql)
 BEGIN
-  IF t IS NULL THEN
-    RAISE EXCEPTION 'no tenant bound' USING ERRCODE = 'insufficient_privilege';
-  END IF;
-  IF lim IS NULL OR lim < 1 OR lim > 10000 THEN
-    RAISE EXCEPTION 'limit out of range' USING ERRCODE = 'invalid_parameter_value';
-  END IF;
+  PERFORM oml_search_limit(lim);
   RETURN QUERY EXECUTE oml_fts_search_sql() USING q, scopes, as_of, kinds, provenances, valid_at, exclude, lim, t;
 END $f$;
 
@@ -110,11 +102,8 @@ CREATE OR REPLACE FUNCTION oml_fts_search_plan(q tsquery, scopes text[], as_of t
   RETURNS SETOF text
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $f$
 DECLARE
-  t text := oml_current_tenant();
+  t text := oml_bound_tenant();  -- refuses when no tenant is bound (01_tenant_binding.sql)
 BEGIN
-  IF t IS NULL THEN
-    RAISE EXCEPTION 'no tenant bound' USING ERRCODE = 'insufficient_privilege';
-  END IF;
   RETURN QUERY EXECUTE 'EXPLAIN (COSTS OFF) ' || oml_fts_search_sql() USING q, scopes, as_of, kinds, provenances, valid_at, exclude, lim, t;
 END $f$;
 

@@ -26,22 +26,15 @@ ALTER TABLE memories_fts ADD COLUMN IF NOT EXISTS tsv_len integer GENERATED ALWA
 DROP FUNCTION IF EXISTS oml_bm25_search(tsquery, text[], tsquery[], text[], timestamptz, text[], text[], timestamptz,
                                         uuid[], int, double precision, double precision);
 
--- The tenant and limit checks below repeat oml_fts_search's on purpose (see 60_search.sql): migrations
--- re-apply this file alone.
 CREATE OR REPLACE FUNCTION oml_bm25_search(q tsquery, terms text[], scopes text[], as_of timestamptz, kinds text[],
                                            provenances text[], valid_at timestamptz, exclude uuid[], lim int,
                                            k1 double precision DEFAULT 1.2, b double precision DEFAULT 0.75)
   RETURNS TABLE (version_id uuid, claim_id uuid, score double precision, tip_from_seq bigint)
   LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $f$
 DECLARE
-  t text := oml_current_tenant();
+  t text := oml_bound_tenant();  -- refuses when no tenant is bound (01_tenant_binding.sql)
 BEGIN
-  IF t IS NULL THEN
-    RAISE EXCEPTION 'no tenant bound' USING ERRCODE = 'insufficient_privilege';
-  END IF;
-  IF lim IS NULL OR lim < 1 OR lim > 10000 THEN
-    RAISE EXCEPTION 'limit out of range' USING ERRCODE = 'invalid_parameter_value';
-  END IF;
+  PERFORM oml_search_limit(lim);
   -- $1–$9 as oml_fts_scope_sql() numbers them ($8, the limit, is this function's own); $10 the query's
   -- lexemes, $11 k1, $12 b.
   RETURN QUERY EXECUTE

@@ -41,14 +41,11 @@ CREATE INDEX claim_versions_simulation ON claim_versions (tenant_id, simulation_
 CREATE OR REPLACE FUNCTION oml_sim_create_partitions(sim uuid) RETURNS void
   LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
-  t text := oml_current_tenant();
+  t text := oml_bound_tenant();  -- refuses when no tenant is bound (01_tenant_binding.sql)
   s text := replace(sim::text, '-', '');
   f text := 'sim_memories_fts_s' || replace(sim::text, '-', '');
   e text := 'sim_memory_embeddings_s' || replace(sim::text, '-', '');
 BEGIN
-  IF t IS NULL THEN
-    RAISE EXCEPTION 'no tenant bound' USING ERRCODE = 'insufficient_privilege';
-  END IF;
   IF NOT EXISTS (SELECT 1 FROM simulations WHERE tenant_id = t AND simulation_id = sim AND closed_seq IS NULL) THEN
     RAISE EXCEPTION 'no open simulation with this id in the bound tenant' USING ERRCODE = 'insufficient_privilege';
   END IF;
@@ -63,15 +60,11 @@ BEGIN
 END $$;
 REVOKE ALL ON FUNCTION oml_sim_create_partitions(uuid) FROM PUBLIC;
 
--- Its tenant check repeats the search functions' on purpose (see 60_search.sql).
 CREATE OR REPLACE FUNCTION oml_sim_drop_partitions(sim uuid) RETURNS void
   LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
-  t text := oml_current_tenant();
+  t text := oml_bound_tenant();  -- refuses when no tenant is bound (01_tenant_binding.sql)
 BEGIN
-  IF t IS NULL THEN
-    RAISE EXCEPTION 'no tenant bound' USING ERRCODE = 'insufficient_privilege';
-  END IF;
   IF NOT EXISTS (SELECT 1 FROM simulations WHERE tenant_id = t AND simulation_id = sim AND closed_seq IS NOT NULL) THEN
     RAISE EXCEPTION 'no closed simulation with this id in the bound tenant' USING ERRCODE = 'insufficient_privilege';
   END IF;

@@ -45,15 +45,10 @@ CREATE OR REPLACE FUNCTION oml_sim_fts_search(sims uuid[], q tsquery, scopes tex
   RETURNS TABLE (simulation_id uuid, version_id uuid, claim_id uuid, rank real, rank_cd real, tip_from_seq bigint)
   LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $f$
 DECLARE
-  t text := oml_current_tenant();
+  t text := oml_bound_tenant();  -- refuses when no tenant is bound (01_tenant_binding.sql)
   open_sims uuid[];
 BEGIN
-  IF t IS NULL THEN
-    RAISE EXCEPTION 'no tenant bound' USING ERRCODE = 'insufficient_privilege';
-  END IF;
-  IF lim IS NULL OR lim < 1 OR lim > 10000 THEN
-    RAISE EXCEPTION 'limit out of range' USING ERRCODE = 'invalid_parameter_value';
-  END IF;
+  PERFORM oml_search_limit(lim);
   SELECT coalesce(array_agg(s.simulation_id ORDER BY s.simulation_id), '{}') INTO open_sims FROM simulations s
    WHERE s.tenant_id = t AND s.closed_seq IS NULL AND s.simulation_id = ANY(sims);
   IF cardinality(open_sims) = 0 THEN
@@ -67,12 +62,9 @@ CREATE OR REPLACE FUNCTION oml_sim_fts_search_plan(sims uuid[], q tsquery, scope
   RETURNS SETOF text
   LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $f$
 DECLARE
-  t text := oml_current_tenant();
+  t text := oml_bound_tenant();  -- refuses when no tenant is bound (01_tenant_binding.sql)
   open_sims uuid[];
 BEGIN
-  IF t IS NULL THEN
-    RAISE EXCEPTION 'no tenant bound' USING ERRCODE = 'insufficient_privilege';
-  END IF;
   SELECT coalesce(array_agg(s.simulation_id ORDER BY s.simulation_id), '{}') INTO open_sims FROM simulations s
    WHERE s.tenant_id = t AND s.closed_seq IS NULL AND s.simulation_id = ANY(sims);
   RETURN QUERY EXECUTE 'EXPLAIN (COSTS OFF) ' || oml_sim_fts_search_sql()

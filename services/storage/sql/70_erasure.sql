@@ -118,7 +118,7 @@ CREATE OR REPLACE FUNCTION oml_erasure_rewrite(target text, sim uuid DEFAULT NUL
   RETURNS TABLE (relation text, stats_cleared boolean)
   LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
-  t text := oml_current_tenant();
+  t text := oml_bound_tenant();  -- refuses when no tenant is bound (01_tenant_binding.sql)
   n int;
   rel regclass;
   parent text;
@@ -126,9 +126,6 @@ DECLARE
   a record;
   cleared boolean := current_setting('server_version_num')::int >= 180000;
 BEGIN
-  IF t IS NULL THEN
-    RAISE EXCEPTION 'no tenant bound' USING ERRCODE = 'insufficient_privilege';
-  END IF;
   IF target IN ('artifacts', 'wrapped_deks', 'claim_subjects') THEN
     rel := target::regclass;
   ELSIF target IN ('memories_fts', 'memory_embeddings') THEN
