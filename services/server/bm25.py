@@ -4,8 +4,11 @@ Same contract as :func:`oml.services.server.recall.fts_leg` — up to ``n``
 leg rows ``(version id, score, ties)`` best first, the query's lexemes made
 by PostgreSQL's own parser, user text never parsed as a tsquery — but the
 rows are the GIN candidates of the OR of the lexemes scored by BM25
-(k1 = :data:`K1`, b = :data:`B`) inside ``oml_bm25_search``. Ties: newer
-tip first, then the version id (the function's order).
+(k1 = :data:`K1`, b = :data:`B`) inside ``oml_bm25_search``, with N, avgdl
+and df counted over the rows this read admits (never the whole tenant:
+decisions K13). Ties: newer tip first, then the version id (the function's
+order). The SQL function's k1/b defaults are the same values; callers always
+pass them.
 """
 from __future__ import annotations
 
