@@ -15,7 +15,7 @@ from pathlib import Path
 
 from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from oml.services.home import default_home
@@ -84,6 +84,18 @@ class Settings(BaseSettings):
     http_host: str = "127.0.0.1"
     http_port: int = 8765
     pool_size: int = 5
+
+    @field_validator("recall_lexical", "query_embedding", mode="before")
+    @classmethod
+    def _closed_vocabulary(cls, value: object, info: ValidationInfo) -> object:
+        # Checked when the settings load (a bad value stops `oml serve` at once, not each recall), any case.
+        if value is None or not isinstance(value, str):
+            return value
+        allowed = {"recall_lexical": ("bm25", "ts_rank"), "query_embedding": ("auto", "onnx", "torch")}[info.field_name]
+        v = value.strip().lower()
+        if v not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}, not {value!r}")
+        return v
 
     @field_validator("replica_urls", mode="before")
     @classmethod

@@ -211,7 +211,9 @@ class QueryEmbedder:
                     except Exception as exc:
                         if self.requested == "onnx":
                             raise
-                        log.warning("recall: query embedding on torch (the ONNX path failed: %s)", type(exc).__name__)
+                        log.warning("recall: query embedding on torch (the ONNX path failed: %s: %s); remove %s to"
+                                    " export it again, or set OML_QUERY_EMBEDDING=torch", type(exc).__name__,
+                                    str(exc)[:200], self.cache_dir)
                     else:
                         log.info("recall: query embedding on onnx (%d intra-op thread%s%s)", onnx.threads,
                                  "" if onnx.threads == 1 else "s", ", exported now" if onnx.exported else "")

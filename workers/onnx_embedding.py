@@ -179,7 +179,11 @@ def ensure_exported(model_dir: str | Path, cache_dir: str | Path) -> tuple[Path,
         cache_dir.mkdir(parents=True, exist_ok=True)
         import torch
 
-        log.info("embedding: exporting the query model to ONNX under %s (once per model)", cache_dir)
+        if meta:
+            log.warning("embedding: the cached ONNX model under %s does not match its sidecar or the model;"
+                        " exporting it again", cache_dir)
+        else:
+            log.info("embedding: exporting the query model to ONNX under %s (once per model)", cache_dir)
         _atomic_write(target, lambda tmp: export(model_dir, Path(tmp)))
         meta = {"source_sha256": digest, "onnx_sha256": _file_sha256(target), "source": str(Path(model_dir).resolve()),
                 "torch": torch.__version__, "opset": OPSET}
@@ -245,7 +249,15 @@ class OnnxEmbedder:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.log_severity_level = 3
         self.threads = opts.intra_op_num_threads
-        self.session = ort.InferenceSession(str(self.onnx_path), sess_options=opts, providers=["CPUExecutionProvider"])
+        try:
+            self.session = ort.InferenceSession(str(self.onnx_path), sess_options=opts, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # noqa: BLE001 - a cached file that matches its sidecar yet does not load
+            if self.exported:
+                raise
+            log.warning("embedding: %s does not load (%s); exporting it again", self.onnx_path, type(exc).__name__)
+            (Path(cache_dir) / SIDECAR_NAME).unlink(missing_ok=True)
+            self.onnx_path, self.exported = ensure_exported(model_dir, cache_dir)
+            self.session = ort.InferenceSession(str(self.onnx_path), sess_options=opts, providers=["CPUExecutionProvider"])
         self._input_names = {i.name for i in self.session.get_inputs()}
         self.dimension = int(self._run(["x"]).shape[1])
         self._np = np

@@ -19,5 +19,23 @@ def _main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log at IN
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
 
+def main() -> None:
+    """The ``oml`` console script: :data:`app`, with a bad ``OML_*`` setting said in one line per setting and exit
+    status 2, instead of a traceback."""
+    from pydantic import ValidationError
+
+    from .common import EXIT_USAGE, err
+
+    try:
+        app()
+    except ValidationError as exc:
+        if exc.title != "Settings":
+            raise
+        for e in exc.errors():
+            name = "OML_" + str(e["loc"][0]).upper() if e["loc"] else "settings"
+            err.print(f"oml: {name}: {e['msg'].removeprefix('Value error, ')}", markup=False, highlight=False)
+        raise SystemExit(EXIT_USAGE) from None
+
+
 if __name__ == "__main__":
-    app()
+    main()

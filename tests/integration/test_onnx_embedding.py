@@ -210,3 +210,14 @@ def test_bench_embed_runs_and_renders():
     assert res["min_cosine_per_query"] >= 0.99999 and res["batch"]["min_cosine"] >= 0.99999
     lines = bench.render(res)
     assert lines[0].startswith("machine: ") and any(line.startswith("onnx 1 thread / torch: p50 ") for line in lines)
+
+
+def test_a_cached_file_that_matches_its_sidecar_but_does_not_load_is_exported_again(onnx, cache):
+    # A new user's case: garbage written into model.onnx with its digest in the sidecar (not a genuine export).
+    model = embedding.model_path(None)
+    target, side = cache / ox.ONNX_NAME, cache / ox.SIDECAR_NAME
+    target.write_bytes(b"\x00not an onnx model" * 300)
+    meta = json.loads(side.read_text())
+    side.write_text(json.dumps({**meta, "onnx_sha256": hashlib.sha256(target.read_bytes()).hexdigest()}))
+    again = ox.OnnxEmbedder(model, cache)
+    assert again.exported and np.allclose(again.encode(["same vector"]), onnx.encode(["same vector"]))

@@ -8,6 +8,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 HEAVY = ("torch", "sentence_transformers", "onnxruntime", "onnx", "deltalake", "fastapi", "pyarrow", "uvicorn", "mcp")
 
 PROBE = """
@@ -73,3 +75,24 @@ def test_help_keeps_the_square_brackets_of_a_rule():
 
     out = CliRunner().invoke(app, ["tenant", "create", "--help"], env={"COLUMNS": "200"}).output
     assert "[a-z0-9][a-z0-9-]{0,62}" in out
+
+
+@pytest.mark.parametrize("env, says", [
+    ({"OML_RECALL_LEXICAL": "bm26"}, "oml: OML_RECALL_LEXICAL: must be one of bm25, ts_rank, not 'bm26'"),
+    ({"OML_QUERY_EMBEDDING": "cuda"}, "oml: OML_QUERY_EMBEDDING: must be one of auto, onnx, torch, not 'cuda'"),
+])
+def test_a_bad_setting_is_one_line_and_exit_2(tmp_path, env, says):
+    # Checked when the settings load, before any model or database: not a 500 on every recall later.
+    import os
+
+    run = subprocess.run([sys.executable, "-m", "oml.services.cli.main", "status"], capture_output=True, text=True,
+                         env={**os.environ, "OML_HOME": str(tmp_path / "home"), **env}, timeout=120)
+    assert run.returncode == 2
+    assert run.stderr.strip() == says and "Traceback" not in run.stderr
+
+
+def test_closed_settings_accept_any_case():
+    from oml.services.settings import Settings
+
+    s = Settings(recall_lexical="BM25", query_embedding=" ONNX ")
+    assert (s.recall_lexical, s.query_embedding) == ("bm25", "onnx")
