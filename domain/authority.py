@@ -59,12 +59,21 @@ EVENT_RULES: dict[str, EventRule] = {
 }
 
 
-def roles_for(event_type: str) -> frozenset[str]:
-    """The roles whose principals may journal ``event_type`` (empty for system-only types)."""
+def _roles_for(event_type: str) -> frozenset[str]:
     rule = EVENT_RULES[event_type]
     if rule.act is None:
         return frozenset()
     return frozenset(role for role, acts in ROLE_ACTS.items() if rule.act in acts)
+
+
+# Both tables are constants: computed once, not at every append (admission checks each claim, issue 14).
+_ROLES_FOR = {t: _roles_for(t) for t in EVENT_RULES}
+
+
+def roles_for(event_type: str) -> frozenset[str]:
+    """The roles whose principals may journal ``event_type`` (empty for system-only types); ``KeyError`` for an
+    unknown type."""
+    return _ROLES_FOR[event_type]
 
 
 def permitted(event_type: str, role: str | None) -> bool:

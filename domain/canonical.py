@@ -12,6 +12,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import threading
 from json.encoder import encode_basestring as _escape
 from typing import Any
 
@@ -180,13 +181,34 @@ def now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
+class _Random(threading.local):
+    """``os.urandom`` bytes drawn 4 KiB at a time, per thread: one ``getrandom`` system call per 256 ids rather
+    than one each (about 1.5 µs an id on the VMs measured; issue 14). Emptied in a forked child, which must not
+    hand out its parent's next ids."""
+
+    def __init__(self) -> None:
+        self.pool, self.at = b"", 0
+
+    def take(self, n: int) -> bytes:
+        if self.at + n > len(self.pool):
+            self.pool, self.at = os.urandom(4096), 0
+        self.at += n
+        return self.pool[self.at - n:self.at]
+
+
+_RANDOM = _Random()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _RANDOM.__init__())
+
+
 def new_id() -> str:
     """A new lowercase UUID (v4) string: 122 random bits from ``os.urandom``, as :func:`uuid.uuid4` draws them.
 
     Formatted from the bytes directly (half the cost of ``str(uuid.uuid4())``; admission draws four per
-    claim, issue 14); tests/unit/test_canonical.py checks the result is what :class:`uuid.UUID` reads as
-    version 4, variant RFC 4122, and prints the same."""
-    b = bytearray(os.urandom(16))
+    claim, issue 14), the bytes taken from a per-thread buffer of ``os.urandom`` output (:class:`_Random`);
+    tests/unit/test_canonical.py checks the result is what :class:`uuid.UUID` reads as version 4, variant
+    RFC 4122, and prints the same."""
+    b = bytearray(_RANDOM.take(16))
     b[6] = (b[6] & 0x0F) | 0x40
     b[8] = (b[8] & 0x3F) | 0x80
     h = b.hex()

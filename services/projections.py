@@ -308,7 +308,7 @@ def verify_projections(conn: sa.Connection, tenant: str, *, check_bodies: bool =
         try:
             _drop_temp(conn)
         except sa.exc.DBAPIError:
-            pass  # an aborted transaction: ON COMMIT DROP and DISCARD ALL remove them anyway
+            pass  # an aborted transaction: ON COMMIT DROP and the pool's reset (DISCARD TEMP) remove them anyway
 
 
 def verify_tenant(db: Database, tenant: str, *, role: str = ROLE, check_bodies: bool = True) -> list[Difference]:

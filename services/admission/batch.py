@@ -19,10 +19,14 @@ from typing import Any, NamedTuple
 import sqlalchemy as sa
 
 from oml.domain import envelope
+from oml.services.storage import pipelined
 
 from . import journal, projector, sets, wrapping
 from .signer import Signer
 
+# Rows are sent every CHUNK events. Each set statement has a fixed server cost (parse and plan: 1.3-1.8 ms for the
+# three of a chunk in PostgreSQL's statement log); a batch of 100 goes as two chunks (T11 also sent a short last
+# chunk: three; docs/decisions.md, T15).
 CHUNK = 50
 # DEKs go to the wrap worker in groups of this many, independently of CHUNK: at the end of a batch only the
 # last group's wraps are waited for (a chunk's worth, 50 × ~90 µs, was exposed at every commit).
@@ -32,10 +36,6 @@ WORKER_MIN = 50
 # With a worker, a batch's bodies are classified there ahead of admission, this many per request
 # (:meth:`Batch.classify_ahead`); each item still takes its findings at the point it did.
 CLASSIFY_GROUP = 10
-# The last TAIL events of a batch go in a chunk of their own: after the last item, admission waits while
-# PostgreSQL writes the rows it has not written yet, so that chunk is kept short (a chunk costs about
-# 1 ms of fixed server time, CHUNK rows about 6 ms more).
-TAIL = 15
 
 _ARTIFACT_COLUMNS = ("artifact_id", "kind", "claim_id", "version_id", "ciphertext", "sha256", "created_seq")
 _ARTIFACT_TYPES = ("uuid", "text", "uuid", "uuid", "bytea", "bytea", "bigint")
@@ -85,7 +85,7 @@ def write_subjects(conn: sa.Connection, tenant: str, rows: list[tuple[str, bytes
 class Batch:
     """The deferred writes of one group commit on ``head`` (attach with :func:`attach`).
 
-    Every :data:`CHUNK` events, and before the last :data:`TAIL` of ``left`` expected, the rows so far
+    Every :data:`CHUNK` events the rows so far
     are sent in psycopg's pipeline mode without waiting for the server, so PostgreSQL inserts one chunk
     while admission classifies, seals and signs the next (the two sides of one transaction on two cores);
     :meth:`settle` waits for every result, and any error of a chunk is raised there, before the commit.
@@ -114,7 +114,9 @@ class Batch:
         would classify with; :meth:`findings` hands each item its own answer."""
         if self.worker is None:
             return
-        for g in range(0, len(bodies), CLASSIFY_GROUP):
+        # The first group is classified here, as admission reaches it: the worker's first answer would come only
+        # after its wake-up and the whole group, with admission waiting (about 1.5 ms a batch, measured).
+        for g in range(CLASSIFY_GROUP, len(bodies), CLASSIFY_GROUP):
             part = bodies[g:g + CLASSIFY_GROUP]
             rid = None
             if self.worker is not None:
@@ -163,7 +165,8 @@ class Batch:
         dek, ciphertext, digest = envelope.encrypt(body, aad=aad, plaintext=plaintext)
         row = row._replace(ciphertext=ciphertext, digest=digest)
         self.unwrapped.append((row, dek, info, public_key))
-        if len(self.unwrapped) >= WRAP_GROUP:
+        # The batch's last WRAP_GROUP DEKs go one at a time, so the commit waits for one wrap, not ten.
+        if len(self.unwrapped) >= WRAP_GROUP or self.left <= WRAP_GROUP:
             self._dispatch()
         return row
 
@@ -207,7 +210,7 @@ class Batch:
 
     def append(self, signer: Signer, type: str, actor: Any, data: dict[str, Any], **kw: Any) -> journal.Appended:
         """Link ``type`` after the head now (seq, hash, signature) and defer its row and projection."""
-        if len(self.rows) >= CHUNK or (self.left == TAIL and len(self.rows) >= TAIL):
+        if len(self.rows) >= CHUNK:
             self.send()
         ev, row = journal.link(self.head, signer, type, actor, data, **kw)
         self.left -= 1
@@ -232,12 +235,19 @@ class Batch:
         self.rows, self.events, self.artifacts, self.subjects = [], [], [], []
 
     def settle(self) -> None:
-        """Send what is deferred and wait for every result (raises the first error of any chunk)."""
-        self._collect(keep_last=False)
+        """Send what is deferred and wait for every result (raises the first error of any chunk).
+
+        The rows go before the last wraps are collected and the artifacts those wraps complete after them,
+        so PostgreSQL writes the last chunk while the worker finishes (nothing reads an artifact before the
+        commit; T15)."""
         self.send()
+        self._collect(keep_last=False)
+        if self.artifacts:
+            write_artifacts(self.head.conn, self.head.tenant, self.artifacts)
+            self.artifacts = []
         if self.pipeline is not None:
             pipe, self.pipeline = self.pipeline, None
-            with sets.wrapped("-- a group commit's pipeline"):
+            with pipelined.wrapped("-- a group commit's pipeline"):
                 pipe.__exit__(None, None, None)
 
     def discard(self) -> None:
@@ -253,7 +263,7 @@ class Batch:
 
 
 def _classify(body: dict[str, Any], regions: Any) -> list:
-    from oml.domain import pii  # imported when first needed (phonenumbers is slow to import)
+    import oml.domain.pii as pii  # imported when first needed (phonenumbers is slow to import)
 
     return pii.classify_body(body, phone_regions=regions)
 

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from oml.domain import chain, signing
 from oml.domain.canonical import new_id, now
 from oml.domain.events import Actor, encode, event_object
+from oml.services.storage import pipelined
 from oml.services.tracing import annotate, traced
 
 from . import sets
@@ -63,30 +64,34 @@ class Appended:
     event: dict[str, Any]
 
 
+def head_queries(tenant: str) -> list[pipelined.Query]:
+    """The statements that lock ``tenant``'s chain head (``SELECT … FOR UPDATE``) and read its current
+    signing key, for :class:`Head` (sent with a transaction's other opening lookups by admission)."""
+    return [pipelined.Query("SELECT seq, hash FROM chain_heads WHERE tenant_id = %(t)s FOR UPDATE", {"t": tenant}),
+            pipelined.Query("SELECT kid FROM tenant_keys WHERE tenant_id = %(t)s AND purpose = 'signing' AND retired_seq IS NULL",
+                            {"t": tenant})]
+
+
 class Head:
     """The locked chain head of one tenant for the current transaction.
 
     ``memo`` caches lookups for the rest of the transaction (the encryption key, workareas): while the
     head is locked no other transaction can append, and every change to those rows is an appended act.
+    ``locked``: the rows of :func:`head_queries`, when the caller has already run them in this
+    transaction; otherwise they are run here. Raises ``LookupError`` for a tenant without a chain head.
     """
 
-    def __init__(self, conn: sa.Connection, tenant: str) -> None:
-        row = conn.execute(
-            sa.text("SELECT seq, hash FROM chain_heads WHERE tenant_id = :t FOR UPDATE"), {"t": tenant}
-        ).one_or_none()
-        if row is None:
+    def __init__(self, conn: sa.Connection, tenant: str, locked: list[list[Any]] | None = None) -> None:
+        head_rows, kid_rows = locked if locked is not None else pipelined.fetch(conn, head_queries(tenant))
+        if not head_rows:
             raise LookupError("tenant has no chain head")
-        self.conn, self.tenant, self.seq, self.hash = conn, tenant, row.seq, bytes(row.hash)
+        self.conn, self.tenant, self.seq, self.hash = conn, tenant, head_rows[0].seq, bytes(head_rows[0].hash)
         self.memo: dict[Any, Any] = {}
         self.notified = False
+        self.fetched: dict[Any, list[Any]] = {}  # rows read in the transaction's opening round trip (Admission._run)
         # A group commit's deferred writes (services/admission/batch.py), or None: written at once.
         self.batch: Any = None
-        self.signing_kid = conn.execute(
-            sa.text(
-                "SELECT kid FROM tenant_keys WHERE tenant_id = :t AND purpose = 'signing' AND retired_seq IS NULL"
-            ),
-            {"t": tenant},
-        ).scalar()
+        self.signing_kid = kid_rows[0].kid if kid_rows else None
 
 
 def create_head(conn: sa.Connection, tenant: str) -> Head:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -26,6 +27,7 @@ from oml.domain.canonical import CanonicalError, canonical, format_time, new_id
 from oml.domain.errors import OMLError, invalid, not_found
 from oml.domain.events import REASON_CODES, SYSTEM, Actor
 from oml.services.keystore import KeyStore
+from oml.services.storage import pipelined
 from oml.services.storage.db import Database
 from oml.services.tracing import traced
 
@@ -140,18 +142,30 @@ class Admission:
         projector.apply(head.conn, head.tenant, ev.seq, ev.at, ev.event["actor"], type, data)
         return ev
 
-    def _idempotent(self, p: Principal, key: str | None, digest: bytes, conn: sa.Connection) -> dict | None:
-        """Return the first response for (tenant, principal, key) or None; conflict if the body differs."""
+    @staticmethod
+    def _idempotency_lookup(p: Principal, key: str | None) -> pipelined.Query | None:
+        """The live idempotency record's query for (tenant, principal, key); ``None`` without a key.
+        Raises ``admission.invalid`` for a malformed key."""
         if key is None:
             return None
         if not (1 <= len(key) <= 200) or not key.isprintable():
             raise invalid("Idempotency-Key must be 1-200 printable characters", field="Idempotency-Key")
-        row = conn.execute(
-            sa.text("SELECT request_digest, response FROM idempotency_keys WHERE tenant_id = :t AND principal_id = :p AND key = :k AND expires_at > now()"),
-            {"t": p.tenant, "p": p.principal_id, "k": idempotency_key_digest(key)},
-        ).one_or_none()
-        if row is None:
+        return pipelined.Query(
+            "SELECT request_digest, response FROM idempotency_keys WHERE tenant_id = %(t)s AND principal_id = %(p)s AND key = %(k)s"
+            " AND expires_at > now()", {"t": p.tenant, "p": p.principal_id, "k": idempotency_key_digest(key)})
+
+    def _idempotent(self, p: Principal, key: str | None, digest: bytes, conn: sa.Connection,
+                    rows: list | None = None) -> dict | None:
+        """Return the first response for (tenant, principal, key) or None; conflict if the body differs.
+        ``rows``: the result of :meth:`_idempotency_lookup`'s query when already run in this transaction."""
+        query = self._idempotency_lookup(p, key)
+        if query is None:
             return None
+        if rows is None:
+            (rows,) = pipelined.fetch(conn, [query])
+        if not rows:
+            return None
+        row = rows[0]
         if bytes(row.request_digest) != digest:
             raise OMLError("idempotency.conflict", "this Idempotency-Key was used with a different request", 409)
         return dict(row.response) | {"replayed": True}
@@ -170,13 +184,22 @@ class Admission:
             {"t": p.tenant, "p": p.principal_id, "k": k, "d": digest, "r": json.dumps(response), "h": self.idempotency_hours},
         )
 
-    def _run(self, p: Principal, idem_key: str | None, request: Any, fn: Callable[[journal.Head], dict]) -> dict:
+    def _run(self, p: Principal, idem_key: str | None, request: Any, fn: Callable[[journal.Head], dict],
+             lookups: dict[Any, pipelined.Query] | None = None) -> dict:
+        """One act in one transaction: bind the tenant, lock the head, check the idempotency record, run
+        ``fn(head)``, remember its response. These opening statements and ``lookups`` (memo key → query:
+        rows the act will read, left in ``head.fetched``) go to PostgreSQL in one round trip, in this order,
+        so every lookup reads what is committed once the head is locked, as a later read would."""
         digest = request_digest(request)
-        with self._tx(p.tenant) as conn:
-            head = journal.Head(conn, p.tenant)
-            first = self._idempotent(p, idem_key, digest, conn)
+        idem = self._idempotency_lookup(p, idem_key)
+        lookups = lookups or {}
+        opening = journal.head_queries(p.tenant) + ([idem] if idem is not None else []) + list(lookups.values())
+        with self.db.bound(ROLE, p.tenant, opening) as (conn, rows):
+            head = journal.Head(conn, p.tenant, rows[:2])
+            first = self._idempotent(p, idem_key, digest, conn, rows[2] if idem is not None else None)
             if first is not None:
                 return first
+            head.fetched = dict(zip(lookups, rows[2 + (idem is not None):]))
             response = fn(head)
             self._remember(p, idem_key, digest, response, conn)
             return response
@@ -200,20 +223,24 @@ class Admission:
             raise OMLError("access.denied", "the actor is not an active principal of this tenant", 403)
         return role
 
-    def _workarea(self, conn: sa.Connection, tenant: str, node_id: str):
-        try:
-            row = conn.execute(
-                sa.text("SELECT node_id, parent_id, path, development, pii_policy FROM workareas WHERE tenant_id = :t AND node_id = CAST(:n AS uuid)"),
-                {"t": tenant, "n": node_id},
-            ).one_or_none()
-        except sa.exc.DataError:
-            row = None
-        if row is None:
-            raise not_found("workarea", "workarea.not_found")
-        return row
+    @staticmethod
+    def _workarea_lookup(tenant: str, node_id: str) -> pipelined.Query:
+        return pipelined.Query("SELECT node_id, parent_id, path, development, pii_policy FROM workareas"
+                               " WHERE tenant_id = %(t)s AND node_id = CAST(%(n)s AS uuid)", {"t": tenant, "n": node_id})
 
-    def _scoped_workarea(self, conn, p: Principal, node_id: str):
-        wa = self._workarea(conn, p.tenant, node_id)
+    def _workarea(self, conn: sa.Connection, tenant: str, node_id: str, rows: list | None = None):
+        """The workarea row; ``rows``: :meth:`_workarea_lookup`'s result when already fetched. Raises ``workarea.not_found``."""
+        if rows is None:
+            try:
+                (rows,) = pipelined.fetch(conn, [self._workarea_lookup(tenant, node_id)])
+            except sa.exc.DataError:
+                rows = []
+        if not rows:
+            raise not_found("workarea", "workarea.not_found")
+        return rows[0]
+
+    def _scoped_workarea(self, conn, p: Principal, node_id: str, rows: list | None = None):
+        wa = self._workarea(conn, p.tenant, node_id, rows)
         if not p.can_access(wa.path):
             # Same answer as a missing workarea: a foreign subtree's existence is not disclosed.
             raise not_found("workarea", "workarea.not_found")
@@ -407,7 +434,7 @@ class Admission:
         (upper-cased, de-duplicated, at most ``pii.MAX_PHONE_REGIONS``; empty: ``+`` numbers only).
         Returns ``{"phone_regions", "seq"}``. Raises ``access.denied``, ``admission.invalid``.
         """
-        from oml.domain import pii
+        import oml.domain.pii as pii
 
         rules.require_act(p.role, "admin")
         try:
@@ -423,23 +450,38 @@ class Admission:
 
     def tenant_policy(self, p: Principal) -> dict:
         """``{"phone_regions": [...], "default": bool}``: what admission classifies with now (any role)."""
-        from oml.domain import pii
+        import oml.domain.pii as pii
 
         with self._tx(p.tenant) as conn:
             regions = self.phone_regions(conn, p.tenant)
         return {"phone_regions": list(pii.DEFAULT_PHONE_REGIONS if regions is None else regions), "default": regions is None}
 
     @staticmethod
-    def phone_regions(conn, tenant: str) -> tuple[str, ...] | None:
-        """The tenant's journalled phone regions (``tenant_policies``); ``None`` when none were set (the defaults apply)."""
-        row = conn.execute(sa.text("SELECT phone_regions FROM tenant_policies WHERE tenant_id = :t"), {"t": tenant}).one_or_none()
-        return None if row is None else tuple(row.phone_regions)
+    def _phone_regions_lookup(tenant: str) -> pipelined.Query:
+        return pipelined.Query("SELECT phone_regions FROM tenant_policies WHERE tenant_id = %(t)s", {"t": tenant})
+
+    @staticmethod
+    def phone_regions(conn, tenant: str, rows: list | None = None) -> tuple[str, ...] | None:
+        """The tenant's journalled phone regions (``tenant_policies``); ``None`` when none were set (the defaults apply).
+        ``rows``: the lookup's result when already fetched (:meth:`_run`)."""
+        if rows is None:
+            (rows,) = pipelined.fetch(conn, [Admission._phone_regions_lookup(tenant)])
+        return tuple(rows[0].phone_regions) if rows else None
 
     # ------------------------------------------------------------------ claims
-    def _encryption_key(self, conn, tenant: str) -> tuple[int, bytes]:
-        row = conn.execute(sa.text("SELECT version, public_key FROM tenant_keys WHERE tenant_id = :t AND purpose = 'encryption' AND retired_seq IS NULL"),
-                           {"t": tenant}).one()
-        return row.version, bytes(row.public_key)
+    @staticmethod
+    def _encryption_key_lookup(tenant: str) -> pipelined.Query:
+        return pipelined.Query("SELECT version, public_key FROM tenant_keys WHERE tenant_id = %(t)s AND purpose = 'encryption'"
+                               " AND retired_seq IS NULL", {"t": tenant})
+
+    def _encryption_key(self, conn, tenant: str, rows: list | None = None) -> tuple[int, bytes]:
+        """The tenant's current encryption key ``(version, X25519 public key)``; ``rows``: the lookup's result when
+        already fetched. Raises ``LookupError`` when the tenant has none (a database not written by admission)."""
+        if rows is None:
+            (rows,) = pipelined.fetch(conn, [self._encryption_key_lookup(tenant)])
+        if len(rows) != 1:
+            raise LookupError("tenant has no current encryption key")
+        return rows[0].version, bytes(rows[0].public_key)
 
     def seal_artifact(self, conn, tenant: str, body: dict, *, kind: str, claim_id: str | None, version_id: str | None, seq_hint: int,
                       key: tuple[int, bytes] | None = None, pending: batching.Batch | None = None,
@@ -478,7 +520,7 @@ class Admission:
         ``admission.credential`` (422), naming ``field`` (the body's place in the request) and
         each finding's kind, path and offsets, never its text; ``admission.invalid`` for bad ``data_subjects``.
         """
-        from oml.domain import pii
+        import oml.domain.pii as pii  # at first use (phonenumbers is slow to import); not `from … import`, whose per-call lookup runs Python code
 
         declared_raw = body.get("data_subjects") or []
         subjects: list[tuple[str, str]] = []
@@ -536,7 +578,7 @@ class Admission:
             ok = False
             try:
                 if b.worker is not None:  # classified in the worker ahead of the loop, under this lock
-                    b.classify_ahead(_memo(head, "phone_regions", lambda: self.phone_regions(head.conn, p.tenant)),
+                    b.classify_ahead(_memo(head, "phone_regions", lambda: self.phone_regions(head.conn, p.tenant, head.fetched.get("phone_regions"))),
                                      [s.body for s in items])
                 for i, s in enumerate(items):
                     try:
@@ -551,7 +593,12 @@ class Admission:
                 batching.detach(head, ok=ok)
             return {"items": out}
 
-        return self._run(p, idempotency_key, request, act)
+        # Read under the lock in the opening round trip (_run): the workareas named, the phone regions, the key.
+        lookups: dict[Any, pipelined.Query] = {
+            ("workarea", w): self._workarea_lookup(p.tenant, w) for w in dict.fromkeys(s.workarea_id for s in items) if _is_uuid(w)}
+        lookups["phone_regions"] = self._phone_regions_lookup(p.tenant)
+        lookups["encryption_key"] = self._encryption_key_lookup(p.tenant)
+        return self._run(p, idempotency_key, request, act, lookups)
 
     def _submit_one(self, head: journal.Head, p: Principal, s: Submission, i: int, plaintext: bytes | None = None) -> dict:
         """Admit item ``i`` of a submit under ``head`` (``plaintext``: ``canonical(s.body)``, computed by :meth:`submit`)."""
@@ -566,8 +613,9 @@ class Admission:
             raise invalid("confidence must be an integer 0-1000", field=f"claims[{i}].confidence")
         if not isinstance(s.body.get("statement"), str) or not s.body["statement"].strip():
             raise invalid("body.statement must be a non-empty string", field=f"claims[{i}].body.statement")
-        wa = _memo(head, ("workarea", s.workarea_id), lambda: self._scoped_workarea(conn, p, s.workarea_id))
-        regions = _memo(head, "phone_regions", lambda: self.phone_regions(conn, p.tenant))
+        fetched = head.fetched
+        wa = _memo(head, ("workarea", s.workarea_id), lambda: self._scoped_workarea(conn, p, s.workarea_id, fetched.get(("workarea", s.workarea_id))))
+        regions = _memo(head, "phone_regions", lambda: self.phone_regions(conn, p.tenant, fetched.get("phone_regions")))
         b = head.batch
         subjects = self._check_personal_data(wa, s.body, f"claims[{i}].body", regions,
                                              None if b is None else lambda: b.findings(i, s.body, regions))
@@ -634,7 +682,7 @@ class Admission:
                 [(v.version_no, v.tainted, str(v.simulation_id) if v.simulation_id else None) for v in existing_versions], sim)
         provenance = "simulation" if explicit_sim is not None else s.provenance
         version_id = new_id()
-        enc = _memo(head, "encryption_key", lambda: self._encryption_key(conn, p.tenant))
+        enc = _memo(head, "encryption_key", lambda: self._encryption_key(conn, p.tenant, fetched.get("encryption_key")))
         artifact_id, digest = self.seal_artifact(conn, p.tenant, s.body, kind="body", claim_id=claim_id,
                                                  version_id=version_id, seq_hint=head.seq + 1, key=enc, pending=head.batch,
                                                  plaintext=plaintext)
@@ -809,6 +857,15 @@ class _OneKeySigner:
 
     def sign_event(self, tenant: str, kid: str, chain_hash: bytes) -> bytes:
         return self.key.sign(signing.event_message(chain_hash))
+
+
+_CANONICAL_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+
+
+def _is_uuid(value: Any) -> bool:
+    """A uuid in the hyphenated form PostgreSQL reads (anything else is looked up alone: a refusal there
+    would otherwise abort the opening round trip)."""
+    return isinstance(value, str) and _CANONICAL_UUID.fullmatch(value) is not None
 
 
 def _uuid(value: str, field: str) -> str:

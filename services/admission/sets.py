@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import struct
 import weakref
-from contextlib import contextmanager
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import psycopg
 import sqlalchemy as sa
 from psycopg import pq
 from psycopg.adapt import Dumper
+
+from oml.services.storage.pipelined import wrapped
 
 
 def unnest(columns: Sequence[str], types: Sequence[str], *, prefix: str = "") -> str:
@@ -137,18 +138,13 @@ _REGISTERED: "weakref.WeakSet[psycopg.Connection]" = weakref.WeakSet()
 def execute(conn: sa.Connection, sql: str, params: dict[str, Any]) -> None:
     """Run ``sql`` with binary parameters in ``conn``'s transaction; its result, if any, is not read.
 
+    Prepared (psycopg ``prepare=True``): a set statement is the same text at every chunk of every batch, and
+    its parse and plan cost as much as writing 15-20 rows (T15); the pool keeps prepared statements
+    (``services/storage/db.py``).
+
     Raises the :class:`sqlalchemy.exc.DBAPIError` subclass SQLAlchemy would (``IntegrityError`` …),
     without the parameters (ciphertexts, bodies' digests) in its text."""
     dc = conn.connection.driver_connection
     _register(dc)
     with wrapped(sql):
-        dc.cursor().execute(sql, params)
-
-
-@contextmanager
-def wrapped(sql: str | None) -> Iterator[None]:
-    """Translate psycopg errors raised inside into SQLAlchemy's exceptions (a pipeline's, at its sync)."""
-    try:
-        yield
-    except psycopg.Error as exc:
-        raise sa.exc.DBAPIError.instance(sql, None, exc, psycopg.Error, hide_parameters=True) from exc
+        dc.cursor().execute(sql, params, prepare=True)

@@ -6,9 +6,18 @@ Each workload connects as its own non-owner login role (``oml_admission``,
 ``SECURITY DEFINER`` maintenance functions' owner. The tenant is bound per
 transaction with ``set_config('oml.tenant_id', T, true)`` — psycopg binds
 parameters server-side and ``SET LOCAL`` cannot take them (FIELD-NOTES,
-Tenancy). Every pooled connection runs ``DISCARD ALL`` when checked in, so
-no setting, role or prepared plan survives to the next borrower
-(SQLAlchemy's own reset is a ROLLBACK only).
+Tenancy). Every pooled connection is reset when checked out (:data:`RESET`:
+what ``DISCARD ALL`` does but for dropping prepared statements and cached
+plans), so no setting, role, temporary table, cursor, listener or advisory
+lock left by one borrower reaches the next (SQLAlchemy's own reset on return
+is a ROLLBACK only); the same round trip is the liveness check (a connection
+that fails it is replaced), so there is no separate pre-ping (issue 14: one
+round trip per transaction fewer). The prepared statements that survive are
+admission's own set statements, prepared on purpose (``prepare=True`` in
+``services/admission/sets.py``; nothing is prepared automatically): OML's SQL
+text with no data in it, whose parameters are bound at each execution and
+whose row-level security reads the transaction's tenant binding when it runs
+(docs/decisions.md, T15).
 
 Reads may go to hot standbys (``replica_urls``, issue 16): :meth:`Database.read`
 opens a read-only, tenant-bound transaction on a standby, or on the primary
@@ -20,30 +29,59 @@ from __future__ import annotations
 
 import itertools
 import logging
+import socket
 import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy import event
 
+from . import pipelined
+
 log = logging.getLogger(__name__)
+
+# DISCARD ALL's steps (PostgreSQL docs, DISCARD) without DEALLOCATE ALL and DISCARD PLANS; one simple query.
+RESET = ("CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; RESET ALL; UNLISTEN *; SELECT pg_advisory_unlock_all();"
+         " DISCARD TEMP; DISCARD SEQUENCES")
+_BIND = "SELECT set_config('oml.tenant_id', %(t)s, true)"
 
 WORKLOAD_ROLES = ("oml_admission", "oml_server", "oml_lake_writer", "oml_reconciler", "oml_indexer", "oml_relay")
 
 
-def _discard_all(dbapi_connection, connection_record) -> None:
+def _reset(dbapi_connection, connection_record, connection_proxy) -> None:
+    """Reset a connection as it is checked out; a dead one raises ``DisconnectionError``, on which the
+    pool discards it and checks out another (SQLAlchemy, "Disconnect Handling - Pessimistic")."""
     try:
         dbapi_connection.rollback()
         dbapi_connection.autocommit = True
         try:
-            dbapi_connection.execute("DISCARD ALL")
+            dbapi_connection.execute(RESET)
         finally:
             dbapi_connection.autocommit = False
-    except Exception:  # a broken connection is dropped rather than reused
-        connection_record.invalidate()
+    except Exception as exc:
+        raise sa.exc.DisconnectionError(f"pooled connection failed its reset: {type(exc).__name__}") from None
+
+
+# A group commit's chunk (services/admission/batch.py) sends about 110 KB of parameters in pipeline mode; the
+# default send buffer of a Unix-domain socket (net.core.wmem_default, 208 KB of kernel accounting, which counts
+# more than the payload) fills, and admission then blocks until PostgreSQL is scheduled to read it (measured:
+# write_artifacts ~25 -> ~7 µs a claim; T15). TCP sockets keep the kernel's auto-tuning, which setting the
+# option would turn off. The kernel caps the value at net.core.wmem_max.
+SEND_BUFFER = 1 << 20
+
+
+def _widen_send_buffer(dbapi_connection, connection_record) -> None:
+    sock = socket.socket(fileno=dbapi_connection.pgconn.socket)
+    try:
+        if sock.family == socket.AF_UNIX:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+    except OSError:  # a platform without the option: the default buffer works, more slowly
+        pass
+    finally:
+        sock.detach()  # the descriptor stays libpq's
 
 
 @dataclass
@@ -108,25 +146,32 @@ class Database:
                     url,
                     pool_size=self.pool_size,
                     max_overflow=self.pool_size * 2,
-                    pool_pre_ping=True,
                     pool_reset_on_return="rollback",
-                    # DISCARD ALL drops server-side prepared statements behind
-                    # psycopg's back; never prepare, so nothing can go stale.
-                    connect_args={"prepare_threshold": None},
+                    # Nothing is prepared automatically (a generic plan could ignore an index a
+                    # recall needs, FIELD-NOTES); a statement executed with prepare=True is.
+                    connect_args={"prepare_threshold": 2**31 - 1},
                     # Parameters carry plaintext (the indexer's text, a subject under erasure): never
                     # in SQLAlchemy's INFO log nor in a StatementError's message (docs/erasure.md, Logs).
                     hide_parameters=True,
                 )
-                event.listen(eng, "checkin", _discard_all)
+                event.listen(eng, "connect", _widen_send_buffer)
+                event.listen(eng, "checkout", _reset)
                 self._engines[key] = eng
             return eng
 
     @contextmanager
     def tenant(self, role: str, tenant: str) -> Iterator[sa.Connection]:
         """One transaction as ``role`` with ``oml.tenant_id`` bound to ``tenant``; commits on success."""
-        with self.engine(role).begin() as conn:
-            conn.execute(sa.text("SELECT set_config('oml.tenant_id', :t, true)"), {"t": tenant})
+        with self.bound(role, tenant, ()) as (conn, _):
             yield conn
+
+    @contextmanager
+    def bound(self, role: str, tenant: str, queries: Sequence[pipelined.Query]) -> Iterator[tuple[sa.Connection, list[list]]]:
+        """:meth:`tenant`, with ``queries`` run right after the binding in the same round trip
+        (:func:`oml.services.storage.pipelined.fetch`); yields the connection and each query's rows."""
+        with self.engine(role).begin() as conn:
+            rows = pipelined.fetch(conn, [pipelined.Query(_BIND, {"t": tenant}), *queries])
+            yield conn, rows[1:]
 
     @contextmanager
     def read(self, role: str, tenant: str, *, after_lsn: str | None = None) -> Iterator[ReadTx]:
@@ -153,8 +198,7 @@ class Database:
                     self._count(f"replica:{n}:behind")
                     continue
                 with conn.begin():
-                    conn.execute(sa.text("SET TRANSACTION READ ONLY"))
-                    conn.execute(sa.text("SELECT set_config('oml.tenant_id', :t, true)"), {"t": tenant})
+                    pipelined.fetch(conn, [pipelined.Query("SET TRANSACTION READ ONLY", {}), pipelined.Query(_BIND, {"t": tenant})])
                     self._count(f"replica:{n}")
                     yield ReadTx(conn, f"replica:{n}")
                     return

@@ -57,5 +57,6 @@ def test_bench_admission_runs_small(ctx):
     for k in ("admission_single", "admission_batched", "raw_single", "raw_batched"):
         assert res[k]["claims"] in (3, 10) and res[k]["claims_per_s"] > 0
     lines = render(res)
-    assert len(lines) == 10 and lines[8].startswith("CPU per claim, batched") and lines[9].startswith("WAL per claim, batched")
+    assert len(lines) == 11 and lines[8].startswith("CPU per claim, batched") and lines[10].startswith("WAL per claim, batched")
+    assert lines[9].startswith("first group commit of 4, before the timed ones")
     assert verify_journal(ctx.db, res["tenant"]).ok

@@ -8,7 +8,8 @@
   reconciler, indexer and relay cannot read wrapped DEKs at all.
 - Every workload role sees no tenant row when no tenant is bound, apart
   from the narrow, named exceptions below.
-- A pooled connection returns with no tenant setting.
+- A pooled connection returns with no tenant setting; its reset keeps only prepared statements, and a
+  dead one is replaced.
 """
 from __future__ import annotations
 
@@ -166,3 +167,55 @@ def test_pooled_connection_carries_no_tenant(db_url, kit):
             assert c.execute(sa.text("SELECT current_setting('oml.tenant_id', true)")).scalar() in (None, "")
     finally:
         db.dispose()
+
+
+def test_pooled_connection_reset_keeps_only_prepared_statements(db_url, kit):
+    """The checkout reset is DISCARD ALL but for prepared statements (services/storage/db.py, T15): a temporary
+    table, a held cursor, a listener, a session advisory lock and a session setting are gone for the next borrower;
+    a statement prepared on purpose is still there, and runs bound to the next transaction's tenant."""
+    db = Database(db_url, None, pool_size=1)
+    watch = sa.create_engine(db_url)  # the owner, who sees every backend's locks and may end one
+    try:
+        with db.tenant("oml_server", kit.tenant) as c:
+            pid = c.execute(sa.text("SELECT pg_backend_pid()")).scalar()
+            c.execute(sa.text("CREATE TEMP TABLE leak (x int)"))
+            c.execute(sa.text("DECLARE held CURSOR WITH HOLD FOR SELECT 1"))
+            c.execute(sa.text("LISTEN leak_channel"))
+            c.execute(sa.text("SELECT pg_advisory_lock(4242)"))
+            c.execute(sa.text("SET work_mem = '7MB'"))
+            dc = c.connection.driver_connection
+            dc.cursor().execute("SELECT count(*) FROM claims WHERE tenant_id = %(t)s", {"t": kit.tenant}, prepare=True)
+        with db.system("oml_server") as c:
+            assert c.execute(sa.text("SELECT pg_backend_pid()")).scalar() == pid
+            assert c.execute(sa.text("SELECT count(*) FROM pg_class WHERE relname = 'leak' AND relpersistence = 't'")).scalar() == 0
+            assert c.execute(sa.text("SELECT count(*) FROM pg_cursors")).scalar() == 0
+            assert c.execute(sa.text("SELECT count(*) FROM pg_listening_channels()")).scalar() == 0
+            assert c.execute(sa.text("SHOW work_mem")).scalar() != "7MB"
+            with watch.connect() as w:
+                assert w.execute(sa.text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = :p"), {"p": pid}).scalar() == 0
+            assert c.execute(sa.text("SELECT count(*) FROM pg_prepared_statements")).scalar() == 1
+            # The kept statement names the tenant in its parameters and RLS reads the binding when it runs:
+            # with no tenant bound it sees nothing.
+            cur = c.connection.driver_connection.cursor()
+            cur.execute("SELECT count(*) FROM claims WHERE tenant_id = %(t)s", {"t": kit.tenant}, prepare=True)
+            assert cur.fetchone()[0] == 0
+    finally:
+        db.dispose()
+        watch.dispose()
+
+
+def test_a_dead_pooled_connection_is_replaced_at_checkout(db_url, kit):
+    """The reset is the liveness check: a backend terminated while its connection sat in the pool is replaced."""
+    db = Database(db_url, None, pool_size=1)
+    watch = sa.create_engine(db_url)  # the owner, who sees every backend's locks and may end one
+    try:
+        with db.tenant("oml_server", kit.tenant) as c:
+            pid = c.execute(sa.text("SELECT pg_backend_pid()")).scalar()
+        with watch.begin() as w:
+            assert w.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": pid}).scalar()
+        with db.tenant("oml_server", kit.tenant) as c:
+            assert c.execute(sa.text("SELECT pg_backend_pid()")).scalar() != pid
+            assert c.execute(sa.text("SELECT current_setting('oml.tenant_id')")).scalar() == kit.tenant
+    finally:
+        db.dispose()
+        watch.dispose()

@@ -84,6 +84,35 @@ def test_new_id_is_a_lowercase_uuid4():
         assert (u.version, u.variant, str(u)) == (4, uuid.RFC_4122, s)
 
 
+def test_new_ids_differ_across_threads_and_a_fork():
+    """The buffered draws: no two threads, and no forked child and its parent, hand out the same ids."""
+    import os
+    import threading
+
+    from oml.domain.canonical import new_id
+
+    new_id()  # the buffer now holds this thread's next ids
+    seen: list[str] = []
+    threads = [threading.Thread(target=lambda: seen.extend(new_id() for _ in range(300))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child writes its next ids and leaves at once
+        os.write(w, "".join(new_id() for _ in range(10)).encode())
+        os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    child = os.read(r, 4096).decode()
+    os.close(r)
+    mine = [new_id() for _ in range(10)]
+    theirs = [child[i:i + 36] for i in range(0, len(child), 36)]
+    assert len(theirs) == 10 and not set(theirs) & set(mine)
+    assert len(set(seen)) == 1200 and not set(seen) & set(mine)
+
+
 @given(st.datetimes(min_value=dt.datetime(1, 1, 1), timezones=st.sampled_from([dt.timezone.utc, dt.timezone(dt.timedelta(hours=5, minutes=30))])))
 def test_format_time_fast_path_matches_strftime(t):
     from oml.domain.canonical import format_time

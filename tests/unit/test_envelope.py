@@ -4,7 +4,9 @@ from __future__ import annotations
 import os
 
 import pytest
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from oml.domain import envelope
 
@@ -42,3 +44,22 @@ def test_a_wrap_from_an_encapsulation_opens_with_cryptography():
 def test_a_small_order_recipient_key_is_refused():
     with pytest.raises(ValueError):
         envelope.encapsulate(bytes(32))
+
+
+@settings(max_examples=100)
+@given(sk=st.binary(min_size=32, max_size=32), other=st.binary(min_size=32, max_size=32))
+def test_libsodium_scalar_multiplications_are_cryptographys(sk, other):
+    """encapsulate's X25519 (libsodium) gives the public key and agreement OpenSSL's X25519 gives (RFC 7748)."""
+    from nacl.bindings import crypto_scalarmult, crypto_scalarmult_base
+
+    key = X25519PrivateKey.from_private_bytes(sk)
+    assert crypto_scalarmult_base(sk) == envelope.x25519_public_raw(key)
+    peer = envelope.x25519_public_raw(X25519PrivateKey.from_private_bytes(other))
+    assert crypto_scalarmult(sk, peer) == key.exchange(X25519PublicKey.from_public_bytes(peer))
+
+
+def test_a_small_order_public_key_is_refused():
+    with pytest.raises(ValueError):
+        envelope.encapsulate(b"\x00" * 32)
+    with pytest.raises(ValueError):
+        envelope.encapsulate(b"\x01" * 31)

@@ -1,0 +1,60 @@
+"""Several statements in one round trip, inside a SQLAlchemy connection's transaction (issue 14).
+
+A transaction's opening lookups (the tenant binding, the chain head's lock, the signing key, the
+idempotency record, the workareas and keys a submit will read) each cost a round trip when sent one
+after the other; psycopg 3's pipeline mode sends them all and reads the answers after one Sync
+(https://www.psycopg.org/psycopg3/docs/advanced/pipeline.html). PostgreSQL runs them in order, each
+with its own snapshot (READ COMMITTED), exactly as it would have run them one by one.
+
+Statements use psycopg's placeholders (``%(name)s``) and run on the driver connection under ``conn``,
+so they belong to its transaction; SQLAlchemy cannot read results inside a pipeline, which is why
+this goes around it.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping, NamedTuple, Sequence
+
+import psycopg
+import sqlalchemy as sa
+from psycopg.rows import namedtuple_row
+
+
+class Query(NamedTuple):
+    """One statement and its parameters (psycopg ``%(name)s`` placeholders)."""
+
+    sql: str
+    params: Mapping[str, Any]
+
+
+def fetch(conn: sa.Connection, queries: Sequence[Query]) -> list[list[Any]]:
+    """Run ``queries`` in order in ``conn``'s transaction with one round trip; each query's rows as
+    named tuples (attribute access by column name, like SQLAlchemy's rows), ``[]`` for a statement
+    that returns none.
+
+    A failing statement aborts the rest (the transaction is then to be rolled back, as after any
+    error). Raises the :class:`sqlalchemy.exc.DBAPIError` subclass SQLAlchemy would raise
+    (``DataError`` for a malformed uuid …), without the parameters in its text."""
+    dc = conn.connection.driver_connection
+    cursors = []
+    with wrapped(queries[0].sql if len(queries) == 1 else "-- pipelined lookups"):
+        if len(queries) == 1:  # nothing to overlap: no pipeline's Sync bookkeeping
+            cur = dc.cursor(row_factory=namedtuple_row)
+            cur.execute(queries[0].sql, queries[0].params)
+            cursors.append(cur)
+        else:
+            with dc.pipeline():
+                for q in queries:
+                    cur = dc.cursor(row_factory=namedtuple_row)
+                    cur.execute(q.sql, q.params)
+                    cursors.append(cur)
+        return [cur.fetchall() if cur.description is not None else [] for cur in cursors]
+
+
+@contextmanager
+def wrapped(sql: str | None) -> Iterator[None]:
+    """Translate psycopg errors raised inside into SQLAlchemy's exceptions (a pipeline's, at its sync)."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        raise sa.exc.DBAPIError.instance(sql, None, exc, psycopg.Error, hide_parameters=True) from exc
