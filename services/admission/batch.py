@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import sqlalchemy as sa
 
 from oml.domain import envelope
+from oml.domain.canonical import new_id
 from oml.services.storage import pipelined
 
 from . import journal, projector, sets, wrapping
@@ -28,14 +29,12 @@ from .signer import Signer
 # three of a chunk in PostgreSQL's statement log); a batch of 100 goes as two chunks (T11 also sent a short last
 # chunk: three; docs/decisions.md, T15).
 CHUNK = 50
-# DEKs go to the wrap worker in groups of this many, independently of CHUNK: at the end of a batch only the
-# last group's wraps are waited for (a chunk's worth, 50 × ~90 µs, was exposed at every commit).
-WRAP_GROUP = 10
-# A batch of at least this many claims wraps its DEKs in the worker (fewer: starting one costs more than it saves).
+# A batch of at least this many claims has a worker (fewer: starting one costs more than it saves).
 WORKER_MIN = 50
-# With a worker, a batch's bodies are classified there ahead of admission, this many per request
-# (:meth:`Batch.classify_ahead`); each item still takes its findings at the point it did.
-CLASSIFY_GROUP = 10
+# With a worker, a batch's bodies are classified and its new claims sealed there ahead of admission, this many
+# per request (:meth:`Batch.ahead`), the first request FIRST_GROUP: admission waits for it at its first item.
+AHEAD_GROUP = 10
+FIRST_GROUP = 2
 
 _ARTIFACT_COLUMNS = ("artifact_id", "kind", "claim_id", "version_id", "ciphertext", "sha256", "created_seq")
 _ARTIFACT_TYPES = ("uuid", "text", "uuid", "uuid", "bytea", "bytea", "bigint")
@@ -81,14 +80,37 @@ def write_subjects(conn: sa.Connection, tenant: str, rows: list[tuple[str, bytes
         sets.execute(conn, _SUBJECTS, {"t": tenant} | sets.columns(_SUBJECT_COLUMNS, rows, _SUBJECT_TYPES))
 
 
+class Prepared(NamedTuple):
+    """Ids drawn ahead for a new claim of a batch with a worker, so the worker can seal its body ahead:
+    the AAD names them (``envelope.body_aad``)."""
+
+    claim_id: str
+    version_id: str
+    artifact_id: str
+
+
+@dataclass
+class _Group:
+    """Items ``first …`` handed to the worker in one request: ``(body, plaintext, aad, info)`` each (the last
+    three ``None`` for an item classified only), under ``regions``, sealed to ``public_key``; ``rid`` is the
+    request's id, ``None`` once the worker is gone."""
+
+    first: int
+    items: list[tuple[dict[str, Any], bytes | None, bytes | None, bytes | None]]
+    regions: Any
+    public_key: bytes
+    rid: int | None
+
+
 @dataclass
 class Batch:
     """The deferred writes of one group commit on ``head`` (attach with :func:`attach`).
 
-    Every :data:`CHUNK` events the rows so far
-    are sent in psycopg's pipeline mode without waiting for the server, so PostgreSQL inserts one chunk
-    while admission classifies, seals and signs the next (the two sides of one transaction on two cores);
-    :meth:`settle` waits for every result, and any error of a chunk is raised there, before the commit.
+    Every :data:`CHUNK` events the rows so far are sent in psycopg's pipeline mode without waiting for
+    the server, so PostgreSQL inserts one chunk while admission validates and signs the next (the two
+    sides of one transaction on two cores); :meth:`settle` waits for every result, and any error of a
+    chunk is raised there, before the commit. With a worker (a batch of :data:`WORKER_MIN` or more),
+    the worker classifies every body and seals every new claim's ahead of admission (:meth:`ahead`).
     """
 
     head: journal.Head
@@ -97,116 +119,101 @@ class Batch:
     artifacts: list[Artifact] = field(default_factory=list)
     subjects: list[tuple[str, bytes]] = field(default_factory=list)
     pipeline: Any = None  # the open psycopg Pipeline while chunks are in flight
-    worker: wrapping.Worker | None = None  # wraps DEKs in a worker process (services/admission/wrapping.py)
-    unwrapped: list[tuple[Artifact, bytes, bytes, bytes]] = field(default_factory=list)  # (row, dek, info, public key)
-    # Groups handed to the worker (or, without one, to wrap here), oldest first: (public key, jobs, rows,
-    # the worker's request id or None).
-    wrapping: list[tuple[bytes, list[tuple[bytes, bytes]], list[Artifact], int | None]] = field(default_factory=list)
+    worker: wrapping.Worker | None = None  # classifies and seals ahead (services/admission/wrapping.py)
     left: int = 0  # events still expected (the claims of the submit not yet appended)
-    # Classification ahead: (first item, bodies, regions, request id or None once the worker is gone), and
-    # the answers taken so far by item.
-    classes: list[tuple[int, list[dict], Any, int | None]] = field(default_factory=list)
-    found: dict[int, Any] = field(default_factory=dict)
+    prepared: dict[int, Prepared] = field(default_factory=dict)  # item -> ids drawn ahead (new claims)
+    groups: list[_Group] = field(default_factory=list)  # requests not answered yet, oldest first
+    # item -> (findings or exception, (ciphertext, digest, wrapped DEK) or None, what the worker was given)
+    answers: dict[int, tuple[Any, tuple[bytes, bytes, bytes] | None, tuple]] = field(default_factory=dict)
 
-    def classify_ahead(self, regions: Any, bodies: list[dict[str, Any]]) -> None:
-        """Have the worker classify ``bodies`` (the items of the batch, in order) under ``regions`` while admission
-        works through the items (no-op without a worker). Runs under the head lock, with the regions admission
-        would classify with; :meth:`findings` hands each item its own answer."""
+    def ahead(self, regions: Any, key: tuple[int, bytes], items: list[tuple[dict[str, Any], bytes, bool]]) -> None:
+        """Have the worker classify each body of ``items`` ``(body, canonical bytes, new claim)`` (the batch's, in
+        order) under ``regions`` and seal each new claim's body to ``key`` ``(version, X25519 public key)`` under
+        ids drawn now (:attr:`prepared`), while admission works through the items (no-op without a worker).
+
+        Runs under the head lock, with the regions and key admission would use; each item still takes its
+        findings (:meth:`findings`) and its sealed body (:meth:`seal`) at the point it did, and only when the
+        worker's input is what admission would have used there: a refusal is the same refusal, and an item
+        whose AAD turns out otherwise is sealed in-process. The first group is small, so admission's first
+        wait for the worker is short."""
         if self.worker is None:
             return
-        # The first group is classified here, as admission reaches it: the worker's first answer would come only
-        # after its wake-up and the whole group, with admission waiting (about 1.5 ms a batch, measured).
-        for g in range(CLASSIFY_GROUP, len(bodies), CLASSIFY_GROUP):
-            part = bodies[g:g + CLASSIFY_GROUP]
+        version, pub = key
+        tenant = self.head.tenant
+        n = len(items)
+        bounds = sorted({0, min(FIRST_GROUP, n), *range(FIRST_GROUP, n, AHEAD_GROUP), n})
+        for lo, hi in zip(bounds, bounds[1:]):
+            part = []
+            for i in range(lo, hi):
+                body, plaintext, new_claim = items[i]
+                if new_claim:
+                    ids = self.prepared[i] = Prepared(new_id(), new_id(), new_id())
+                    part.append((body, plaintext, envelope.body_aad(tenant, *ids), envelope.dek_info(tenant, ids.artifact_id, version)))
+                else:
+                    part.append((body, None, None, None))
             rid = None
             if self.worker is not None:
                 try:
-                    rid = self.worker.classify(regions, part)
+                    rid = self.worker.seal(regions, pub, part)
                 except OSError:
                     self._drop_worker()
-            self.classes.append((g, part, regions, rid))
+            self.groups.append(_Group(lo, part, regions, pub, rid))
+
+    def _answer(self, i: int) -> tuple | None:
+        """The worker's answer for item ``i`` ``(findings or exception, (ciphertext, digest, wrapped DEK) or None,
+        the item it answers)``, waiting for it if needed; ``None`` for an item not handed to the worker."""
+        if i not in self.answers:
+            group = next((g for g in self.groups if g.first <= i < g.first + len(g.items)), None)
+            if group is None:
+                return None
+            answers = None
+            if group.rid is not None and self.worker is not None:
+                try:
+                    answers = self.worker.result(group.rid)
+                except (OSError, EOFError, pickle.UnpicklingError):
+                    self._drop_worker()
+            if answers is None or len(answers) != len(group.items):  # the worker is gone: classify here, seal later
+                answers = [(f, None) for f in wrapping.classify_all(group.regions, [it[0] for it in group.items])]
+            self.groups.remove(group)
+            self.answers.update({group.first + k: (*a, (group.regions, group.public_key, *it))
+                                 for k, (a, it) in enumerate(zip(answers, group.items))})
+        return self.answers[i]
 
     def findings(self, i: int, body: dict[str, Any], regions: Any) -> list:
         """``pii.classify_body(body, phone_regions=regions)`` for item ``i``: the worker's answer when it
-        classified the item ahead, else computed here; an exception it raised is raised here."""
-        if i not in self.found:
-            group = next((c for c in self.classes if c[0] <= i < c[0] + len(c[1])), None)
-            if group is None or group[1][i - group[0]] is not body or group[2] != regions:
-                return _classify(body, regions)
-            first, part, _, rid = group
-            answers = None
-            if rid is not None and self.worker is not None:
-                try:
-                    answers = self.worker.result(rid)
-                except (OSError, EOFError, pickle.UnpicklingError):
-                    self._drop_worker()
-            if answers is None or len(answers) != len(part):
-                answers = wrapping.classify_all(regions, part)
-            self.classes.remove(group)
-            self.found.update({first + k: a for k, a in enumerate(answers)})
-        answer = self.found.pop(i)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
+        classified the item ahead under the same regions, else computed here; an exception it raised is raised here."""
+        answer = self._answer(i)
+        if answer is None or answer[2][2] is not body or answer[2][0] != regions:
+            return _classify(body, regions)
+        if isinstance(answer[0], Exception):
+            raise answer[0]
+        return answer[0]
 
     def seal(self, body: dict[str, Any], row: Artifact, *, aad: bytes, info: bytes, public_key: bytes,
-             plaintext: bytes | None = None) -> Artifact:
+             plaintext: bytes | None = None, item: int | None = None) -> Artifact:
         """Encrypt ``body`` (``plaintext``: its canonical bytes, if computed) for the artifact ``row`` (its
-        ciphertext fields unset) and defer its rows.
+        ciphertext fields unset) and defer its rows; returns the row with ciphertext, digest and wrapped DEK set.
 
-        The DEK is wrapped here, or, with a worker, by the worker process a chunk at a time and
-        collected one chunk later (:meth:`send`). Returns the row with ciphertext and digest set."""
-        if self.worker is None:
-            sealed = envelope.seal(body, aad=aad, info=info, public_key=public_key, key_version=row.key_version,
-                                   plaintext=plaintext)
-            row = row._replace(ciphertext=sealed.ciphertext, digest=sealed.digest, wrapped_dek=sealed.wrapped_dek)
-            self.artifacts.append(row)
-            return row
-        dek, ciphertext, digest = envelope.encrypt(body, aad=aad, plaintext=plaintext)
-        row = row._replace(ciphertext=ciphertext, digest=digest)
-        self.unwrapped.append((row, dek, info, public_key))
-        # The batch's last WRAP_GROUP DEKs go one at a time, so the commit waits for one wrap, not ten.
-        if len(self.unwrapped) >= WRAP_GROUP or self.left <= WRAP_GROUP:
-            self._dispatch()
+        Item ``item``'s body as the worker sealed it ahead, when it sealed exactly this (plaintext, AAD, DEK info,
+        public key); else here, with one fresh DEK wrapped by HPKE (:func:`oml.domain.envelope.seal`)."""
+        answer = self.answers.pop(item, None) if item is not None else None
+        given = answer[2] if answer is not None else None  # (regions, public key, body, plaintext, aad, info)
+        if (answer is not None and answer[1] is not None and given[2] is body and given[1] == public_key
+                and given[3] == plaintext and given[4] == aad and given[5] == info):
+            ciphertext, digest, wrapped_dek = answer[1]
+        else:
+            s = envelope.seal(body, aad=aad, info=info, public_key=public_key, key_version=row.key_version, plaintext=plaintext)
+            ciphertext, digest, wrapped_dek = s.ciphertext, s.digest, s.wrapped_dek
+        row = row._replace(ciphertext=ciphertext, digest=digest, wrapped_dek=wrapped_dek)
+        self.artifacts.append(row)
         return row
 
-    def _dispatch(self) -> None:
-        """Hand the unwrapped DEKs, grouped by public key, to the worker."""
-        group, self.unwrapped = self.unwrapped, []
-        for pub in dict.fromkeys(g[3] for g in group):
-            part = [g for g in group if g[3] == pub]
-            jobs = [(dek, info) for _, dek, info, _ in part]
-            rid = None
-            if self.worker is not None:
-                try:
-                    rid = self.worker.submit(pub, jobs)
-                except OSError:
-                    self._drop_worker()
-            self.wrapping.append((pub, jobs, [r for r, *_ in part], rid))
-
     def _drop_worker(self) -> None:
-        """Give up on the worker (it died): every group it holds is wrapped here instead."""
+        """Give up on the worker (it died): every group it holds is classified and sealed here instead."""
         wrapping.checkin(self.worker, healthy=False)
         self.worker = None
-        self.wrapping = [(pub, jobs, rows, None) for pub, jobs, rows, _ in self.wrapping]
-        self.classes = [(first, part, regions, None) for first, part, regions, _ in self.classes]
-
-    def _collect(self, *, keep_last: bool) -> None:
-        """Move wrapped artifacts to the rows to write; ``keep_last`` leaves the newest group in flight."""
-        if not keep_last and self.unwrapped:
-            self._dispatch()
-        while len(self.wrapping) > (1 if keep_last else 0):
-            pub, jobs, rows, rid = self.wrapping[0]
-            wrapped = None
-            if rid is not None and self.worker is not None:
-                try:
-                    wrapped = self.worker.result(rid)
-                except (OSError, EOFError, pickle.UnpicklingError):
-                    self._drop_worker()
-            if wrapped is None or len(wrapped) != len(jobs):
-                wrapped = wrapping.wrap_many(pub, jobs)
-            self.wrapping.pop(0)
-            self.artifacts += [r._replace(wrapped_dek=w) for r, w in zip(rows, wrapped)]
+        for g in self.groups:
+            g.rid = None
 
     def append(self, signer: Signer, type: str, actor: Any, data: dict[str, Any], **kw: Any) -> journal.Appended:
         """Link ``type`` after the head now (seq, hash, signature) and defer its row and projection."""
@@ -221,7 +228,6 @@ class Batch:
     def send(self) -> None:
         """Send everything deferred so far -- journal, artifacts, projections, subjects, in this order --
         without waiting for the results."""
-        self._collect(keep_last=True)
         if not (self.rows or self.artifacts or self.subjects):
             return
         conn, tenant = self.head.conn, self.head.tenant
@@ -235,16 +241,8 @@ class Batch:
         self.rows, self.events, self.artifacts, self.subjects = [], [], [], []
 
     def settle(self) -> None:
-        """Send what is deferred and wait for every result (raises the first error of any chunk).
-
-        The rows go before the last wraps are collected and the artifacts those wraps complete after them,
-        so PostgreSQL writes the last chunk while the worker finishes (nothing reads an artifact before the
-        commit; T15)."""
+        """Send what is deferred and wait for every result (raises the first error of any chunk)."""
         self.send()
-        self._collect(keep_last=False)
-        if self.artifacts:
-            write_artifacts(self.head.conn, self.head.tenant, self.artifacts)
-            self.artifacts = []
         if self.pipeline is not None:
             pipe, self.pipeline = self.pipeline, None
             with pipelined.wrapped("-- a group commit's pipeline"):
@@ -253,7 +251,7 @@ class Batch:
     def discard(self) -> None:
         """Drop what is deferred and leave pipeline mode after a refusal (the transaction rolls back)."""
         self.rows, self.events, self.artifacts, self.subjects = [], [], [], []
-        self.unwrapped, self.wrapping, self.classes, self.found = [], [], [], {}
+        self.groups, self.answers = [], {}
         if self.pipeline is not None:
             pipe, self.pipeline = self.pipeline, None
             try:
@@ -271,7 +269,8 @@ def _classify(body: dict[str, Any], regions: Any) -> list:
 def attach(head: journal.Head, size: int = 1) -> Batch:
     """Defer ``head``'s appends, artifacts and subjects into a new :class:`Batch` until it settles.
 
-    ``size``: the number of claims to come; from :data:`WORKER_MIN` on, DEKs are wrapped in the worker process."""
+    ``size``: the number of claims to come; from :data:`WORKER_MIN` on, the batch has a worker process
+    (:meth:`Batch.ahead`)."""
     head.batch = Batch(head, worker=wrapping.checkout() if size >= WORKER_MIN else None, left=size)
     return head.batch
 

@@ -485,20 +485,22 @@ class Admission:
 
     def seal_artifact(self, conn, tenant: str, body: dict, *, kind: str, claim_id: str | None, version_id: str | None, seq_hint: int,
                       key: tuple[int, bytes] | None = None, pending: batching.Batch | None = None,
-                      plaintext: bytes | None = None) -> tuple[str, bytes]:
+                      plaintext: bytes | None = None, artifact_id: str | None = None,
+                      item: int | None = None) -> tuple[str, bytes]:
         """Encrypt ``body`` as a new artifact; stores ciphertext and wrapped DEK; returns (artifact id, digest).
 
         ``key`` is the tenant's current ``(version, public key)`` for encryption when the caller already has it;
-        with ``pending`` the rows are written when that group commit flushes; ``plaintext`` is
+        with ``pending`` the rows are written when that group commit flushes (item ``item`` of it: sealed
+        ahead by its worker when it was given this artifact's id, ``artifact_id``); ``plaintext`` is
         ``canonical(body)`` when the caller has computed it.
         """
-        artifact_id = new_id()
+        artifact_id = artifact_id or new_id()
         version, pub = key or self._encryption_key(conn, tenant)
         aad = envelope.body_aad(tenant, claim_id or "", version_id or "", artifact_id)
         info = envelope.dek_info(tenant, artifact_id, version)
         row = batching.Artifact(artifact_id, kind, claim_id, version_id, b"", b"", seq_hint, version, b"")
         if pending is not None:
-            return artifact_id, pending.seal(body, row, aad=aad, info=info, public_key=pub, plaintext=plaintext).digest
+            return artifact_id, pending.seal(body, row, aad=aad, info=info, public_key=pub, plaintext=plaintext, item=item).digest
         sealed = envelope.seal(body, aad=aad, info=info, public_key=pub, key_version=version, plaintext=plaintext)
         batching.write_artifacts(conn, tenant, [row._replace(ciphertext=sealed.ciphertext, digest=sealed.digest,
                                                              wrapped_dek=sealed.wrapped_dek)])
@@ -577,9 +579,10 @@ class Admission:
             b = batching.attach(head, len(items))
             ok = False
             try:
-                if b.worker is not None:  # classified in the worker ahead of the loop, under this lock
-                    b.classify_ahead(_memo(head, "phone_regions", lambda: self.phone_regions(head.conn, p.tenant, head.fetched.get("phone_regions"))),
-                                     [s.body for s in items])
+                if b.worker is not None:  # classified and sealed in the worker ahead of the loop, under this lock
+                    b.ahead(_memo(head, "phone_regions", lambda: self.phone_regions(head.conn, p.tenant, head.fetched.get("phone_regions"))),
+                            _memo(head, "encryption_key", lambda: self._encryption_key(head.conn, p.tenant, head.fetched.get("encryption_key"))),
+                            [(s.body, plaintexts[i], s.claim_id is None) for i, s in enumerate(items)])
                 for i, s in enumerate(items):
                     try:
                         out.append(self._submit_one(head, p, s, i, plaintexts[i]))
@@ -628,8 +631,9 @@ class Admission:
             if self.simulation_state(conn, p, explicit_sim) is None:
                 raise simrules.simulation_not_found()
         existing_versions: list = []
+        ids = b.prepared.get(i) if b is not None else None  # drawn ahead for the worker to seal with (batch.Batch.ahead)
         if s.claim_id is None:
-            claim_id, version_no, kind = new_id(), 1, s.kind
+            claim_id, version_no, kind = ids.claim_id if ids else new_id(), 1, s.kind
             if s.supersedes is not None:
                 raise invalid("supersedes needs claim_id", field=f"claims[{i}].supersedes")
         else:
@@ -681,11 +685,11 @@ class Admission:
             version_no = simrules.next_version_no(
                 [(v.version_no, v.tainted, str(v.simulation_id) if v.simulation_id else None) for v in existing_versions], sim)
         provenance = "simulation" if explicit_sim is not None else s.provenance
-        version_id = new_id()
+        version_id = ids.version_id if ids else new_id()
         enc = _memo(head, "encryption_key", lambda: self._encryption_key(conn, p.tenant, fetched.get("encryption_key")))
         artifact_id, digest = self.seal_artifact(conn, p.tenant, s.body, kind="body", claim_id=claim_id,
                                                  version_id=version_id, seq_hint=head.seq + 1, key=enc, pending=head.batch,
-                                                 plaintext=plaintext)
+                                                 plaintext=plaintext, artifact_id=ids.artifact_id if ids else None, item=i)
         data = {
             "claim_id": claim_id, "version_id": version_id, "version_no": version_no, "workarea_id": s.workarea_id,
             "kind": kind, "provenance": provenance, "supersedes": s.supersedes, "derived_from": derived,

@@ -1,16 +1,22 @@
-"""HPKE wraps of a group commit's DEKs in a worker process (issue 14; docs/decisions.md T7).
+"""Classification and sealing of a group commit's claims in a worker process (issue 14; docs/decisions.md
+T7, T13, T15).
 
-One HPKE wrap per artifact (the design's shredding unit) is the largest single cost of admitting a
-claim, and ``cryptography`` holds the GIL while it runs, so a thread cannot overlap it. A batch checks
-out a worker -- ``python -m oml.services.admission.wrapping``, started with :mod:`subprocess`, so it
-never re-imports the caller's main module as ``multiprocessing``'s spawn would -- hands it each
-chunk's ``(dek, info)`` pairs and reads the wrapped DEKs one chunk later, while it classifies, seals
-and signs the next. Only a public key and the DEKs of the artifacts being written cross the pipe (both
-already in admission's memory); no private key.
+One HPKE wrap per artifact (the design's shredding unit) and the personal-data classifier are the
+largest costs of admitting a claim after its signature, and ``cryptography`` holds the GIL while it
+runs, so a thread cannot overlap them. A batch of :data:`~oml.services.admission.batch.WORKER_MIN`
+or more checks out a worker -- ``python -m oml.services.admission.wrapping``, started with
+:mod:`subprocess`, so it never re-imports the caller's main module as ``multiprocessing``'s spawn
+would -- and hands it, right after the head lock, every body of the batch in groups: the worker
+classifies each and seals each new claim's (AES-256-GCM under a fresh DEK, the DEK wrapped with HPKE
+to the tenant's public key, under the ids admission drew for it), while admission validates, links and
+signs. Crossing the pipe: the bodies and their canonical bytes (already in admission's memory), the
+AAD and DEK info, the public key; back, findings, ciphertexts and wrapped DEKs. A DEK exists only in
+the worker; no private key is ever here.
 
-``OML_ADMISSION_WRAP_PROCESSES`` (default 1) caps the idle workers kept per server process; 0 wraps
-in-process. A worker that fails is dropped and its jobs are wrapped in-process. A worker has its
-encapsulations made ahead at idle priority (``OML_ADMISSION_WRAP_AHEAD``, :func:`_serve`; docs/decisions.md T12).
+``OML_ADMISSION_WRAP_PROCESSES`` (default 1) caps the idle workers kept per server process; 0: none,
+admission classifies and seals in-process. A worker that fails is dropped and its items are classified
+and sealed in-process. A worker has its encapsulations made ahead at idle priority
+(``OML_ADMISSION_WRAP_AHEAD``, :func:`_serve`; docs/decisions.md T12).
 """
 from __future__ import annotations
 
@@ -27,11 +33,6 @@ from oml.domain import envelope
 _HEADER = struct.Struct(">I")
 _lock = threading.Lock()
 _idle: list["Worker"] = []
-
-
-def wrap_many(public_key: bytes, jobs: list[tuple[bytes, bytes]]) -> list[bytes]:
-    """``[envelope.wrap(dek, info=info, public_key=public_key) for dek, info in jobs]``."""
-    return [envelope.wrap(dek, info=info, public_key=public_key) for dek, info in jobs]
 
 
 def _send(stream: BinaryIO, obj: object) -> None:
@@ -71,14 +72,13 @@ class Worker:
         self.unclaimed.append(rid)
         return rid
 
-    def submit(self, public_key: bytes, jobs: list[tuple[bytes, bytes]]) -> int:
-        """Ask for ``jobs`` ``(dek, info)`` wrapped to ``public_key``; returns the request's id."""
-        return self._request(("wrap", public_key, jobs))
-
-    def classify(self, regions: tuple[str, ...] | None, bodies: list[dict]) -> int:
-        """Ask for :func:`oml.domain.pii.classify_body` of each body (answered as its findings or the exception
-        it raised); returns the request's id."""
-        return self._request(("classify", regions, bodies))
+    def seal(self, regions: tuple[str, ...] | None, public_key: bytes,
+             items: list[tuple[dict, bytes | None, bytes | None, bytes | None]]) -> int:
+        """Ask, for each item ``(body, canonical bytes, AAD, DEK info)``, for ``(findings, sealed)``: the body's
+        :func:`oml.domain.pii.classify_body` under ``regions`` (its findings, or the exception it raised) and,
+        when the item carries its bytes, ``(ciphertext, SHA-256, HPKE-wrapped DEK)`` under a fresh DEK
+        (:func:`seal_one`), else ``None``; returns the request's id."""
+        return self._request(("seal", (regions, public_key), items))
 
     def result(self, rid: int | None = None) -> list:
         """The answer to request ``rid`` (default: the oldest not yet taken)."""
@@ -179,6 +179,18 @@ class _Ahead:
         self.proc.stdout.close()
 
 
+def seal_one(body: dict, plaintext: bytes, aad: bytes, info: bytes, public_key: bytes,
+             encapsulation: envelope.Encapsulation | None) -> tuple[bytes, bytes, bytes]:
+    """``body`` (``plaintext``: its canonical bytes) under a fresh DEK, and the DEK wrapped to ``public_key``:
+    with ``encapsulation`` (made ahead) by the key schedule and one AES-GCM seal, else in full
+    (:func:`oml.domain.envelope.encapsulate`; the library's ``envelope.wrap`` with
+    ``OML_ADMISSION_WRAP_AHEAD=0``). Returns ``(ciphertext, sha256(ciphertext), wrapped DEK)``."""
+    dek, ciphertext, digest = envelope.encrypt(body, aad=aad, plaintext=plaintext)
+    if encapsulation is None and os.environ.get("OML_ADMISSION_WRAP_AHEAD", "1") == "0":
+        return ciphertext, digest, envelope.wrap(dek, info=info, public_key=public_key)
+    return ciphertext, digest, envelope.wrap_encapsulated(encapsulation or envelope.encapsulate(public_key), dek, info=info)
+
+
 def classify_all(regions: tuple[str, ...] | None, bodies: list[dict]) -> list:
     """For each body, :func:`oml.domain.pii.classify_body` under ``regions``, or the exception it raised."""
     import oml.domain.pii as pii
@@ -194,7 +206,7 @@ def classify_all(regions: tuple[str, ...] | None, bodies: list[dict]) -> list:
 
 
 def _serve() -> None:
-    """The worker's loop: read ``(public key, jobs)``, answer the wrapped DEKs, until stdin closes.
+    """The worker's loop: read a ``seal`` request (:meth:`Worker.seal`), answer it, until stdin closes.
 
     With ``OML_ADMISSION_WRAP_AHEAD`` (default 1; 0: off) a child process at idle priority encapsulates
     (:func:`oml.domain.envelope.encapsulate`) to the last public key asked about, into a pipe (at most its
@@ -217,14 +229,14 @@ def _serve() -> None:
         while True:
             try:
                 (n,) = _HEADER.unpack(_read_exact(fd, _HEADER.size))
-                kind, public_key, jobs = pickle.loads(_read_exact(fd, n))
+                kind, (regions, public_key), items = pickle.loads(_read_exact(fd, n))
             except EOFError:
                 return
-            if kind == "classify":
-                _send(stdout, classify_all(public_key, jobs))  # (regions, bodies)
-                continue
+            if kind != "seal":
+                raise ValueError(f"unknown request {kind!r}")
             ready: list[envelope.Encapsulation] = []
-            if use_ahead:
+            to_seal = sum(1 for it in items if it[1] is not None)
+            if use_ahead and to_seal:
                 if ahead is not None and (ahead.key != public_key or ahead.proc.poll() is not None):
                     ahead.close()
                     ahead = None
@@ -234,12 +246,14 @@ def _serve() -> None:
                     except OSError:
                         ahead = None
                 if ahead is not None:
-                    ready = ahead.take(len(jobs))
-            # A DEK finding no encapsulation ready is wrapped in full here, by the same two steps when the child is
-            # on (their X25519 through libsodium: ~20 µs less a wrap than the library's, T15), by the library when off.
-            out = [envelope.wrap_encapsulated(ready[i] if i < len(ready) else envelope.encapsulate(public_key), dek, info=info)
-                   if use_ahead else envelope.wrap(dek, info=info, public_key=public_key)
-                   for i, (dek, info) in enumerate(jobs)]
+                    ready = ahead.take(to_seal)
+            findings = classify_all(regions, [it[0] for it in items])
+            out = []
+            for f, (body, plaintext, aad, info) in zip(findings, items):
+                sealed = None
+                if plaintext is not None:
+                    sealed = seal_one(body, plaintext, aad, info, public_key, ready.pop() if ready else None)
+                out.append((f, sealed))
             _send(stdout, out)
     finally:
         if ahead is not None:

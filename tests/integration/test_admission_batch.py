@@ -142,6 +142,27 @@ def test_dek_wraps_from_the_worker_open_and_a_dead_worker_falls_back(ctx, kit):
     assert sorted(_opens(ctx, kit, n)) == sorted(canonical(b) for b in bodies)
 
 
+def test_a_worker_batch_mixing_new_claims_and_new_versions_opens_and_verifies(ctx, kit):
+    """A batch with a worker seals its new claims there (ids drawn ahead) and the new versions of existing claims
+    in-process, an upper-case claim id included (the AAD names the stored id); every body opens with its own AAD,
+    versions number as one by one, the journal and projections verify."""
+    from oml.domain.canonical import canonical
+
+    w = authenticate(ctx.db, kit.writer_key)
+    base = ctx.admission.submit(w, [Submission(kit.root, {"statement": f"base {i}"}) for i in range(3)])["items"]
+    n = batch_mod.WORKER_MIN + 10
+    items = [Submission(kit.root, {"statement": f"mixed {i}"}) for i in range(n)]
+    items[5] = Submission(kit.root, {"statement": "v2 of base 0"}, claim_id=base[0]["claim_id"])
+    items[30] = Submission(kit.root, {"statement": "v2 of base 1"}, claim_id=base[1]["claim_id"].upper())
+    items[31] = Submission(kit.root, {"statement": "v3 of base 0"}, claim_id=base[0]["claim_id"])
+    out = ctx.admission.submit(w, items)["items"]
+    assert [out[i]["version_no"] for i in (0, 5, 30, 31)] == [1, 2, 2, 3]
+    assert sorted(_opens(ctx, kit, n)) == sorted(canonical(s.body) for s in items)
+    report = verify_journal(ctx.db, kit.tenant, kit.fingerprint)
+    assert report.ok, (report.result.reason, report.findings)
+    assert verify_tenant(ctx.db, kit.tenant) == []
+
+
 def test_a_set_statement_fails_as_sqlalchemy_would_without_its_values(ctx, kit):
     from oml.services.admission import sets
 
@@ -216,15 +237,17 @@ def test_arrays_built_here_read_back_as_psycopg_sends_them(ctx, sql_type, values
 
 
 @pytest.mark.parametrize("pool", ["0", "1"])
-def test_the_wrap_worker_wraps_from_its_pool_and_each_wrap_opens(monkeypatch, pool):
-    """With or without encapsulations made ahead, every wrapped DEK opens with the recipient key and its own info,
-    and no two wraps share an ephemeral key (enc); a new public key is served too."""
-    import os
+def test_the_worker_seals_from_its_pool_and_each_body_opens(monkeypatch, pool):
+    """With or without encapsulations made ahead, every body the worker seals opens: its wrapped DEK with the
+    recipient key and its own info, its ciphertext with that DEK and its own AAD; no two wraps share an
+    ephemeral key (enc); a new public key is served too; an item without bytes is classified only."""
+    import hashlib
     import time
 
     from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
     from oml.domain import envelope
+    from oml.domain.canonical import canonical
     from oml.services.admission import wrapping
 
     monkeypatch.setenv("OML_ADMISSION_WRAP_AHEAD", pool)
@@ -234,15 +257,25 @@ def test_the_wrap_worker_wraps_from_its_pool_and_each_wrap_opens(monkeypatch, po
         first, second = X25519PrivateKey.generate(), X25519PrivateKey.generate()
         for round_, sk in enumerate((first, first, second)):
             pub = envelope.x25519_public_raw(sk)
-            jobs = [(os.urandom(32), f"oml.dek.v1|t|a{round_}-{i}|1".encode()) for i in range(30)]
-            w.submit(pub, jobs)
-            wrapped = w.result()
-            assert len(wrapped) == len(jobs)
-            for (dek, info), blob in zip(jobs, wrapped):
-                assert envelope.unwrap(blob, info=info, private_key=sk.private_bytes_raw()) == dek
-                seen.add(blob[:32])
+            items = []
+            for i in range(30):
+                body = {"statement": f"round {round_} item {i}" + (" mail ada@example.org" if i == 7 else "")}
+                aad, info = envelope.body_aad("t", f"c{i}", f"v{i}", f"a{round_}-{i}"), envelope.dek_info("t", f"a{round_}-{i}", 1)
+                items.append((body, canonical(body), aad, info) if i != 3 else (body, None, None, None))
+            w.seal(None, pub, items)
+            answers = w.result()
+            assert len(answers) == len(items)
+            for (body, plaintext, aad, info), (findings, sealed) in zip(items, answers):
+                assert [f.kind for f in findings] == (["email"] if "ada@" in body["statement"] else [])
+                if plaintext is None:
+                    assert sealed is None
+                    continue
+                ciphertext, digest, wrapped = sealed
+                dek = envelope.unwrap(wrapped, info=info, private_key=sk.private_bytes_raw())
+                assert envelope.open_body(ciphertext, dek=dek, aad=aad) == plaintext and digest == hashlib.sha256(ciphertext).digest()
+                seen.add(wrapped[:32])
             time.sleep(0.2)  # the worker fills its pool meanwhile
-        assert len(seen) == 90
+        assert len(seen) == 87
     finally:
         w.close()
 
