@@ -53,10 +53,11 @@ def test_bench_admission_runs_small(ctx):
     from oml.services.bench.admission import render, run
     from oml.services.journal_verify import verify_journal
 
-    res = run(ctx, single=3, batched=10, batch=4)
+    res = run(ctx, single=3, batched=10, batch=4, rounds=2)
     for k in ("admission_single", "admission_batched", "raw_single", "raw_batched"):
         assert res[k]["claims"] in (3, 10) and res[k]["claims_per_s"] > 0
+    assert len(res["rounds"]) == 2 and res["ratio_batched"] in [r["ratio"] for r in res["rounds"]]
     lines = render(res)
-    assert len(lines) == 11 and lines[8].startswith("CPU per claim, batched") and lines[10].startswith("WAL per claim, batched")
-    assert lines[9].startswith("first group commit of 4, before the timed ones")
+    assert len(lines) == 12 and lines[8].startswith("batched rounds") and lines[9].startswith("CPU per claim, batched")
+    assert lines[10].startswith("first group commit of 4, before the timed ones") and lines[11].startswith("WAL per claim, batched")
     assert verify_journal(ctx.db, res["tenant"]).ok
