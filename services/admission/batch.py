@@ -89,16 +89,33 @@ class Prepared(NamedTuple):
     artifact_id: str
 
 
-@dataclass
-class _Group:
-    """Items ``first …`` handed to the worker in one request: ``(body, plaintext, aad, info)`` each (the last
-    three ``None`` for an item classified only), under ``regions``, sealed to ``public_key``; ``rid`` is the
-    request's id, ``None`` once the worker is gone."""
+class _Given(NamedTuple):
+    """What the worker was given for one item: a body is sealed only when ``plaintext`` is set."""
 
-    first: int
-    items: list[tuple[dict[str, Any], bytes | None, bytes | None, bytes | None]]
     regions: Any
     public_key: bytes
+    body: dict[str, Any]
+    plaintext: bytes | None
+    aad: bytes | None
+    info: bytes | None
+
+
+class _Answer(NamedTuple):
+    """The worker's answer for one item: its findings (or the exception the classifier raised) and, when it
+    sealed the body, ``(ciphertext, sha256, wrapped DEK)``."""
+
+    findings: Any
+    sealed: tuple[bytes, bytes, bytes] | None
+    given: _Given
+
+
+@dataclass
+class _Group:
+    """Items ``first …`` handed to the worker in one request; ``rid`` is the request's id, ``None`` once the
+    worker is gone."""
+
+    first: int
+    items: list[_Given]
     rid: int | None
 
 
@@ -120,11 +137,9 @@ class Batch:
     subjects: list[tuple[str, bytes]] = field(default_factory=list)
     pipeline: Any = None  # the open psycopg Pipeline while chunks are in flight
     worker: wrapping.Worker | None = None  # classifies and seals ahead (services/admission/wrapping.py)
-    left: int = 0  # events still expected (the claims of the submit not yet appended)
     prepared: dict[int, Prepared] = field(default_factory=dict)  # item -> ids drawn ahead (new claims)
     groups: list[_Group] = field(default_factory=list)  # requests not answered yet, oldest first
-    # item -> (findings or exception, (ciphertext, digest, wrapped DEK) or None, what the worker was given)
-    answers: dict[int, tuple[Any, tuple[bytes, bytes, bytes] | None, tuple]] = field(default_factory=dict)
+    answers: dict[int, _Answer] = field(default_factory=dict)  # item -> the worker's answer, not yet taken
 
     def ahead(self, regions: Any, key: tuple[int, bytes], items: list[tuple[dict[str, Any], bytes, bool]]) -> None:
         """Have the worker classify each body of ``items`` ``(body, canonical bytes, new claim)`` (the batch's, in
@@ -148,20 +163,20 @@ class Batch:
                 body, plaintext, new_claim = items[i]
                 if new_claim:
                     ids = self.prepared[i] = Prepared(new_id(), new_id(), new_id())
-                    part.append((body, plaintext, envelope.body_aad(tenant, *ids), envelope.dek_info(tenant, ids.artifact_id, version)))
+                    part.append(_Given(regions, pub, body, plaintext, envelope.body_aad(tenant, *ids),
+                                       envelope.dek_info(tenant, ids.artifact_id, version)))
                 else:
-                    part.append((body, None, None, None))
+                    part.append(_Given(regions, pub, body, None, None, None))
             rid = None
             if self.worker is not None:
                 try:
-                    rid = self.worker.seal(regions, pub, part)
+                    rid = self.worker.seal(regions, pub, [(g.body, g.plaintext, g.aad, g.info) for g in part])
                 except OSError:
                     self._drop_worker()
-            self.groups.append(_Group(lo, part, regions, pub, rid))
+            self.groups.append(_Group(lo, part, rid))
 
-    def _answer(self, i: int) -> tuple | None:
-        """The worker's answer for item ``i`` ``(findings or exception, (ciphertext, digest, wrapped DEK) or None,
-        the item it answers)``, waiting for it if needed; ``None`` for an item not handed to the worker."""
+    def _answer(self, i: int) -> _Answer | None:
+        """The worker's answer for item ``i``, waiting for it if needed; ``None`` for an item not handed to it."""
         if i not in self.answers:
             group = next((g for g in self.groups if g.first <= i < g.first + len(g.items)), None)
             if group is None:
@@ -173,21 +188,21 @@ class Batch:
                 except (OSError, EOFError, pickle.UnpicklingError):
                     self._drop_worker()
             if answers is None or len(answers) != len(group.items):  # the worker is gone: classify here, seal later
-                answers = [(f, None) for f in wrapping.classify_all(group.regions, [it[0] for it in group.items])]
+                answers = [(f, None) for f in wrapping.classify_all(group.items[0].regions, [g.body for g in group.items])]
             self.groups.remove(group)
-            self.answers.update({group.first + k: (*a, (group.regions, group.public_key, *it))
-                                 for k, (a, it) in enumerate(zip(answers, group.items))})
+            self.answers.update({group.first + k: _Answer(f, sealed, given)
+                                 for k, ((f, sealed), given) in enumerate(zip(answers, group.items))})
         return self.answers[i]
 
     def findings(self, i: int, body: dict[str, Any], regions: Any) -> list:
         """``pii.classify_body(body, phone_regions=regions)`` for item ``i``: the worker's answer when it
         classified the item ahead under the same regions, else computed here; an exception it raised is raised here."""
         answer = self._answer(i)
-        if answer is None or answer[2][2] is not body or answer[2][0] != regions:
+        if answer is None or answer.given.body is not body or answer.given.regions != regions:
             return _classify(body, regions)
-        if isinstance(answer[0], Exception):
-            raise answer[0]
-        return answer[0]
+        if isinstance(answer.findings, Exception):
+            raise answer.findings
+        return answer.findings
 
     def seal(self, body: dict[str, Any], row: Artifact, *, aad: bytes, info: bytes, public_key: bytes,
              plaintext: bytes | None = None, item: int | None = None) -> Artifact:
@@ -197,10 +212,9 @@ class Batch:
         Item ``item``'s body as the worker sealed it ahead, when it sealed exactly this (plaintext, AAD, DEK info,
         public key); else here, with one fresh DEK wrapped by HPKE (:func:`oml.domain.envelope.seal`)."""
         answer = self.answers.pop(item, None) if item is not None else None
-        given = answer[2] if answer is not None else None  # (regions, public key, body, plaintext, aad, info)
-        if (answer is not None and answer[1] is not None and given[2] is body and given[1] == public_key
-                and given[3] == plaintext and given[4] == aad and given[5] == info):
-            ciphertext, digest, wrapped_dek = answer[1]
+        if (answer is not None and answer.sealed is not None and answer.given.body is body
+                and answer.given[1:] == (public_key, body, plaintext, aad, info)):
+            ciphertext, digest, wrapped_dek = answer.sealed
         else:
             s = envelope.seal(body, aad=aad, info=info, public_key=public_key, key_version=row.key_version, plaintext=plaintext)
             ciphertext, digest, wrapped_dek = s.ciphertext, s.digest, s.wrapped_dek
@@ -220,7 +234,6 @@ class Batch:
         if len(self.rows) >= CHUNK:
             self.send()
         ev, row = journal.link(self.head, signer, type, actor, data, **kw)
-        self.left -= 1
         self.rows.append(row)
         self.events.append((ev.seq, ev.at, ev.event["actor"], type, data))
         return ev
@@ -271,7 +284,7 @@ def attach(head: journal.Head, size: int = 1) -> Batch:
 
     ``size``: the number of claims to come; from :data:`WORKER_MIN` on, the batch has a worker process
     (:meth:`Batch.ahead`)."""
-    head.batch = Batch(head, worker=wrapping.checkout() if size >= WORKER_MIN else None, left=size)
+    head.batch = Batch(head, worker=wrapping.checkout() if size >= WORKER_MIN else None)
     return head.batch
 
 
