@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import queue
 import struct
 import subprocess
 import sys
@@ -224,14 +225,30 @@ def _serve() -> None:
         except (AttributeError, OSError):
             pass
     use_ahead = os.environ.get("OML_ADMISSION_WRAP_AHEAD", "1") != "0"
+    # Requests are read on their own thread, whatever the answers are doing: admission writes a batch's requests
+    # before it reads their answers, and answers carry ciphertexts, so a loop that stopped reading while its
+    # answer waited in a full stdout pipe would leave both processes blocked on each other's pipe (a batch of
+    # 100 bodies of 2,000 characters did; test_admission_batch.py::test_a_batch_larger_than_the_pipes_commits).
+    requests: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+
+    def read_requests() -> None:
+        try:
+            while True:
+                (n,) = _HEADER.unpack(_read_exact(fd, _HEADER.size))
+                requests.put(_read_exact(fd, n))
+        except (EOFError, OSError):
+            pass
+        finally:
+            requests.put(None)
+
+    threading.Thread(target=read_requests, name="oml-wrap-requests", daemon=True).start()
     ahead: _Ahead | None = None
     try:
         while True:
-            try:
-                (n,) = _HEADER.unpack(_read_exact(fd, _HEADER.size))
-                kind, (regions, public_key), items = pickle.loads(_read_exact(fd, n))
-            except EOFError:
+            data = requests.get()
+            if data is None:
                 return
+            kind, (regions, public_key), items = pickle.loads(data)
             if kind != "seal":
                 raise ValueError(f"unknown request {kind!r}")
             ready: list[envelope.Encapsulation] = []

@@ -163,6 +163,27 @@ def test_a_worker_batch_mixing_new_claims_and_new_versions_opens_and_verifies(ct
     assert verify_tenant(ctx.db, kit.tenant) == []
 
 
+@pytest.mark.parametrize("n", [100, 500])
+def test_a_batch_larger_than_the_pipes_commits(ctx, kit, n):
+    """A group commit whose bodies and sealed answers are many times a pipe's 64 KiB (100 and 500 bodies of 2,000
+    characters, the second about 1 MB) commits: the worker reads its requests whatever its answers are doing, so
+    admission writing ahead and the worker answering never wait on each other (they did, for ever)."""
+    import threading
+
+    from oml.domain.canonical import canonical
+
+    w = authenticate(ctx.db, kit.writer_key)
+    bodies = [{"statement": f"long {i} " + "x" * 2000} for i in range(n)]
+    done: list = []
+    t = threading.Thread(target=lambda: done.append(ctx.admission.submit(w, [Submission(kit.root, b) for b in bodies])),
+                         daemon=True)
+    t.start()
+    t.join(timeout=120)
+    assert not t.is_alive(), "the group commit did not finish: admission and its worker are blocked on their pipes"
+    assert len(done[0]["items"]) == n
+    assert sorted(_opens(ctx, kit, n)) == sorted(canonical(b) for b in bodies)
+
+
 def test_a_set_statement_fails_as_sqlalchemy_would_without_its_values(ctx, kit):
     from oml.services.admission import sets
 
