@@ -13,7 +13,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -76,6 +76,13 @@ class Settings(BaseSettings):
     # The lexical leg's ranking: bm25 (services/storage/sql/61_bm25.sql) or ts_rank (oml_fts_search);
     # docs/recall.md, "BM25"; decisions K6, K8.
     recall_lexical: str = "bm25"
+    # Admission's worker processes (services/admission/wrapping.py, which reads them from the environment itself:
+    # the worker is a child process). Declared here so a bad value stops `oml` at start, not a batch later.
+    # Idle workers kept per server process (0: classify and seal in-process); encapsulations made ahead by an
+    # idle-priority child; the worker in SCHED_BATCH. docs/operations.md, "Admission's worker".
+    admission_wrap_processes: int = Field(1, ge=0)
+    admission_wrap_ahead: Literal["0", "1"] = "1"
+    admission_wrap_batch: Literal["0", "1"] = "1"
     backup_retention_days: int = 35
     idempotency_retention_hours: int = 24
     outbox_retention_hours: int = 24

@@ -25,9 +25,8 @@ from oml.services.storage import pipelined
 from . import journal, projector, sets, wrapping
 from .signer import Signer
 
-# Rows are sent every CHUNK events. Each set statement has a fixed server cost (parse and plan: 1.3-1.8 ms for the
-# three of a chunk in PostgreSQL's statement log); a batch of 100 goes as two chunks (T11 also sent a short last
-# chunk: three; docs/decisions.md, T15).
+# Rows are sent every CHUNK events: a batch of 100 goes as two chunks. Interleaved trials of first chunks of 20-30
+# and last chunks of 10-25 were no faster (docs/decisions.md, T15 (f); T11's short last chunk is dropped).
 CHUNK = 50
 # A batch of at least this many claims has a worker (fewer: starting one costs more than it saves).
 WORKER_MIN = 50

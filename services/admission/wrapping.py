@@ -2,16 +2,17 @@
 T7, T13, T15).
 
 One HPKE wrap per artifact (the design's shredding unit) and the personal-data classifier are the
-largest costs of admitting a claim after its signature, and ``cryptography`` holds the GIL while it
-runs, so a thread cannot overlap them. A batch of :data:`~oml.services.admission.batch.WORKER_MIN`
+largest costs of admitting a claim after its signature, and both are mostly Python or hold the GIL
+(the classifier; ``cryptography``'s AES-GCM and HPKE), so a thread cannot overlap them. A batch of :data:`~oml.services.admission.batch.WORKER_MIN`
 or more checks out a worker -- ``python -m oml.services.admission.wrapping``, started with
 :mod:`subprocess`, so it never re-imports the caller's main module as ``multiprocessing``'s spawn
 would -- and hands it, right after the head lock, every body of the batch in groups: the worker
 classifies each and seals each new claim's (AES-256-GCM under a fresh DEK, the DEK wrapped with HPKE
 to the tenant's public key, under the ids admission drew for it), while admission validates, links and
 signs. Crossing the pipe: the bodies and their canonical bytes (already in admission's memory), the
-AAD and DEK info, the public key; back, findings, ciphertexts and wrapped DEKs. A DEK exists only in
-the worker; no private key is ever here.
+AAD and DEK info, the public key; back, findings, ciphertexts and wrapped DEKs. The DEK of a body
+sealed here exists only in the worker (other bodies are sealed in admission); no tenant private key is
+ever here.
 
 ``OML_ADMISSION_WRAP_PROCESSES`` (default 1) caps the idle workers kept per server process; 0: none,
 admission classifies and seals in-process. A worker that fails is dropped and its items are classified

@@ -229,7 +229,7 @@ def register(bench_app: typer.Typer) -> None:
                   single: int = typer.Option(300, "--single", min=1, help="claims submitted one per transaction"),
                   batched: int = typer.Option(3000, "--batched", min=1, help="claims submitted in group commits"),
                   batch: int = typer.Option(100, "--batch", min=1, max=500, help="claims per group commit"),
-                  rounds: int = typer.Option(3, "--rounds", min=1, max=15, help="batched rounds, admission then raw; the median is shown"),
+                  rounds: int = typer.Option(3, "--rounds", min=1, max=15, help="batched rounds, admission then raw; the round with the median ratio is shown (the upper middle one for an even count)"),
                   as_json: bool = typer.Option(False, "--json")) -> None:
         """Claims/s for single and batched submits, against the same rows inserted raw."""
         if quick:

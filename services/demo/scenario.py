@@ -613,7 +613,7 @@ def _print_summary(console: Console, summary: dict, w: World, settings, home: Pa
     oml = _runnable(oml_command())
     console.print("[bold]keep it running[/bold]")
     console.print(f"  {env}{oml} serve{ext}", soft_wrap=True)
-    console.print(f"    HTTP API on {settings.http_host}:{settings.http_port} with the workers in-process (or: make serve)")
+    console.print(f"    HTTP API on {settings.http_host}:{settings.http_port} with the workers in-process (or: {env}make serve)")
     console.print("[bold]point an agent at it[/bold] (MCP over stdio; the reader key of this tenant)")
     console.print(f"  {env}OML_API_KEY={w.keys['reader']} {oml} mcp", soft_wrap=True)
     console.print(f"  all of this run's API keys: {keys} (mode 0600); trust anchor {w.fingerprint}", soft_wrap=True)

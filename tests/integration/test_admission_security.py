@@ -172,7 +172,8 @@ def test_pooled_connection_carries_no_tenant(db_url, kit):
 def test_pooled_connection_reset_keeps_only_prepared_statements(db_url, kit):
     """The checkout reset is DISCARD ALL but for prepared statements (services/storage/db.py, T15): a temporary
     table, a held cursor, a listener, a session advisory lock and a session setting are gone for the next borrower;
-    a statement prepared on purpose is still there, and runs bound to the next transaction's tenant."""
+    a statement prepared on purpose is still there, sees nothing with no tenant bound, and sees the tenant's rows
+    only in a transaction bound to it."""
     db = Database(db_url, None, pool_size=1)
     watch = sa.create_engine(db_url)  # the owner, who sees every backend's locks and may end one
     try:
@@ -199,6 +200,11 @@ def test_pooled_connection_reset_keeps_only_prepared_statements(db_url, kit):
             cur = c.connection.driver_connection.cursor()
             cur.execute("SELECT count(*) FROM claims WHERE tenant_id = %(t)s", {"t": kit.tenant}, prepare=True)
             assert cur.fetchone()[0] == 0
+        with db.tenant("oml_server", kit.tenant) as c:
+            assert c.execute(sa.text("SELECT pg_backend_pid()")).scalar() == pid
+            cur = c.connection.driver_connection.cursor()
+            cur.execute("SELECT count(*) FROM claims WHERE tenant_id = %(t)s", {"t": kit.tenant}, prepare=True)
+            assert cur.fetchone()[0] == c.execute(sa.text("SELECT count(*) FROM claims")).scalar() > 0
     finally:
         db.dispose()
         watch.dispose()
