@@ -302,4 +302,6 @@ def detach(head: journal.Head, *, ok: bool) -> None:
     try:
         b.settle() if ok else b.discard()
     finally:
-        wrapping.checkin(b.worker, healthy=ok)
+        # A refused batch reads the answers it will not use (briefly), so its worker serves the next batch rather
+        # than being killed under the head lock and started again.
+        wrapping.checkin(b.worker, healthy=ok or (b.worker is not None and b.worker.drain()))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
@@ -229,7 +230,11 @@ class Admission:
                                " WHERE tenant_id = %(t)s AND node_id = CAST(%(n)s AS uuid)", {"t": tenant, "n": node_id})
 
     def _workarea(self, conn: sa.Connection, tenant: str, node_id: str, rows: list | None = None):
-        """The workarea row; ``rows``: :meth:`_workarea_lookup`'s result when already fetched. Raises ``workarea.not_found``."""
+        """The workarea row; ``rows``: :meth:`_workarea_lookup`'s result when already fetched. Raises ``workarea.not_found``,
+        also for an id not in the hyphenated form (PostgreSQL would read braces or no hyphens, and the act would
+        journal the id as given, which the journal's verifier refuses)."""
+        if rows is None and not _is_uuid(node_id):
+            rows = []
         if rows is None:
             try:
                 (rows,) = pipelined.fetch(conn, [self._workarea_lookup(tenant, node_id)])
@@ -565,6 +570,10 @@ class Admission:
         rules.require_act(p.role, "submit")
         if not items:
             raise invalid("at least one claim is required", field="claims")
+        # A workarea id is journalled as given: an upper-case one is the same workarea, written in lower case.
+        items = [dataclasses.replace(s, workarea_id=s.workarea_id.lower())
+                 if _is_uuid(s.workarea_id) and not s.workarea_id.islower() and s.workarea_id.lower() != s.workarea_id else s
+                 for s in items]
         plaintexts: list[bytes] = []
         for i, s in enumerate(items):
             # Before the request digest, which canonicalises every body: a float is a refusal, not a 500.

@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import os
 import pickle
+import select
 import queue
 import struct
 import subprocess
 import sys
 import threading
+import time
 from typing import BinaryIO
 
 from oml.domain import envelope
@@ -43,12 +45,20 @@ def _send(stream: BinaryIO, obj: object) -> None:
     stream.flush()
 
 
-def _receive(stream: BinaryIO) -> object:
-    head = stream.read(_HEADER.size)
-    if len(head) < _HEADER.size:
-        raise EOFError("wrap worker closed its pipe")
-    (n,) = _HEADER.unpack(head)
-    return pickle.loads(stream.read(n))
+# How long admission waits for one answer before it gives the worker up and seals in-process (a worker stopped
+# or starved; the slowest answer is the first, behind the worker's start-up, well under a second here).
+ANSWER_TIMEOUT_S = 10.0
+# How long a refused batch reads the answers it will not use, so the worker can be kept (else it is killed).
+DRAIN_S = 0.5
+
+
+def _receive(fd: int, timeout: float) -> object:
+    """One answer from the worker's stdout ``fd``; ``TimeoutError`` when none starts within ``timeout`` seconds
+    (an answer that has started is read to its end: the worker writes whole answers)."""
+    if not select.select([fd], [], [], max(timeout, 0))[0]:
+        raise TimeoutError("the worker did not answer in time")
+    (n,) = _HEADER.unpack(_read_exact(fd, _HEADER.size))
+    return pickle.loads(_read_exact(fd, n))
 
 
 class Worker:
@@ -56,8 +66,9 @@ class Worker:
     taken by the id its request returned, so a batch can read them in another order."""
 
     def __init__(self) -> None:
+        # stdout unbuffered: answers are read from its descriptor after select (services/admission/wrapping.py _receive).
         self.proc = subprocess.Popen([sys.executable, "-m", "oml.services.admission.wrapping"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
         self.sent = 0
         self.read = 0
         self.answers: dict[int, object] = {}
@@ -69,7 +80,7 @@ class Worker:
         return len(self.unclaimed)
 
     def _request(self, message: tuple) -> int:
-        _send(self.proc.stdin, message)
+        _send(self.proc.stdin, message)  # never blocks for long: the worker reads requests on a thread of its own
         rid, self.sent = self.sent, self.sent + 1
         self.unclaimed.append(rid)
         return rid
@@ -82,20 +93,39 @@ class Worker:
         (:func:`seal_one`), else ``None``; returns the request's id."""
         return self._request(("seal", (regions, public_key), items))
 
-    def result(self, rid: int | None = None) -> list:
-        """The answer to request ``rid`` (default: the oldest not yet taken)."""
+    def result(self, rid: int | None = None, *, timeout: float | None = None) -> list:
+        """The answer to request ``rid`` (default: the oldest not yet taken). Raises ``TimeoutError`` when the
+        worker starts no answer within ``timeout`` seconds (default :data:`ANSWER_TIMEOUT_S`), ``EOFError`` when
+        it has gone."""
+        timeout = ANSWER_TIMEOUT_S if timeout is None else timeout
         if rid is None:
             rid = self.unclaimed[0]
         while rid not in self.answers:
-            self.answers[self.read] = _receive(self.proc.stdout)
+            self.answers[self.read] = _receive(self.proc.stdout.fileno(), timeout)
             self.read += 1
         self.unclaimed.remove(rid)
         return self.answers.pop(rid)  # type: ignore[return-value]
 
-    def close(self) -> None:
+    def drain(self, seconds: float = DRAIN_S) -> bool:
+        """Read and drop every answer not taken yet, for at most ``seconds`` (a refused batch's); True when none
+        is left, so the worker can serve the next batch."""
+        end = time.monotonic() + seconds
         try:
-            self.proc.stdin.close()
-            self.proc.wait(timeout=5)
+            while self.unclaimed:
+                self.result(self.unclaimed[0], timeout=end - time.monotonic())
+        except (OSError, EOFError, TimeoutError, pickle.UnpicklingError):
+            return False
+        return True
+
+    def close(self, *, kill: bool = False) -> None:
+        """End the worker: at once with ``kill`` (one that may be stuck writing answers nobody will read), else by
+        closing its stdin, which it takes as the end."""
+        try:
+            if kill:
+                self.proc.kill()
+            else:
+                self.proc.stdin.close()
+            self.proc.wait(timeout=2)
         except Exception:  # noqa: BLE001 -- best effort on a worker being dropped
             self.proc.kill()
 
@@ -121,7 +151,7 @@ def checkin(worker: Worker | None, *, healthy: bool) -> None:
         if healthy and worker.pending == 0 and len(_idle) < int(os.environ.get("OML_ADMISSION_WRAP_PROCESSES", "1")):
             _idle.append(worker)
             return
-    worker.close()
+    worker.close(kill=not healthy or worker.pending > 0)
 
 
 _RECORD = 64  # one encapsulation on the ahead pipe: enc (32 bytes) then secret (32)

@@ -43,9 +43,13 @@ from . import pipelined
 
 log = logging.getLogger(__name__)
 
-# DISCARD ALL's steps (PostgreSQL docs, DISCARD) without DEALLOCATE ALL and DISCARD PLANS; one simple query.
+# DISCARD ALL's steps (PostgreSQL docs, DISCARD) without DEALLOCATE ALL and DISCARD PLANS, then a count of the
+# prepared statements made with SQL's PREPARE; one simple query. psycopg prepares through the protocol (from_sql
+# false), so a statement from SQL is one a borrower planted, perhaps under psycopg's own name to be run by the
+# next borrower in its place: then every prepared statement goes (DEALLOCATE ALL, which psycopg sees and
+# forgets its own; found by a hostile review, T15 (b)).
 RESET = ("CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; RESET ALL; UNLISTEN *; SELECT pg_advisory_unlock_all();"
-         " DISCARD TEMP; DISCARD SEQUENCES")
+         " DISCARD TEMP; DISCARD SEQUENCES; SELECT count(*) FROM pg_prepared_statements WHERE from_sql")
 _BIND = "SELECT set_config('oml.tenant_id', %(t)s, true)"
 
 WORKLOAD_ROLES = ("oml_admission", "oml_server", "oml_lake_writer", "oml_reconciler", "oml_indexer", "oml_relay")
@@ -58,7 +62,11 @@ def _reset(dbapi_connection, connection_record, connection_proxy) -> None:
         dbapi_connection.rollback()
         dbapi_connection.autocommit = True
         try:
-            dbapi_connection.execute(RESET)
+            cur = dbapi_connection.execute(RESET)
+            while cur.nextset():  # to the last statement's result: the count
+                pass
+            if cur.fetchone()[0]:
+                dbapi_connection.execute("DEALLOCATE ALL")
         finally:
             dbapi_connection.autocommit = False
     except Exception as exc:

@@ -184,6 +184,72 @@ def test_a_batch_larger_than_the_pipes_commits(ctx, kit, n):
     assert sorted(_opens(ctx, kit, n)) == sorted(canonical(b) for b in bodies)
 
 
+def test_a_refused_worker_batch_keeps_its_worker(ctx, kit):
+    """A batch refused at its first item reads the answers it will not use and returns its worker to the pool (the
+    next batch is served by the same process; before, the worker was stopped under the head lock, which took
+    seconds when its unread answers filled the pipe)."""
+    from oml.services.admission import wrapping
+
+    w = authenticate(ctx.db, kit.writer_key)
+    n = batch_mod.WORKER_MIN * 2
+    ctx.admission.submit(w, [Submission(kit.root, {"statement": f"warm {i}"}) for i in range(n)])
+    before = [x.proc.pid for x in wrapping._idle]
+    items = [Submission(kit.root, {"statement": f"refused batch {i} " + "y" * 900}) for i in range(n)]
+    items[0] = Submission(kit.root, {"statement": "late"}, confidence=5000)
+    with pytest.raises(OMLError) as e:
+        ctx.admission.submit(w, items)
+    assert e.value.extra["field"] == "claims[0].confidence"
+    assert [x.proc.pid for x in wrapping._idle] == before and all(x.pending == 0 for x in wrapping._idle)
+
+
+def test_a_stopped_worker_is_given_up_and_the_batch_commits(ctx, kit, monkeypatch):
+    """A worker that stops answering (SIGSTOP) is given up after ANSWER_TIMEOUT_S: its items are classified and
+    sealed in-process and the batch commits, rather than waiting for ever under the head lock."""
+    import os
+    import signal
+
+    from oml.domain.canonical import canonical
+    from oml.services.admission import wrapping
+
+    monkeypatch.setattr(wrapping, "ANSWER_TIMEOUT_S", 1.0)
+    w = authenticate(ctx.db, kit.writer_key)
+    n = batch_mod.WORKER_MIN
+    ctx.admission.submit(w, [Submission(kit.root, {"statement": f"warm {i}"}) for i in range(n)])
+    stuck = wrapping.checkout()
+    assert stuck is not None
+    os.kill(stuck.proc.pid, signal.SIGSTOP)
+    wrapping._idle.append(stuck)
+    try:
+        bodies = [{"statement": f"after a stopped worker {i}"} for i in range(n)]
+        ctx.admission.submit(w, [Submission(kit.root, b) for b in bodies])
+        assert sorted(_opens(ctx, kit, n)) == sorted(canonical(b) for b in bodies)
+        assert stuck not in wrapping._idle and stuck.proc.poll() is not None  # killed, not kept
+    finally:
+        if stuck.proc.poll() is None:
+            stuck.proc.kill()
+
+
+def test_workarea_ids_in_other_forms(ctx, kit):
+    """An upper-case workarea id is the same workarea, journalled in lower case (the journal verifies); braces, no
+    hyphens, a urn or a number are refused as an unknown workarea naming the item, and nothing is written (before,
+    the first two were journalled as given and failed verification, the last was a driver error)."""
+    w = authenticate(ctx.db, kit.writer_key)
+    before = _counts(ctx, kit.tenant)
+    root = kit.root
+    for bad in ("{" + root + "}", root.replace("-", ""), "urn:uuid:" + root, 123):
+        with pytest.raises(OMLError) as e:
+            ctx.admission.submit(w, [Submission(root, {"statement": "fine"}), Submission(bad, {"statement": "odd id"})])
+        assert (e.value.code, e.value.extra["field"]) == ("workarea.not_found", "claims[1]")
+    assert _counts(ctx, kit.tenant) == before
+    out = ctx.admission.submit(w, [Submission(root.upper(), {"statement": "upper-case workarea id"})])["items"]
+    with owner(ctx, kit.tenant) as conn:
+        stored = conn.execute(sa.text("SELECT workarea_id::text FROM claims WHERE tenant_id = :t AND claim_id = :c"),
+                              {"t": kit.tenant, "c": out[0]["claim_id"]}).scalar()
+    assert stored == root
+    report = verify_journal(ctx.db, kit.tenant, kit.fingerprint)
+    assert report.ok, (report.result.reason, report.findings)
+
+
 def test_a_set_statement_fails_as_sqlalchemy_would_without_its_values(ctx, kit):
     from oml.services.admission import sets
 

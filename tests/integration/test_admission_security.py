@@ -210,6 +210,40 @@ def test_pooled_connection_reset_keeps_only_prepared_statements(db_url, kit):
         watch.dispose()
 
 
+def test_a_statement_planted_under_psycopgs_name_does_not_reach_the_next_borrower(db_url, ctx, kit):
+    """A borrower with SQL on admission's pooled connection swaps admission's prepared claims statement (psycopg's
+    _pg3_N) for a no-op of the same parameter types. The next checkout sees a statement made with SQL's PREPARE and
+    drops every prepared statement (psycopg forgets its own): the next submit writes its claim rows (found by a
+    hostile review; before, it returned its items and wrote none)."""
+    from oml.services.admission.service import Submission
+    from oml.services.auth import authenticate
+    from oml.services.context import Context
+
+    db = Database(db_url, None, pool_size=1)
+    adm = Context(ctx.settings, db, ctx.keystore).admission
+    try:
+        w = authenticate(db, kit.writer_key)
+        adm.submit(w, [Submission(kit.root, {"statement": f"plant {i}"}) for i in range(3)])
+        with db.engine("oml_admission").connect() as conn:
+            target = conn.execute(sa.text(
+                "SELECT name, (SELECT string_agg(format_type(x, NULL), ',') FROM unnest(parameter_types) x) AS types"
+                " FROM pg_prepared_statements WHERE statement LIKE '%INSERT INTO claims%'")).one()
+            conn.commit()
+            n = len(target.types.split(","))
+            dc = conn.connection.driver_connection
+            dc.autocommit = True
+            dc.execute(f"SELECT 1; DEALLOCATE {target.name}; PREPARE {target.name} ({target.types}) AS SELECT "
+                       + ", ".join(f"${i + 1}" for i in range(n)) + " WHERE false")
+            dc.autocommit = False
+        out = adm.submit(w, [Submission(kit.root, {"statement": f"after the plant {i}"}) for i in range(3)])["items"]
+        with db.engine(None).connect() as c:
+            got = c.execute(sa.text("SELECT count(*) FROM claims WHERE claim_id = ANY(CAST(:ids AS uuid[]))"),
+                            {"ids": [i["claim_id"] for i in out]}).scalar()
+        assert got == 3
+    finally:
+        db.dispose()
+
+
 def test_a_dead_pooled_connection_is_replaced_at_checkout(db_url, kit):
     """The reset is the liveness check: a backend terminated while its connection sat in the pool is replaced."""
     db = Database(db_url, None, pool_size=1)
