@@ -138,21 +138,12 @@ def _plain(value: Any) -> bool:
     while stack:
         v = pop()
         t = type(v)
-        if t is dict:
-            for k, x in v.items():
-                if type(k) is not str or not k.isascii():
-                    return False
-                tx = type(x)
-                if tx is str or x is None or tx is bool:
-                    continue
-                if tx is int:
-                    if not -MAX_SAFE_INT <= x <= MAX_SAFE_INT:
+        if t is dict or t is list:
+            if t is dict:
+                for k in v:
+                    if type(k) is not str or not k.isascii():
                         return False
-                elif tx is dict or tx is list:
-                    push(x)
-                else:
-                    return False
-        elif t is list:
+                v = v.values()
             for x in v:
                 tx = type(x)
                 if tx is str or x is None or tx is bool:

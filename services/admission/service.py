@@ -233,13 +233,8 @@ class Admission:
         """The workarea row; ``rows``: :meth:`_workarea_lookup`'s result when already fetched. Raises ``workarea.not_found``,
         also for an id not in the hyphenated form (PostgreSQL would read braces or no hyphens, and the act would
         journal the id as given, which the journal's verifier refuses)."""
-        if rows is None and not _is_uuid(node_id):
-            rows = []
         if rows is None:
-            try:
-                (rows,) = pipelined.fetch(conn, [self._workarea_lookup(tenant, node_id)])
-            except sa.exc.DataError:
-                rows = []
+            (rows,) = pipelined.fetch(conn, [self._workarea_lookup(tenant, node_id)]) if _is_uuid(node_id) else ([],)
         if not rows:
             raise not_found("workarea", "workarea.not_found")
         return rows[0]
@@ -479,6 +474,14 @@ class Admission:
         return pipelined.Query("SELECT version, public_key FROM tenant_keys WHERE tenant_id = %(t)s AND purpose = 'encryption'"
                                " AND retired_seq IS NULL", {"t": tenant})
 
+    def _head_regions(self, head: journal.Head) -> tuple[str, ...] | None:
+        """:meth:`phone_regions` for ``head``'s transaction, read once (from its opening round trip when fetched there)."""
+        return _memo(head, "phone_regions", lambda: self.phone_regions(head.conn, head.tenant, head.fetched.get("phone_regions")))
+
+    def _head_key(self, head: journal.Head) -> tuple[int, bytes]:
+        """:meth:`_encryption_key` for ``head``'s transaction, read once (from its opening round trip when fetched there)."""
+        return _memo(head, "encryption_key", lambda: self._encryption_key(head.conn, head.tenant, head.fetched.get("encryption_key")))
+
     def _encryption_key(self, conn, tenant: str, rows: list | None = None) -> tuple[int, bytes]:
         """The tenant's current encryption key ``(version, X25519 public key)``; ``rows``: the lookup's result when
         already fetched. Raises ``LookupError`` when the tenant has none (a database not written by admission)."""
@@ -589,8 +592,7 @@ class Admission:
             ok = False
             try:
                 if b.worker is not None:  # classified and sealed in the worker ahead of the loop, under this lock
-                    b.ahead(_memo(head, "phone_regions", lambda: self.phone_regions(head.conn, p.tenant, head.fetched.get("phone_regions"))),
-                            _memo(head, "encryption_key", lambda: self._encryption_key(head.conn, p.tenant, head.fetched.get("encryption_key"))),
+                    b.ahead(self._head_regions(head), self._head_key(head),
                             [(s.body, plaintexts[i], s.claim_id is None) for i, s in enumerate(items)])
                 for i, s in enumerate(items):
                     try:
@@ -625,9 +627,9 @@ class Admission:
             raise invalid("confidence must be an integer 0-1000", field=f"claims[{i}].confidence")
         if not isinstance(s.body.get("statement"), str) or not s.body["statement"].strip():
             raise invalid("body.statement must be a non-empty string", field=f"claims[{i}].body.statement")
-        fetched = head.fetched
-        wa = _memo(head, ("workarea", s.workarea_id), lambda: self._scoped_workarea(conn, p, s.workarea_id, fetched.get(("workarea", s.workarea_id))))
-        regions = _memo(head, "phone_regions", lambda: self.phone_regions(conn, p.tenant, fetched.get("phone_regions")))
+        wa = _memo(head, ("workarea", s.workarea_id),
+                   lambda: self._scoped_workarea(conn, p, s.workarea_id, head.fetched.get(("workarea", s.workarea_id))))
+        regions = self._head_regions(head)
         b = head.batch
         subjects = self._check_personal_data(wa, s.body, f"claims[{i}].body", regions,
                                              None if b is None else lambda: b.findings(i, s.body, regions))
@@ -695,7 +697,7 @@ class Admission:
                 [(v.version_no, v.tainted, str(v.simulation_id) if v.simulation_id else None) for v in existing_versions], sim)
         provenance = "simulation" if explicit_sim is not None else s.provenance
         version_id = ids.version_id if ids else new_id()
-        enc = _memo(head, "encryption_key", lambda: self._encryption_key(conn, p.tenant, fetched.get("encryption_key")))
+        enc = self._head_key(head)
         artifact_id, digest = self.seal_artifact(conn, p.tenant, s.body, kind="body", claim_id=claim_id,
                                                  version_id=version_id, seq_hint=head.seq + 1, key=enc, pending=head.batch,
                                                  plaintext=plaintext, artifact_id=ids.artifact_id if ids else None, item=i)
