@@ -73,10 +73,10 @@ def _reset(dbapi_connection, connection_record, connection_proxy) -> None:
         raise sa.exc.DisconnectionError(f"pooled connection failed its reset: {type(exc).__name__}") from None
 
 
-# A group commit's chunk (services/admission/batch.py) sends about 110 KB of parameters in pipeline mode; the
-# default send buffer of a Unix-domain socket (net.core.wmem_default, 208 KB of kernel accounting, which counts
-# more than the payload) fills, and admission then blocks until PostgreSQL is scheduled to read it (measured:
-# write_artifacts ~25 -> ~7 µs a claim; T15). TCP sockets keep the kernel's auto-tuning, which setting the
+# A group commit's chunk (services/admission/batch.py) sends 93-97 KB of parameters in pipeline mode (LoCoMo
+# turns, a scratch count); the default send buffer of a Unix-domain socket (net.core.wmem_default, 208 KB of
+# kernel accounting, which counts more than the payload) fills, and admission then blocks until PostgreSQL is
+# scheduled to read it (a reading while developing: write_artifacts ~25 -> ~7 µs a claim; T15). TCP sockets keep the kernel's auto-tuning, which setting the
 # option would turn off. The kernel caps the value at net.core.wmem_max.
 SEND_BUFFER = 1 << 20
 
