@@ -281,6 +281,8 @@ class ChainScanner:
     their signatures); rows from it on get every check. The key history is
     built as key events pass, unless one was given (then events already in
     it are not re-applied). Call :meth:`finish` to learn the head.
+    ``event``: the last row's event as the strict parser read it (``None`` when its bytes broke the format), for a
+    caller that reads the same row's members and need not parse it again.
     """
 
     def __init__(self, tenant: str, trusted_fingerprint: str | None = None, *, verify_from: int = 1,
@@ -294,6 +296,7 @@ class ChainScanner:
         self.rows = 0
         self.signatures = 0
         self.event_ids = EventIds()
+        self.event: dict[str, Any] | None = None
 
     def start_at(self, seq: int, prev_hash: bytes) -> None:
         """Start in the middle of a chain: the first row must be ``seq`` and link to ``prev_hash``."""
@@ -311,6 +314,7 @@ class ChainScanner:
             found.append(Finding(BROKEN_LINK, row.seq, "prev_hash does not link to the previous row's hash", "prev_hash"))
         verify = row.seq >= self.verify_from
         event_findings, ev = check_event(self.tenant, row, self.keys, verify_signature=verify, event_ids=self.event_ids)
+        self.event = ev
         found += event_findings
         if ev is not None and (verify or ev.get("type") in KEY_EVENT_TYPES):
             self.signatures += 1

@@ -12,6 +12,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import re
 import threading
 from json.encoder import encode_basestring as _escape
 from typing import Any
@@ -189,9 +190,17 @@ def format_time(t: dt.datetime) -> str:
     return t.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+# format_time's shape with ASCII digits (``\d`` would take any Unicode digit, and strptime read them).
+TIME_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z")
+
+
 def parse_time(s: str) -> dt.datetime:
-    """Inverse of :func:`format_time`; raises ``ValueError`` on any other shape."""
-    return dt.datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.timezone.utc)
+    """Inverse of :func:`format_time`: ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (ASCII digits, a real date and time) and
+    no other shape; raises ``ValueError`` otherwise. The checked shape is read by ``fromisoformat``, which gives
+    what ``strptime`` gave at a small part of its cost (reconciliation reads every event's time; issue 14)."""
+    if type(s) is not str or not TIME_RE.fullmatch(s):
+        raise ValueError("not a time of the form YYYY-MM-DDTHH:MM:SS.ffffffZ")
+    return dt.datetime.fromisoformat(s[:-1]).replace(tzinfo=dt.timezone.utc)
 
 
 def now() -> dt.datetime:

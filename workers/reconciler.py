@@ -62,6 +62,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -378,12 +379,16 @@ def reconcile(ctx, tenant: str, *, from_seq: int | None = None, to_seq: int | No
                 for f in scanner.add(jr):
                     res.add(Discrepancy(f.kind, "postgres", "journal", f.seq, f.detail, f.column))
                 hashes.append(jr.hash)
-                for f in acts.add_bytes(seq, jr.canonical):
+                # The strict parser's event when the bytes kept the format (json.loads would give the same object),
+                # else the replay's and the digests' own lenient reading of the bytes, as before.
+                ev = scanner.event
+                for f in acts.add(seq, ev) if ev is not None else acts.add_bytes(seq, jr.canonical):
                     if lo <= seq <= hi:
                         res.add(Discrepancy(UNAUTHORISED_ACT, "chain", "journal", seq, f"{f.rule}: {f.detail}", f.rule))
                 if lo <= seq <= hi:
                     pg_rows[seq] = dict(r)
-                    ev = audit.parse_event(jr.canonical)
+                    if ev is None:
+                        ev = audit.parse_event(jr.canonical)
                     if ev is not None:
                         for art, dig in _artifacts_named(ev.get("type"), ev.get("data") or {}):
                             journal_digests[art] = (dig, seq)
@@ -637,8 +642,11 @@ def _compare_bodies(res: Result, conn, tenant: str, lb: LakeTable, journal_diges
                 res.add(Discrepancy(MISMATCH, "lake", "bodies", a, "ciphertext differs between Postgres and the lake", "ciphertext"))
 
 
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
 def _is_hex64(s: str) -> bool:
-    return len(s) == 64 and all(c in "0123456789abcdef" for c in s)
+    return isinstance(s, str) and _HEX64.fullmatch(s) is not None
 
 
 def _projections(res: Result, conn, tenant: str) -> None:

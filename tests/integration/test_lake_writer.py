@@ -195,7 +195,9 @@ def test_catch_up_all(ctx, env):
 def test_bench_lake_runs(ctx):
     from oml.services.bench import lake as bench
 
-    res = bench.run(ctx, claims=20)
-    assert res["lake_writer"]["events"] == res["raw"]["events"] > 20
+    res = bench.run(ctx, claims=20, rounds=2)
+    assert res["lake_writer"]["events"] == res["raw"]["events"] == res["raw_read_write"]["events"] > 20
     assert res["lake_writer"]["rows"] == res["raw"]["rows"]
-    assert any("raw ÷ lake-writer" in line for line in bench.render(res))
+    assert len(res["rounds"]) == 2
+    assert res["raw_read_write"]["seconds"] > res["raw"]["seconds"]
+    assert any("raw ÷ lake-writer" in line and "raw read + write ÷ lake-writer" in line for line in bench.render(res))

@@ -118,3 +118,40 @@ def test_format_time_fast_path_matches_strftime(t):
     from oml.domain.canonical import format_time
 
     assert format_time(t) == t.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _strptime_or_none(s: str):
+    try:
+        return dt.datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.timezone.utc)
+    except ValueError:
+        return None
+
+
+@given(st.datetimes(min_value=dt.datetime(1000, 1, 1), timezones=st.just(dt.timezone.utc)))
+def test_parse_time_inverts_format_time(t):  # (format_time writes years below 1000 with fewer digits: not a time it parses)
+    from oml.domain.canonical import format_time, parse_time
+
+    assert parse_time(format_time(t)) == t
+
+
+@given(st.from_regex(r"\A[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z\Z"))
+def test_parse_time_reads_its_shape_as_strptime_did(s):
+    """fromisoformat on the checked shape: the same instant as strptime, and the same refusals (month 13, Feb 30, hour 24)."""
+    from oml.domain.canonical import parse_time
+
+    expected = _strptime_or_none(s)
+    if expected is None:
+        with pytest.raises(ValueError):
+            parse_time(s)
+    else:
+        assert parse_time(s) == expected
+
+
+@pytest.mark.parametrize("s", ["2026-1-02T03:04:05.000000Z", "2026-01-02T03:04:05.1Z", "2026-01-02T03:04:05Z",
+                               "2026-01-02T03:04:05.000000+00:00", "20260102T030405.000000Z", "2026-01-02 03:04:05.000000Z",
+                               "\u0662\u0660\u0662\u0666-01-02T03:04:05.000000Z", "2026-01-02T03:04:05.000000Z\n", " 2026-01-02T03:04:05.000000Z"])
+def test_parse_time_refuses_every_other_shape(s):
+    from oml.domain.canonical import parse_time
+
+    with pytest.raises(ValueError):
+        parse_time(s)
