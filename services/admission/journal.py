@@ -67,9 +67,9 @@ class Appended:
 def head_queries(tenant: str) -> list[pipelined.Query]:
     """The statements that lock ``tenant``'s chain head (``SELECT … FOR UPDATE``) and read its current
     signing key, for :class:`Head` (sent with a transaction's other opening lookups by admission)."""
-    return [pipelined.Query("SELECT seq, hash FROM chain_heads WHERE tenant_id = %(t)s FOR UPDATE", {"t": tenant}),
+    return [pipelined.Query("SELECT seq, hash FROM chain_heads WHERE tenant_id = %(t)s FOR UPDATE", {"t": tenant}, prepare=True),
             pipelined.Query("SELECT kid FROM tenant_keys WHERE tenant_id = %(t)s AND purpose = 'signing' AND retired_seq IS NULL",
-                            {"t": tenant})]
+                            {"t": tenant}, prepare=True)]
 
 
 class Head:

@@ -153,9 +153,9 @@ class Admission:
             raise invalid("Idempotency-Key must be 1-200 printable characters", field="Idempotency-Key")
         return pipelined.Query(
             "SELECT request_digest, response FROM idempotency_keys WHERE tenant_id = %(t)s AND principal_id = %(p)s AND key = %(k)s"
-            " AND expires_at > now()", {"t": p.tenant, "p": p.principal_id, "k": idempotency_key_digest(key)})
+            " AND expires_at > now()", {"t": p.tenant, "p": p.principal_id, "k": idempotency_key_digest(key)}, prepare=True)
 
-    def _idempotent(self, p: Principal, key: str | None, digest: bytes, conn: sa.Connection,
+    def _idempotent(self, p: Principal, key: str | None, digest: bytes | None, conn: sa.Connection,
                     rows: list | None = None) -> dict | None:
         """Return the first response for (tenant, principal, key) or None; conflict if the body differs.
         ``rows``: the result of :meth:`_idempotency_lookup`'s query when already run in this transaction."""
@@ -171,7 +171,7 @@ class Admission:
             raise OMLError("idempotency.conflict", "this Idempotency-Key was used with a different request", 409)
         return dict(row.response) | {"replayed": True}
 
-    def _remember(self, p: Principal, key: str | None, digest: bytes, response: dict, conn: sa.Connection) -> None:
+    def _remember(self, p: Principal, key: str | None, digest: bytes | None, response: dict, conn: sa.Connection) -> None:
         if key is None:
             return
         k = idempotency_key_digest(key)
@@ -191,8 +191,10 @@ class Admission:
         ``fn(head)``, remember its response. These opening statements and ``lookups`` (memo key → query:
         rows the act will read, left in ``head.fetched``) go to PostgreSQL in one round trip, in this order,
         so every lookup reads what is committed once the head is locked, as a later read would."""
-        digest = request_digest(request)
         idem = self._idempotency_lookup(p, idem_key)
+        # Only an idempotency record keeps the digest: without a key nothing reads it (a submit's would encode
+        # every item's fields again; issue 14).
+        digest = request_digest(request) if idem is not None else None
         lookups = lookups or {}
         opening = journal.head_queries(p.tenant) + ([idem] if idem is not None else []) + list(lookups.values())
         with self.db.bound(ROLE, p.tenant, opening) as (conn, rows):
@@ -227,7 +229,7 @@ class Admission:
     @staticmethod
     def _workarea_lookup(tenant: str, node_id: str) -> pipelined.Query:
         return pipelined.Query("SELECT node_id, parent_id, path, development, pii_policy FROM workareas"
-                               " WHERE tenant_id = %(t)s AND node_id = CAST(%(n)s AS uuid)", {"t": tenant, "n": node_id})
+                               " WHERE tenant_id = %(t)s AND node_id = CAST(%(n)s AS uuid)", {"t": tenant, "n": node_id}, prepare=True)
 
     def _workarea(self, conn: sa.Connection, tenant: str, node_id: str, rows: list | None = None):
         """The workarea row; ``rows``: :meth:`_workarea_lookup`'s result when already fetched. Raises ``workarea.not_found``,
@@ -458,7 +460,7 @@ class Admission:
 
     @staticmethod
     def _phone_regions_lookup(tenant: str) -> pipelined.Query:
-        return pipelined.Query("SELECT phone_regions FROM tenant_policies WHERE tenant_id = %(t)s", {"t": tenant})
+        return pipelined.Query("SELECT phone_regions FROM tenant_policies WHERE tenant_id = %(t)s", {"t": tenant}, prepare=True)
 
     @staticmethod
     def phone_regions(conn, tenant: str, rows: list | None = None) -> tuple[str, ...] | None:
@@ -472,7 +474,7 @@ class Admission:
     @staticmethod
     def _encryption_key_lookup(tenant: str) -> pipelined.Query:
         return pipelined.Query("SELECT version, public_key FROM tenant_keys WHERE tenant_id = %(t)s AND purpose = 'encryption'"
-                               " AND retired_seq IS NULL", {"t": tenant})
+                               " AND retired_seq IS NULL", {"t": tenant}, prepare=True)
 
     def _head_regions(self, head: journal.Head) -> tuple[str, ...] | None:
         """:meth:`phone_regions` for ``head``'s transaction, read once (from its opening round trip when fetched there)."""

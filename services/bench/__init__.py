@@ -5,6 +5,7 @@ import json
 import os
 import platform
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 
@@ -34,6 +35,28 @@ def machine(ctx=None, **versions: Any) -> dict[str, Any]:
         with ctx.db.engine(None).connect() as c:
             m["postgres"] = c.execute(sa.text("SHOW server_version")).scalar()
     return m
+
+
+def stolen():
+    """A callable returning the share (0..1) of this machine's CPU time the hypervisor gave to others since this
+    call (``steal`` over all fields of ``/proc/stat``'s ``cpu`` line; ``None`` where there is none): on a shared
+    virtual machine it says when a run was slowed by its neighbours."""
+    def read() -> list[int] | None:
+        try:
+            fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        except (OSError, ValueError):
+            return None
+        return fields if len(fields) >= 8 else None
+
+    start = read()
+
+    def since() -> float | None:
+        end = read()
+        if start is None or end is None or sum(end) == sum(start):
+            return None
+        return (end[7] - start[7]) / (sum(end[:8]) - sum(start[:8]))
+
+    return since
 
 
 def machine_line(m: dict[str, Any], tail: str, cpus: str = "") -> str:

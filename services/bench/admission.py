@@ -36,7 +36,7 @@ import sqlalchemy as sa
 import typer
 
 from oml.domain.canonical import now
-from oml.services.bench import bench_tenant, machine, machine_line, path_table, per_second, rate, run_and_emit, submit_all
+from oml.services.bench import bench_tenant, machine, machine_line, path_table, per_second, rate, run_and_emit, stolen, submit_all
 
 SHARED = Path(os.environ.get("OML_SHARED_DIR", Path(__file__).resolve().parents[3] / "shared"))
 
@@ -184,10 +184,13 @@ def run(ctx, *, single: int = 300, batched: int = 3000, batch: int = 100, rounds
         submit_all(ctx, bt, bodies(batch), batch)
         res["first_batch_ms"] = round((time.perf_counter() - t0) * 1000, 1)
         measured = []
+        steal = stolen()
         for _ in range(rounds):
             adm = _per_claim(_measured(adm_eng, len(rest), lambda: submit_all(ctx, bt, rest, batch)))
             raw = _per_claim(_measured(eng, len(rest), raw_batches))
             measured.append((round(raw["claims_per_s"] / adm["claims_per_s"], 2), adm, raw))
+        if (share := steal()) is not None:
+            res["stolen_share"] = round(share, 3)
 
     per_second(res, ("admission_single", "raw_single"), "claims")
     res["rounds"] = [{"ratio": r, "admission_claims_per_s": a["claims_per_s"], "raw_claims_per_s": w["claims_per_s"]}
@@ -215,6 +218,8 @@ def render(res: dict[str, Any]) -> list[str]:
     out.append("CPU per claim, batched (process time; server: its backend, from /proc): " + "; ".join(cpu))
     if "first_batch_ms" in res:
         out.append(f"first group commit of {res['batch']}, before the timed ones (starts the worker): {res['first_batch_ms']} ms")
+    if "stolen_share" in res:
+        out.append(f"CPU time taken by the hypervisor during the batched rounds (steal, /proc/stat): {100 * res['stolen_share']:.1f} %")
     if all("wal_bytes_per_claim" in res[k] for k in ("admission_batched", "raw_batched")):
         out.append(f"WAL per claim, batched: admission {res['admission_batched']['wal_bytes_per_claim']:,} B, "
                    f"raw {res['raw_batched']['wal_bytes_per_claim']:,} B")

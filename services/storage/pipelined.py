@@ -21,10 +21,13 @@ from psycopg.rows import namedtuple_row
 
 
 class Query(NamedTuple):
-    """One statement and its parameters (psycopg ``%(name)s`` placeholders)."""
+    """One statement and its parameters (psycopg ``%(name)s`` placeholders). ``prepare``: kept as a prepared
+    statement on the connection (parsed and planned once, not per transaction), for a fixed lookup by key whose plan
+    cannot depend on its parameters; nothing else is prepared (services/storage/db.py)."""
 
     sql: str
     params: Mapping[str, Any]
+    prepare: bool = False
 
 
 def fetch(conn: sa.Connection, queries: Sequence[Query]) -> list[list[Any]]:
@@ -40,13 +43,13 @@ def fetch(conn: sa.Connection, queries: Sequence[Query]) -> list[list[Any]]:
     with wrapped(queries[0].sql if len(queries) == 1 else "-- pipelined lookups"):
         if len(queries) == 1:  # nothing to overlap: no pipeline's Sync bookkeeping
             cur = dc.cursor(row_factory=namedtuple_row)
-            cur.execute(queries[0].sql, queries[0].params)
+            cur.execute(queries[0].sql, queries[0].params, prepare=queries[0].prepare or None)
             cursors.append(cur)
         else:
             with dc.pipeline():
                 for q in queries:
                     cur = dc.cursor(row_factory=namedtuple_row)
-                    cur.execute(q.sql, q.params)
+                    cur.execute(q.sql, q.params, prepare=q.prepare or None)
                     cursors.append(cur)
         return [cur.fetchall() if cur.description is not None else [] for cur in cursors]
 

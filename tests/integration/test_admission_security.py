@@ -194,7 +194,8 @@ def test_pooled_connection_reset_keeps_only_prepared_statements(db_url, kit):
             assert c.execute(sa.text("SHOW work_mem")).scalar() != "7MB"
             with watch.connect() as w:
                 assert w.execute(sa.text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = :p"), {"p": pid}).scalar() == 0
-            assert c.execute(sa.text("SELECT count(*) FROM pg_prepared_statements")).scalar() == 1
+            kept = c.execute(sa.text("SELECT statement FROM pg_prepared_statements ORDER BY statement")).scalars().all()
+            assert len(kept) == 2 and "FROM claims" in kept[0] and "set_config('oml.tenant_id'" in kept[1]  # and the binding (T16)
             # The kept statement names the tenant in its parameters and RLS reads the binding when it runs:
             # with no tenant bound it sees nothing.
             cur = c.connection.driver_connection.cursor()
@@ -259,3 +260,37 @@ def test_a_dead_pooled_connection_is_replaced_at_checkout(db_url, kit):
     finally:
         db.dispose()
         watch.dispose()
+
+
+def test_the_prepared_opening_lookups_read_only_the_bound_tenant(db_url, ctx, kit):
+    """A submit's opening lookups (tenant binding, head lock, signing and encryption keys, workarea, phone regions)
+    are prepared on the connection and kept across checkouts (T16). On one pooled connection, after a submit
+    into this tenant, another tenant's writer naming this tenant's root workarea is refused as not found: the kept
+    workarea lookup runs under the other tenant's binding, which RLS applies when it runs; and that tenant's own
+    submit lands in its own chain."""
+    from oml.services.admission.service import Submission
+    from oml.services.auth import authenticate
+    from oml.services.context import Context
+    from oml.domain.errors import OMLError
+
+    other = make_kit(ctx, "sec-prepared")
+    db = Database(db_url, None, pool_size=1)
+    adm = Context(ctx.settings, db, ctx.keystore).admission
+    try:
+        mine, theirs = authenticate(db, kit.writer_key), authenticate(db, other.writer_key)
+        adm.submit(mine, [Submission(kit.root, {"statement": "prepared lookups"})])
+        with db.engine("oml_admission").connect() as conn:
+            kept = conn.execute(sa.text("SELECT statement FROM pg_prepared_statements")).scalars().all()
+            conn.rollback()
+        assert any("FROM chain_heads" in s and "FOR UPDATE" in s for s in kept)
+        assert any("FROM workareas" in s for s in kept)
+        with pytest.raises(OMLError) as err:
+            adm.submit(theirs, [Submission(kit.root, {"statement": "into another tenant's workarea"})])
+        assert err.value.code == "workarea.not_found"
+        out = adm.submit(theirs, [Submission(other.root, {"statement": "into its own"})])["items"]
+        with db.engine(None).connect() as c:
+            owner_of = c.execute(sa.text("SELECT tenant_id FROM claims WHERE claim_id = CAST(:c AS uuid)"),
+                                 {"c": out[0]["claim_id"]}).scalar()
+        assert owner_of == other.tenant
+    finally:
+        db.dispose()
