@@ -153,10 +153,16 @@ def _int(s: str) -> Any:
     return int(s)
 
 
-@functools.lru_cache(maxsize=4096)  # the same few member names in every event (issue 14: reconcile walks them all)
 def _path(parent: str, key: str) -> str:
-    name = key if _NAME_RE.fullmatch(key) else "<member>"
+    name = key if len(key) <= 40 and _own_name(key) else "<member>"
     return f"{parent}.{name}" if parent else name
+
+
+# The same few member names in every event (issue 14: reconciliation checks every event's data). Only the verdict on a
+# name of at most 40 characters is kept, never a path: a hostile event's nesting cannot grow what stays in memory.
+@functools.lru_cache(maxsize=1024)
+def _own_name(key: str) -> bool:
+    return _NAME_RE.fullmatch(key) is not None
 
 
 def _walk(value: Any, path: str, seq: int | None) -> None:

@@ -905,7 +905,15 @@ def _norm_time(value: str | None, field: str) -> str | None:
         raise invalid("must be an ISO 8601 time with a zone", field=field) from None
     if t.tzinfo is None:
         raise invalid("must be an ISO 8601 time with a zone", field=field)
-    return format_time(t)
+    # The journal writes times as YYYY-MM-DDTHH:MM:SS.ffffffZ: a four-digit UTC year (an offset can also carry
+    # 0001-01-01 or 9999-12-31 out of the calendar, which Python refuses as an OverflowError).
+    try:
+        utc = t.astimezone(dt.timezone.utc)
+    except OverflowError:
+        utc = None
+    if utc is None or utc.year < 1000:
+        raise invalid("must be a time from the year 1000 to 9999 in UTC", field=field)
+    return format_time(utc)
 
 
 def _submission_request(s: Submission) -> dict:

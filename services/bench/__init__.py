@@ -52,7 +52,7 @@ def stolen():
 
     def since() -> float | None:
         end = read()
-        if start is None or end is None or sum(end) == sum(start):
+        if start is None or end is None or sum(end[:8]) == sum(start[:8]):
             return None
         return (end[7] - start[7]) / (sum(end[:8]) - sum(start[:8]))
 

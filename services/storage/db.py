@@ -178,7 +178,7 @@ class Database:
         """:meth:`tenant`, with ``queries`` run right after the binding in the same round trip
         (:func:`oml.services.storage.pipelined.fetch`); yields the connection and each query's rows."""
         with self.engine(role).begin() as conn:
-            rows = pipelined.fetch(conn, [pipelined.Query(_BIND, {"t": tenant}, prepare=True), *queries])
+            rows = pipelined.fetch(conn, [pipelined.Query(_BIND, {"t": tenant}), *queries])
             yield conn, rows[1:]
 
     @contextmanager

@@ -194,8 +194,7 @@ def test_pooled_connection_reset_keeps_only_prepared_statements(db_url, kit):
             assert c.execute(sa.text("SHOW work_mem")).scalar() != "7MB"
             with watch.connect() as w:
                 assert w.execute(sa.text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = :p"), {"p": pid}).scalar() == 0
-            kept = c.execute(sa.text("SELECT statement FROM pg_prepared_statements ORDER BY statement")).scalars().all()
-            assert len(kept) == 2 and "FROM claims" in kept[0] and "set_config('oml.tenant_id'" in kept[1]  # and the binding (T16)
+            assert c.execute(sa.text("SELECT count(*) FROM pg_prepared_statements")).scalar() == 1
             # The kept statement names the tenant in its parameters and RLS reads the binding when it runs:
             # with no tenant bound it sees nothing.
             cur = c.connection.driver_connection.cursor()
@@ -263,8 +262,8 @@ def test_a_dead_pooled_connection_is_replaced_at_checkout(db_url, kit):
 
 
 def test_the_prepared_opening_lookups_read_only_the_bound_tenant(db_url, ctx, kit):
-    """A submit's opening lookups (tenant binding, head lock, signing and encryption keys, workarea, phone regions)
-    are prepared on the connection and kept across checkouts (T16). On one pooled connection, after a submit
+    """A submit's opening lookups (head lock, signing and encryption keys, workarea, phone regions) are prepared on
+    the connection and kept across checkouts (T16). On one pooled connection, after a submit
     into this tenant, another tenant's writer naming this tenant's root workarea is refused as not found: the kept
     workarea lookup runs under the other tenant's binding, which RLS applies when it runs; and that tenant's own
     submit lands in its own chain."""

@@ -195,3 +195,29 @@ def test_kind_is_checked_by_event_type():
     with pytest.raises(ef.EventFormatError) as e:
         ef.parse_event(_enc(identity), seq=3)
     assert (e.value.field, e.value.rule) == ("data.kind", ef.CODE_VALUE)
+
+
+def test_hostile_member_names_leave_nothing_behind():
+    """Paths named in findings are built on demand; only short member names' verdicts are cached, so deep nesting
+    under long names (a forged event read by a long-running reconciler) does not stay in memory (hostile review)."""
+    import tracemalloc
+
+    from oml.domain import event_format as ef
+
+    def hostile(i: int) -> bytes:
+        names = [f"n{i:02d}_" + "a" * 36 + f"{k:03d}" for k in range(900)]  # 40-character snake_case names
+        return ("".join('{"' + n + '":' for n in names) + "1.5" + "}" * len(names)).encode()
+
+    ef.loads(b'{"a":1}')
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(6):
+            with pytest.raises(ef.EventFormatError) as err:
+                ef.loads(hostile(i))
+            assert err.value.rule == ef.FLOAT
+            del err
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 2_000_000, kept
