@@ -37,6 +37,7 @@ import typer
 
 from oml.domain.canonical import now
 from oml.services.bench import bench_tenant, machine, machine_line, path_table, per_second, rate, run_and_emit, stolen, submit_all
+from oml.services.cli.common import JSON
 
 SHARED = Path(os.environ.get("OML_SHARED_DIR", Path(__file__).resolve().parents[3] / "shared"))
 
@@ -235,7 +236,7 @@ def register(bench_app: typer.Typer) -> None:
                   batched: int = typer.Option(3000, "--batched", min=1, help="claims submitted in group commits"),
                   batch: int = typer.Option(100, "--batch", min=1, max=500, help="claims per group commit"),
                   rounds: int = typer.Option(3, "--rounds", min=1, max=15, help="batched rounds, admission then raw; the round with the median ratio is shown (the upper middle one for an even count)"),
-                  as_json: bool = typer.Option(False, "--json")) -> None:
+                  as_json: bool = JSON) -> None:
         """Claims/s for single and batched submits, against the same rows inserted raw."""
         if quick:
             single, batched = 30, 300

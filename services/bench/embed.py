@@ -33,6 +33,7 @@ from typing import Any
 import typer
 
 from oml.services.bench import emit, machine, machine_line
+from oml.services.cli.common import JSON
 
 
 def _pct(xs: list[float], p: float) -> float:
@@ -135,7 +136,7 @@ def register(bench_app: typer.Typer) -> None:
               questions: int = typer.Option(200, "--questions", min=1),
               turns: int = typer.Option(1000, "--turns", min=1, help="turns for the batch encode"),
               rounds: int = typer.Option(1, "--rounds", min=1, help="passes over the questions"),
-              as_json: bool = typer.Option(False, "--json")) -> None:
+              as_json: bool = JSON) -> None:
         """Query embedding: torch (1 thread) vs ONNX Runtime (1 and 2 threads) per LoCoMo question, export time, batch encode."""
         from oml.services.cli.common import fail
         from oml.services.demo.corpus import default_data_path

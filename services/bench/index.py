@@ -30,6 +30,7 @@ import sqlalchemy as sa
 import typer
 
 from oml.services.bench import bench_tenant, machine, machine_line, path_table, per_second, run_and_emit, submit_all
+from oml.services.cli.common import JSON
 
 
 
@@ -111,7 +112,7 @@ def register(bench_app: typer.Typer) -> None:
     @bench_app.command("index")
     def index(quick: bool = typer.Option(False, "--quick", help="CI-sized: 50 claims"),
               claims: int = typer.Option(1000, "--claims", min=1, help="claims promoted before the measurement"),
-              as_json: bool = typer.Option(False, "--json")) -> None:
+              as_json: bool = JSON) -> None:
         """Claims/s indexed (feed, tsvector, embeddings), against raw model.encode + binary COPY of the vectors."""
         if quick:
             claims = 50

@@ -40,6 +40,7 @@ import sqlalchemy as sa
 import typer
 
 from oml.services.bench import machine, machine_line, rate, run_and_emit
+from oml.services.cli.common import JSON
 
 
 @dataclasses.dataclass(frozen=True)
@@ -246,7 +247,7 @@ def register(bench_app: typer.Typer) -> None:
                tenants: int = typer.Option(2, "--tenants", min=1, help="tenants the clients write to (client j: tenant j mod T)"),
                batch: int = typer.Option(10, "--batch", min=1, max=500, help="claims per POST /v1/claims:batch"),
                servers: int = typer.Option(1, "--servers", min=1, max=16, help="oml serve processes (client j uses server j mod S)"),
-               as_json: bool = typer.Option(False, "--json")) -> None:
+               as_json: bool = JSON) -> None:
         """Claims/s, submit latency and end-to-end freshness through the HTTP API, next to a raw insert."""
         if quick:
             claims = 200

@@ -36,6 +36,7 @@ import sqlalchemy as sa
 import typer
 
 from oml.services.bench import bench_tenant, machine, machine_line, path_table, per_second, run_and_emit, submit_all
+from oml.services.cli.common import JSON
 
 
 
@@ -123,8 +124,8 @@ def register(bench_app: typer.Typer) -> None:
     def lake(quick: bool = typer.Option(False, "--quick", help="CI-sized: 300 claims"),
              claims: int = typer.Option(5000, "--claims", min=1, help="claims submitted before the measurement"),
              batch_rows: int = typer.Option(0, "--batch-rows", min=0, help="rows per Delta commit (0: the writer's default)"),
-             rounds: int = typer.Option(3, "--rounds", min=1, help="measurements, each into fresh lakes; the median is shown"),
-             as_json: bool = typer.Option(False, "--json")) -> None:
+             rounds: int = typer.Option(3, "--rounds", min=1, max=15, help="measurements, each into fresh lakes; the round with the median ratio is shown (the upper middle one for an even count)"),
+             as_json: bool = JSON) -> None:
         """Events/s copied to Delta by the lake-writer, against a raw write_deltalake of the same Arrow data."""
         if quick:
             claims = 300

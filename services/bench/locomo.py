@@ -54,6 +54,7 @@ import typer
 
 from oml.services import heap
 from oml.services.bench import emit
+from oml.services.cli.common import JSON
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 RETRIEVERS = ("fts", "vector", "hybrid")
@@ -405,7 +406,7 @@ def register(bench_app: typer.Typer) -> None:
                lexical: str = typer.Option("ts_rank", "--lexical", help="lexical leg of the --fusion rows: ts_rank or bm25"),
                bm25: list[str] = typer.Option([], "--bm25", help="extra BM25 row NAME=K1,B"),
                rows: str = typer.Option("", "--rows", help="comma-separated rows to run (default all)"),
-               as_json: bool = typer.Option(False, "--json")) -> None:
+               as_json: bool = JSON) -> None:
         """Evidence recall@5/10/25 and latency of fts, vector and hybrid recall on LoCoMo, through admission, review and the indexer."""
         from oml.domain.fusion import parse_spec
         from oml.services.cli.common import context, err

@@ -36,6 +36,7 @@ import typer
 from oml.services.bench import emit
 from oml.services import heap
 from oml.services.bench import locomo
+from oml.services.cli.common import JSON
 
 K = 10
 
@@ -129,7 +130,7 @@ def register(bench_app: typer.Typer) -> None:
     @bench_app.command("peers")
     def peers(data: Path = typer.Option(..., "--data", exists=True, dir_okay=False, help="LoCoMo JSON"),
               conversations: str = typer.Option("", "--conversations", help="comma-separated sample ids, or N; default all"),
-              as_json: bool = typer.Option(False, "--json")) -> None:
+              as_json: bool = JSON) -> None:
         """OML hybrid recall against mem0 (infer=False, same embedder), interleaved: p50/p95 and recall@10 (needs the peers extra)."""
         from oml.services.cli.common import context, err
 

@@ -53,6 +53,8 @@ from typing import Any, Sequence
 import sqlalchemy as sa
 import typer
 
+from oml.services.cli.common import JSON
+
 SHARED = Path(os.environ.get("OML_SHARED_DIR", Path(__file__).resolve().parents[3] / "shared"))
 LOCOMO = SHARED / "data" / "locomo" / "locomo-dev.json"
 N_AREAS = 20
@@ -370,7 +372,7 @@ def register(bench_app: typer.Typer) -> None:
                                                  " with the primary (built here on the embedded database)"),
                replica_url: str = typer.Option(None, "--replica-url", help="owner-shaped URL of an existing standby of"
                                                " the configured database (implies --replica)"),
-               as_json: bool = typer.Option(False, "--json")) -> None:
+               as_json: bool = JSON) -> None:
         """p50/p95 of fts, vector and hybrid recall at each size, and raw SQL top-k on the same indexes."""
         from oml.services.cli.common import context, err
 

@@ -56,6 +56,7 @@ import typer
 from oml.services.bench import BenchTenant, bench_tenant, emit, rate, submit_all
 from oml.services.bench.recall import _pct as pct
 from oml.services.bench.replica import RETRIEVERS, timed_ms
+from oml.services.cli.common import JSON
 
 N_AREAS = 20
 
@@ -352,7 +353,7 @@ def register(bench_app: typer.Typer) -> None:
               journal_total: int = typer.Option(1_000, "--journal-total", min=1),
               admit_n: int = typer.Option(500, "--admit", min=1, help="claims admitted per admission measurement"),
               queries: int = typer.Option(50, "--queries", min=5),
-              as_json: bool = typer.Option(False, "--json")) -> None:
+              as_json: bool = JSON) -> None:
         """Growth curve on one machine: admission, recall p50/p95, HNSW build, reconcile and export vs. size and tenant count."""
         from oml.services.cli.common import context, err
 

@@ -27,7 +27,7 @@ from rich.markup import escape
 
 from oml.domain.events import Actor
 
-from .common import TENANT, context, emit as _emit, err, fail, key_file_option, principal, read_secret, verdict_exit
+from .common import JSON, TENANT, context, emit as _emit, err, fail, key_file_option, principal, read_secret, require_tenant, verdict_exit
 
 tenant_app = typer.Typer(no_args_is_help=True, help="Create and list tenants (operator bootstrap).")
 identity_app = typer.Typer(no_args_is_help=True, help="Identities: people and services (admin key).")
@@ -98,7 +98,7 @@ def tenant_create(tenant: str = typer.Argument(..., help=escape("tenant slug [a-
 
 
 @tenant_app.command("list")
-def tenant_list(as_json: bool = typer.Option(False, "--json")) -> None:
+def tenant_list(as_json: bool = JSON) -> None:
     """List the tenants of this home's database, with their journal heads and trust anchors."""
     from oml.services.anchors import anchors_path, load_trust_anchors
     from oml.services.listing import list_tenants
@@ -118,7 +118,7 @@ def tenant_policy(phone_regions: Optional[str] = typer.Option(
                       None, "--phone-regions",
                       help="comma-separated ISO 3166-1 alpha-2 regions whose national phone formats admission reads, "
                            "e.g. GB,DE,US ('' for +-numbers only); omit to show the current policy"),
-                  key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Option(False, "--json")) -> None:
+                  key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> None:
     """Show or set the tenant's personal-data classifier policy (setting journals tenant.policy_set; admin key)."""
     with context() as ctx:
         p = _admin(ctx, key_file)
@@ -136,7 +136,7 @@ def tenant_policy(phone_regions: Optional[str] = typer.Option(
 @identity_app.command("create")
 def identity_create(kind: str = typer.Option(..., "--kind", help="person or service"),
                     name: Optional[str] = typer.Option(None, "--name", help="display name (kept out of the journal)"),
-                    key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Option(False, "--json")) -> None:
+                    key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> None:
     """Create an identity; prints its id."""
     with context() as ctx:
         out = ctx.admission.create_identity(_admin(ctx, key_file), kind, name)
@@ -144,7 +144,7 @@ def identity_create(kind: str = typer.Option(..., "--kind", help="person or serv
 
 
 @identity_app.command("list")
-def identity_list(key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Option(False, "--json")) -> None:
+def identity_list(key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> None:
     """List the tenant's identities."""
     from oml.services.listing import list_identities
 
@@ -159,7 +159,7 @@ def identity_list(key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Opti
 def key_create(identity: str = typer.Option(..., "--identity", help="identity id"),
                role: str = typer.Option(..., "--role", help="writer, reviewer, reader, auditor, operator, admin or indexer"),
                root: List[str] = typer.Option(..., "--root", help="workarea node id (repeatable)"),
-               key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Option(False, "--json")) -> None:
+               key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> None:
     """Create an API key; the key is printed once."""
     with context() as ctx:
         out = ctx.admission.create_principal(_admin(ctx, key_file), identity, role, list(root))
@@ -168,7 +168,7 @@ def key_create(identity: str = typer.Option(..., "--identity", help="identity id
 
 @key_app.command("revoke")
 def key_revoke(principal_id: str = typer.Argument(..., help="the key id (16 hex)"),
-               key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Option(False, "--json")) -> None:
+               key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> None:
     """Revoke an API key."""
     with context() as ctx:
         out = ctx.admission.revoke_principal(_admin(ctx, key_file), principal_id)
@@ -176,7 +176,7 @@ def key_revoke(principal_id: str = typer.Argument(..., help="the key id (16 hex)
 
 
 @key_app.command("list")
-def key_list(key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Option(False, "--json")) -> None:
+def key_list(key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> None:
     """List the tenant's API keys by key id (never their secrets)."""
     from oml.services.listing import list_api_keys
 
@@ -192,7 +192,7 @@ def key_list(key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Option(Fa
 def workarea_create(label: str = typer.Argument(...), parent: Optional[str] = typer.Option(None, "--parent", help="parent node id"),
                     development: bool = typer.Option(False, "--development", help="authors may self-promote here"),
                     pii_policy: str = typer.Option("deny", "--pii-policy", help="deny, declare or allow"),
-                    key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Option(False, "--json")) -> None:
+                    key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> None:
     """Create a workarea under --parent (or a new top-level one)."""
     with context() as ctx:
         out = ctx.admission.create_workarea(_admin(ctx, key_file), label, parent, development=development, pii_policy=pii_policy)
@@ -203,7 +203,7 @@ def workarea_create(label: str = typer.Argument(...), parent: Optional[str] = ty
 def workarea_reparent(node: str = typer.Argument(..., help="node id of the subtree to move"),
                       parent: Optional[str] = typer.Option(None, "--parent", help="new parent node id"),
                       top_level: bool = typer.Option(False, "--top-level", help="make the subtree top-level"),
-                      key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Option(False, "--json")) -> None:
+                      key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> None:
     """Move a subtree; derived paths are rewritten in the same transaction."""
     if (parent is None) == (not top_level):
         err.print("pass exactly one of --parent or --top-level")
@@ -217,7 +217,7 @@ def workarea_reparent(node: str = typer.Argument(..., help="node id of the subtr
 def workarea_policy(node: str = typer.Argument(...),
                     development: Optional[bool] = typer.Option(None, "--development/--no-development"),
                     pii_policy: Optional[str] = typer.Option(None, "--pii-policy", help="deny, declare or allow"),
-                    key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Option(False, "--json")) -> None:
+                    key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> None:
     """Set the development flag and/or the personal-data policy."""
     if development is None and pii_policy is None:
         err.print("pass --development/--no-development and/or --pii-policy")
@@ -228,7 +228,7 @@ def workarea_policy(node: str = typer.Argument(...),
 
 
 @workarea_app.command("list")
-def workarea_list(key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Option(False, "--json")) -> None:
+def workarea_list(key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> None:
     """List the workareas the key may see."""
     from oml.services.listing import list_workareas
 
@@ -239,23 +239,11 @@ def workarea_list(key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Opti
 
 
 # ---------------------------------------------------------------- journal
-def _require_tenant(ctx, tenant: str) -> None:
-    """``tenant.not_found`` (exit 2, as reconcile and evidence export answer: docs/anchoring.md) for a tenant this
-    database does not have; an existing tenant whose journal is empty or cut still fails verification (exit 1)."""
-    import sqlalchemy as sa
-
-    from oml.domain.errors import OMLError
-
-    with ctx.db.system("oml_reconciler") as conn:  # the tenant list is readable to the keyless workers
-        if conn.execute(sa.text("SELECT 1 FROM tenants WHERE tenant_id = :t"), {"t": tenant}).scalar() is None:
-            raise OMLError("tenant.not_found", "tenant not found", 404)
-
-
 @journal_app.command("verify")
 def journal_verify(tenant: str = TENANT,
                    trusted_key: Optional[str] = typer.Option(None, "--trusted-key", help="the fingerprint printed by `oml tenant create` "
                                                              "(default: the tenant's line in OML_TRUST_ANCHORS or <home>/trust-anchors)"),
-                   as_json: bool = typer.Option(False, "--json")) -> None:
+                   as_json: bool = JSON) -> None:
     """Recompute every hash, link and signature. Exit 0 anchored, 3 ok but NOT ANCHORED, 1 first bad seq (docs/anchoring.md)."""
     from oml.services.anchors import is_fingerprint, trust_anchor_for
     from oml.services.journal_verify import verify_journal
@@ -267,7 +255,7 @@ def journal_verify(tenant: str = TENANT,
             anchor = trust_anchor_for(ctx.settings, tenant, trusted_key)
         except ValueError as exc:
             fail(str(exc))
-        _require_tenant(ctx, tenant)
+        require_tenant(ctx, tenant)
         rep = verify_journal(ctx.db, tenant, anchor)
     r = rep.result
     _emit({"tenant": tenant, "ok": rep.ok, "anchored": r.anchored, "last_seq": r.last_seq, "head": r.head.hex(),
@@ -280,7 +268,7 @@ def journal_verify(tenant: str = TENANT,
 def projections_rebuild(tenant: str = TENANT,
                         verify: bool = typer.Option(False, "--verify", help="exit 1 when the live tables differ from the replay"),
                         apply: bool = typer.Option(False, "--apply", help="overwrite the live projection rows with the replay (schema owner)"),
-                        as_json: bool = typer.Option(False, "--json")) -> None:
+                        as_json: bool = JSON) -> None:
     """Replay the journal into temporary tables and compare them with the live projection tables.
 
     Without --apply nothing is written. With --apply the differing live rows
@@ -303,7 +291,7 @@ def projections_rebuild(tenant: str = TENANT,
 def keys_rotate(tenant: str = TENANT,
                 recovery_key_file: Optional[str] = typer.Option(
                     None, "--recovery-key-file", help="file holding the recovery private key ('-' for stdin): for a compromised or lost signing key"),
-                as_json: bool = typer.Option(False, "--json")) -> None:
+                as_json: bool = JSON) -> None:
     """Rotate the tenant's signing key (signed by the current key, or by the recovery key)."""
     recovery = read_secret(recovery_key_file, "the recovery private key (hex)", "--recovery-key-file") if recovery_key_file else None
     with context() as ctx:

@@ -33,6 +33,7 @@ err = Console(stderr=True, soft_wrap=True)
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_ANCHORED = 0, 1, 2, 3
 
 TENANT = typer.Option(..., "--tenant", "-t", help="tenant slug")
+JSON = typer.Option(False, "--json", help="print the result as one JSON document instead of text")
 
 
 def verdict_exit(ok: bool, anchored: bool) -> int:
@@ -91,6 +92,17 @@ def context() -> "Iterator[Context]":
         raise typer.Exit(EXIT_USAGE) from None
     finally:
         ctx.close()
+
+
+def require_tenant(ctx: "Context", tenant: str) -> None:
+    """``tenant.not_found`` (exit 2, as reconcile and evidence export answer: docs/anchoring.md) for a tenant this
+    database does not have, so a mistyped ``--tenant`` is never read as "nothing to do"; an existing tenant whose
+    journal is empty or cut still fails verification (exit 1)."""
+    import sqlalchemy as sa
+
+    with ctx.db.system("oml_reconciler") as conn:  # the tenant list is readable to the keyless workers
+        if conn.execute(sa.text("SELECT 1 FROM tenants WHERE tenant_id = :t"), {"t": tenant}).scalar() is None:
+            raise OMLError("tenant.not_found", "tenant not found", 404)
 
 
 def read_secret(path: str | None, what: str, option: str = "--key-file") -> str:

@@ -28,7 +28,7 @@ from rich.markup import escape
 
 from oml.domain.errors import OMLError
 
-from .common import console, context, err
+from .common import console, context, err, require_tenant
 
 lake_app = typer.Typer(no_args_is_help=True, help="Delta Lake copy of journal, checkpoints and ciphertext.")
 index_app = typer.Typer(no_args_is_help=True, help="Full-text and vector indexes (oml-indexer).")
@@ -117,6 +117,8 @@ def status_cmd(
     from oml.workers import lag
 
     with context() as ctx:
+        if tenant:
+            require_tenant(ctx, tenant)
         rows = lag.report(ctx, tenant=tenant)
         poison = lag.poison(ctx, tenant)
         integrity = verified_reads.report(ctx, tenant)
@@ -171,6 +173,8 @@ def lake_compact(tenant: Optional[str] = typer.Option(None, "--tenant", "-t", he
     from oml.workers import lake_writer
 
     with context() as ctx:
+        if tenant:
+            require_tenant(ctx, tenant)
         try:
             metrics = lake_writer.compact(ctx, tenant)
         except OMLError:
@@ -182,11 +186,13 @@ def lake_compact(tenant: Optional[str] = typer.Option(None, "--tenant", "-t", he
 
 
 @lake_app.command("catch-up")
-def lake_catch_up(tenant: Optional[str] = typer.Option(None, "--tenant", "-t")) -> None:
+def lake_catch_up(tenant: Optional[str] = typer.Option(None, "--tenant", "-t", help="only this tenant (default: every tenant)")) -> None:
     """Copy everything pending into the lake now (what the lake-writer actor does on a wake-up)."""
     from oml.workers import lake_writer
 
     with context() as ctx:
+        if tenant:
+            require_tenant(ctx, tenant)
         try:
             n = lake_writer.catch_up(ctx, tenant) if tenant else lake_writer.catch_up_all(ctx)
         except OMLError:
@@ -197,17 +203,20 @@ def lake_catch_up(tenant: Optional[str] = typer.Option(None, "--tenant", "-t")) 
 
 
 @lake_app.command("status")
-def lake_status(tenant: Optional[str] = typer.Option(None, "--tenant", "-t")) -> None:
+def lake_status(tenant: Optional[str] = typer.Option(None, "--tenant", "-t", help="only this tenant (default: every tenant)")) -> None:
     """What the lake itself records per tenant (Delta application transactions) against the journal head."""
     from rich.table import Table
 
     from oml.workers import lag, lake_writer
 
     with context() as ctx:
+        if tenant:
+            require_tenant(ctx, tenant)
         rows = [r for r in lag.report(ctx, (lake_writer.CONSUMER,), tenant=tenant)]
         table = Table(title="lake (application-transaction versions)")
         for col in ("tenant", "journal head", "journal", "bodies", "checkpoints", "lag"):
-            table.add_column(col, justify="left" if col == "tenant" else "right")
+            # A tenant id is copied into other commands: wrapped onto more lines rather than cut with an ellipsis.
+            table.add_column(col, justify="left" if col == "tenant" else "right", overflow="fold" if col == "tenant" else "ellipsis")
         for r in rows:
             rec = lake_writer.recorded_versions(ctx, r.tenant)
             table.add_row(r.tenant, str(r.head), str(rec["journal"]), str(rec["bodies"]), str(rec["checkpoints"]),
@@ -247,11 +256,13 @@ def index_enroll(tenant: str = typer.Option(..., "--tenant", "-t", help="tenant 
 
 
 @index_app.command("catch-up")
-def index_catch_up(tenant: Optional[str] = typer.Option(None, "--tenant", "-t")) -> None:
+def index_catch_up(tenant: Optional[str] = typer.Option(None, "--tenant", "-t", help="only this tenant (default: every tenant)")) -> None:
     """Index everything pending now (what the indexer actor does on a wake-up)."""
     from oml.workers import indexer
 
     with context() as ctx:
+        if tenant:
+            require_tenant(ctx, tenant)
         try:
             n = indexer.catch_up(ctx, tenant) if tenant else indexer.catch_up_all(ctx)
         except Exception as exc:  # noqa: BLE001

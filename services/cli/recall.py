@@ -17,7 +17,7 @@ import typer
 
 from rich.markup import escape
 
-from .common import TENANT, console, context, err, fail, key_file_option, principal
+from .common import JSON, TENANT, console, context, err, fail, key_file_option, principal
 
 readlog_app = typer.Typer(no_args_is_help=True, help="The read log: seal batches into the journal, verify anchors.")
 retention_app = typer.Typer(no_args_is_help=True, help="The read log's per-tenant retention window (operator key).")
@@ -99,7 +99,7 @@ def _source(item: dict) -> str:
 
 @readlog_app.command("seal")
 def readlog_seal(tenant: Optional[str] = typer.Option(None, "--tenant", "-t", help="one tenant (default: every tenant)"),
-                 as_json: bool = typer.Option(False, "--json")) -> None:
+                 as_json: bool = JSON) -> None:
     """Seal unsealed reads into batches and journal each batch's digest (`readlog.anchored`)."""
     from oml.services.server import readlog
 
@@ -117,7 +117,7 @@ def readlog_seal(tenant: Optional[str] = typer.Option(None, "--tenant", "-t", he
 
 @readlog_app.command("verify")
 def readlog_verify(tenant: str = TENANT,
-                   as_json: bool = typer.Option(False, "--json")) -> None:
+                   as_json: bool = JSON) -> None:
     """Recompute every anchor inside the retention window; name each edited, inserted or deleted read (exit 1)."""
     from oml.services.server import readlog
 
@@ -148,7 +148,7 @@ def retention_set(days: int = typer.Option(..., "--days", help="read-log retenti
 
 @retention_app.command("apply")
 def retention_apply(tenant: Optional[str] = typer.Option(None, "--tenant", "-t", help="as a scheduled system job, without a key"),
-                    key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Option(False, "--json")) -> None:
+                    key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> None:
     """Seal, then retire the batches older than the window; journals `retention.applied`."""
     from oml.services.server import readlog
 

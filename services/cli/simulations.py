@@ -15,7 +15,7 @@ from typing import List, Optional
 import typer
 from rich.markup import escape
 
-from .common import console, context, emit as _emit, fail, key_file_option, principal, read_secret
+from .common import JSON, console, context, emit as _emit, fail, key_file_option, principal, read_secret
 
 sim_app = typer.Typer(no_args_is_help=True, help="Simulations: sandboxes with an audience (admin or operator key).")
 
@@ -27,7 +27,7 @@ _key = principal
 def open_(audience: List[str] = typer.Option(..., "--audience", "-a", help="principal id (16 hex) in the audience; repeat"),
           name: Optional[str] = typer.Option(None, "--name", help="a label for people (kept out of the journal)"),
           name_file: Optional[str] = typer.Option(None, "--name-file", help="read the name from this file ('-' for stdin)"),
-          key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Option(False, "--json")) -> None:
+          key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> None:
     """Open a simulation; prints its id. Its index partitions are created in the same transaction."""
     if (name is None) == (name_file is None):
         fail("give exactly one of --name and --name-file")
@@ -41,7 +41,7 @@ def open_(audience: List[str] = typer.Option(..., "--audience", "-a", help="prin
 
 
 @sim_app.command("list")
-def list_(key_file: Optional[str] = KEY_FILE, as_json: bool = typer.Option(False, "--json")) -> None:
+def list_(key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> None:
     """The simulations the key may see, with their status and counts."""
     from rich.table import Table
 
@@ -71,7 +71,7 @@ def show(simulation_id: str = typer.Argument(..., help="the simulation id"), key
 
 @sim_app.command("close")
 def close(simulation_id: str = typer.Argument(..., help="the simulation id"), key_file: Optional[str] = KEY_FILE,
-          as_json: bool = typer.Option(False, "--json")) -> None:
+          as_json: bool = JSON) -> None:
     """Close a simulation: demote its promoted versions (its overlay tips), drop its partitions."""
     from oml.services.simulations import Simulations
 

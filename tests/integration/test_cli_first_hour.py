@@ -183,3 +183,23 @@ def test_mcp_stdio_with_an_unknown_key_names_the_database_before_loading_the_mod
     assert r.exit_code == 2
     assert "access.unauthenticated" in r.stderr and "asked the database" in r.stderr
     assert "embedding model loaded" not in r.stderr
+
+
+@pytest.mark.parametrize("args", [["lake", "catch-up"], ["lake", "status"], ["lake", "compact"], ["index", "catch-up"], ["status"]])
+def test_an_unknown_tenant_is_not_found_not_nothing_to_do(ctx, args):
+    """A mistyped --tenant is tenant.not_found (exit 2), as reconcile answers, not "0 rows appended" (fresh-user run)."""
+    r = run_cli(ctx, [*args, "--tenant", "no-such-tenant"])
+    assert r.exit_code == 2, r.output
+    assert "tenant.not_found" in r.stderr
+
+
+def test_lake_status_shows_a_long_tenant_id_whole(ctx):
+    """At 80 columns a long tenant id wraps inside its cell instead of ending in an ellipsis: it is copied into
+    other commands (fresh-user run)."""
+    long_id = "fh-" + "a-rather-long-tenant-id-" * 2 + "x" * 9  # 60 characters
+    assert run_cli(ctx, ["tenant", "create", long_id, "--json"]).exit_code == 0
+    r = run_cli(ctx, ["lake", "status", "--tenant", long_id])
+    assert r.exit_code == 0, r.output
+    assert "…" not in r.stdout
+    first_cells = [line.split("│")[1].strip() for line in r.stdout.splitlines() if line.startswith("│")]
+    assert "".join(first_cells) == long_id
