@@ -39,7 +39,8 @@ def machine(ctx=None, **versions: Any) -> dict[str, Any]:
 
 def stolen():
     """A callable returning the share (0..1) of this machine's CPU time the hypervisor gave to others since this
-    call (``steal`` over all fields of ``/proc/stat``'s ``cpu`` line; ``None`` where there is none): on a shared
+    call (``steal`` over the line's first eight fields, user to steal, of ``/proc/stat``'s ``cpu`` line; ``None`` where
+    there is none): on a shared
     virtual machine it says when a run was slowed by its neighbours."""
     def read() -> list[int] | None:
         try:
