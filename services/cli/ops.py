@@ -234,6 +234,7 @@ def index_rebuild(tenant: str = typer.Option(..., "--tenant", "-t", help="tenant
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("events"),
                TaskProgressColumn(), TimeRemainingColumn())
     with context() as ctx:
+        require_tenant(ctx, tenant)
         with Progress(*columns, console=err, transient=True) as bar:
             task = bar.add_task(f"rebuilding the indexes of {escape(tenant)}", total=None)
             try:
@@ -251,6 +252,7 @@ def index_enroll(tenant: str = typer.Option(..., "--tenant", "-t", help="tenant 
     from oml.workers import indexer
 
     with context() as ctx:
+        require_tenant(ctx, tenant)
         indexer.enroll(ctx, tenant)
         console.print(escape(f"{tenant}: indexer key written to {indexer.key_dir(ctx) / (tenant + '.key')} (mode 0600)"))
 

@@ -185,7 +185,8 @@ def test_mcp_stdio_with_an_unknown_key_names_the_database_before_loading_the_mod
     assert "embedding model loaded" not in r.stderr
 
 
-@pytest.mark.parametrize("args", [["lake", "catch-up"], ["lake", "status"], ["lake", "compact"], ["index", "catch-up"], ["status"]])
+@pytest.mark.parametrize("args", [["lake", "catch-up"], ["lake", "status"], ["lake", "compact"], ["index", "catch-up"],
+                                  ["index", "rebuild"], ["index", "enroll"], ["status"]])
 def test_an_unknown_tenant_is_not_found_not_nothing_to_do(ctx, args):
     """A mistyped --tenant is tenant.not_found (exit 2), as reconcile answers, not "0 rows appended" (fresh-user run)."""
     r = run_cli(ctx, [*args, "--tenant", "no-such-tenant"])
