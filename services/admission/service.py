@@ -8,9 +8,9 @@ signer; it encrypts bodies but can never decrypt one.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
-import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
@@ -577,7 +577,7 @@ class Admission:
             raise invalid("at least one claim is required", field="claims")
         # A workarea id is journalled as given: an upper-case one is the same workarea, written in lower case.
         items = [dataclasses.replace(s, workarea_id=s.workarea_id.lower())
-                 if _is_uuid(s.workarea_id) and not s.workarea_id.islower() and s.workarea_id.lower() != s.workarea_id else s
+                 if _is_uuid(s.workarea_id) and s.workarea_id.lower() != s.workarea_id else s
                  for s in items]
         plaintexts: list[bytes] = []
         for i, s in enumerate(items):

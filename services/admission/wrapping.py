@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import os
 import pickle
-import select
 import queue
+import select
 import struct
 import subprocess
 import sys

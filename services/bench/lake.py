@@ -39,7 +39,6 @@ from oml.services.bench import bench_tenant, machine, machine_line, path_table, 
 from oml.services.cli.common import JSON
 
 
-
 def run(ctx, *, claims: int = 5000, batch: int = 100, batch_rows: int | None = None, rounds: int = 3) -> dict[str, Any]:
     """Run the measurements ``rounds`` times, each into fresh lakes; returns counts, seconds, events/s and the ratios
     of the round with the median ratio raw ÷ lake-writer (``rounds`` lists every round's)."""

@@ -13,11 +13,12 @@ lock left by one borrower reaches the next (SQLAlchemy's own reset on return
 is a ROLLBACK only); the same round trip is the liveness check (a connection
 that fails it is replaced), so there is no separate pre-ping (issue 14: one
 round trip per transaction fewer). The prepared statements that survive are
-admission's own set statements, prepared on purpose (``prepare=True`` in
-``services/admission/sets.py``; nothing is prepared automatically): OML's SQL
+admission's own, prepared on purpose: its set statements (``prepare=True`` in
+``services/admission/sets.py``) and its opening lookups (``pipelined.Query``'s
+``prepare``; the tenant binding is not one); nothing is prepared automatically: OML's SQL
 text with no data in it, whose parameters are bound at each execution and
 whose row-level security reads the transaction's tenant binding when it runs
-(docs/decisions.md, T15).
+(docs/decisions.md, T15, T16).
 
 Reads may go to hot standbys (``replica_urls``, issue 16): :meth:`Database.read`
 opens a read-only, tenant-bound transaction on a standby, or on the primary
