@@ -12,7 +12,8 @@ plans), so no setting, role, temporary table, cursor, listener or advisory
 lock left by one borrower reaches the next (SQLAlchemy's own reset on return
 is a ROLLBACK only); the same round trip is the liveness check (a connection
 that fails it is replaced), so there is no separate pre-ping (issue 14: one
-round trip per transaction fewer). The prepared statements that survive are
+round trip per transaction fewer); for admission it also opens the transaction
+(:data:`BEGIN_AT_CHECKOUT`, one more fewer). The prepared statements that survive are
 admission's own, prepared on purpose: its set statements (``prepare=True`` in
 ``services/admission/sets.py``) and its opening lookups (``pipelined.Query``'s
 ``prepare``; the tenant binding is not one); nothing is prepared automatically: OML's SQL
@@ -28,6 +29,7 @@ from hot standbys").
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import socket
@@ -37,7 +39,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
+import psycopg
 import sqlalchemy as sa
+from psycopg import pq
 from sqlalchemy import event
 
 from . import pipelined
@@ -56,11 +60,38 @@ _BIND = "SELECT set_config('oml.tenant_id', %(t)s, true)"
 WORKLOAD_ROLES = ("oml_admission", "oml_server", "oml_lake_writer", "oml_reconciler", "oml_indexer", "oml_relay")
 
 
-def _reset(dbapi_connection, connection_record, connection_proxy) -> None:
+# Admission's connections come out of the pool inside a transaction, opened in the reset's round trip: psycopg
+# sends its own BEGIN, and waits for it, even in pipeline mode, so this is one round trip fewer in every act
+# (docs/decisions.md T17). The reset's steps run and commit in a transaction of their own, as the plain reset's do
+# (UNLISTEN takes effect at that COMMIT; a later rollback cannot bring back what they removed), then the act's
+# transaction opens; both BEGINs state their level, so a default a borrower planted (default_transaction_isolation,
+# default_transaction_read_only, default_transaction_deferrable) starts neither. The count of planted statements
+# runs in the act's. Primary only: a standby refuses READ WRITE. psycopg refuses per-connection transaction
+# settings (execution_options isolation_level, autocommit) on such a connection while it is in that transaction:
+# a loud error, never a silently different level; no admission code sets them.
+BEGIN_AT_CHECKOUT = frozenset({"oml_admission"})
+_STEPS, _COUNT = RESET.rsplit("; ", 1)
+_BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE, NOT DEFERRABLE"
+_RESET_THEN_BEGIN = f"{_BEGIN}; {_STEPS}; COMMIT; {_BEGIN}; {_COUNT}".encode()
+
+
+def _reset(dbapi_connection, connection_record, connection_proxy, *, begin: bool = False) -> None:
     """Reset a connection as it is checked out; a dead one raises ``DisconnectionError``, on which the
-    pool discards it and checks out another (SQLAlchemy, "Disconnect Handling - Pessimistic")."""
+    pool discards it and checks out another (SQLAlchemy, "Disconnect Handling - Pessimistic").
+
+    ``begin``: then leave it inside a READ COMMITTED read-write transaction opened in the same round trip
+    (:data:`BEGIN_AT_CHECKOUT`), unless the connection carries transaction characteristics of its own
+    (psycopg's ``isolation_level``, ``read_only``, ``deferrable``), which psycopg's own BEGIN states."""
     try:
         dbapi_connection.rollback()
+        if begin and (dbapi_connection.isolation_level, dbapi_connection.read_only, dbapi_connection.deferrable) == (None, None, None):
+            # libpq directly, or psycopg would put its own BEGIN in front. The last result is the count.
+            res = dbapi_connection.pgconn.exec_(_RESET_THEN_BEGIN)
+            if res.status != pq.ExecStatus.TUPLES_OK or dbapi_connection.pgconn.transaction_status != pq.TransactionStatus.INTRANS:
+                raise psycopg.OperationalError("the reset failed")
+            if int(res.get_value(0, 0)):
+                dbapi_connection.execute("DEALLOCATE ALL")  # not transactional; psycopg sees it
+            return
         dbapi_connection.autocommit = True
         try:
             cur = dbapi_connection.execute(RESET)
@@ -164,7 +195,7 @@ class Database:
                     hide_parameters=True,
                 )
                 event.listen(eng, "connect", _widen_send_buffer)
-                event.listen(eng, "checkout", _reset)
+                event.listen(eng, "checkout", functools.partial(_reset, begin=role in BEGIN_AT_CHECKOUT and replica is None))
                 self._engines[key] = eng
             return eng
 

@@ -169,7 +169,8 @@ def test_pooled_connection_carries_no_tenant(db_url, kit):
         db.dispose()
 
 
-def test_pooled_connection_reset_keeps_only_prepared_statements(db_url, kit):
+@pytest.mark.parametrize("role", ["oml_server", "oml_admission"])  # admission's reset runs inside its BEGIN (T17)
+def test_pooled_connection_reset_keeps_only_prepared_statements(db_url, kit, role):
     """The checkout reset is DISCARD ALL but for prepared statements (services/storage/db.py, T15): a temporary
     table, a held cursor, a listener, a session advisory lock and a session setting are gone for the next borrower;
     a statement prepared on purpose is still there, sees nothing with no tenant bound, and sees the tenant's rows
@@ -177,7 +178,7 @@ def test_pooled_connection_reset_keeps_only_prepared_statements(db_url, kit):
     db = Database(db_url, None, pool_size=1)
     watch = sa.create_engine(db_url)  # the owner, who sees every backend's locks and may end one
     try:
-        with db.tenant("oml_server", kit.tenant) as c:
+        with db.tenant(role, kit.tenant) as c:
             pid = c.execute(sa.text("SELECT pg_backend_pid()")).scalar()
             c.execute(sa.text("CREATE TEMP TABLE leak (x int)"))
             c.execute(sa.text("DECLARE held CURSOR WITH HOLD FOR SELECT 1"))
@@ -186,7 +187,7 @@ def test_pooled_connection_reset_keeps_only_prepared_statements(db_url, kit):
             c.execute(sa.text("SET work_mem = '7MB'"))
             dc = c.connection.driver_connection
             dc.cursor().execute("SELECT count(*) FROM claims WHERE tenant_id = %(t)s", {"t": kit.tenant}, prepare=True)
-        with db.system("oml_server") as c:
+        with db.system(role) as c:
             assert c.execute(sa.text("SELECT pg_backend_pid()")).scalar() == pid
             assert c.execute(sa.text("SELECT count(*) FROM pg_class WHERE relname = 'leak' AND relpersistence = 't'")).scalar() == 0
             assert c.execute(sa.text("SELECT count(*) FROM pg_cursors")).scalar() == 0
@@ -200,7 +201,7 @@ def test_pooled_connection_reset_keeps_only_prepared_statements(db_url, kit):
             cur = c.connection.driver_connection.cursor()
             cur.execute("SELECT count(*) FROM claims WHERE tenant_id = %(t)s", {"t": kit.tenant}, prepare=True)
             assert cur.fetchone()[0] == 0
-        with db.tenant("oml_server", kit.tenant) as c:
+        with db.tenant(role, kit.tenant) as c:
             assert c.execute(sa.text("SELECT pg_backend_pid()")).scalar() == pid
             cur = c.connection.driver_connection.cursor()
             cur.execute("SELECT count(*) FROM claims WHERE tenant_id = %(t)s", {"t": kit.tenant}, prepare=True)
@@ -244,21 +245,65 @@ def test_a_statement_planted_under_psycopgs_name_does_not_reach_the_next_borrowe
         db.dispose()
 
 
-def test_a_dead_pooled_connection_is_replaced_at_checkout(db_url, kit):
+@pytest.mark.parametrize("role", ["oml_server", "oml_admission"])
+def test_a_dead_pooled_connection_is_replaced_at_checkout(db_url, kit, role):
     """The reset is the liveness check: a backend terminated while its connection sat in the pool is replaced."""
     db = Database(db_url, None, pool_size=1)
     watch = sa.create_engine(db_url)  # the owner, who sees every backend's locks and may end one
     try:
-        with db.tenant("oml_server", kit.tenant) as c:
+        with db.tenant(role, kit.tenant) as c:
             pid = c.execute(sa.text("SELECT pg_backend_pid()")).scalar()
         with watch.begin() as w:
             assert w.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": pid}).scalar()
-        with db.tenant("oml_server", kit.tenant) as c:
+        with db.tenant(role, kit.tenant) as c:
             assert c.execute(sa.text("SELECT pg_backend_pid()")).scalar() != pid
             assert c.execute(sa.text("SELECT current_setting('oml.tenant_id')")).scalar() == kit.tenant
     finally:
         db.dispose()
         watch.dispose()
+
+
+def test_admission_checks_out_inside_a_read_committed_transaction(db_url, ctx, kit):
+    """Admission's connections leave the pool inside a transaction opened in the reset's own round trip (T17), at
+    READ COMMITTED, read-write, whatever defaults a borrower planted in the session, with the reset committed before
+    it: a planted setting, session tenant binding, temporary table, held cursor and listener are gone in that
+    transaction and stay gone after a rollback on the same checkout; other roles' connections leave it idle."""
+    from psycopg import pq
+
+    from oml.services.admission.service import Submission
+    from oml.services.auth import authenticate
+    from oml.services.context import Context
+
+    db = Database(db_url, None, pool_size=1)
+    adm = Context(ctx.settings, db, ctx.keystore).admission
+    state = sa.text("SELECT current_setting('transaction_isolation'), current_setting('transaction_read_only'),"
+                    " current_setting('default_transaction_read_only'), current_setting('work_mem') <> '7MB',"
+                    " current_setting('oml.tenant_id', true) IS DISTINCT FROM :t, to_regclass('pg_temp.leak') IS NULL,"
+                    " (SELECT count(*) FROM pg_cursors WHERE is_holdable), (SELECT count(*) FROM pg_listening_channels())")
+    clean = ("read committed", "off", "off", True, True, True, 0, 0)
+    try:
+        with db.engine("oml_admission").connect() as conn:
+            dc = conn.connection.driver_connection
+            assert dc.pgconn.transaction_status == pq.TransactionStatus.INTRANS
+            dc.rollback()
+            dc.autocommit = True
+            dc.execute("CREATE TEMP TABLE leak (x int); DECLARE held CURSOR WITH HOLD FOR SELECT 1; SET work_mem = '7MB';"
+                       " LISTEN leak_channel; SET default_transaction_isolation = 'repeatable read';"
+                       " SET default_transaction_read_only = on")
+            dc.execute("SELECT set_config('oml.tenant_id', %s, false)", (kit.tenant,))
+            dc.autocommit = False
+        with db.engine("oml_admission").connect() as conn:
+            assert conn.connection.driver_connection.pgconn.transaction_status == pq.TransactionStatus.INTRANS
+            assert tuple(conn.execute(state, {"t": kit.tenant}).one()) == clean
+            conn.rollback()  # and the same checkout again: the reset was committed on its own
+            assert tuple(conn.execute(state, {"t": kit.tenant}).one()) == clean
+            conn.rollback()
+        out = adm.submit(authenticate(db, kit.writer_key), [Submission(kit.root, {"statement": "after the planted defaults"})])
+        assert len(out["items"]) == 1
+        with db.engine("oml_server").connect() as conn:
+            assert conn.connection.driver_connection.pgconn.transaction_status == pq.TransactionStatus.IDLE
+    finally:
+        db.dispose()
 
 
 def test_the_prepared_opening_lookups_read_only_the_bound_tenant(db_url, ctx, kit):
