@@ -169,7 +169,7 @@ def test_pooled_connection_carries_no_tenant(db_url, kit):
         db.dispose()
 
 
-@pytest.mark.parametrize("role", ["oml_server", "oml_admission"])  # admission's reset runs inside its BEGIN (T17)
+@pytest.mark.parametrize("role", ["oml_server", "oml_admission"])  # admission's reset also opens its transaction (T17)
 def test_pooled_connection_reset_keeps_only_prepared_statements(db_url, kit, role):
     """The checkout reset is DISCARD ALL but for prepared statements (services/storage/db.py, T15): a temporary
     table, a held cursor, a listener, a session advisory lock and a session setting are gone for the next borrower;
