@@ -2,7 +2,10 @@
 
 Used by ``deploy/compose.yaml``: each workload checks exactly what it
 depends on with exactly the credentials it holds — a login as each of its
-database roles (``SELECT 1``; the owner is never used), a Redis ``PING`` on
+database roles (the owner is never used), which also fails while the role has
+session defaults of its own (``pg_db_role_setting``: OML sets none, so one was
+planted with ``ALTER ROLE CURRENT_USER SET …``, which the pool's checkout reset
+returns to; docs/security-model.md, Known limits), a Redis ``PING`` on
 ``OML_REDIS_URL``, a GET on an HTTP URL answering 2xx, or a TCP connect. It opens no
 KeyStore and reads no key. Exit status 0 when every check passes, 1
 otherwise; one line per check on stdout, naming the check and the error
@@ -14,7 +17,16 @@ import argparse
 import sys
 
 
+class RoleSettingsPlanted(RuntimeError):
+    """The role has session defaults of its own (rows in ``pg_db_role_setting``), which OML never sets."""
+
+
+# Any database's defaults for the role, or the role's everywhere (setdatabase 0); the catalog is readable by every role.
+_ROLE_SETTINGS = "SELECT count(*) FROM pg_db_role_setting WHERE setrole = (SELECT oid FROM pg_roles WHERE rolname = current_user)"
+
+
 def check_role(role: str) -> None:
+    """Log in as ``role``; raises :class:`RoleSettingsPlanted` when the role carries session defaults of its own."""
     import sqlalchemy as sa
 
     from oml.services.settings import Settings
@@ -26,7 +38,8 @@ def check_role(role: str) -> None:
     db = Database(s.database_url, s.role_password, 1, s.role_passwords)
     try:
         with db.system(role) as conn:
-            conn.execute(sa.text("SELECT 1"))
+            if conn.execute(sa.text(_ROLE_SETTINGS)).scalar():
+                raise RoleSettingsPlanted(role)
     finally:
         db.dispose()
 
