@@ -39,9 +39,8 @@ def machine(ctx=None, **versions: Any) -> dict[str, Any]:
 
 def stolen():
     """A callable returning the share (0..1) of this machine's CPU time the hypervisor gave to others since this
-    call (``steal`` over the line's first eight fields, user to steal, of ``/proc/stat``'s ``cpu`` line; ``None`` where
-    there is none): on a shared
-    virtual machine it says when a run was slowed by its neighbours."""
+    call (``steal`` over the first eight fields, user to steal, of ``/proc/stat``'s ``cpu`` line; ``None`` where
+    there is none): on a shared virtual machine it says when a run was slowed by its neighbours."""
     def read() -> list[int] | None:
         try:
             fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
