@@ -161,6 +161,14 @@ def test_each_workload_has_its_own_database_role(services):
     assert set().union(*ROLES.values()) == set(WORKLOAD_ROLES)
 
 
+def test_each_health_check_logs_in_as_every_role_its_service_holds(services):
+    """A planted role setting fails the health check of every service that holds the role (services/healthcheck.py)."""
+    for name, roles in ROLES.items():
+        test = services[name]["healthcheck"]["test"]
+        checked = {test[i + 1] for i, a in enumerate(test) if a == "--role"}
+        assert checked == roles, name
+
+
 def test_settings_parse_the_compose_environment(services, monkeypatch):
     for name in ROLES:
         env = _env(services[name])
