@@ -143,6 +143,10 @@ def _journal(conn: sa.Connection, tenant: str, *, after: int = 0, upto_seq: int 
         after = rows[-1].seq
 
 
+# The authority guards' triggers (97_authority_guards.sql), (table, trigger): each table's row guard, and the
+# statement-level insert guard of claim_versions. The workarea path check (oml_guard_path_*) stays on.
+GUARD_TRIGGERS = ("SELECT tgrelid::regclass::text, tgname FROM pg_trigger WHERE tgname IN ('oml_guard', 'oml_guard_insert')"
+                  " ORDER BY 1, 2")
 _FAILURES = (sa.exc.SQLAlchemyError, OMLError, LookupError, TypeError, ValueError, AttributeError)
 _RUN = 500  # claim.submitted events projected per statement set (issue 14)
 
@@ -344,10 +348,9 @@ def repair_projections(db: Database, tenant: str) -> list[Difference]:
         # The authority guards (97_authority_guards.sql) check writes against the journal event a row names; the
         # rows written here ARE the journal's replay, and a forged row may name a later seq than the truth (a
         # status_seq the guard would refuse to move back). Off for this transaction only (DDL is transactional).
-        guarded = [str(r) for r in conn.execute(sa.text(
-            "SELECT tgrelid::regclass::text FROM pg_trigger WHERE tgname = 'oml_guard'")).scalars()]
-        for g in guarded:
-            conn.execute(sa.text(f"ALTER TABLE {g} DISABLE TRIGGER oml_guard"))
+        guarded = conn.execute(sa.text(GUARD_TRIGGERS)).all()
+        for table, trigger in guarded:
+            conn.execute(sa.text(f"ALTER TABLE {table} DISABLE TRIGGER {trigger}"))
         for t in reversed(ORDER):
             if t not in touched:
                 continue
@@ -370,8 +373,8 @@ def repair_projections(db: Database, tenant: str) -> list[Difference]:
             sel = ", ".join(cols)
             conn.execute(sa.text(f"INSERT INTO public.{t} ({sel}) SELECT {rhs} FROM pg_temp.{t} r"
                                  f" WHERE NOT EXISTS (SELECT 1 FROM public.{t} l WHERE l.tenant_id = :t AND {on})"), {"t": tenant})
-        for g in guarded:
-            conn.execute(sa.text(f"ALTER TABLE {g} ENABLE TRIGGER oml_guard"))
+        for table, trigger in guarded:
+            conn.execute(sa.text(f"ALTER TABLE {table} ENABLE TRIGGER {trigger}"))
         _drop_temp(conn)
         return diffs
 

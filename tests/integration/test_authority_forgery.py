@@ -200,6 +200,27 @@ def test_a_status_flipped_in_a_projection(ctx):
     assert drift and drift[0].key["version_id"] == v["version_id"] and "status" in drift[0].column
 
 
+
+def test_forged_versions_inserted_as_a_set_are_refused_by_name(ctx):
+    """The insert guard checks a statement's new versions as one set (issue 14): a statement of held rows, each a
+    copy of a genuine version under a new id (so the event at its submitted_seq names another version), or one
+    naming the event of a different author, is refused whole, and the refusal names a forged row."""
+    kit = make_kit(ctx, "forge-version-set")
+    writer = authenticate(ctx.db, kit.writer_key)
+    items = ctx.admission.submit(writer, [Submission(kit.root, {"statement": f"held {i}"}) for i in range(3)])["items"]
+    copies = ("INSERT INTO claim_versions SELECT (jsonb_populate_record(NULL::claim_versions, to_jsonb(v) || jsonb_build_object("
+              "'version_id', gen_random_uuid(), 'version_no', 90 + v.version_no))).*"
+              " FROM claim_versions v WHERE tenant_id = :t AND claim_id = ANY(CAST(:cs AS uuid[]))")
+    with pytest.raises(sa.exc.IntegrityError, match="authority guard: claim_versions row [0-9a-f-]{36} is not the projection"):
+        with ctx.db.tenant("oml_admission", kit.tenant) as c:
+            c.execute(sa.text(copies), {"t": kit.tenant, "cs": [i["claim_id"] for i in items]})
+    other_author = ("INSERT INTO claim_versions SELECT (jsonb_populate_record(NULL::claim_versions, to_jsonb(v) || jsonb_build_object("
+                    "'version_id', gen_random_uuid(), 'version_no', 99, 'author_principal', 'someone-else'))).*"
+                    " FROM claim_versions v WHERE tenant_id = :t AND version_id = CAST(:v AS uuid)")
+    assert refused(ctx, "oml_admission", kit.tenant, other_author, v=items[0]["version_id"]) == GUARD
+    with ctx.db.tenant("oml_admission", kit.tenant) as c:  # nothing of either statement is in
+        assert c.execute(sa.text("SELECT count(*) FROM claim_versions WHERE tenant_id = :t"), {"t": kit.tenant}).scalar() == 3
+
 # ---------------------------------------------------------------- a principal deleted after use
 
 def test_a_principal_deleted_after_use(ctx):
