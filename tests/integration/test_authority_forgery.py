@@ -10,6 +10,7 @@ the rule of the act that was not permitted (``domain/replay.py``).
 from __future__ import annotations
 
 import hashlib
+import json
 import secrets
 import uuid
 
@@ -17,6 +18,7 @@ import pytest
 import sqlalchemy as sa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi.testclient import TestClient
+from sqlalchemy.pool import NullPool
 
 from oml.domain import envelope, signing
 from oml.domain.access import Principal
@@ -220,6 +222,78 @@ def test_forged_versions_inserted_as_a_set_are_refused_by_name(ctx):
     assert refused(ctx, "oml_admission", kit.tenant, other_author, v=items[0]["version_id"]) == GUARD
     with ctx.db.tenant("oml_admission", kit.tenant) as c:  # nothing of either statement is in
         assert c.execute(sa.text("SELECT count(*) FROM claim_versions WHERE tenant_id = :t"), {"t": kit.tenant}).scalar() == 3
+
+
+# ---------------------------------------------------------------- a temporary table standing in for the journal
+
+# A workload's own temporary journal_events, holding a copy of its tenant's journal and the event it wants a guard to
+# read (pg_temp is searched first for a table named without a schema, unless a function fixes its search_path).
+SHADOW = ["CREATE TEMP TABLE journal_events AS SELECT * FROM public.journal_events WHERE tenant_id = :t",
+          "INSERT INTO pg_temp.journal_events (tenant_id, seq, event_id, type, kid, at, canonical, hash, prev_hash, signature)"
+          " VALUES (:t, :s, gen_random_uuid(), :ty, 'k', now(), convert_to(:ev, 'UTF8'), '\\x00', '\\x00', '\\x00')"]
+
+
+def _as_admission(ctx, tenant: str, sqls: list[str], *, fresh: bool, **params) -> str:
+    """Run ``sqls`` in one transaction as oml_admission with the tenant bound: on a new session (``fresh``, what a
+    stolen credential opens) or a pooled one whose search_path puts pg_temp first (which makes PL/pgSQL plan again).
+    Returns ``"accepted"`` or the SQLSTATE of the refusal."""
+    eng = sa.create_engine(ctx.db.url_for("oml_admission"), poolclass=NullPool) if fresh else ctx.db.engine("oml_admission")
+    try:
+        with eng.begin() as c:
+            c.execute(sa.text("SELECT set_config('oml.tenant_id', :t, true)"), {"t": tenant})
+            if not fresh:
+                c.execute(sa.text("SET LOCAL search_path = pg_catalog, pg_temp, public"))
+            for q in sqls:
+                c.execute(sa.text(q), {"t": tenant, **params})
+        return "accepted"
+    except sa.exc.DBAPIError as exc:
+        return exc.orig.sqlstate
+    finally:
+        if fresh:
+            eng.dispose()
+
+
+@pytest.mark.parametrize("fresh", [True, False], ids=["fresh-session", "pooled-session"])
+def test_a_temporary_table_cannot_stand_in_for_the_journal(ctx, fresh):
+    """Each guard reads the real journal and workareas whatever temporary tables the writer's session holds: a forged
+    version, a status flip, an admin principal and a workarea path, each backed only by a temporary table, are
+    refused (23000) and leave no row; the journal itself is untouched."""
+    kit = make_kit(ctx, f"forge-shadow-{'fresh' if fresh else 'pooled'}")
+    writer, reviewer = authenticate(ctx.db, kit.writer_key), authenticate(ctx.db, kit.reviewer_key)
+    items = ctx.admission.submit(writer, [Submission(kit.root, {"statement": f"held {i}"}) for i in range(2)])["items"]
+    ctx.admission.review(reviewer, items[0]["version_id"], "promote", "accurate")  # the guards' plans are warm
+    v = items[1]
+    with owner(ctx, kit.tenant) as c:
+        sub = c.execute(sa.text("SELECT convert_from(canonical, 'UTF8')::jsonb FROM journal_events WHERE tenant_id = :t"
+                                " AND type = 'claim.submitted' ORDER BY seq DESC LIMIT 1"), {"t": kit.tenant}).scalar()
+        template = c.execute(sa.text("SELECT to_jsonb(v) FROM claim_versions v WHERE tenant_id = :t AND version_id = CAST(:v AS uuid)"),
+                             {"t": kit.tenant, "v": v["version_id"]}).scalar()
+    before = journal_len(ctx, kit.tenant)
+    seq, forged = 2**40, str(uuid.uuid4())
+    attempts = {
+        "version": (SHADOW + ["INSERT INTO public.claim_versions SELECT (jsonb_populate_record(NULL::public.claim_versions, CAST(:j AS jsonb))).*"],
+                    {"ty": "claim.submitted", "ev": json.dumps(dict(sub, seq=seq, data=dict(sub["data"], version_id=forged))),
+                     "j": json.dumps(dict(template, version_id=forged, version_no=2, submitted_seq=seq, status_seq=seq))}),
+        "status": (SHADOW + ["UPDATE public.claim_versions SET status = 'promoted', status_seq = :s WHERE tenant_id = :t"
+                             " AND version_id = CAST(:v AS uuid)"],
+                   {"ty": "claim.promoted", "v": v["version_id"], "ev": json.dumps(
+                       {"type": "claim.promoted", "seq": seq, "actor": sub["actor"],
+                        "data": {"claim_id": v["claim_id"], "version_id": v["version_id"], "reason": "accurate", "self_signed": False}})}),
+        "principal": (SHADOW + ["INSERT INTO public.principals (tenant_id, principal_id, identity_id, role, roots, secret_hash, created_seq)"
+                                " VALUES (:t, 'f0f0f0f0f0f0f0f0', CAST(:i AS uuid), 'admin', ARRAY[CAST(:root AS uuid)], :h, :s)"],
+                      {"ty": "principal.created", "i": kit.dual_identity, "root": kit.root, "h": hashlib.sha256(b"s").digest(),
+                       "ev": json.dumps({"type": "principal.created", "seq": seq, "actor": sub["actor"], "data": {
+                           "principal_id": "f0f0f0f0f0f0f0f0", "identity_id": kit.dual_identity, "role": "admin",
+                           "roots": [kit.root], "secret_sha256": hashlib.sha256(b"s").hexdigest()}})}),
+        "workarea path": (["CREATE TEMP TABLE workareas AS SELECT * FROM public.workareas WHERE tenant_id = :t",
+                           "UPDATE pg_temp.workareas SET path = 'elsewhere', label = 'elsewhere' WHERE node_id = CAST(:n AS uuid)",
+                           "UPDATE public.workareas SET path = 'elsewhere' WHERE tenant_id = :t AND node_id = CAST(:n AS uuid)"],
+                          {"n": kit.root}),
+    }
+    outcome = {name: _as_admission(ctx, kit.tenant, sqls, fresh=fresh, s=seq, **params) for name, (sqls, params) in attempts.items()}
+    assert outcome == dict.fromkeys(attempts, GUARD)
+    assert journal_len(ctx, kit.tenant) == before and verify_journal(ctx.db, kit.tenant, kit.fingerprint).ok
+    assert not verify_tenant(ctx.db, kit.tenant)  # every projection row is still the journal's
 
 # ---------------------------------------------------------------- a principal deleted after use
 

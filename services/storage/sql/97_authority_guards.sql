@@ -6,6 +6,11 @@
 -- transaction, so every legitimate write passes). The event is read from its stored canonical bytes,
 -- the authority; a forged event row still fails `oml journal verify` (its signature) and the
 -- authority replay (its actor). Re-runnable: migration 0003 applies this file to an existing database.
+--
+-- Every function here runs with search_path = public, pg_temp (as the SECURITY DEFINER functions do): a
+-- trigger runs in the writer's session, every role may create temporary tables, and pg_temp is searched
+-- first for a table named without a schema, so a temporary journal_events made by a workload would otherwise
+-- be the journal its own writes are checked against (hostile review of issue 14's guard; migration 0012).
 
 -- ------------------------------------------------------------------ narrower grants for admission
 -- Admission never deletes an identity, workarea, principal, claim, version, tip or edge (erasure
@@ -32,12 +37,12 @@ END $$;
 -- ------------------------------------------------------------------ the journal event a row names
 -- The event's JSON object at (tenant, seq) when its type is one of `types`, else NULL.
 CREATE OR REPLACE FUNCTION oml_journal_event(p_tenant text, p_seq bigint, types text[]) RETURNS jsonb
-  LANGUAGE sql STABLE
+  LANGUAGE sql STABLE SET search_path = public, pg_temp
   AS $$ SELECT convert_from(canonical, 'UTF8')::jsonb FROM journal_events
          WHERE tenant_id = p_tenant AND seq = p_seq AND type = ANY(types) $$;
 
 CREATE OR REPLACE FUNCTION oml_guard_refuse(tbl text, what text, seq bigint) RETURNS void
-  LANGUAGE plpgsql
+  LANGUAGE plpgsql SET search_path = public, pg_temp
   AS $$ BEGIN
     RAISE EXCEPTION 'authority guard: % row % is not the projection of the journal event at seq %', tbl, what, seq
       USING ERRCODE = 'integrity_constraint_violation', HINT = 'rows that only a journalled act may create are written by admission';
@@ -46,7 +51,7 @@ CREATE OR REPLACE FUNCTION oml_guard_refuse(tbl text, what text, seq bigint) RET
 -- principals: created_seq names the principal.created event with exactly these members;
 -- revoked_seq (when set) the principal.revoked event of this principal.
 CREATE OR REPLACE FUNCTION oml_guard_principals() RETURNS trigger
-  LANGUAGE plpgsql
+  LANGUAGE plpgsql SET search_path = public, pg_temp
   AS $$
 DECLARE ev jsonb; d jsonb;
 BEGIN
@@ -74,7 +79,7 @@ END $$;
 -- tenant_keys: registered_seq names the event that carries this public key for this purpose
 -- (tenant.created, or a rotation of the purpose); retired_seq (when set) a rotation of the purpose.
 CREATE OR REPLACE FUNCTION oml_guard_tenant_keys() RETURNS trigger
-  LANGUAGE plpgsql
+  LANGUAGE plpgsql SET search_path = public, pg_temp
   AS $$
 DECLARE ev jsonb; rotation text; pub text := encode(NEW.public_key, 'hex');
 BEGIN
@@ -103,7 +108,7 @@ END $$;
 -- Whether the journal event at p_seq gives version p_version (of claim p_claim) the status p_status.
 CREATE OR REPLACE FUNCTION oml_version_status_backed(p_tenant text, p_version uuid, p_claim uuid, p_status text,
                                                      p_seq bigint) RETURNS boolean
-  LANGUAGE plpgsql STABLE
+  LANGUAGE plpgsql STABLE SET search_path = public, pg_temp
   AS $$
 DECLARE ev jsonb := oml_journal_event(p_tenant, p_seq, CASE p_status
           WHEN 'held' THEN ARRAY['claim.submitted'] WHEN 'promoted' THEN ARRAY['claim.promoted']
@@ -122,7 +127,7 @@ END $$;
 
 -- A status change, row by row (a review changes one version).
 CREATE OR REPLACE FUNCTION oml_guard_claim_versions() RETURNS trigger
-  LANGUAGE plpgsql
+  LANGUAGE plpgsql SET search_path = public, pg_temp
   AS $$
 DECLARE ev jsonb;
 BEGIN
@@ -148,7 +153,7 @@ END $$;
 -- two checks as a status change, the status event looked up only for a row not held at its own submission
 -- (every admission insert is; restore and rebuild are not). The statement fails as a whole on the first bad row.
 CREATE OR REPLACE FUNCTION oml_guard_claim_versions_added() RETURNS trigger
-  LANGUAGE plpgsql
+  LANGUAGE plpgsql SET search_path = public, pg_temp
   AS $$
 DECLARE bad record;
 BEGIN
@@ -207,7 +212,7 @@ END $$;
 -- Forging a row now takes a journal event too, which `oml journal verify` names for ever (flipping the row
 -- back no longer hides it). path is derived: oml_guard_workarea_path checks it against the parent at commit.
 CREATE OR REPLACE FUNCTION oml_workarea_latest(p_tenant text, p_node uuid, p_type text) RETURNS jsonb
-  LANGUAGE sql STABLE
+  LANGUAGE sql STABLE SET search_path = public, pg_temp
   AS $$ SELECT e FROM (SELECT seq, convert_from(canonical, 'UTF8')::jsonb AS e FROM journal_events
                         WHERE tenant_id = p_tenant AND type = p_type) j
          WHERE (e -> 'data' ->> 'node_id')::uuid = p_node ORDER BY seq DESC LIMIT 1 $$;
@@ -215,7 +220,7 @@ CREATE OR REPLACE FUNCTION oml_workarea_latest(p_tenant text, p_node uuid, p_typ
 -- Opens like oml_guard_principals (find the creating event, compare its members) and is kept apart on purpose:
 -- the shared step is oml_journal_event; what is compared, and when an update may change it, is each table's own.
 CREATE OR REPLACE FUNCTION oml_guard_workareas() RETURNS trigger
-  LANGUAGE plpgsql
+  LANGUAGE plpgsql SET search_path = public, pg_temp
   AS $$
 DECLARE created jsonb; ev jsonb;
 BEGIN
@@ -245,7 +250,7 @@ END $$;
 -- After each statement (a reparent rewrites a subtree's paths in one statement, so a row-level check would
 -- see a parent half-updated): every inserted or re-pathed row's path is its parent's path and its label.
 CREATE OR REPLACE FUNCTION oml_guard_workarea_path() RETURNS trigger
-  LANGUAGE plpgsql
+  LANGUAGE plpgsql SET search_path = public, pg_temp
   AS $$
 DECLARE bad record;
 BEGIN
@@ -282,7 +287,7 @@ CREATE TRIGGER oml_guard_path_update AFTER UPDATE ON workareas REFERENCING OLD T
 -- tenant_policies, retention_policies (hostile review X3): set_seq names the tenant's latest event of the
 -- policy's type and the row carries its values (fewer phone regions let national numbers past the gate).
 CREATE OR REPLACE FUNCTION oml_guard_policies() RETURNS trigger
-  LANGUAGE plpgsql
+  LANGUAGE plpgsql SET search_path = public, pg_temp
   AS $$
 DECLARE etype text := CASE TG_TABLE_NAME WHEN 'tenant_policies' THEN 'tenant.policy_set' ELSE 'retention.policy_set' END;
         ev jsonb; ok boolean;
@@ -314,7 +319,7 @@ END $$;
 -- let a genuinely signed erasure shred a held claim), and erased_seq names this claim's claim.erased, for ever.
 -- Inserts are not checked here: a claim row serves nothing without a version, which is guarded.
 CREATE OR REPLACE FUNCTION oml_guard_claims() RETURNS trigger
-  LANGUAGE plpgsql
+  LANGUAGE plpgsql SET search_path = public, pg_temp
   AS $$
 DECLARE ev jsonb;
 BEGIN
