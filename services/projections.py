@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import sqlalchemy as sa
 
@@ -145,8 +146,21 @@ def _journal(conn: sa.Connection, tenant: str, *, after: int = 0, upto_seq: int 
 
 # The authority guards' triggers (97_authority_guards.sql), (table, trigger): each table's row guard, and the
 # statement-level insert guard of claim_versions. The workarea path check (oml_guard_path_*) stays on.
-GUARD_TRIGGERS = ("SELECT tgrelid::regclass::text, tgname FROM pg_trigger WHERE tgname IN ('oml_guard', 'oml_guard_insert')"
-                  " ORDER BY 1, 2")
+_GUARD_TRIGGERS = ("SELECT tgrelid::regclass::text, tgname FROM pg_trigger WHERE tgname IN ('oml_guard', 'oml_guard_insert')"
+                   " ORDER BY 1, 2")
+
+
+@contextmanager
+def guards_off(conn: sa.Connection) -> Iterator[None]:
+    """The authority guards' triggers disabled on ``conn`` (the schema owner's) for the body, enabled again after it.
+
+    DDL is transactional: when the body raises, the transaction's rollback puts them back, so nothing runs here then."""
+    guarded = conn.execute(sa.text(_GUARD_TRIGGERS)).all()
+    for table, trigger in guarded:
+        conn.execute(sa.text(f"ALTER TABLE {table} DISABLE TRIGGER {trigger}"))
+    yield
+    for table, trigger in guarded:
+        conn.execute(sa.text(f"ALTER TABLE {table} ENABLE TRIGGER {trigger}"))
 _FAILURES = (sa.exc.SQLAlchemyError, OMLError, LookupError, TypeError, ValueError, AttributeError)
 _RUN = 500  # claim.submitted events projected per statement set (issue 14)
 
@@ -348,33 +362,29 @@ def repair_projections(db: Database, tenant: str) -> list[Difference]:
         # The authority guards (97_authority_guards.sql) check writes against the journal event a row names; the
         # rows written here ARE the journal's replay, and a forged row may name a later seq than the truth (a
         # status_seq the guard would refuse to move back). Off for this transaction only (DDL is transactional).
-        guarded = conn.execute(sa.text(GUARD_TRIGGERS)).all()
-        for table, trigger in guarded:
-            conn.execute(sa.text(f"ALTER TABLE {table} DISABLE TRIGGER {trigger}"))
-        for t in reversed(ORDER):
-            if t not in touched:
-                continue
-            pk = primary_key(conn, t)
-            on = " AND ".join(f"r.{c} = l.{c}" for c in pk)
-            conn.execute(sa.text(f"DELETE FROM public.{t} l WHERE l.tenant_id = :t AND NOT EXISTS (SELECT 1 FROM pg_temp.{t} r WHERE {on})"),
-                         {"t": tenant})
-        for t in ORDER:
-            if t not in touched:
-                continue
-            cols = projector.PROJECTIONS[t]
-            pk = primary_key(conn, t)
-            on = " AND ".join(f"r.{c} = l.{c}" for c in pk)
-            sets = ", ".join(f"{c} = r.{c}" for c in cols if c not in pk)
-            lhs = ", ".join(f"l.{c}" for c in cols)
-            rhs = ", ".join(f"r.{c}" for c in cols)
-            if sets:
-                conn.execute(sa.text(f"UPDATE public.{t} l SET {sets} FROM pg_temp.{t} r WHERE l.tenant_id = :t AND {on}"
-                                     f" AND ({lhs}) IS DISTINCT FROM ({rhs})"), {"t": tenant})
-            sel = ", ".join(cols)
-            conn.execute(sa.text(f"INSERT INTO public.{t} ({sel}) SELECT {rhs} FROM pg_temp.{t} r"
-                                 f" WHERE NOT EXISTS (SELECT 1 FROM public.{t} l WHERE l.tenant_id = :t AND {on})"), {"t": tenant})
-        for table, trigger in guarded:
-            conn.execute(sa.text(f"ALTER TABLE {table} ENABLE TRIGGER {trigger}"))
+        with guards_off(conn):
+            for t in reversed(ORDER):
+                if t not in touched:
+                    continue
+                pk = primary_key(conn, t)
+                on = " AND ".join(f"r.{c} = l.{c}" for c in pk)
+                conn.execute(sa.text(f"DELETE FROM public.{t} l WHERE l.tenant_id = :t AND NOT EXISTS (SELECT 1 FROM pg_temp.{t} r WHERE {on})"),
+                             {"t": tenant})
+            for t in ORDER:
+                if t not in touched:
+                    continue
+                cols = projector.PROJECTIONS[t]
+                pk = primary_key(conn, t)
+                on = " AND ".join(f"r.{c} = l.{c}" for c in pk)
+                sets = ", ".join(f"{c} = r.{c}" for c in cols if c not in pk)
+                lhs = ", ".join(f"l.{c}" for c in cols)
+                rhs = ", ".join(f"r.{c}" for c in cols)
+                if sets:
+                    conn.execute(sa.text(f"UPDATE public.{t} l SET {sets} FROM pg_temp.{t} r WHERE l.tenant_id = :t AND {on}"
+                                         f" AND ({lhs}) IS DISTINCT FROM ({rhs})"), {"t": tenant})
+                sel = ", ".join(cols)
+                conn.execute(sa.text(f"INSERT INTO public.{t} ({sel}) SELECT {rhs} FROM pg_temp.{t} r"
+                                     f" WHERE NOT EXISTS (SELECT 1 FROM public.{t} l WHERE l.tenant_id = :t AND {on})"), {"t": tenant})
         _drop_temp(conn)
         return diffs
 

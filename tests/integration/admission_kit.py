@@ -16,7 +16,7 @@ from typing import Iterator
 import sqlalchemy as sa
 
 from oml.services.context import Context
-from oml.services.projections import GUARD_TRIGGERS
+from oml.services.projections import guards_off
 from oml.services.settings import get_settings
 from owner_kit import owner
 
@@ -59,12 +59,8 @@ def owner_unguarded(ctx: Context, tenant: str) -> Iterator[sa.Connection]:
     """``owner`` with the authority guards (``97_authority_guards.sql``) off for this one transaction: what the schema
     owner, who may disable a table's triggers, gets. They are on again when the transaction commits."""
     with owner(ctx, tenant) as conn:
-        guarded = conn.execute(sa.text(GUARD_TRIGGERS)).all()
-        for t, trigger in guarded:
-            conn.execute(sa.text(f"ALTER TABLE {t} DISABLE TRIGGER {trigger}"))
-        yield conn
-        for t, trigger in guarded:
-            conn.execute(sa.text(f"ALTER TABLE {t} ENABLE TRIGGER {trigger}"))
+        with guards_off(conn):
+            yield conn
 
 
 def journal_len(ctx: Context, tenant: str) -> int:

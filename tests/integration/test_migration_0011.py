@@ -12,7 +12,8 @@ from oml.services.storage.migrate import alembic_config
 
 from admission_kit import make_kit, owner
 
-# The insert half of the guard as it was before 0011: the row function was attached for inserts too.
+# Before 0011 there was no statement trigger (the row trigger guarded inserts too): dropping it and moving the
+# revision back stands in for that schema; the upgrade must install it again.
 BEFORE = """
 DROP TRIGGER oml_guard_insert ON claim_versions;
 UPDATE alembic_version SET version_num = '0010';
