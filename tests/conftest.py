@@ -30,6 +30,7 @@ from oml.services.settings import Settings
 from oml.services.storage import embedded
 from oml.services.storage.db import Database
 from oml.services.storage.migrate import upgrade
+from oml.services.storage.migrations.sqlfiles import SQL
 
 import oml_test_backends as backends
 
@@ -146,7 +147,13 @@ def fresh_database(pg_server: str, template: str) -> str:
     with admin.connect() as c:
         c.execute(sa.text(f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
     admin.dispose()
-    return _with_db(pg_server, name)
+    url = _with_db(pg_server, name)
+    # A copy does not inherit the template's database privileges (who may create temporary tables).
+    eng = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+    with eng.connect() as c:
+        c.connection.driver_connection.execute((SQL / "98_temporary_tables.sql").read_text())  # no placeholders
+    eng.dispose()
+    return url
 
 
 def drop_database(pg_server: str, url: str) -> None:

@@ -19,3 +19,17 @@ def owner(ctx: Context, tenant: str | None = None) -> Iterator[sa.Connection]:
         if tenant is not None:
             conn.execute(sa.text("SELECT set_config('oml.tenant_id', :t, true)"), {"t": tenant})
         yield conn
+
+
+@contextmanager
+def temporary_tables(ctx: Context, *roles: str) -> Iterator[None]:
+    """``roles`` allowed temporary tables for the body (98_temporary_tables.sql keeps them from every workload but the
+    reconciler): what a database gets whose owner could not run that file, for tests of what else holds then."""
+    with owner(ctx) as c:
+        db = c.execute(sa.text("SELECT quote_ident(current_database())")).scalar()
+        c.execute(sa.text(f"GRANT TEMPORARY ON DATABASE {db} TO {', '.join(roles)}"))
+    try:
+        yield
+    finally:
+        with owner(ctx) as c:
+            c.execute(sa.text(f"REVOKE TEMPORARY ON DATABASE {db} FROM {', '.join(roles)}"))

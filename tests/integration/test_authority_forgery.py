@@ -33,6 +33,7 @@ from oml.services.projections import verify_tenant
 from oml.workers import reconciler
 
 from admission_kit import bearer, journal_len, make_kit, owner, owner_unguarded, run_cli
+from owner_kit import temporary_tables
 
 WORKLOADS = ("oml_admission", "oml_server", "oml_lake_writer", "oml_reconciler", "oml_indexer", "oml_relay")
 INSUFFICIENT_PRIVILEGE, GUARD = "42501", "23000"
@@ -253,11 +254,26 @@ def _as_admission(ctx, tenant: str, sqls: list[str], *, fresh: bool, **params) -
             eng.dispose()
 
 
+def test_only_the_reconciler_creates_temporary_tables(ctx):
+    """98_temporary_tables.sql: TEMPORARY is revoked from PUBLIC and granted to the reconciler (its projection replay)."""
+    kit = make_kit(ctx, "forge-temporary")
+    for role in WORKLOADS:
+        make = f"CREATE TEMP TABLE journal_events AS SELECT * FROM public.journal_events WHERE tenant_id = :t"
+        if role == "oml_reconciler":
+            with ctx.db.tenant(role, kit.tenant) as c:
+                c.execute(sa.text(make), {"t": kit.tenant})
+                c.rollback()
+        else:
+            assert refused(ctx, role, kit.tenant, make) == INSUFFICIENT_PRIVILEGE, role
+    assert not verify_tenant(ctx.db, kit.tenant)  # the reconciler's replay into temporary tables still runs
+
+
 @pytest.mark.parametrize("fresh", [True, False], ids=["fresh-session", "pooled-session"])
 def test_a_temporary_table_cannot_stand_in_for_the_journal(ctx, fresh):
-    """Each guard reads the real journal and workareas whatever temporary tables the writer's session holds: a forged
-    version, a status flip, an admin principal and a workarea path, each backed only by a temporary table, are
-    refused (23000) and leave no row; the journal itself is untouched."""
+    """Each guard reads the real journal and workareas whatever temporary tables the writer's session holds (here
+    admission is allowed them, to test the guards on their own): a forged version, a status flip, an admin principal
+    and a workarea path, each backed only by a temporary table, are refused (23000) and leave no row; the journal
+    itself is untouched."""
     kit = make_kit(ctx, f"forge-shadow-{'fresh' if fresh else 'pooled'}")
     writer, reviewer = authenticate(ctx.db, kit.writer_key), authenticate(ctx.db, kit.reviewer_key)
     items = ctx.admission.submit(writer, [Submission(kit.root, {"statement": f"held {i}"}) for i in range(2)])["items"]
@@ -290,7 +306,9 @@ def test_a_temporary_table_cannot_stand_in_for_the_journal(ctx, fresh):
                            "UPDATE public.workareas SET path = 'elsewhere' WHERE tenant_id = :t AND node_id = CAST(:n AS uuid)"],
                           {"n": kit.root}),
     }
-    outcome = {name: _as_admission(ctx, kit.tenant, sqls, fresh=fresh, s=seq, **params) for name, (sqls, params) in attempts.items()}
+    with temporary_tables(ctx, "oml_admission"):
+        outcome = {name: _as_admission(ctx, kit.tenant, sqls, fresh=fresh, s=seq, **params)
+                   for name, (sqls, params) in attempts.items()}
     assert outcome == dict.fromkeys(attempts, GUARD)
     assert journal_len(ctx, kit.tenant) == before and verify_journal(ctx.db, kit.tenant, kit.fingerprint).ok
     assert not verify_tenant(ctx.db, kit.tenant)  # every projection row is still the journal's

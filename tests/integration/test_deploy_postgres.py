@@ -112,3 +112,19 @@ def test_roles_migration_and_workloads(cluster, tmp_path):
     assert relay.db.url_for("oml_relay").password == PASSWORDS["OML_RELAY_DB_PASSWORD"]
     assert "__owner__" not in relay.db._engines and not (home / "master.key").exists()
     relay.close()
+
+    # Temporary tables: the reconciler alone (its projection verify replays into them; 98_temporary_tables.sql, run by
+    # the migration as oml_owner, the database's owner), no other workload.
+    eng = sa.create_engine(cluster["superuser"].replace("/postgres?", "/oml?"))
+    with eng.connect() as c:
+        temp = dict(c.execute(sa.text("SELECT rolname, has_database_privilege(rolname, 'oml', 'TEMPORARY') FROM pg_roles"
+                                      " WHERE rolname IN ('oml_admission', 'oml_server', 'oml_lake_writer', 'oml_reconciler',"
+                                      " 'oml_indexer', 'oml_relay')")).all())
+    eng.dispose()
+    assert temp == {r: r == "oml_reconciler" for r in temp} and len(temp) == 6, temp
+    from oml.services.projections import verify_tenant
+
+    rec = open_context(Settings(home=tmp_path / "reconciler", database_url=owner, auto_migrate=False,
+                                role_passwords={"oml_reconciler": PASSWORDS["OML_RECONCILER_DB_PASSWORD"]}))
+    assert verify_tenant(rec.db, t.tenant) == []
+    rec.close()
