@@ -151,7 +151,7 @@ def fresh_database(pg_server: str, template: str) -> str:
     # A copy does not inherit the template's database privileges (who may create temporary tables).
     eng = sa.create_engine(url, isolation_level="AUTOCOMMIT")
     with eng.connect() as c:
-        c.connection.driver_connection.execute((SQL / "98_temporary_tables.sql").read_text())  # no placeholders
+        c.connection.driver_connection.execute((SQL / "98_public_privileges.sql").read_text())  # no placeholders
     eng.dispose()
     return url
 

@@ -50,7 +50,7 @@ GRANT oml_search TO oml_owner;
 GRANT MAINTAIN ON TABLE pg_catalog.pg_statistic TO oml_owner;
 
 -- Nobody but the roles above reaches the OML database. Temporary tables: the migrations grant them to the
--- reconciler alone (services/storage/sql/98_temporary_tables.sql), as oml_owner owns the database.
+-- reconciler alone (services/storage/sql/98_public_privileges.sql), as oml_owner owns the database.
 REVOKE ALL ON DATABASE :"db" FROM PUBLIC;
 GRANT CONNECT ON DATABASE :"db" TO oml_owner, oml_admission, oml_server, oml_lake_writer, oml_reconciler, oml_indexer, oml_relay;
 SQL

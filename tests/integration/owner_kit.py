@@ -23,7 +23,7 @@ def owner(ctx: Context, tenant: str | None = None) -> Iterator[sa.Connection]:
 
 @contextmanager
 def temporary_tables(ctx: Context, *roles: str) -> Iterator[None]:
-    """``roles`` allowed temporary tables for the body (98_temporary_tables.sql keeps them from every workload but the
+    """``roles`` allowed temporary tables for the body (98_public_privileges.sql keeps them from every workload but the
     reconciler): what a database gets whose owner could not run that file, for tests of what else holds then."""
     with owner(ctx) as c:
         db = c.execute(sa.text("SELECT quote_ident(current_database())")).scalar()

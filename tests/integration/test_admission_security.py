@@ -173,7 +173,7 @@ def test_pooled_connection_carries_no_tenant(db_url, kit):
 @pytest.mark.parametrize("role", ["oml_server", "oml_admission"])  # admission's reset also opens its transaction (T17)
 def test_pooled_connection_reset_keeps_only_prepared_statements(db_url, ctx, kit, role):
     """The checkout reset is DISCARD ALL but for prepared statements (services/storage/db.py, T15): a temporary
-    table (the role allowed them here, as where 98_temporary_tables.sql could not run), a held cursor, a listener, a
+    table (the role allowed them here, as where 98_public_privileges.sql could not run), a held cursor, a listener, a
     session advisory lock and a session setting are gone for the next borrower; a statement prepared on purpose is
     still there, sees nothing with no tenant bound, and sees the tenant's rows only in a transaction bound to it."""
     with temporary_tables(ctx, role):

@@ -255,9 +255,12 @@ def _as_admission(ctx, tenant: str, sqls: list[str], *, fresh: bool, **params) -
 
 
 def test_only_the_reconciler_creates_temporary_tables(ctx):
-    """98_temporary_tables.sql: TEMPORARY is revoked from PUBLIC and granted to the reconciler (its projection replay)."""
+    """98_public_privileges.sql: TEMPORARY is revoked from PUBLIC and granted to the reconciler (its projection
+    replay); no workload creates objects in schema public."""
     kit = make_kit(ctx, "forge-temporary")
     for role in WORKLOADS:
+        assert refused(ctx, role, kit.tenant, "CREATE FUNCTION public.oml_mine() RETURNS int LANGUAGE sql AS 'SELECT 1'"
+                       ) == INSUFFICIENT_PRIVILEGE, role
         make = f"CREATE TEMP TABLE journal_events AS SELECT * FROM public.journal_events WHERE tenant_id = :t"
         if role == "oml_reconciler":
             with ctx.db.tenant(role, kit.tenant) as c:

@@ -113,11 +113,12 @@ def test_roles_migration_and_workloads(cluster, tmp_path):
     assert "__owner__" not in relay.db._engines and not (home / "master.key").exists()
     relay.close()
 
-    # Temporary tables: the reconciler alone (its projection verify replays into them; 98_temporary_tables.sql, run by
-    # the migration as oml_owner, the database's owner), no other workload.
+    # Temporary tables: the reconciler alone (its projection verify replays into them; 98_public_privileges.sql, run by
+    # the migration as oml_owner, the database's owner), no other workload; and no workload creates in schema public.
     eng = sa.create_engine(cluster["superuser"].replace("/postgres?", "/oml?"))
     with eng.connect() as c:
-        temp = dict(c.execute(sa.text("SELECT rolname, has_database_privilege(rolname, 'oml', 'TEMPORARY') FROM pg_roles"
+        temp = dict(c.execute(sa.text("SELECT rolname, has_database_privilege(rolname, 'oml', 'TEMPORARY')"
+                                      " AND NOT has_schema_privilege(rolname, 'public', 'CREATE') FROM pg_roles"
                                       " WHERE rolname IN ('oml_admission', 'oml_server', 'oml_lake_writer', 'oml_reconciler',"
                                       " 'oml_indexer', 'oml_relay')")).all())
     eng.dispose()

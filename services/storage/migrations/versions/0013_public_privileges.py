@@ -1,5 +1,5 @@
-"""Only the reconciler and the schema owner may create temporary tables (decisions X7): applies
-``98_temporary_tables.sql`` (revoke TEMPORARY on the database from PUBLIC, grant it to ``oml_reconciler``) to a
+"""What PUBLIC may do in OML's database (decisions X7): applies ``98_public_privileges.sql`` -- TEMPORARY on the
+database revoked from PUBLIC and granted to ``oml_reconciler``, CREATE on schema public revoked from PUBLIC -- to a
 database migrated before it. A database created later from this one as a template does not inherit database
 privileges: run the file on it too (tests/conftest.py does)."""
 from oml.services.storage.migrations import sqlfiles
@@ -9,7 +9,7 @@ down_revision = "0012"
 
 
 def upgrade() -> None:
-    sqlfiles.apply("98_temporary_tables.sql")
+    sqlfiles.apply("98_public_privileges.sql")
 
 
 downgrade = sqlfiles.append_only
