@@ -170,17 +170,19 @@ def test_pooled_connection_carries_no_tenant(db_url, kit):
         db.dispose()
 
 
+@pytest.fixture
+def role_temporary_tables(ctx, role):
+    """``role`` allowed temporary tables for one test, as where 98_public_privileges.sql could not run."""
+    with temporary_tables(ctx, role):
+        yield
+
+
 @pytest.mark.parametrize("role", ["oml_server", "oml_admission"])  # admission's reset also opens its transaction (T17)
-def test_pooled_connection_reset_keeps_only_prepared_statements(db_url, ctx, kit, role):
+def test_pooled_connection_reset_keeps_only_prepared_statements(db_url, kit, role, role_temporary_tables):
     """The checkout reset is DISCARD ALL but for prepared statements (services/storage/db.py, T15): a temporary
     table (the role allowed them here, as where 98_public_privileges.sql could not run), a held cursor, a listener, a
     session advisory lock and a session setting are gone for the next borrower; a statement prepared on purpose is
     still there, sees nothing with no tenant bound, and sees the tenant's rows only in a transaction bound to it."""
-    with temporary_tables(ctx, role):
-        _reset_keeps_only_prepared_statements(db_url, kit, role)
-
-
-def _reset_keeps_only_prepared_statements(db_url, kit, role):
     db = Database(db_url, None, pool_size=1)
     watch = sa.create_engine(db_url)  # the owner, who sees every backend's locks and may end one
     try:
@@ -269,17 +271,13 @@ def test_a_dead_pooled_connection_is_replaced_at_checkout(db_url, kit, role):
         watch.dispose()
 
 
-def test_admission_checks_out_inside_a_read_committed_transaction(db_url, ctx, kit):
+@pytest.mark.parametrize("role", ["oml_admission"])
+def test_admission_checks_out_inside_a_read_committed_transaction(db_url, ctx, kit, role, role_temporary_tables):
     """Admission's connections leave the pool inside a transaction opened in the reset's own round trip (T17), at
     READ COMMITTED, read-write, whatever defaults a borrower planted in the session, with the reset committed before
     it: a planted setting, session tenant binding, temporary table (admission allowed them here), held cursor and
     listener are gone in that transaction and stay gone after a rollback on the same checkout; other roles'
     connections leave it idle."""
-    with temporary_tables(ctx, "oml_admission"):
-        _checks_out_inside_a_read_committed_transaction(db_url, ctx, kit)
-
-
-def _checks_out_inside_a_read_committed_transaction(db_url, ctx, kit):
     from psycopg import pq
 
     from oml.services.admission.service import Submission

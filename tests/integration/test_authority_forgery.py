@@ -261,7 +261,7 @@ def test_only_the_reconciler_creates_temporary_tables(ctx):
     for role in WORKLOADS:
         assert refused(ctx, role, kit.tenant, "CREATE FUNCTION public.oml_mine() RETURNS int LANGUAGE sql AS 'SELECT 1'"
                        ) == INSUFFICIENT_PRIVILEGE, role
-        make = f"CREATE TEMP TABLE journal_events AS SELECT * FROM public.journal_events WHERE tenant_id = :t"
+        make = "CREATE TEMP TABLE journal_events AS SELECT * FROM public.journal_events WHERE tenant_id = :t"
         if role == "oml_reconciler":
             with ctx.db.tenant(role, kit.tenant) as c:
                 c.execute(sa.text(make), {"t": kit.tenant})

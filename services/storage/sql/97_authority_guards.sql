@@ -149,7 +149,7 @@ BEGIN
 END $$;
 
 -- New rows, after each statement as one set (issue 14: a group commit inserts a chunk's versions in one
--- statement, and a row trigger's call, lookup and parse per row cost a quarter of that statement): the same
+-- statement, and a row trigger's call, lookup and parse per row were its largest part: docs/decisions.md T19): the same
 -- two checks as a status change, the status event looked up only for a row not held at its own submission
 -- (every admission insert is; restore and rebuild are not). The statement fails as a whole on the first bad row.
 CREATE OR REPLACE FUNCTION oml_guard_claim_versions_added() RETURNS trigger
