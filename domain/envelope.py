@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cryptography.hazmat.primitives import hpke, serialization
@@ -81,13 +81,14 @@ def wrap(dek: bytes, *, info: bytes, public_key: bytes) -> bytes:
 
 
 # ------------------------------------------------------------------ HPKE sender in two steps (issue 14)
-# RFC 9180 base mode for SUITE, written out so that the KEM step -- a fresh ephemeral key pair, its X25519
-# agreement with the recipient's key and ExtractAndExpand, everything that costs (about 75 of the ~85 µs of a
-# wrap) and depends only on the recipient's public key -- can run ahead of time (the wrap worker does it while
-# it waits, services/admission/wrapping.py), leaving per artifact the key schedule over its ``info`` and one
-# AES-GCM seal of the DEK. Each Encapsulation is used for exactly one wrap, so every DEK still gets its own
-# ephemeral key; the output is the same ``enc || ct`` that SUITE.encrypt returns and SUITE.decrypt opens
-# (tests/unit/test_envelope.py: RFC 9180 A.1 vector for the schedule, decryption by ``cryptography``).
+# RFC 9180 base mode for SUITE, written out as its two steps. Encap (a fresh ephemeral key pair, its X25519
+# agreement with the recipient's key, ExtractAndExpand and the key schedule's ``secret``) is everything that costs
+# and depends only on the recipient's public key; the rest of the key schedule (over the artifact's ``info``) and
+# one AES-GCM seal of the DEK is per artifact. A :class:`Wrapper` makes one Encapsulation for up to ``share``
+# consecutive DEKs of one submit (admission and its worker: ``OML_ADMISSION_WRAP_SHARE``) and wraps each under its
+# own ``info`` (docs/decisions.md T20): each DEK still gets its own key, nonce and wrapped row, and the output is
+# the ``enc || ct`` that ``SUITE.encrypt`` returns and ``SUITE.decrypt`` opens (tests/unit/test_envelope.py: RFC
+# 9180 A.1 vector for the schedule, decryption by ``cryptography``).
 
 _KEM_SUITE_ID = b"KEM\x00\x20"  # DHKEM(X25519, HKDF-SHA256)
 _AES_256_GCM = 0x0002
@@ -108,11 +109,12 @@ def _labeled_expand(suite: bytes, prk: bytes, label: bytes, info: bytes, length:
 
 @dataclass(frozen=True)
 class Encapsulation:
-    """One KEM encapsulation to a recipient key, for one wrap: ``enc`` (the ephemeral public key) and the key
-    schedule's ``secret`` (LabeledExtract(shared_secret, "secret", psk="")). As secret as the DEK it will wrap."""
+    """One KEM encapsulation to a recipient key: ``enc`` (the ephemeral public key) and the key schedule's
+    ``secret`` (RFC 9180 §5.1: LabeledExtract(shared_secret, "secret", psk=""), which no ``info`` enters). It wraps
+    one DEK per ``info`` (:func:`wrap_encapsulated`); as secret as the DEKs it wraps, and kept no longer."""
 
     enc: bytes
-    secret: bytes
+    secret: bytes = field(repr=False)
 
 
 def encapsulate(public_key: bytes, *, aead_id: int = _AES_256_GCM, ephemeral: X25519PrivateKey | None = None) -> Encapsulation:
@@ -150,10 +152,44 @@ def _key_and_nonce(secret: bytes, info: bytes, *, aead_id: int = _AES_256_GCM, n
 
 
 def wrap_encapsulated(encapsulation: Encapsulation, dek: bytes, *, info: bytes) -> bytes:
-    """:func:`wrap` with an :class:`Encapsulation` made beforehand by :func:`encapsulate` (use each once):
-    ``enc || AES-256-GCM(key, base_nonce, dek)``, what ``SUITE.encrypt(dek, public_key, info=info)`` returns."""
+    """:func:`wrap` with an :class:`Encapsulation` made by :func:`encapsulate`: ``enc || AES-256-GCM(key,
+    base_nonce, dek)`` with ``(key, base_nonce)`` from the key schedule over ``info`` (RFC 9180 §5.1), the bytes
+    ``SUITE.encrypt(dek, public_key, info=info)`` would return for that ephemeral key, opened by ``SUITE.decrypt``
+    with ``info``. Every ``info`` an encapsulation serves must be distinct (one per artifact: :func:`dek_info`),
+    so that no key and nonce seal twice; each key seals one DEK."""
     key, nonce = _key_and_nonce(encapsulation.secret, info)
     return encapsulation.enc + AESGCM(key).encrypt(nonce, dek, b"")
+
+
+class Wrapper:
+    """Wraps DEKs to one public key, at most ``share`` under one :func:`encapsulate` (docs/decisions.md T20).
+
+    Owns the current encapsulation (as secret as the DEKs it wraps) and the ``info`` values it has served; a
+    new one is made after ``share`` DEKs, and for an ``info`` it has served already, so no key schedule is used
+    twice. ``share`` 1: each DEK through :func:`wrap` (``cryptography``'s HPKE, a fresh encapsulation each).
+    Raises ``ValueError`` for ``share`` < 1 or a small-order key (:func:`encapsulate`)."""
+
+    def __init__(self, public_key: bytes, share: int) -> None:
+        if share < 1:
+            raise ValueError("share is at least 1")
+        self.public_key, self.share = public_key, share
+        self._encapsulation: Encapsulation | None = None
+        self._infos: set[bytes] = set()
+
+    def wrap(self, dek: bytes, info: bytes) -> bytes:
+        """``dek`` wrapped under ``info``: ``enc || ct``, as :func:`wrap` returns and :func:`unwrap` opens."""
+        if self.share == 1:
+            return wrap(dek, info=info, public_key=self.public_key)
+        if self._encapsulation is None or len(self._infos) >= self.share or info in self._infos:
+            self._encapsulation, self._infos = encapsulate(self.public_key), set()
+        self._infos.add(info)
+        return wrap_encapsulated(self._encapsulation, dek, info=info)
+
+
+def wrap_many(deks: list[tuple[bytes, bytes]], *, public_key: bytes, share: int) -> list[bytes]:
+    """Each ``(dek, info)`` of ``deks`` wrapped to ``public_key``, in order, by one :class:`Wrapper`."""
+    wrapper = Wrapper(public_key, share)
+    return [wrapper.wrap(dek, info) for dek, info in deks]
 
 
 def unwrap(wrapped_dek: bytes, *, info: bytes, private_key: "bytes | X25519PrivateKey") -> bytes:

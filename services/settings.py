@@ -78,10 +78,11 @@ class Settings(BaseSettings):
     recall_lexical: str = "bm25"
     # Admission's worker processes (services/admission/wrapping.py, which reads them from the environment itself:
     # the worker is a child process). Declared here so a bad value stops `oml` at start, not a batch later.
-    # Idle workers kept per server process (0: classify and seal in-process); encapsulations made ahead by an
-    # idle-priority child; the worker in SCHED_BATCH. docs/operations.md, "Admission's worker".
+    # Idle workers kept per server process (0: classify and seal in-process); consecutive DEKs of one submit wrapped
+    # under one HPKE encapsulation (1: a fresh one each; 10 at most, the bodies of one request to the worker);
+    # the worker in SCHED_BATCH. docs/operations.md, "Admission's worker".
     admission_wrap_processes: int = Field(1, ge=0)
-    admission_wrap_ahead: Literal["0", "1"] = "1"
+    admission_wrap_share: int = Field(10, ge=1, le=10)
     admission_wrap_batch: Literal["0", "1"] = "1"
     backup_retention_days: int = 35
     idempotency_retention_hours: int = 24

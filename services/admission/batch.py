@@ -139,6 +139,7 @@ class Batch:
     prepared: dict[int, Prepared] = field(default_factory=dict)  # item -> ids drawn ahead (new claims)
     groups: list[_Group] = field(default_factory=list)  # requests not answered yet, oldest first
     answers: dict[int, _Answer] = field(default_factory=dict)  # item -> the worker's answer, not yet taken
+    wrapper: envelope.Wrapper | None = None  # wraps the DEKs of bodies sealed here (not by the worker)
 
     def ahead(self, regions: Any, key: tuple[int, bytes], items: list[tuple[dict[str, Any], bytes, bool]]) -> None:
         """Have the worker classify each body of ``items`` ``(body, canonical bytes, new claim)`` (the batch's, in
@@ -209,14 +210,17 @@ class Batch:
         ciphertext fields unset) and defer its rows; returns the row with ciphertext, digest and wrapped DEK set.
 
         Item ``item``'s body as the worker sealed it ahead, when it sealed exactly this (plaintext, AAD, DEK info,
-        public key); else here, with one fresh DEK wrapped by HPKE (:func:`oml.domain.envelope.seal`)."""
+        public key); else here, under a fresh DEK wrapped by HPKE, consecutive DEKs of the batch sharing an
+        encapsulation (:attr:`wrapper`, docs/decisions.md T20)."""
         answer = self.answers.pop(item, None) if item is not None else None
         if (answer is not None and answer.sealed is not None and answer.given.body is body
                 and answer.given[1:] == (public_key, body, plaintext, aad, info)):
             ciphertext, digest, wrapped_dek = answer.sealed
         else:
-            s = envelope.seal(body, aad=aad, info=info, public_key=public_key, key_version=row.key_version, plaintext=plaintext)
-            ciphertext, digest, wrapped_dek = s.ciphertext, s.digest, s.wrapped_dek
+            dek, ciphertext, digest = envelope.encrypt(body, aad=aad, plaintext=plaintext)
+            if self.wrapper is None or self.wrapper.public_key != public_key:
+                self.wrapper = envelope.Wrapper(public_key, wrapping.share())
+            wrapped_dek = self.wrapper.wrap(dek, info)
         row = row._replace(ciphertext=ciphertext, digest=digest, wrapped_dek=wrapped_dek)
         self.artifacts.append(row)
         return row
@@ -251,6 +255,7 @@ class Batch:
         projector.apply_many(conn, tenant, self.events)
         write_subjects(conn, tenant, self.subjects)
         self.rows, self.events, self.artifacts, self.subjects = [], [], [], []
+        self.wrapper = None  # its encapsulation's secret lives for one chunk at most (docs/decisions.md T20)
 
     def settle(self) -> None:
         """Send what is deferred and wait for every result (raises the first error of any chunk)."""
@@ -263,7 +268,7 @@ class Batch:
     def discard(self) -> None:
         """Drop what is deferred and leave pipeline mode after a refusal (the transaction rolls back)."""
         self.rows, self.events, self.artifacts, self.subjects = [], [], [], []
-        self.groups, self.answers = [], {}
+        self.groups, self.answers, self.wrapper = [], {}, None
         if self.pipeline is not None:
             pipe, self.pipeline = self.pipeline, None
             try:

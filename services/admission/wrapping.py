@@ -1,8 +1,8 @@
 """Classification and sealing of a group commit's claims in a worker process (issue 14; docs/decisions.md
-T7, T13, T15).
+T7, T13, T15, T20).
 
-One HPKE wrap per artifact (the design's shredding unit) and the personal-data classifier are the
-largest costs of admitting a claim after its signature, and both are mostly Python or hold the GIL
+Sealing (a fresh DEK per artifact, the design's shredding unit, wrapped with HPKE) and the personal-data
+classifier are the largest costs of admitting a claim after its signature, and both are mostly Python or hold the GIL
 (the classifier; ``cryptography``'s AES-GCM and HPKE), so a thread cannot overlap them. A batch of :data:`~oml.services.admission.batch.WORKER_MIN`
 or more checks out a worker -- ``python -m oml.services.admission.wrapping``, started with
 :mod:`subprocess`, so it never re-imports the caller's main module as ``multiprocessing``'s spawn
@@ -16,8 +16,9 @@ ever here.
 
 ``OML_ADMISSION_WRAP_PROCESSES`` (default 1) caps the idle workers kept per server process; 0: none,
 admission classifies and seals in-process. A worker that fails is dropped and its items are classified
-and sealed in-process. A worker has its encapsulations made ahead at idle priority
-(``OML_ADMISSION_WRAP_AHEAD``, :func:`_serve`; docs/decisions.md T12).
+and sealed in-process. The worker wraps the DEKs of one request under one HPKE encapsulation, at most
+``OML_ADMISSION_WRAP_SHARE`` (default 10) per encapsulation, each under its own ``info``
+(:func:`oml.domain.envelope.wrap_many`; docs/decisions.md T20).
 """
 from __future__ import annotations
 
@@ -90,7 +91,7 @@ class Worker:
         """Ask, for each item ``(body, canonical bytes, AAD, DEK info)``, for ``(findings, sealed)``: the body's
         :func:`oml.domain.pii.classify_body` under ``regions`` (its findings, or the exception it raised) and,
         when the item carries its bytes, ``(ciphertext, SHA-256, HPKE-wrapped DEK)`` under a fresh DEK
-        (:func:`seal_one`), else ``None``; returns the request's id."""
+        (:func:`seal_all`), else ``None``; returns the request's id."""
         return self._request(("seal", (regions, public_key), items))
 
     def result(self, rid: int | None = None, *, timeout: float | None = None) -> list:
@@ -154,9 +155,6 @@ def checkin(worker: Worker | None, *, healthy: bool) -> None:
     worker.close(kill=not healthy or worker.pending > 0)
 
 
-_RECORD = 64  # one encapsulation on the ahead pipe: enc (32 bytes) then secret (32)
-
-
 def _read_exact(fd: int, n: int) -> bytes:
     parts, left = [], n
     while left:
@@ -168,59 +166,21 @@ def _read_exact(fd: int, n: int) -> bytes:
     return b"".join(parts)
 
 
-def _ahead_main(public_key_hex: str) -> None:
-    """``python -m oml.services.admission.wrapping --ahead <key>``: encapsulate to the key, forever, at idle
-    priority, one 64-byte record per encapsulation on stdout (a pipe: it blocks when the pipe is full and
-    ends when the worker closes it)."""
-    key = bytes.fromhex(public_key_hex)
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))  # runs only on an otherwise idle core
-    except (AttributeError, OSError):
-        os.nice(19)
-    out = sys.stdout.fileno()
-    try:
-        while True:
-            e = envelope.encapsulate(key)
-            os.write(out, e.enc + e.secret)  # 64 bytes < PIPE_BUF: written whole or not at all
-    except (BrokenPipeError, OSError):
-        return
+def share() -> int:
+    """``OML_ADMISSION_WRAP_SHARE``: at most this many DEKs (1 to 10) are wrapped under one HPKE encapsulation (1: a
+    fresh one each); checked at ``oml``'s start (services/settings.py), held to 1..10 here for library use."""
+    return min(10, max(1, int(os.environ.get("OML_ADMISSION_WRAP_SHARE", "10"))))
 
 
-class _Ahead:
-    """The worker's encapsulations made ahead for one public key, by an idle-priority child process."""
-
-    def __init__(self, public_key: bytes) -> None:
-        self.key = public_key
-        self.proc = subprocess.Popen([sys.executable, "-m", "oml.services.admission.wrapping", "--ahead", public_key.hex()],
-                                     stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
-        self.fd = self.proc.stdout.fileno()
-        os.set_blocking(self.fd, False)
-
-    def take(self, n: int) -> list[envelope.Encapsulation]:
-        """Up to ``n`` encapsulations that are ready (none when the child has not caught up or has died)."""
-        try:
-            data = os.read(self.fd, n * _RECORD)
-        except (BlockingIOError, OSError):
-            return []
-        data = data[: len(data) - len(data) % _RECORD]  # whole records only (each was written in one piece)
-        return [envelope.Encapsulation(data[i:i + 32], data[i + 32:i + _RECORD]) for i in range(0, len(data), _RECORD)]
-
-    def close(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
-        self.proc.stdout.close()
-
-
-def seal_one(body: dict, plaintext: bytes, aad: bytes, info: bytes, public_key: bytes,
-             encapsulation: envelope.Encapsulation | None) -> tuple[bytes, bytes, bytes]:
-    """``body`` (``plaintext``: its canonical bytes) under a fresh DEK, and the DEK wrapped to ``public_key``:
-    with ``encapsulation`` (made ahead) by the key schedule and one AES-GCM seal, else in full
-    (:func:`oml.domain.envelope.encapsulate`; the library's ``envelope.wrap`` with
-    ``OML_ADMISSION_WRAP_AHEAD=0``). Returns ``(ciphertext, sha256(ciphertext), wrapped DEK)``."""
-    dek, ciphertext, digest = envelope.encrypt(body, aad=aad, plaintext=plaintext)
-    if encapsulation is None and os.environ.get("OML_ADMISSION_WRAP_AHEAD", "1") == "0":
-        return ciphertext, digest, envelope.wrap(dek, info=info, public_key=public_key)
-    return ciphertext, digest, envelope.wrap_encapsulated(encapsulation or envelope.encapsulate(public_key), dek, info=info)
+def seal_all(public_key: bytes, items: list[tuple[dict, bytes, bytes, bytes]]) -> list[tuple[bytes, bytes, bytes]]:
+    """For each ``(body, canonical bytes, AAD, DEK info)``: the body under a fresh DEK
+    (:func:`oml.domain.envelope.encrypt`), the DEK wrapped to ``public_key`` with HPKE
+    (:func:`oml.domain.envelope.wrap_many`, :func:`share` DEKs to an encapsulation). Returns
+    ``(ciphertext, sha256(ciphertext), wrapped DEK)`` per item."""
+    encrypted = [envelope.encrypt(body, aad=aad, plaintext=plaintext) for body, plaintext, aad, _ in items]
+    wrapped = envelope.wrap_many([(dek, item[3]) for (dek, _, _), item in zip(encrypted, items)],
+                                 public_key=public_key, share=share())
+    return [(ciphertext, digest, w) for (_, ciphertext, digest), w in zip(encrypted, wrapped)]
 
 
 def classify_all(regions: tuple[str, ...] | None, bodies: list[dict]) -> list:
@@ -236,17 +196,8 @@ def classify_all(regions: tuple[str, ...] | None, bodies: list[dict]) -> list:
     return out
 
 
-
 def _serve() -> None:
-    """The worker's loop: read a ``seal`` request (:meth:`Worker.seal`), answer it, until stdin closes.
-
-    With ``OML_ADMISSION_WRAP_AHEAD`` (default 1; 0: off) a child process at idle priority encapsulates
-    (:func:`oml.domain.envelope.encapsulate`) to the last public key asked about, into a pipe (at most its
-    64 KiB, about a thousand): the X25519 work of a wrap, about nine tenths of it, then runs only when a core
-    would otherwise be idle, and each DEK costs the key schedule and one AES-GCM seal
-    (:func:`oml.domain.envelope.wrap_encapsulated`); a DEK finding none ready is encapsulated here. Each
-    encapsulation wraps one DEK. They exist only in the two processes' memory and the pipe between them; a
-    new key (a rotation, another tenant) replaces the child, and the child ends with the worker."""
+    """The worker's loop: read a ``seal`` request (:meth:`Worker.seal`), answer it, until stdin closes."""
     fd, stdout = sys.stdin.fileno(), sys.stdout.buffer
     if os.environ.get("OML_ADMISSION_WRAP_BATCH", "1") != "0":
         try:
@@ -255,7 +206,6 @@ def _serve() -> None:
             os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
         except (AttributeError, OSError):
             pass
-    use_ahead = os.environ.get("OML_ADMISSION_WRAP_AHEAD", "1") != "0"
     # Requests are read on their own thread, whatever the answers are doing: admission writes a batch's requests
     # before it reads their answers, and answers carry ciphertexts, so a loop that stopped reading while its
     # answer waited in a full stdout pipe would leave both processes blocked on each other's pipe (a batch of
@@ -273,43 +223,18 @@ def _serve() -> None:
             requests.put(None)
 
     threading.Thread(target=read_requests, name="oml-wrap-requests", daemon=True).start()
-    ahead: _Ahead | None = None
-    try:
-        while True:
-            data = requests.get()
-            if data is None:
-                return
-            kind, (regions, public_key), items = pickle.loads(data)
-            if kind != "seal":
-                raise ValueError(f"unknown request {kind!r}")
-            ready: list[envelope.Encapsulation] = []
-            to_seal = sum(1 for it in items if it[1] is not None)
-            if use_ahead and to_seal:
-                if ahead is not None and (ahead.key != public_key or ahead.proc.poll() is not None):
-                    ahead.close()
-                    ahead = None
-                if ahead is None:
-                    try:
-                        ahead = _Ahead(public_key)
-                    except OSError:
-                        ahead = None
-                if ahead is not None:
-                    ready = ahead.take(to_seal)
-            findings = classify_all(regions, [it[0] for it in items])
-            out = []
-            for f, (body, plaintext, aad, info) in zip(findings, items):
-                sealed = None
-                if plaintext is not None:
-                    sealed = seal_one(body, plaintext, aad, info, public_key, ready.pop() if ready else None)
-                out.append((f, sealed))
-            _send(stdout, out)
-    finally:
-        if ahead is not None:
-            ahead.close()
+    while True:
+        data = requests.get()
+        if data is None:
+            return
+        kind, (regions, public_key), items = pickle.loads(data)
+        if kind != "seal":
+            raise ValueError(f"unknown request {kind!r}")
+        findings = classify_all(regions, [it[0] for it in items])
+        sealed = iter(seal_all(public_key, [it for it in items if it[1] is not None]))
+        _send(stdout, [(f, None if it[1] is None else next(sealed)) for f, it in zip(findings, items)])
+        del data, items, findings, sealed  # no body or ciphertext kept while the worker waits for the next request
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--ahead":
-        _ahead_main(sys.argv[2])
-    else:
-        _serve()
+    _serve()

@@ -323,13 +323,14 @@ def test_arrays_built_here_read_back_as_psycopg_sends_them(ctx, sql_type, values
     assert ours == theirs
 
 
-@pytest.mark.parametrize("pool", ["0", "1"])
-def test_the_worker_seals_from_its_pool_and_each_body_opens(monkeypatch, pool):
-    """With or without encapsulations made ahead, every body the worker seals opens: its wrapped DEK with the
-    recipient key and its own info, its ciphertext with that DEK and its own AAD; no two wraps share an
-    ephemeral key (enc); a new public key is served too; an item without bytes is classified only."""
+@pytest.mark.parametrize("share", ["1", "10"])
+def test_the_worker_seals_each_body_so_it_opens(monkeypatch, share):
+    """Every body the worker seals opens: its wrapped DEK with the recipient key and its own info only (with
+    ``cryptography``'s HPKE), its ciphertext with that DEK and its own AAD; at most OML_ADMISSION_WRAP_SHARE
+    wraps share an ephemeral key (enc), and with 1 none do; a new public key is served too; an item without
+    bytes is classified only."""
+    import collections
     import hashlib
-    import time
 
     from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
@@ -337,10 +338,10 @@ def test_the_worker_seals_from_its_pool_and_each_body_opens(monkeypatch, pool):
     from oml.domain.canonical import canonical
     from oml.services.admission import wrapping
 
-    monkeypatch.setenv("OML_ADMISSION_WRAP_AHEAD", pool)
+    monkeypatch.setenv("OML_ADMISSION_WRAP_SHARE", share)
     w = wrapping.Worker()
     try:
-        seen = set()
+        per_enc: collections.Counter[bytes] = collections.Counter()
         first, second = X25519PrivateKey.generate(), X25519PrivateKey.generate()
         for round_, sk in enumerate((first, first, second)):
             pub = envelope.x25519_public_raw(sk)
@@ -359,10 +360,12 @@ def test_the_worker_seals_from_its_pool_and_each_body_opens(monkeypatch, pool):
                     continue
                 ciphertext, digest, wrapped = sealed
                 dek = envelope.unwrap(wrapped, info=info, private_key=sk.private_bytes_raw())
+                with pytest.raises(Exception):
+                    envelope.unwrap(wrapped, info=envelope.dek_info("t", "another", 1), private_key=sk.private_bytes_raw())
                 assert envelope.open_body(ciphertext, dek=dek, aad=aad) == plaintext and digest == hashlib.sha256(ciphertext).digest()
-                seen.add(wrapped[:32])
-            time.sleep(0.2)  # the worker fills its pool meanwhile
-        assert len(seen) == 87
+                per_enc[wrapped[:32]] += 1
+        assert sum(per_enc.values()) == 87 and max(per_enc.values()) <= int(share)
+        assert len(per_enc) == (87 if share == "1" else 9)  # three requests of 29 DEKs: groups of 10, 10 and 9
     finally:
         w.close()
 

@@ -82,7 +82,7 @@ def test_help_keeps_the_square_brackets_of_a_rule():
     ({"OML_QUERY_EMBEDDING": "cuda"}, "oml: OML_QUERY_EMBEDDING: must be one of auto, onnx, torch, not 'cuda'"),
     # Read by admission's worker from the environment; checked here so a typo stops oml, not a batch of 50 later.
     ({"OML_ADMISSION_WRAP_PROCESSES": "abc"}, "oml: OML_ADMISSION_WRAP_PROCESSES: Input should be a valid integer, unable to parse string as an integer"),
-    ({"OML_ADMISSION_WRAP_AHEAD": "yes"}, "oml: OML_ADMISSION_WRAP_AHEAD: Input should be '0' or '1'"),
+    ({"OML_ADMISSION_WRAP_SHARE": "11"}, "oml: OML_ADMISSION_WRAP_SHARE: Input should be less than or equal to 10"),
 ])
 def test_a_bad_setting_is_one_line_and_exit_2(tmp_path, env, says):
     # Checked when the settings load, before any model or database: not a 500 on every recall later.

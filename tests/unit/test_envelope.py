@@ -63,3 +63,60 @@ def test_a_small_order_public_key_is_refused():
         envelope.encapsulate(b"\x00" * 32)
     with pytest.raises(ValueError):
         envelope.encapsulate(b"\x01" * 31)
+
+
+@pytest.mark.parametrize("share", [1, 3, 10])
+def test_wrap_many_shares_an_encapsulation_and_each_dek_opens_under_its_own_info(share):
+    """wrap_many (docs/decisions.md T20): each wrap is RFC 9180 output that cryptography's HPKE opens with its own
+    info and no other; at most ``share`` wraps share an enc, consecutive ones, and with 1 none do."""
+    recipient = X25519PrivateKey.generate()
+    pub, sk = envelope.x25519_public_raw(recipient), recipient.private_bytes_raw()
+    deks = [(os.urandom(32), f"oml.dek.v1|t|a{i}|1".encode()) for i in range(23)]
+    wrapped = envelope.wrap_many(deks, public_key=pub, share=share)
+    for (dek, info), w in zip(deks, wrapped):
+        assert envelope.SUITE.decrypt(w, recipient, info=info) == dek
+        with pytest.raises(Exception):
+            envelope.unwrap(w, info=info + b"x", private_key=sk)
+    encs = [w[:32] for w in wrapped]
+    assert encs == [encs[i - i % share] for i in range(len(encs))]
+    assert len(set(encs)) == -(-len(deks) // share)
+
+
+def test_wrap_many_starts_a_new_encapsulation_for_a_repeated_info():
+    """Two DEKs under one info never share a key schedule (the same key and nonce would seal both)."""
+    pub = envelope.x25519_public_raw(X25519PrivateKey.generate())
+    info = b"oml.dek.v1|t|a|1"
+    wrapped = envelope.wrap_many([(os.urandom(32), info), (os.urandom(32), b"other"), (os.urandom(32), info)],
+                                 public_key=pub, share=10)
+    assert wrapped[0][:32] == wrapped[1][:32] != wrapped[2][:32]
+    with pytest.raises(ValueError):
+        envelope.wrap_many([], public_key=pub, share=0)
+
+
+def test_a_batch_shares_an_encapsulation_for_the_bodies_it_seals_itself_and_never_an_info():
+    """Batch.seal without a worker (services/admission/batch.py): bodies sealed in admission share the batch's
+    Wrapper; an artifact id given twice gets a new encapsulation; each wrap opens under its own info; the Wrapper,
+    and with it the encapsulation's secret, is dropped when the batch is discarded."""
+    from oml.services.admission import batch
+
+    recipient = X25519PrivateKey.generate()
+    pub = envelope.x25519_public_raw(recipient)
+    b = batch.Batch(head=None)
+    sealed = []
+    for a in ("a0", "a1", "a2", "a1"):
+        info, aad = envelope.dek_info("t", a, 1), envelope.body_aad("t", "c", "v", a)
+        row = batch.Artifact(a, "body", "c", "v", b"", b"", 1, 1, b"")
+        sealed.append((info, aad, b.seal({"statement": f"body of {a}"}, row, aad=aad, info=info, public_key=pub)))
+    encs = [r.wrapped_dek[:32] for _, _, r in sealed]
+    assert encs[0] == encs[1] == encs[2] != encs[3]
+    for (info, aad, r), a in zip(sealed, ("a0", "a1", "a2", "a1")):
+        dek = envelope.SUITE.decrypt(r.wrapped_dek, recipient, info=info)
+        assert envelope.open_body(r.ciphertext, dek=dek, aad=aad) == f'{{"statement":"body of {a}"}}'.encode()
+    assert b.wrapper is not None
+    b.discard()
+    assert b.wrapper is None
+
+
+def test_an_encapsulation_does_not_show_its_secret():
+    e = envelope.encapsulate(envelope.x25519_public_raw(X25519PrivateKey.generate()))
+    assert e.secret.hex() not in repr(e) and str(e.secret) not in repr(e)
