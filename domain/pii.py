@@ -720,9 +720,10 @@ class _IdRule:
     # only count next to a keyword, else every invoice number would trip.
     context: re.Pattern[str] | None = None
     min_digits: int = 0
-    # The fewest ASCII digits any match of ``pattern`` holds (a gate: a text with fewer skips the rule;
-    # tests/unit/test_pii.py draws matches of each pattern to check it).
+    # The fewest ASCII digits any match of ``pattern`` holds, and the fewest characters (gates: a text with fewer
+    # skips the rule; tests/unit/test_pii.py checks both against the pattern's parse tree).
     needs: int = 7
+    min_len: int = 0
 
 
 def _safe(fn: Callable[[str], bool]) -> Callable[[str], bool]:
@@ -766,6 +767,7 @@ _ID_RULES: Final[tuple[_IdRule, ...]] = (
         _safe(lambda s: _it_cf.is_valid(s)),
         min_digits=2,
         needs=2,
+        min_len=16,
     ),
     # Netherlands BSN: dotted form stands alone, bare 9 digits need context.
     _IdRule(re.compile(_L + r"\d{4}\.\d{2}\.\d{3}" + _R), _safe(lambda s: _nl_bsn.is_valid(_compact(s))), needs=9),
@@ -820,7 +822,7 @@ _CONTEXT_WINDOW: Final[int] = 40
 def _national_ids(text: str, digits: int) -> Iterator[_Span]:
     """``digits``: the number of ASCII digits in ``text`` (rules needing more cannot match)."""
     for rule in _ID_RULES:
-        if digits < rule.needs:
+        if digits < rule.needs or len(text) < rule.min_len:
             continue
         for m in rule.pattern.finditer(text):
             s = m.group()
@@ -862,6 +864,12 @@ def _is_network_range(text: str, addr: str, end: int) -> bool:
     except ValueError:
         return False
     return net.num_addresses > 1
+
+
+def _ip_gate(text: str, digits: int) -> bool:
+    """Whether ``text`` (``digits`` ASCII digits) can hold an address :func:`_ips` reports: an IPv4 match holds
+    four digits and three dots, an IPv6 candidate two colons and a digit."""
+    return (digits >= 4 and text.count(".") >= 3) or (digits > 0 and text.count(":") >= 2)
 
 
 def _ips(text: str) -> Iterator[_Span]:
@@ -931,11 +939,28 @@ def _placeholder(value: str) -> bool:
     )
 
 
-def _credentials(text: str) -> Iterator[_Span]:
-    for rx in (_AWS_KEY_RE, _GITHUB_RE, _SLACK_RE, _JWT_RE):
-        for m in rx.finditer(text):
+# For ASCII text, each credential pattern runs only when a substring every one of its matches holds is present
+# (matched on the lower-case form for the case-insensitive patterns; non-ASCII runs them all, as for the gate above):
+# English prose trips the gate with "passed", "monkey" or "author", and the assignment pattern's leading
+# identifier run is the costly one (about 60 of ~100 µs on a 130-character turn).
+_AWS_PREFIX_RE = re.compile(r"A(?:KIA|SIA|BIA|CCA|GPA|IDA|IPA|NPA|NVA|PKA|ROA|SCA)")
+_ASSIGN_GATE_LOWER_RE = re.compile(
+    r"(?:password|passwd|passphrase|pwd|secret|key|token)(?:[_.-]?(?:access[_-]?key|key|id|value|hash))?[\"']?\s{0,3}[:=]"
+)
+
+
+def _credentials(text: str, *, gated: bool = True) -> Iterator[_Span]:
+    """Credential spans in ``text``; ``gated=False`` runs every pattern whatever its gate says (tests)."""
+    lower = text.lower() if gated and text.isascii() else None
+
+    def runs(present: bool) -> bool:  # every pattern runs on non-ASCII text; on ASCII, when its substring is there
+        return lower is None or present
+
+    for rx, present in ((_AWS_KEY_RE, _AWS_PREFIX_RE.search(text) is not None), (_GITHUB_RE, "gh" in text or "github_pat_" in text),
+                        (_SLACK_RE, "xox" in text), (_JWT_RE, "eyJ" in text)):
+        for m in rx.finditer(text) if runs(present) else ():
             yield ("credential", m.start(), m.end())
-    for m in _PEM_BEGIN_RE.finditer(text):
+    for m in _PEM_BEGIN_RE.finditer(text) if runs("PRIVATE KEY" in text) else ():
         end_marker = "-----END " + m.group(1) + "PRIVATE KEY"
         stop = text.find(end_marker, m.end())
         if stop == -1:
@@ -944,19 +969,19 @@ def _credentials(text: str) -> Iterator[_Span]:
             close = text.find("-----", stop + len(end_marker))
             end = close + 5 if close != -1 else stop + len(end_marker)
         yield ("credential", m.start(), end)
-    for m in _BEARER_RE.finditer(text):
+    for m in _BEARER_RE.finditer(text) if runs(lower is not None and "bearer" in lower) else ():
         if any(c.isdigit() for c in m.group(1)):
             yield ("credential", m.start(1), m.end(1))
-    for m in _BASIC_RE.finditer(text):
+    for m in _BASIC_RE.finditer(text) if runs(lower is not None and "authorization" in lower) else ():
         yield ("credential", m.start(1), m.end(1))
-    for m in _OML_KEY_RE.finditer(text):
+    for m in _OML_KEY_RE.finditer(text) if runs("oml_" in text) else ():
         # Two or more digits separates a random secret from a long
         # snake_case identifier such as a role or setting name.
         if sum(c.isdigit() for c in m.group(1)) >= 2:
             yield ("credential", m.start(), m.end())
-    for m in _URL_USERINFO_RE.finditer(text):
+    for m in _URL_USERINFO_RE.finditer(text) if runs("://" in text and "@" in text) else ():
         yield ("credential", m.start(1), m.end(1))
-    for m in _ASSIGN_RE.finditer(text):
+    for m in _ASSIGN_RE.finditer(text) if runs(lower is not None and _ASSIGN_GATE_LOWER_RE.search(lower) is not None) else ():
         val = m.group("val")
         if _placeholder(val):
             continue
@@ -1036,7 +1061,7 @@ def _spans(view: _View, regions: Sequence[str]) -> Iterator[_Span]:
         yield from _emails(text)
     if digits >= _MIN_PHONE_DIGITS:
         yield from _phones(view, regions, structured)
-    if digits and ("." in text or ":" in text):
+    if _ip_gate(text, digits):
         yield from _ips(text)
     if _credential_gate(text):
         yield from _credentials(text)
@@ -1047,9 +1072,19 @@ def _spans(view: _View, regions: Sequence[str]) -> Iterator[_Span]:
 _ANY_TRIGGER_LOWER_RE = re.compile(r"[0-9@]|" + _CREDENTIAL_GATE_LOWER_RE.pattern)
 
 
+def _may_find(text: str, digits: int) -> bool:
+    """Whether :func:`_spans` would run any detector on ``text`` (``digits`` ASCII digits): its gates, in its order.
+    For ASCII text, whose view differs only in collapsed blanks (no gate counts them; a length only shrinks)."""
+    return (digits >= 13 or (digits >= 2 and (len(text) >= _MIN_IBAN_LEN or any(
+                digits >= r.needs and len(text) >= r.min_len for r in _ID_RULES)))
+            or "@" in text or digits >= _MIN_PHONE_DIGITS or _ip_gate(text, digits) or _credential_gate(text))
+
+
 def _classify(text: str, regions: Sequence[str]) -> list[Finding]:
-    # For ASCII the view differs only in collapsed blanks, which no trigger contains.
-    if text.isascii() and _ANY_TRIGGER_LOWER_RE.search(text.lower()) is None:
+    # For ASCII the view differs only in collapsed blanks, which no trigger contains: a text no detector would
+    # run on (most member names and sentences, short locators such as "D1:3") is answered without building it.
+    if text.isascii() and (_ANY_TRIGGER_LOWER_RE.search(text.lower()) is None
+                           or not _may_find(text, len(text) - len(text.translate(_NO_DIGITS)))):
         return []
     view = _view(text)
     out: list[Finding] = []

@@ -595,7 +595,9 @@ def test_national_id_rules_need_the_digits_their_gate_assumes() -> None:
     from oml.domain import pii
 
     for rule in pii._ID_RULES:
-        assert rule.needs <= max(_min_digits(sre_parse.parse(rule.pattern.pattern)), rule.min_digits), rule.pattern.pattern
+        parsed = sre_parse.parse(rule.pattern.pattern)
+        assert rule.needs <= max(_min_digits(parsed), rule.min_digits), rule.pattern.pattern
+        assert rule.min_len <= parsed.getwidth()[0], rule.pattern.pattern
 
 
 @settings(max_examples=300, deadline=None, database=None)
@@ -614,6 +616,45 @@ def test_credential_gate_matches_the_case_insensitive_pattern(text: str) -> None
        | st.text(alphabet=st.characters(max_codepoint=127), max_size=80))
 def test_ascii_text_without_a_trigger_skips_no_finding(text: str) -> None:
     """The short cut for ASCII text with no digit, "@" or credential trigger answers what the detectors would."""
+    from oml.domain import pii
+
+    view = pii._view(text)
+    full = [Finding(f.kind, *view.span(f.start, f.end)) for f in pii._resolve(pii._spans(view, pii.DEFAULT_PHONE_REGIONS))]
+    assert pii._classify(text, pii.DEFAULT_PHONE_REGIONS) == full
+
+
+@settings(max_examples=400, deadline=None, database=None)
+@given(st.text(alphabet=st.sampled_from("0123456789abcdefABCDEF:.x /[]%-"), max_size=60))
+def test_the_ip_gate_passes_every_text_an_address_is_found_in(text: str) -> None:
+    """_ip_gate is implied by every address _ips reports (four digits and three dots, or two colons and a digit)."""
+    from oml.domain import pii
+
+    digits = sum(c in "0123456789" for c in text)
+    assert pii._ip_gate(text, digits) or not list(pii._ips(text))
+
+
+_CREDENTIAL_PARTS = ["password", "PassWord", "passwd", "pwd", "secret", "api_key", "apikey", "access-key", "private_key",
+                     "auth_token", "Token", "session.token", "key", "_id", "value", "hash", "=", ":", " ", "  ", "'", '"',
+                     "s3cr3tValue99", "hunter2hunter2", "AKIAABCDEFGHIJKLMNOP", "ghp_" + "a1" * 18, "github_pat_" + "b2" * 11,
+                     "xoxb-1234567890-abc", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTYifQ.c2lnbmF0dXJlMTIz", "Bearer ",
+                     "abcdef1234567890XYZ", "Authorization: Basic ", "QWxhZGRpbjpvcGVu", "oml_", "0123456789abcdef_",
+                     "https://", "user", "@", "host.example", "-----BEGIN PRIVATE KEY-----", "-----END PRIVATE KEY-----",
+                     "é", "ß", "\u212a"]
+
+
+@settings(max_examples=500, deadline=None, database=None)
+@given(st.lists(st.sampled_from(_CREDENTIAL_PARTS) | st.text(alphabet=st.characters(max_codepoint=127), max_size=12),
+                max_size=10).map("".join))
+def test_credential_patterns_gated_find_what_every_pattern_finds(text: str) -> None:
+    """Each credential pattern's gate (a substring every match holds) changes no finding."""
+    from oml.domain import pii
+
+    assert list(pii._credentials(text)) == list(pii._credentials(text, gated=False))
+
+
+@pytest.mark.parametrize("text", ["D1:3", "D12:7", "S3", "1.2.3", "a:b:1", "10.0.0.1", "::1", "fe80::1%eth0", "ab@c.d",
+                                  "RSSMRA85T10A562S", "call 555-0134"])
+def test_short_texts_take_the_short_cut_only_when_no_detector_would_run(text: str) -> None:
     from oml.domain import pii
 
     view = pii._view(text)
