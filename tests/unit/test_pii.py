@@ -660,3 +660,29 @@ def test_short_texts_take_the_short_cut_only_when_no_detector_would_run(text: st
     view = pii._view(text)
     full = [Finding(f.kind, *view.span(f.start, f.end)) for f in pii._resolve(pii._spans(view, pii.DEFAULT_PHONE_REGIONS))]
     assert pii._classify(text, pii.DEFAULT_PHONE_REGIONS) == full
+
+
+def test_every_short_ascii_string_takes_the_short_cut_only_when_no_detector_would_run() -> None:
+    """Exhaustive over short strings of the characters the gates count: _may_find restates _spans' gates, so a
+    detector added to _spans without its gate in _may_find shows here."""
+    import itertools
+
+    from oml.domain import pii
+
+    alphabet = "0125:.af\t @"
+    for n in range(1, 5):
+        for chars in itertools.product(alphabet, repeat=n):
+            text = "".join(chars)
+            view = pii._view(text)
+            full = [Finding(f.kind, *view.span(f.start, f.end))
+                    for f in pii._resolve(pii._spans(view, pii.DEFAULT_PHONE_REGIONS))]
+            assert pii._classify(text, pii.DEFAULT_PHONE_REGIONS) == full, text
+
+
+@pytest.mark.parametrize("text", ["１９２．１６８．０．１", "192。168。0。1", "fe80：：1", "client 10.1.2.3 and ::1"])
+def test_the_ip_gate_holds_on_the_normalised_view(text: str) -> None:
+    from oml.domain import pii
+
+    view = pii._view(text)
+    digits = sum(c in "0123456789" for c in view.text)
+    assert pii._ip_gate(view.text, digits) or not list(pii._ips(view.text))
