@@ -10,6 +10,7 @@ warning at start).
 """
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -78,8 +79,8 @@ class Settings(BaseSettings):
     recall_lexical: str = "bm25"
     # Admission's worker processes (services/admission/wrapping.py, which reads them from the environment itself:
     # the worker is a child process). Declared here so a bad value stops `oml` at start, not a batch later.
-    # Idle workers kept per server process (0: classify and seal in-process); consecutive DEKs of one submit wrapped
-    # under one HPKE encapsulation (1: a fresh one each; 10 at most, the bodies of one request to the worker);
+    # Idle workers kept per server process (0: classify and seal in-process); DEKs of one submit wrapped under one
+    # HPKE encapsulation (1: a fresh one each; 10 at most, the bodies of one request to the worker);
     # the worker in SCHED_BATCH. docs/operations.md, "Admission's worker".
     admission_wrap_processes: int = Field(1, ge=0)
     admission_wrap_share: int = Field(10, ge=1, le=10)
@@ -104,6 +105,15 @@ class Settings(BaseSettings):
         if v not in allowed:
             raise ValueError(f"must be one of {', '.join(allowed)}, not {value!r}")
         return v
+
+    @field_validator("admission_wrap_processes", "admission_wrap_share", mode="before")
+    @classmethod
+    def _whole_number(cls, value: object) -> object:
+        # The worker reads these from the environment with int() (services/admission/wrapping.py): accept here only
+        # what int() reads, so "1.0", which pydantic's lax integer takes, stops `oml` at start rather than a batch.
+        if isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]+\s*", value) is None:
+            raise ValueError(f"must be a whole number, not {value!r}")
+        return value
 
     @field_validator("replica_urls", mode="before")
     @classmethod

@@ -81,7 +81,10 @@ def test_help_keeps_the_square_brackets_of_a_rule():
     ({"OML_RECALL_LEXICAL": "bm26"}, "oml: OML_RECALL_LEXICAL: must be one of bm25, ts_rank, not 'bm26'"),
     ({"OML_QUERY_EMBEDDING": "cuda"}, "oml: OML_QUERY_EMBEDDING: must be one of auto, onnx, torch, not 'cuda'"),
     # Read by admission's worker from the environment; checked here so a typo stops oml, not a batch of 50 later.
-    ({"OML_ADMISSION_WRAP_PROCESSES": "abc"}, "oml: OML_ADMISSION_WRAP_PROCESSES: Input should be a valid integer, unable to parse string as an integer"),
+    ({"OML_ADMISSION_WRAP_PROCESSES": "abc"}, "oml: OML_ADMISSION_WRAP_PROCESSES: must be a whole number, not 'abc'"),
+    # pydantic's lax integer takes "1.0"; the worker's int() does not (an operator trial found every sealing submit
+    # failing with a 500 afterwards).
+    ({"OML_ADMISSION_WRAP_SHARE": "1.0"}, "oml: OML_ADMISSION_WRAP_SHARE: must be a whole number, not '1.0'"),
     ({"OML_ADMISSION_WRAP_SHARE": "11"}, "oml: OML_ADMISSION_WRAP_SHARE: Input should be less than or equal to 10"),
 ])
 def test_a_bad_setting_is_one_line_and_exit_2(tmp_path, env, says):
