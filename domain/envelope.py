@@ -85,7 +85,7 @@ def wrap(dek: bytes, *, info: bytes, public_key: bytes) -> bytes:
 # agreement with the recipient's key, ExtractAndExpand and the key schedule's ``secret``) is everything that costs
 # and depends only on the recipient's public key; the rest of the key schedule (over the artifact's ``info``) and
 # one AES-GCM seal of the DEK is per artifact. A :class:`Wrapper` makes one Encapsulation for up to ``share``
-# consecutive DEKs of one submit (admission and its worker: ``OML_ADMISSION_WRAP_SHARE``) and wraps each under its
+# DEKs of one submit (admission and its worker: ``OML_ADMISSION_WRAP_SHARE``) and wraps each under its
 # own ``info`` (docs/decisions.md T20): each DEK still gets its own key, nonce and wrapped row, and the output is
 # the ``enc || ct`` that ``SUITE.encrypt`` returns and ``SUITE.decrypt`` opens (tests/unit/test_envelope.py: RFC
 # 9180 A.1 vector for the schedule, decryption by ``cryptography``).

@@ -956,7 +956,8 @@ def _credentials(text: str, *, gated: bool = True) -> Iterator[_Span]:
     def runs(present: bool) -> bool:  # every pattern runs on non-ASCII text; on ASCII, when its substring is there
         return lower is None or present
 
-    for rx, present in ((_AWS_KEY_RE, _AWS_PREFIX_RE.search(text) is not None), (_GITHUB_RE, "gh" in text or "github_pat_" in text),
+    for rx, present in ((_AWS_KEY_RE, _AWS_PREFIX_RE.search(text) is not None),
+                        (_GITHUB_RE, "gh" in text or "github_pat_" in text),
                         (_SLACK_RE, "xox" in text), (_JWT_RE, "eyJ" in text)):
         for m in rx.finditer(text) if runs(present) else ():
             yield ("credential", m.start(), m.end())
@@ -981,7 +982,8 @@ def _credentials(text: str, *, gated: bool = True) -> Iterator[_Span]:
             yield ("credential", m.start(), m.end())
     for m in _URL_USERINFO_RE.finditer(text) if runs("://" in text and "@" in text) else ():
         yield ("credential", m.start(1), m.end(1))
-    for m in _ASSIGN_RE.finditer(text) if runs(lower is not None and _ASSIGN_GATE_LOWER_RE.search(lower) is not None) else ():
+    assign = lower is not None and _ASSIGN_GATE_LOWER_RE.search(lower) is not None
+    for m in _ASSIGN_RE.finditer(text) if runs(assign) else ():
         val = m.group("val")
         if _placeholder(val):
             continue

@@ -210,7 +210,7 @@ class Batch:
         ciphertext fields unset) and defer its rows; returns the row with ciphertext, digest and wrapped DEK set.
 
         Item ``item``'s body as the worker sealed it ahead, when it sealed exactly this (plaintext, AAD, DEK info,
-        public key); else here, under a fresh DEK wrapped by HPKE, consecutive DEKs of the batch sharing an
+        public key); else here, under a fresh DEK wrapped by HPKE, the DEKs sealed here in one chunk sharing an
         encapsulation (:attr:`wrapper`, docs/decisions.md T20)."""
         answer = self.answers.pop(item, None) if item is not None else None
         if (answer is not None and answer.sealed is not None and answer.given.body is body
