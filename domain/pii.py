@@ -951,10 +951,11 @@ _ASSIGN_GATE_LOWER_RE = re.compile(
 
 def _credentials(text: str, *, gated: bool = True) -> Iterator[_Span]:
     """Credential spans in ``text``; ``gated=False`` runs every pattern whatever its gate says (tests)."""
-    lower = text.lower() if gated and text.isascii() else None
+    gate = gated and text.isascii()
+    lower = text.lower() if gate else ""
 
     def runs(present: bool) -> bool:  # every pattern runs on non-ASCII text; on ASCII, when its substring is there
-        return lower is None or present
+        return not gate or present
 
     for rx, present in ((_AWS_KEY_RE, _AWS_PREFIX_RE.search(text) is not None),
                         (_GITHUB_RE, "gh" in text or "github_pat_" in text),
@@ -970,10 +971,10 @@ def _credentials(text: str, *, gated: bool = True) -> Iterator[_Span]:
             close = text.find("-----", stop + len(end_marker))
             end = close + 5 if close != -1 else stop + len(end_marker)
         yield ("credential", m.start(), end)
-    for m in _BEARER_RE.finditer(text) if runs(lower is not None and "bearer" in lower) else ():
+    for m in _BEARER_RE.finditer(text) if runs("bearer" in lower) else ():
         if any(c.isdigit() for c in m.group(1)):
             yield ("credential", m.start(1), m.end(1))
-    for m in _BASIC_RE.finditer(text) if runs(lower is not None and "authorization" in lower) else ():
+    for m in _BASIC_RE.finditer(text) if runs("authorization" in lower) else ():
         yield ("credential", m.start(1), m.end(1))
     for m in _OML_KEY_RE.finditer(text) if runs("oml_" in text) else ():
         # Two or more digits separates a random secret from a long
@@ -982,8 +983,7 @@ def _credentials(text: str, *, gated: bool = True) -> Iterator[_Span]:
             yield ("credential", m.start(), m.end())
     for m in _URL_USERINFO_RE.finditer(text) if runs("://" in text and "@" in text) else ():
         yield ("credential", m.start(1), m.end(1))
-    assign = lower is not None and _ASSIGN_GATE_LOWER_RE.search(lower) is not None
-    for m in _ASSIGN_RE.finditer(text) if runs(assign) else ():
+    for m in _ASSIGN_RE.finditer(text) if runs(_ASSIGN_GATE_LOWER_RE.search(lower) is not None) else ():
         val = m.group("val")
         if _placeholder(val):
             continue
