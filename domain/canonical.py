@@ -20,6 +20,10 @@ from typing import Any
 import rfc8785
 
 MAX_SAFE_INT = 2**53 - 1
+# Arrays and objects nest at most this deep. A value that contains itself nests without end, and the walk in
+# :func:`_plain` (its own stack) would never finish on it; below Python's recursion limit, so the recursive
+# :func:`_encode` refuses too deep a value with CanonicalError, not RecursionError. The HTTP edge allows 16.
+MAX_DEPTH = 256
 
 
 class CanonicalError(ValueError):
@@ -30,7 +34,7 @@ def _utf16_key(item: tuple[str, Any]) -> bytes:
     return item[0].encode("utf-16-be")
 
 
-def _encode(value: Any, out: list[str], path: str) -> None:
+def _encode(value: Any, out: list[str], path: str, depth: int = 0) -> None:
     """Append the JCS text of ``value`` to ``out`` (RFC 8785 §3.2 for the values OML writes).
 
     Strings use the standard library's C string escaper, which escapes
@@ -52,6 +56,8 @@ def _encode(value: Any, out: list[str], path: str) -> None:
         if abs(value) > MAX_SAFE_INT:
             raise CanonicalError(f"{path}: integer outside ±(2^53-1)")
         out.append(int.__repr__(value))
+    elif isinstance(value, (dict, list, tuple)) and depth >= MAX_DEPTH:
+        raise CanonicalError(f"{path}: arrays and objects nest deeper than {MAX_DEPTH} (or the value contains itself)")
     elif isinstance(value, dict):
         if not value:
             out.append("{}")
@@ -66,7 +72,7 @@ def _encode(value: Any, out: list[str], path: str) -> None:
             out.append(sep)
             out.append(_escape(k))
             out.append(":")
-            _encode(v, out, f"{path}/{k}")
+            _encode(v, out, f"{path}/{k}", depth + 1)
             sep = ","
         out.append("}")
     elif isinstance(value, (list, tuple)):
@@ -76,7 +82,7 @@ def _encode(value: Any, out: list[str], path: str) -> None:
         sep = "["
         for i, v in enumerate(value):
             out.append(sep)
-            _encode(v, out, f"{path}/{i}")
+            _encode(v, out, f"{path}/{i}", depth + 1)
             sep = ","
         out.append("]")
     elif isinstance(value, float):
@@ -94,8 +100,9 @@ def canonical(value: Any) -> bytes:
 
     Raises:
         CanonicalError: floats, integers beyond ±(2^53−1), non-string keys,
-            unsupported types, or strings that are not valid Unicode (lone
-            surrogates) anywhere in ``value``.
+            unsupported types, strings that are not valid Unicode (lone
+            surrogates) anywhere in ``value``, or arrays and objects nested
+            deeper than :data:`MAX_DEPTH` (a value that contains itself).
     """
     try:
         if _plain(value):
@@ -130,14 +137,15 @@ if _c_iterencode is not None:
 
 
 def _plain(value: Any) -> bool:
-    """True when ``value`` holds only exact str/int(±2^53−1)/bool/None/list/dict with ASCII keys.
+    """True when ``value`` holds only exact str/int(±2^53−1)/bool/None/list/dict with ASCII keys, nested at most
+    :data:`MAX_DEPTH` deep.
 
     A walk with its own stack, leaves checked where they are met (no call per value: this check is most of
     what ``canonical`` costs in Python, three documents per admitted claim; issue 14)."""
-    stack = [value]
+    stack = [(value, 0)]
     push, pop = stack.append, stack.pop
     while stack:
-        v = pop()
+        v, depth = pop()
         t = type(v)
         if t is dict or t is list:
             if t is dict:
@@ -153,7 +161,9 @@ def _plain(value: Any) -> bool:
                     if not -MAX_SAFE_INT <= x <= MAX_SAFE_INT:
                         return False
                 elif tx is dict or tx is list:
-                    push(x)
+                    if depth >= MAX_DEPTH - 1:
+                        return False  # _encode says which path, and refuses it
+                    push((x, depth + 1))
                 else:
                     return False
         elif t is str or v is None or t is bool:

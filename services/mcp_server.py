@@ -61,21 +61,31 @@ INSTRUCTIONS = (
 
 ACTS = {"recall": "read", "fetch": "read", "remember": "submit"}
 
-# A stdio connection has no session id header; its ServerSession object stands for the session.
+# A stdio connection has no session id header; under the handshake protocol its connection object stands for
+# the session.
 _SESSION_TOKENS: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
+try:
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS as _SESSIONLESS  # the 2026 protocol: no session at all
+except ImportError:  # an SDK before it
+    _SESSIONLESS = frozenset()
 
 
 def session_token(headers: Any, session: Any) -> str:
     """The session a call belongs to, for the derived idempotency key.
 
-    HTTP with the initialize handshake: the ``mcp-session-id`` header (bound to its key). HTTP with the
-    sessionless 2026 protocol: ``key`` — there is no session, so the scope is the key itself (admission scopes
-    idempotency keys per principal) for the idempotency retention. stdio: a random token per connection.
+    The sessionless 2026 protocol, over HTTP or stdio: ``key`` — there is no session, so the scope is the key itself
+    (admission scopes idempotency keys per principal) for the idempotency retention. HTTP with the initialize
+    handshake: the ``mcp-session-id`` header (bound to its key). stdio with the handshake: a random token per
+    connection -- the ``ServerSession``'s connection, since the MCP SDK 2 makes a new ``ServerSession`` for every
+    request (its private ``_connection`` is what a connection keeps; an SDK without it keeps one session per
+    connection).
     """
     if headers is not None:
         sid = headers.get("mcp-session-id")
         return f"http:{sid}" if sid else "key"
-    return _SESSION_TOKENS.setdefault(session, f"conn:{secrets.token_hex(16)}")
+    if getattr(session, "protocol_version", None) in _SESSIONLESS:
+        return "key"
+    return _SESSION_TOKENS.setdefault(getattr(session, "_connection", session), f"conn:{secrets.token_hex(16)}")
 
 
 def derived_idempotency_key(session: str, arguments: dict[str, Any]) -> str:

@@ -56,6 +56,9 @@ class Difference:
     live table, not produced by the journal), ``missing`` (produced by the
     journal, absent from the live table), ``digest`` (an artifact whose stored
     digest or ciphertext does not match what the journal records),
+    ``destroyed_without_erasure`` (an artifact whose ciphertext is purged or whose
+    wrapped DEK is gone, ``columns`` naming which, while the journal never erased
+    its claim),
     ``unauthorised_act`` (table ``journal``, key ``seq``, the replay's rule as
     the column: :func:`unauthorised`) and ``replay_failed`` (table ``journal``,
     key the first event the projector could not apply). ``key``
@@ -267,10 +270,15 @@ def _diff_artifacts(conn: sa.Connection, tenant: str, expected: dict[str, str]) 
     if not expected:
         return []
     ids = sorted(expected)
+    # ``erased``: the replayed claim (pg_temp.claims, from the journal) was erased; only then may the ciphertext be
+    # purged or the wrapped DEK gone (erasure.shred does both in the claim.erased act's transaction).
     rows = conn.execute(sa.text(
-        "SELECT artifact_id, sha256, (ciphertext IS NULL) AS purged,"
-        " CASE WHEN ciphertext IS NULL THEN NULL ELSE sha256(ciphertext) END AS actual"
-        " FROM public.artifacts WHERE tenant_id = :t AND artifact_id = ANY(CAST(:ids AS uuid[]))"),
+        "SELECT a.artifact_id, a.sha256, (a.ciphertext IS NULL) AS purged,"
+        " CASE WHEN a.ciphertext IS NULL THEN NULL ELSE sha256(a.ciphertext) END AS actual,"
+        " EXISTS (SELECT 1 FROM public.wrapped_deks d WHERE d.tenant_id = a.tenant_id AND d.artifact_id = a.artifact_id) AS wrapped,"
+        " COALESCE((SELECT c.erased_seq IS NOT NULL FROM pg_temp.claims c WHERE c.tenant_id = a.tenant_id AND c.claim_id = a.claim_id),"
+        "          false) AS erased"
+        " FROM public.artifacts a WHERE a.tenant_id = :t AND a.artifact_id = ANY(CAST(:ids AS uuid[]))"),
         {"t": tenant, "ids": ids}).all()
     found = {str(r.artifact_id): r for r in rows}
     out = []
@@ -287,6 +295,9 @@ def _diff_artifacts(conn: sa.Connection, tenant: str, expected: dict[str, str]) 
             bad.append("ciphertext")
         if bad:
             out.append(Difference("artifacts", k, "digest", tuple(bad)))
+        gone = (("ciphertext",) if r.purged else ()) + (() if r.wrapped else ("wrapped_dek",))
+        if gone and not r.erased:
+            out.append(Difference("artifacts", k, "destroyed_without_erasure", gone))
     return out
 
 

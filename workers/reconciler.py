@@ -366,6 +366,7 @@ def reconcile(ctx, tenant: str, *, from_seq: int | None = None, to_seq: int | No
         pg_rows: dict[int, dict[str, Any]] = {}
         hashes: list[bytes] = []
         journal_digests: dict[str, tuple[str, int]] = {}  # artifact id -> (sha256 hex, seq)
+        erased: set[str] = set()  # claims the journal erased (any seq): only their bodies and DEKs may be gone
         after = 0
         while True:
             rows = conn.execute(sa.text(
@@ -382,6 +383,10 @@ def reconcile(ctx, tenant: str, *, from_seq: int | None = None, to_seq: int | No
                 # The strict parser's event when the bytes kept the format (json.loads would give the same object),
                 # else the replay's and the digests' own lenient reading of the bytes, as before.
                 ev = scanner.event
+                if r["type"] == "claim.erased" or (ev is not None and ev.get("type") == "claim.erased"):
+                    claim = ((ev if ev is not None else audit.parse_event(jr.canonical) or {}).get("data") or {}).get("claim_id")
+                    if isinstance(claim, str):
+                        erased.add(claim)
                 for f in acts.add(seq, ev) if ev is not None else acts.add_bytes(seq, jr.canonical):
                     if lo <= seq <= hi:
                         res.add(Discrepancy(UNAUTHORISED_ACT, "chain", "journal", seq, f"{f.rule}: {f.detail}", f.rule))
@@ -416,7 +421,7 @@ def reconcile(ctx, tenant: str, *, from_seq: int | None = None, to_seq: int | No
         _compare_checkpoints(res, conn, tenant, keys, tree, lc, pg_max, scope_c)
 
         # 2d. Bodies: Postgres, lake and journal digests.
-        _compare_bodies(res, conn, tenant, lb, journal_digests, pg_rows, lo, hi, scope_b)
+        _compare_bodies(res, conn, tenant, lb, journal_digests, erased, pg_rows, lo, hi, scope_b)
 
         # 2e. Projections vs replay; 2f. read log.
         if check_projections:
@@ -570,15 +575,20 @@ def _compare_checkpoints(res: Result, conn, tenant: str, keys, tree: merkle.Merk
 
 
 def _compare_bodies(res: Result, conn, tenant: str, lb: LakeTable, journal_digests: dict[str, tuple[str, int]],
-                    pg_rows: dict[int, dict[str, Any]], lo: int, hi: int, scope: _Scope) -> None:
+                    erased: set[str], pg_rows: dict[int, dict[str, Any]], lo: int, hi: int, scope: _Scope) -> None:
+    """Bodies in ``lo..hi``: Postgres, lake and the journal's digests. A ciphertext or wrapped DEK may be gone only
+    when the journal erased the artifact's claim (``erased``, claim ids): ``purged_seq`` is no proof of that, since
+    admission, which shreds, may also write it. The DEK is checked for existence only (``tenant_id, artifact_id``:
+    all the reconciler may read of ``wrapped_deks``)."""
     pg: dict[str, dict[str, Any]] = {}
     after = ""
     while True:
         rows = conn.execute(sa.text(
             "SELECT artifact_id::text AS artifact_id, kind, claim_id::text AS claim_id, version_id::text AS version_id,"
             " created_seq AS seq, sha256, purged_seq, ciphertext IS NULL AS no_ciphertext,"
-            " CASE WHEN ciphertext IS NULL THEN NULL ELSE sha256(ciphertext) END AS ciphertext_digest"
-            " FROM artifacts WHERE tenant_id = :t AND created_seq BETWEEN :lo AND :hi AND artifact_id::text > :a"
+            " CASE WHEN ciphertext IS NULL THEN NULL ELSE sha256(ciphertext) END AS ciphertext_digest,"
+            " EXISTS (SELECT 1 FROM wrapped_deks d WHERE d.tenant_id = a.tenant_id AND d.artifact_id = a.artifact_id) AS has_dek"
+            " FROM artifacts a WHERE tenant_id = :t AND created_seq BETWEEN :lo AND :hi AND artifact_id::text > :a"
             " ORDER BY artifact_id::text LIMIT :n"), {"t": tenant, "lo": lo, "hi": hi, "a": after, "n": PAGE}).mappings().all()
         if not rows:
             break
@@ -613,12 +623,14 @@ def _compare_bodies(res: Result, conn, tenant: str, lb: LakeTable, journal_diges
             if want is not None and bytes(p["sha256"]) != want:
                 res.add(Discrepancy(MISMATCH, "postgres", "bodies", a, "stored sha256 differs from the journal's digest", "sha256"))
             if p["no_ciphertext"]:
-                if p["purged_seq"] is None:
-                    res.add(Discrepancy(MISMATCH, "postgres", "bodies", a, "ciphertext is missing but no erasure purged it", "ciphertext"))
+                if p["claim_id"] not in erased:
+                    res.add(Discrepancy(MISMATCH, "postgres", "bodies", a, "ciphertext is missing but the journal never erased its claim", "ciphertext"))
             elif want is not None and bytes(p["ciphertext_digest"]) != want:
                 res.add(Discrepancy(MISMATCH, "postgres", "bodies", a, "SHA-256 of the ciphertext differs from the journal's digest", "ciphertext"))
+            if not p["has_dek"] and p["claim_id"] not in erased:
+                res.add(Discrepancy(MISMATCH, "postgres", "bodies", a, "the wrapped DEK is missing but the journal never erased its claim", "wrapped_dek"))
         if l is None:
-            if p is not None and p["purged_seq"] is not None:
+            if p is not None and p["claim_id"] in erased:
                 continue  # erased: the lake purge may have removed it
             at = pg_rows.get(seq, {}).get("at") if isinstance(seq, int) else None
             if isinstance(seq, int) and scope.pending(seq, at):

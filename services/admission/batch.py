@@ -118,7 +118,7 @@ class _Group:
     rid: int | None
 
 
-@dataclass
+@dataclass(repr=False)
 class Batch:
     """The deferred writes of one group commit on ``head`` (attach with :func:`attach`).
 
@@ -140,6 +140,11 @@ class Batch:
     groups: list[_Group] = field(default_factory=list)  # requests not answered yet, oldest first
     answers: dict[int, _Answer] = field(default_factory=dict)  # item -> the worker's answer, not yet taken
     wrapper: envelope.Wrapper | None = None  # wraps the DEKs of bodies sealed here (not by the worker)
+
+    def __repr__(self) -> str:
+        # Counts only: the groups and answers hold plaintext bodies, which no log or traceback may show.
+        return (f"Batch(tenant={self.head.tenant!r}, rows={len(self.rows)}, artifacts={len(self.artifacts)}, "
+                f"worker={self.worker is not None}, unanswered={len(self.groups)})")
 
     def ahead(self, regions: Any, key: tuple[int, bytes], items: list[tuple[dict[str, Any], bytes, bool]]) -> None:
         """Have the worker classify each body of ``items`` ``(body, canonical bytes, new claim)`` (the batch's, in

@@ -24,7 +24,7 @@ from oml.domain import authority, envelope, signing
 from oml.domain import claims as rules
 from oml.domain import simulation as simrules
 from oml.domain.access import Principal, new_api_key
-from oml.domain.canonical import CanonicalError, canonical, format_time, new_id
+from oml.domain.canonical import MAX_DEPTH, CanonicalError, canonical, format_time, new_id
 from oml.domain.errors import OMLError, invalid, not_found
 from oml.domain.events import REASON_CODES, SYSTEM, Actor
 from oml.services.keystore import KeyStore
@@ -585,11 +585,16 @@ class Admission:
             try:
                 plaintexts.append(canonical(s.body))
             except CanonicalError:
-                raise invalid("body must be JSON without floats or integers beyond 2^53", field=f"claims[{i}].body") from None
+                raise invalid(f"body must be JSON without floats, integers beyond 2^53 or nesting deeper than {MAX_DEPTH}",
+                              field=f"claims[{i}].body") from None
         request = _SubmitRequest(items, plaintexts)
+
+        named = _NamedClaims.of(items)
 
         def act(head):
             out = []
+            named.read(head.fetched)
+            head.memo["named claims"] = named
             b = batching.attach(head, len(items))
             ok = False
             try:
@@ -614,6 +619,7 @@ class Admission:
             ("workarea", w): self._workarea_lookup(p.tenant, w) for w in dict.fromkeys(s.workarea_id for s in items) if _is_uuid(w)}
         lookups["phone_regions"] = self._phone_regions_lookup(p.tenant)
         lookups["encryption_key"] = self._encryption_key_lookup(p.tenant)
+        lookups.update(named.lookups(p.tenant))
         return self._run(p, idempotency_key, request, act, lookups)
 
     def _submit_one(self, head: journal.Head, p: Principal, s: Submission, i: int, plaintext: bytes | None = None) -> dict:
@@ -640,8 +646,7 @@ class Admission:
         explicit_sim = claim_sim = sup_sim = None
         if s.simulation_id is not None:
             explicit_sim = _uuid(s.simulation_id, f"claims[{i}].simulation_id")
-            batching.settle(head)
-            if self.simulation_state(conn, p, explicit_sim) is None:
+            if self._simulation_state(head, p, explicit_sim) is None:
                 raise simrules.simulation_not_found()
         existing_versions: list = []
         ids = b.prepared.get(i) if b is not None else None  # drawn ahead for the worker to seal with (batch.Batch.ahead)
@@ -650,41 +655,35 @@ class Admission:
             if s.supersedes is not None:
                 raise invalid("supersedes needs claim_id", field=f"claims[{i}].supersedes")
         else:
-            batching.settle(head)  # a new version reads the claim's versions: earlier items of the batch included
-            claim = conn.execute(sa.text("SELECT claim_id, workarea_id, kind, erased_seq, simulation_id FROM claims WHERE tenant_id = :t AND claim_id = CAST(:c AS uuid)"),
-                                 {"t": p.tenant, "c": _uuid(s.claim_id, f"claims[{i}].claim_id")}).one_or_none()
+            claim, existing_versions = self._claim_and_versions(head, _uuid(s.claim_id, f"claims[{i}].claim_id"))
             if claim is None or claim.erased_seq is not None:
                 raise not_found("claim")
             if claim.simulation_id is not None:
                 claim_sim = str(claim.simulation_id)
-                if self.simulation_state(conn, p, claim_sim) is None:
+                if self._simulation_state(head, p, claim_sim) is None:
                     raise not_found("claim")
-            cw = self._workarea(conn, p.tenant, str(claim.workarea_id))
-            if not p.can_access(cw.path):
+            if not p.can_access(claim.path):
                 raise not_found("claim")
             if str(claim.workarea_id) != s.workarea_id:
                 raise invalid("a new version stays in its claim's workarea", field=f"claims[{i}].workarea_id")
             claim_id, kind = str(claim.claim_id), claim.kind
-            existing_versions = conn.execute(sa.text("SELECT version_id, version_no, tainted, simulation_id FROM claim_versions WHERE tenant_id = :t AND claim_id = :c"),
-                                             {"t": p.tenant, "c": claim_id}).all()
             if s.supersedes is not None:
                 sup_id = _uuid(s.supersedes, f"claims[{i}].supersedes")
                 sup = next((v for v in existing_versions if str(v.version_id) == sup_id), None)
                 if sup is not None and sup.tainted:
                     sup_sim = str(sup.simulation_id)
-                    if self.simulation_state(conn, p, sup_sim) is None:
+                    if self._simulation_state(head, p, sup_sim) is None:
                         sup = None
                 if sup is None:
                     raise invalid("supersedes must name a version of the same claim", field=f"claims[{i}].supersedes")
         derived = []
         derived_sims: list[str | None] = []
-        if s.derived_from:
-            batching.settle(head)
         for j, d in enumerate(s.derived_from):
-            ok = conn.execute(sa.text("SELECT c.claim_id, c.simulation_id, w.path FROM claims c JOIN workareas w ON w.tenant_id = c.tenant_id AND w.node_id = c.workarea_id"
-                                      " WHERE c.tenant_id = :t AND c.claim_id = CAST(:c AS uuid)"),
-                              {"t": p.tenant, "c": _uuid(d, f"claims[{i}].derived_from[{j}]")}).one_or_none()
-            if ok is not None and ok.simulation_id is not None and self.simulation_state(conn, p, str(ok.simulation_id)) is None:
+            d = _uuid(d, f"claims[{i}].derived_from[{j}]")
+            if d in derived:  # one lineage edge per pair of claims (claim_edges' key): a repeat is the client's slip
+                raise invalid("derived_from names a claim twice", field=f"claims[{i}].derived_from[{j}]")
+            ok = self._claim(head, d)
+            if ok is not None and ok.simulation_id is not None and self._simulation_state(head, p, str(ok.simulation_id)) is None:
                 ok = None
             if ok is None or not p.can_access(ok.path):
                 raise invalid("derived_from names an unknown claim", field=f"claims[{i}].derived_from[{j}]")
@@ -692,7 +691,7 @@ class Admission:
             derived_sims.append(str(ok.simulation_id) if ok.simulation_id else None)
         sim = simrules.taint_of(explicit=explicit_sim, claim_simulation=claim_sim, supersedes_simulation=sup_sim,
                                 derived_simulations=derived_sims)
-        if sim is not None and self.simulation_state(conn, p, sim) != "open":
+        if sim is not None and self._simulation_state(head, p, sim) != "open":
             raise OMLError("simulation.closed", "the simulation is closed: nothing more can be written inside it", 409)
         if s.claim_id is not None:
             version_no = simrules.next_version_no(
@@ -703,11 +702,13 @@ class Admission:
         artifact_id, digest = self.seal_artifact(conn, p.tenant, s.body, kind="body", claim_id=claim_id,
                                                  version_id=version_id, seq_hint=head.seq + 1, key=enc, pending=head.batch,
                                                  plaintext=plaintext, artifact_id=ids.artifact_id if ids else None, item=i)
+        valid_from, valid_to = _norm_time(s.valid_from, f"claims[{i}].valid_from"), _norm_time(s.valid_to, f"claims[{i}].valid_to")
+        if valid_from is not None and valid_to is not None and valid_to <= valid_from:  # one text format: text order is time order
+            raise invalid("valid_to must be after valid_from (valid time is [valid_from, valid_to))", field=f"claims[{i}].valid_to")
         data = {
             "claim_id": claim_id, "version_id": version_id, "version_no": version_no, "workarea_id": s.workarea_id,
             "kind": kind, "provenance": provenance, "supersedes": s.supersedes, "derived_from": derived,
-            "valid_from": _norm_time(s.valid_from, f"claims[{i}].valid_from"),
-            "valid_to": _norm_time(s.valid_to, f"claims[{i}].valid_to"),
+            "valid_from": valid_from, "valid_to": valid_to,
             "confidence": s.confidence, "artifact_id": artifact_id, "ciphertext_sha256": digest.hex(),
             "key_version": enc[0],
         }
@@ -784,6 +785,39 @@ class Admission:
                     "self_signed": self_signed}
 
         return self._run(p, idempotency_key, {"act": "claim.review", "v": vid, "d": decision, "r": reason, "n": note}, act)
+
+    def _simulation_state(self, head: journal.Head, p: Principal, simulation_id: str) -> str | None:
+        """:meth:`simulation_state` read once per transaction and simulation (no act of a submit opens or closes one)."""
+        return _memo(head, ("simulation", simulation_id), lambda: self.simulation_state(head.conn, p, simulation_id))
+
+    @staticmethod
+    def _claim(head: journal.Head, claim_id: str):
+        """The claim ``claim_id`` (lowercase) as :func:`_claims_query` reads it, or ``None``: from the submit's
+        opening round trip when it read that id (a submit changes no claim row it reads, and cannot name a claim it
+        creates), else read now."""
+        named = head.memo.get("named claims")
+        if named is not None and claim_id in named.ids:
+            return named.claims.get(claim_id)
+        batching.settle(head)
+        (rows,) = pipelined.fetch(head.conn, [_claims_query(head.tenant, [claim_id])])
+        return rows[0] if rows else None
+
+    def _claim_and_versions(self, head: journal.Head, claim_id: str) -> tuple[Any, list]:
+        """:meth:`_claim` and, when it exists, its versions (version_id, version_no, tainted, simulation_id): from
+        the opening round trip unless an earlier item of this submit added a version to the claim, else read now,
+        after the batch's rows so far."""
+        claim = self._claim(head, claim_id)
+        if claim is None:
+            return None, []
+        named = head.memo.get("named claims")
+        if named is not None and claim_id in named.versioned and claim_id not in named.changed:
+            versions = named.versions.get(claim_id, [])
+        else:
+            batching.settle(head)
+            (versions,) = pipelined.fetch(head.conn, [_versions_query(head.tenant, [claim_id])])
+        if named is not None:
+            named.changed.add(claim_id)  # this item adds a version: a later item of the submit reads them again
+        return claim, versions
 
     def simulation_state(self, conn, p: Principal, simulation_id: str) -> str | None:
         """``"open"`` or ``"closed"`` when ``p`` is in the simulation's audience; ``None`` when it is not (or no such simulation)."""
@@ -877,6 +911,59 @@ class _OneKeySigner:
 
 
 _CANONICAL_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+
+
+def _claims_query(tenant: str, claim_ids: list[str]) -> pipelined.Query:
+    """Claims ``claim_ids`` with their workarea's path: claim_id, workarea_id, kind, erased_seq, simulation_id, path."""
+    return pipelined.Query(
+        "SELECT c.claim_id, c.workarea_id, c.kind, c.erased_seq, c.simulation_id, w.path FROM claims c"
+        " JOIN workareas w ON w.tenant_id = c.tenant_id AND w.node_id = c.workarea_id"
+        " WHERE c.tenant_id = %(t)s AND c.claim_id = ANY(CAST(%(c)s AS uuid[]))", {"t": tenant, "c": claim_ids})
+
+
+def _versions_query(tenant: str, claim_ids: list[str]) -> pipelined.Query:
+    """The versions of claims ``claim_ids``: claim_id, version_id, version_no, tainted, simulation_id."""
+    return pipelined.Query(
+        "SELECT claim_id, version_id, version_no, tainted, simulation_id FROM claim_versions"
+        " WHERE tenant_id = %(t)s AND claim_id = ANY(CAST(%(c)s AS uuid[]))", {"t": tenant, "c": claim_ids})
+
+
+@dataclass
+class _NamedClaims:
+    """The claims a submit names -- ``ids`` (new versions' claims and lineage, lowercase), of which ``versioned``
+    get new versions -- as its opening round trip read them (``claims`` and ``versions`` by claim id), so a batch of
+    new versions or of derived claims costs the statements of a batch of new claims (issue 14). ``changed``: the
+    claims an item of the submit has added a version to so far, whose versions are read again."""
+
+    ids: frozenset[str]
+    versioned: frozenset[str]
+    claims: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, list] = field(default_factory=dict)
+    changed: set[str] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, items: Sequence["Submission"]) -> "_NamedClaims":
+        """The ids ``items`` name; one that is not a UUID is left out (its item is refused on its own)."""
+        ids: set[str] = set()
+        versioned: set[str] = set()
+        for s in items:
+            if _is_uuid(s.claim_id):
+                versioned.add(s.claim_id.lower())
+            ids.update(d.lower() for d in s.derived_from or () if _is_uuid(d))
+        return cls(frozenset(ids | versioned), frozenset(versioned))
+
+    def lookups(self, tenant: str) -> dict[Any, pipelined.Query]:
+        if not self.ids:
+            return {}
+        return {"named claims": _claims_query(tenant, sorted(self.ids)),
+                "named versions": _versions_query(tenant, sorted(self.versioned))}
+
+    def read(self, fetched: dict[Any, list]) -> None:
+        """Keep the rows of :meth:`lookups` from the opening round trip's ``fetched`` (a transaction's own)."""
+        self.claims = {str(r.claim_id): r for r in fetched.get("named claims", ())}
+        self.versions, self.changed = {}, set()
+        for r in fetched.get("named versions", ()):
+            self.versions.setdefault(str(r.claim_id), []).append(r)
 
 
 def _is_uuid(value: Any) -> bool:

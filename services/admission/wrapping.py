@@ -12,7 +12,7 @@ to the tenant's public key, under the ids admission drew for it), while admissio
 signs. Crossing the pipe: the bodies and their canonical bytes (already in admission's memory), the
 AAD and DEK info, the public key; back, findings, ciphertexts and wrapped DEKs. The DEK of a body
 sealed here exists only in the worker (other bodies are sealed in admission); no tenant private key is
-ever here.
+ever here, and the worker's environment keeps none of the server's credentials (:func:`worker_environment`).
 
 ``OML_ADMISSION_WRAP_PROCESSES`` (default 1) caps the idle workers kept per server process; 0: none,
 admission classifies and seals in-process. A worker that fails is dropped and its items are classified
@@ -40,14 +40,41 @@ _lock = threading.Lock()
 _idle: list["Worker"] = []
 
 
-def _send(stream: BinaryIO, obj: object) -> None:
+def _frame(obj: object) -> bytes:
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(_HEADER.pack(len(data)) + data)
+    return _HEADER.pack(len(data)) + data
+
+
+def _send(stream: BinaryIO, obj: object) -> None:
+    stream.write(_frame(obj))
     stream.flush()
 
 
-# How long admission waits for one answer before it gives the worker up and seals in-process (a worker stopped
-# or starved; the slowest answer is the first, behind the worker's start-up, well under a second here).
+def _ready(fd: int, event: int, timeout: float) -> bool:
+    """Whether ``fd`` is ready for ``event`` (``select.POLLIN`` or ``POLLOUT``) within ``timeout`` seconds. poll, not
+    select: a server with many connections holds descriptors beyond select's 1,024."""
+    p = select.poll()
+    p.register(fd, event)
+    return bool(p.poll(max(timeout, 0) * 1000))
+
+
+def _write(fd: int, data: bytes, timeout: float) -> None:
+    """Write all of ``data`` to the non-blocking ``fd`` (the worker's stdin); ``TimeoutError`` when the pipe stays
+    full for ``timeout`` seconds in all (a worker stopped while its requests exceed what the pipe holds)."""
+    end = time.monotonic() + timeout
+    view = memoryview(data)
+    while view:
+        if not _ready(fd, select.POLLOUT, end - time.monotonic()):
+            raise TimeoutError("the worker did not take its request in time")
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:
+            pass
+
+
+# How long admission waits for one answer, or for the pipe to take one request, before it gives the worker up and
+# seals in-process (a worker stopped or starved; the slowest answer is the first, behind the worker's start-up,
+# well under a second here).
 ANSWER_TIMEOUT_S = 10.0
 # How long a refused batch reads the answers it will not use, so the worker can be kept (else it is killed).
 DRAIN_S = 0.5
@@ -56,10 +83,24 @@ DRAIN_S = 0.5
 def _receive(fd: int, timeout: float) -> object:
     """One answer from the worker's stdout ``fd``; ``TimeoutError`` when none starts within ``timeout`` seconds
     (an answer that has started is read to its end: the worker writes whole answers)."""
-    if not select.select([fd], [], [], max(timeout, 0))[0]:
+    if not _ready(fd, select.POLLIN, timeout):
         raise TimeoutError("the worker did not answer in time")
     (n,) = _HEADER.unpack(_read_exact(fd, _HEADER.size))
     return pickle.loads(_read_exact(fd, n))
+
+
+# What the worker's environment keeps of the server's: what a Python interpreter and its imports read, and the
+# worker's own two settings. Nothing else passes, so no credential the server holds in its environment
+# (OML_MASTER_KEY, a database URL with a password, a token PIN, cloud keys) reaches the worker.
+_ENVIRONMENT = frozenset({
+    "PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONSAFEPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONHASHSEED", "PYTHONIOENCODING",
+    "PYTHONUTF8", "VIRTUAL_ENV", "HOME", "TMPDIR", "TZ", "LANG", "LC_ALL", "LC_CTYPE", "SYSTEMROOT",
+    "OML_ADMISSION_WRAP_SHARE", "OML_ADMISSION_WRAP_BATCH"})
+
+
+def worker_environment() -> dict[str, str]:
+    """The worker's environment: the server's, keeping only :data:`_ENVIRONMENT`'s names."""
+    return {k: v for k, v in os.environ.items() if k in _ENVIRONMENT}
 
 
 class Worker:
@@ -68,8 +109,10 @@ class Worker:
 
     def __init__(self) -> None:
         # stdout unbuffered: answers are read from its descriptor after select (services/admission/wrapping.py _receive).
-        self.proc = subprocess.Popen([sys.executable, "-m", "oml.services.admission.wrapping"],
+        self.proc = subprocess.Popen([sys.executable, "-m", "oml.services.admission.wrapping"], env=worker_environment(),
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        # Requests are written under the head lock: with a deadline (_write), never a write that waits for ever.
+        os.set_blocking(self.proc.stdin.fileno(), False)
         self.sent = 0
         self.read = 0
         self.answers: dict[int, object] = {}
@@ -81,7 +124,9 @@ class Worker:
         return len(self.unclaimed)
 
     def _request(self, message: tuple) -> int:
-        _send(self.proc.stdin, message)  # never blocks for long: the worker reads requests on a thread of its own
+        # The worker reads requests on a thread of its own, so the pipe drains while it runs; a stopped one is
+        # given up after ANSWER_TIMEOUT_S (OSError: the batch drops the worker and seals in-process).
+        _write(self.proc.stdin.fileno(), _frame(message), ANSWER_TIMEOUT_S)
         rid, self.sent = self.sent, self.sent + 1
         self.unclaimed.append(rid)
         return rid

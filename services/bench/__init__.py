@@ -31,6 +31,9 @@ def machine(ctx=None, **versions: Any) -> dict[str, Any]:
 
     m = {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(), **versions,
          "at": format_time(now())}
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else m["cpus"]
+    if usable != m["cpus"]:  # e.g. under `taskset`: what the run (and the servers it starts) may use
+        m["usable_cpus"] = usable
     if ctx is not None:
         with ctx.db.engine(None).connect() as c:
             m["postgres"] = c.execute(sa.text("SHOW server_version")).scalar()
@@ -61,7 +64,8 @@ def stolen():
 
 def machine_line(m: dict[str, Any], tail: str, cpus: str = "") -> str:
     """The ``machine:`` line of a rendered result; ``tail`` names what the benchmark depends on, ``cpus`` a note."""
-    return f"machine: {m['cpus']} CPUs{cpus}, {m['platform']}, Python {m['python']}, {tail}"
+    usable = f" ({m['usable_cpus']} usable by this run)" if "usable_cpus" in m else ""
+    return f"machine: {m['cpus']} CPUs{usable}{cpus}, {m['platform']}, Python {m['python']}, {tail}"
 
 
 def path_table(res: dict[str, Any], width: int, paths: Sequence[tuple[str, str]], counts: Sequence[str],

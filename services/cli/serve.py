@@ -57,7 +57,7 @@ def serve_cmd(
     """Serve the HTTP API (OpenAPI at /openapi.json) until interrupted.
 
     Order: check the port, open the database, load the embedding model, start the workers,
-    then print the `serving` line and accept requests.
+    then print `oml serve: http://HOST:PORT (OpenAPI at /openapi.json); workers …` and accept requests.
     """
     import uvicorn
 

@@ -60,7 +60,10 @@ def _rules(s: dict) -> str:
     for k, label in (("pattern", "pattern"), ("minLength", "min length"), ("maxLength", "max length"), ("minimum", "≥"),
                      ("maximum", "≤"), ("minItems", "min items"), ("maxItems", "max items")):
         if k in s:
-            out.append(f"{label} `{s[k]}`" if k == "pattern" else f"{label} {s[k]}")
+            v = s[k]
+            if isinstance(v, float) and v.is_integer():
+                v = int(v)  # OML's numbers are integers (it refuses floats); the schema may spell a bound as 1.0
+            out.append(f"{label} `{v}`" if k == "pattern" else f"{label} {v}")
     for alt in s.get("anyOf", []):
         r = _rules(alt)
         if r:

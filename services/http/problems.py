@@ -47,9 +47,11 @@ _QUOTED = re.compile(r"'([^']*)'")
 
 
 def problem(status: int, code: str, detail: str, **extra) -> JSONResponse:
+    """An RFC 9457 problem response; a 401 carries the challenge RFC 9110 §11.6.1 requires (RFC 6750's Bearer)."""
     body = {"type": f"https://oml.dev/problems/{code}", "title": code, "status": status, "code": code, "detail": detail}
     body.update(extra)
-    return JSONResponse(body, status_code=status, media_type=PROBLEM)
+    headers = {"WWW-Authenticate": 'Bearer realm="oml"'} if status == 401 else None
+    return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
 
 
 def area_code(request: Request) -> str:

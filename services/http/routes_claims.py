@@ -47,9 +47,10 @@ class ClaimIn(Closed):
         "observed", description="`simulation` provenance is set by simulation writes, not here")
     claim_id: Optional[UUIDStr] = Field(None, description="add a version to this claim")
     supersedes: Optional[UUIDStr] = Field(None, description="the version this one replaces (the claim's current tip)")
-    derived_from: list[UUIDStr] = Field(default_factory=list, max_length=64, description="lineage: claim ids")
+    derived_from: list[UUIDStr] = Field(default_factory=list, max_length=64, description="lineage: claim ids, each at most once")
     valid_from: Optional[Time] = None
-    valid_to: Optional[Time] = None
+    valid_to: Optional[Time] = Field(None, description="ISO 8601 time with a zone, after valid_from: the claim holds in "
+                                                       "[valid_from, valid_to)")
     confidence: Optional[int] = Field(None, ge=0, le=1000)
 
     def submission(self) -> Submission:

@@ -39,7 +39,7 @@ class SimulationIn(Closed):
 class SupersedeIn(Closed):
     body: Body
     supersedes: Optional[UUIDStr] = Field(None, description="default: the claim's tip as the audience sees it")
-    derived_from: list[UUIDStr] = Field(default_factory=list, max_length=64, description="lineage: claim ids")
+    derived_from: list[UUIDStr] = Field(default_factory=list, max_length=64, description="lineage: claim ids, each at most once")
     valid_from: Optional[Time] = None
     valid_to: Optional[Time] = None
     confidence: Optional[int] = Field(None, ge=0, le=1000)

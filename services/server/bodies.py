@@ -37,6 +37,13 @@ def _erased() -> OMLError:
     return OMLError("claim.erased", "the body was erased", 410)
 
 
+def _gone(erased: bool) -> OMLError:
+    """A ciphertext or wrapped DEK that is gone: an erasure when the claim's ``erased_seq`` says so (set only by the
+    journalled ``claim.erased`` act, which the authority guard checks), else destroyed outside any act, which a
+    reader must not take for an erasure (reconcile reports it)."""
+    return _erased() if erased else OMLError("integrity.body", "a stored body or its key is missing", 500)
+
+
 def _check_digest(row) -> None:
     """Raise ``ValueError`` unless the ciphertext is the one admission stored (hostile review X2).
 
@@ -53,18 +60,20 @@ def decrypt_artifact(conn: sa.Connection, keystore: KeyStore, tenant: str, artif
     """The decrypted JSON object of one artifact (a body or a note).
 
     Raises ``claim.not_found`` (404) for an unknown artifact, ``claim.erased``
-    (410) when its ciphertext was purged or its DEK shredded, and
+    (410) when its ciphertext was purged or its DEK shredded by the claim's erasure, and
     ``integrity.body`` (500) when the ciphertext is not the one admission stored or does not open (tampered or
-    wrong key): the AAD binds tenant, claim, version and artifact.
+    wrong key: the AAD binds tenant, claim, version and artifact), or is gone, or its DEK, with no erasure.
     """
     row = conn.execute(sa.text(
-        "SELECT a.artifact_id, a.claim_id, a.version_id, a.ciphertext, a.sha256, d.key_version, d.wrapped"
+        "SELECT a.artifact_id, a.claim_id, a.version_id, a.ciphertext, a.sha256, d.key_version, d.wrapped,"
+        " c.erased_seq IS NOT NULL AS erased"
         " FROM artifacts a LEFT JOIN wrapped_deks d ON d.tenant_id = a.tenant_id AND d.artifact_id = a.artifact_id"
+        " LEFT JOIN claims c ON c.tenant_id = a.tenant_id AND c.claim_id = a.claim_id"
         " WHERE a.tenant_id = :t AND a.artifact_id = CAST(:a AS uuid)"), {"t": tenant, "a": artifact_id}).one_or_none()
     if row is None:
         raise not_found("artifact")
     if row.ciphertext is None or row.wrapped is None:
-        raise _erased()
+        raise _gone(bool(row.erased))
     art = str(row.artifact_id)
     try:
         _check_digest(row)
@@ -94,13 +103,15 @@ def decrypt_version(conn: sa.Connection, keystore: KeyStore, tenant: str, versio
 
 _BODIES = sa.text(
     "SELECT " + verified_reads.VERDICT_COLUMNS + ", a.artifact_id AS stored_artifact, a.ciphertext, a.sha256,"
-    " d.key_version, d.wrapped"
+    " d.key_version, d.wrapped, c.erased_seq IS NOT NULL AS erased"
     + verified_reads.VERDICT_FROM +
     # LEFT: a version whose artifact row is gone is still judged (and its refusal recorded), then not found
     " LEFT JOIN LATERAL (SELECT a.artifact_id, a.ciphertext, a.sha256 FROM artifacts a"
     "   WHERE a.tenant_id = (SELECT CAST(:t AS text)) AND a.artifact_id = v.artifact_id LIMIT 1) a ON true"
     " LEFT JOIN LATERAL (SELECT d.key_version, d.wrapped FROM wrapped_deks d"
-    "   WHERE d.tenant_id = (SELECT CAST(:t AS text)) AND d.artifact_id = v.artifact_id LIMIT 1) d ON true")
+    "   WHERE d.tenant_id = (SELECT CAST(:t AS text)) AND d.artifact_id = v.artifact_id LIMIT 1) d ON true"
+    " LEFT JOIN LATERAL (SELECT c.erased_seq FROM claims c"
+    "   WHERE c.tenant_id = (SELECT CAST(:t AS text)) AND c.claim_id = v.claim_id LIMIT 1) c ON true")
 
 
 @traced("recall.decrypt")
@@ -128,7 +139,7 @@ def decrypt_versions(conn: sa.Connection, keystore: KeyStore, tenant: str, versi
     for row in rows:
         vid, art = str(row.version_id), str(row.artifact_id)
         if row.ciphertext is None or row.wrapped is None:
-            out[vid] = _erased()
+            out[vid] = _gone(bool(row.erased))
             continue
         try:
             _check_digest(row)

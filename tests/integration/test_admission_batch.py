@@ -8,6 +8,8 @@ live projections.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import psycopg
 import pytest
 import sqlalchemy as sa
@@ -63,6 +65,40 @@ def test_a_batch_costs_a_constant_number_of_statements(ctx, kit, monkeypatch):
     small, large = _statements(monkeypatch, batch(5)), _statements(monkeypatch, batch(150))
     # 150 claims go in chunks (services/admission/batch.py CHUNK): a constant number of statements per chunk.
     assert small >= 7 and large <= small + (150 // batch_mod.CHUNK) * 6
+
+
+def test_new_versions_and_lineage_cost_a_constant_number_of_statements(ctx, kit, monkeypatch):
+    """The claims a submit names (new versions, derived_from) are read in its opening round trip, so a batch of them
+    costs what a batch of new claims does, whatever its size; two versions of one claim in a batch still number
+    in order (the second reads the first)."""
+    w = authenticate(ctx.db, kit.writer_key)
+    adm = ctx.admission
+    ids = [x["claim_id"] for x in adm.submit(w, [Submission(kit.root, {"statement": f"base {i}"}) for i in range(45)])["items"]]
+
+    def versions(n, k):
+        return lambda: adm.submit(w, [Submission(kit.root, {"statement": f"v{k} {i}"}, claim_id=ids[i]) for i in range(n)])
+
+    def derived(n, k):
+        return lambda: adm.submit(w, [Submission(kit.root, {"statement": f"d{k} {i}"}, derived_from=[ids[i], ids[(i + 1) % len(ids)]])
+                                      for i in range(n)])
+
+    def fresh(n, k):
+        return lambda: adm.submit(w, [Submission(kit.root, {"statement": f"f{k} {i}"}) for i in range(n)])
+
+    versions(2, 0)(), derived(2, 0)()  # plans
+    assert _statements(monkeypatch, versions(5, 1)) == _statements(monkeypatch, versions(40, 2))
+    assert _statements(monkeypatch, derived(5, 1)) == _statements(monkeypatch, derived(40, 2))
+    # Two more statements than new claims: the named claims and their versions, read in the opening round trip.
+    assert _statements(monkeypatch, versions(40, 3)) == _statements(monkeypatch, fresh(40, 1)) + 2
+    again = adm.submit(w, [Submission(kit.root, {"statement": "v5"}, claim_id=ids[0]),
+                           Submission(kit.root, {"statement": "v6"}, claim_id=ids[0].upper()),
+                           Submission(kit.root, {"statement": "v7"}, claim_id=ids[0])])["items"]
+    assert [x["version_no"] for x in again] == [6, 7, 8]  # base, then four batches above: 5 so far
+    with pytest.raises(OMLError) as e:  # a repeated claim in derived_from (in any spelling) is refused, not a 500
+        adm.submit(w, [Submission(kit.root, {"statement": "twice"}, derived_from=[ids[1], ids[1].upper()])])
+    assert e.value.code == "admission.invalid" and e.value.extra["field"] == "claims[0].derived_from[1]"
+    report = verify_journal(ctx.db, kit.tenant, kit.fingerprint)
+    assert report.ok, (report.result.reason, report.findings)
 
 
 def test_a_refused_last_item_commits_nothing_and_is_named(ctx, kit):
@@ -202,9 +238,11 @@ def test_a_refused_worker_batch_keeps_its_worker(ctx, kit):
     assert [x.proc.pid for x in wrapping._idle] == before and all(x.pending == 0 for x in wrapping._idle)
 
 
-def test_a_stopped_worker_is_given_up_and_the_batch_commits(ctx, kit, monkeypatch):
-    """A worker that stops answering (SIGSTOP) is given up after ANSWER_TIMEOUT_S: its items are classified and
-    sealed in-process and the batch commits, rather than waiting for ever under the head lock."""
+@pytest.mark.parametrize("chars", [20, 2000])
+def test_a_stopped_worker_is_given_up_and_the_batch_commits(ctx, kit, monkeypatch, chars):
+    """A worker that stops (SIGSTOP) is given up after ANSWER_TIMEOUT_S: its items are classified and sealed
+    in-process and the batch commits, rather than waiting for ever under the head lock -- whether it stops
+    answering, or (bodies of 2,000 characters: more than the pipe holds) taking the batch's requests."""
     import os
     import signal
 
@@ -213,14 +251,14 @@ def test_a_stopped_worker_is_given_up_and_the_batch_commits(ctx, kit, monkeypatc
 
     monkeypatch.setattr(wrapping, "ANSWER_TIMEOUT_S", 1.0)
     w = authenticate(ctx.db, kit.writer_key)
-    n = batch_mod.WORKER_MIN
-    ctx.admission.submit(w, [Submission(kit.root, {"statement": f"warm {i}"}) for i in range(n)])
+    n = 2 * batch_mod.WORKER_MIN
+    ctx.admission.submit(w, [Submission(kit.root, {"statement": f"warm {i}"}) for i in range(batch_mod.WORKER_MIN)])
     stuck = wrapping.checkout()
     assert stuck is not None
     os.kill(stuck.proc.pid, signal.SIGSTOP)
     wrapping._idle.append(stuck)
     try:
-        bodies = [{"statement": f"after a stopped worker {i}"} for i in range(n)]
+        bodies = [{"statement": f"after a stopped worker {i} " + "x" * chars} for i in range(n)]
         ctx.admission.submit(w, [Submission(kit.root, b) for b in bodies])
         assert sorted(_opens(ctx, kit, n)) == sorted(canonical(b) for b in bodies)
         assert stuck not in wrapping._idle and stuck.proc.poll() is not None  # killed, not kept
@@ -321,6 +359,40 @@ def test_arrays_built_here_read_back_as_psycopg_sends_them(ctx, sql_type, values
         ours = dc.execute(sql, {"a": sets.array(sql_type, values)}).fetchone()
         theirs = dc.execute(sql, {"a": list(values)}).fetchone()
     assert ours == theirs
+
+
+def test_a_batch_repr_shows_counts_not_bodies():
+    """A batch holds the bodies it handed the worker and the worker's answers; its repr (a log line, a traceback's
+    locals) shows counts only."""
+    from types import SimpleNamespace
+
+    b = batch_mod.Batch(SimpleNamespace(tenant="t1"))
+    given = batch_mod._Given(None, bytes(32), {"statement": "canary-plaintext"}, b"canary-bytes", None, None)
+    b.groups.append(batch_mod._Group(0, [given], None))
+    b.answers[0] = batch_mod._Answer([], None, given)
+    assert "canary" not in repr(b) and "t1" in repr(b)
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads the worker's environment from /proc (Linux)")
+def test_the_worker_environment_holds_no_credential_of_the_server(monkeypatch):
+    """The worker process reads its own settings but none of the server's secrets: its /proc environ has no master
+    key, database URL, token PIN or cloud key, whatever the server's environment holds."""
+    from oml.services.admission import wrapping
+
+    secrets = {"OML_MASTER_KEY": "canary-master-key", "OML_DATABASE_URL": "postgresql://u:canary-pw@h/db",
+               "OML_PKCS11_PIN": "canary-pin", "AWS_SECRET_ACCESS_KEY": "canary-aws", "PGPASSWORD": "canary-pg"}
+    for k, v in secrets.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("OML_ADMISSION_WRAP_SHARE", "3")
+    w = wrapping.Worker()
+    try:
+        rid = w.seal(None, bytes(32), [({"statement": "x"}, None, None, None)])  # classified only: the worker runs
+        assert len(w.result(rid)) == 1
+        environ = Path(f"/proc/{w.proc.pid}/environ").read_bytes()
+    finally:
+        w.close()
+    assert b"canary" not in environ
+    assert b"OML_ADMISSION_WRAP_SHARE=3" in environ.split(b"\0")
 
 
 @pytest.mark.parametrize("share", ["1", "10"])

@@ -146,6 +146,8 @@ BAD = [
     ("time before the year 1000", "writer", "/v1/claims", {"body": {"statement": "x"}, "valid_from": "0999-06-01T00:00:00Z"}, 422, "admission.invalid"),
     ("time before year 1 in UTC", "writer", "/v1/claims", {"body": {"statement": "x"}, "valid_from": "0001-01-01T00:30:00+01:00"}, 422, "admission.invalid"),
     ("time after 9999 in UTC", "writer", "/v1/claims", {"body": {"statement": "x"}, "valid_to": "9999-12-31T23:30:00-01:00"}, 422, "admission.invalid"),
+    ("valid_to before valid_from", "writer", "/v1/claims", {"body": {"statement": "x"}, "valid_from": "2026-02-01T00:00:00Z", "valid_to": "2026-01-31T21:00:00-02:00"}, 422, "admission.invalid"),
+    ("empty valid time", "writer", "/v1/claims", {"body": {"statement": "x"}, "valid_from": "2026-02-01T00:00:00Z", "valid_to": "2026-02-01T01:00:00+01:00"}, 422, "admission.invalid"),
     ("simulation provenance", "writer", "/v1/claims", {"body": {"statement": "x"}, "provenance": "simulation"}, 422, "admission.invalid"),
     ("empty batch", "writer", "/v1/claims:batch", {"claims": []}, 422, "admission.invalid"),
     ("unknown workarea", "writer", "/v1/claims", {"workarea_id": "00000000-0000-4000-8000-000000000000", "body": {"statement": "x"}}, 404, "workarea.not_found"),
@@ -208,6 +210,8 @@ def test_bad_input_is_refused_and_appends_nothing(env, ctx, case, role, path, pa
     assert r.status_code == status, (case, r.text[:300])
     assert r.headers["content-type"].startswith("application/problem+json")
     assert r.json()["code"] == code
+    if status == 401:  # RFC 9110 §11.6.1: a 401 names its challenge
+        assert r.headers["www-authenticate"] == 'Bearer realm="oml"'
     assert CANARY not in r.text  # refusals never echo submitted values
     assert (journal_len(ctx, a.tenant), journal_len(ctx, b.tenant)) == before
 

@@ -77,6 +77,10 @@ def test_stdio_tools_with_the_sdk_client(world, ctx):
                                                                 "workarea_id": world.workareas["main.team"],
                                                                 "source_uri": "https://chat/123", "idempotency_key": "m1"}))
             assert again["claim_id"] == mem["claim_id"]
+            # Without a key, an identical retry on this connection is the first answer too (issue 13.6).
+            args = {"statement": "Retros are on the last Thursday.", "workarea_id": world.workareas["main.team"]}
+            first = payload(await client.call_tool("remember", args))
+            assert payload(await client.call_tool("remember", args))["claim_id"] == first["claim_id"]
             # Held: not served until a reviewer promotes it.
             assert "claim.not_found" in error_text(await client.call_tool("fetch", {"claim_id": mem["claim_id"]}))
             # A tenant argument does not exist; the credential decides.
@@ -98,6 +102,22 @@ def test_stdio_tools_with_the_sdk_client(world, ctx):
             assert out["diagnostics"]["fusion"] == {"method": "rrf", "k": 10, "weights": {"fts": 1.0, "vector": 0.5}}
 
     anyio.run(after)
+
+
+def test_stdio_handshake_session_dedupes_a_retried_remember(world, ctx):
+    """Issue 13.6 over stdio with the initialize handshake (the big stdio test above speaks the 2026 protocol): the
+    SDK makes a new ServerSession per request, and the retry is still the first answer on one connection; a
+    second connection is a session of its own."""
+    params = StdioServerParameters(command=sys.executable, args=["-m", "oml.services.cli.main", "mcp", "--transport", "stdio"],
+                                   env=env_for(ctx, world.agent_writer_key))
+    args = {"statement": "Deploy freezes start on the 20th.", "workarea_id": world.workareas["main.team"]}
+
+    async def connection():
+        async with Client(params, read_timeout_seconds=120, mode="legacy") as client:
+            return [payload(await client.call_tool("remember", args))["claim_id"] for _ in range(2)]
+
+    first, second = anyio.run(connection), anyio.run(connection)
+    assert first[0] == first[1] and second[0] == second[1] and first[0] != second[0]
 
 
 def test_stdio_refuses_to_start_without_a_key(world, ctx):
@@ -233,11 +253,18 @@ def test_http_bodies_past_the_limit_are_refused_while_streaming(world, http_serv
 def test_derived_key_depends_on_the_session_and_every_argument():
     from oml.services.mcp_server import derived_idempotency_key, session_token
 
-    class Conn:  # stands for a stdio ServerSession: weak-referenceable, one per connection
+    class Conn:  # stands for a stdio connection: weak-referenceable, one per connection
         pass
+
+    class Session:  # the SDK's ServerSession: a new one per request, each holding its connection
+        def __init__(self, connection, protocol_version="2025-11-25"):
+            self._connection, self.protocol_version = connection, protocol_version
 
     one, two = Conn(), Conn()
     assert session_token(None, one) == session_token(None, one) != session_token(None, two)
+    assert session_token(None, Session(one)) == session_token(None, Session(one)) == session_token(None, one)
+    assert session_token(None, Session(two)) != session_token(None, Session(one))
+    assert session_token(None, Session(Conn(), "2026-07-28")) == session_token(None, Session(Conn(), "2026-07-28")) == "key"
     assert session_token({"mcp-session-id": "abc"}, one) == "http:abc"
     assert session_token({}, one) == "key"
     k = derived_idempotency_key("s", {"statement": "x", "tags": None})

@@ -452,3 +452,32 @@ def test_bench_reconcile_runs(ctx):
     assert res["reconcile"]["events"] == res["raw"]["events"] == res["reconcile_no_replay"]["events"] > 20
     assert res["ratio"] > 0 and res["ratio_no_replay"] > 0
     assert any("raw ÷ reconcile" in line for line in bench.render(res))
+
+
+@pytest.mark.parametrize("what", ["wrapped_dek", "ciphertext"])
+def test_a_body_destroyed_without_an_erasure_is_reported_and_never_served_as_erased(ctx, what):
+    """oml_admission holds DELETE on wrapped_deks and UPDATE (ciphertext, purged_seq) on artifacts, to shred. Used with
+    no claim.erased act (purged_seq forged too), reconcile and the projection comparison report it, and a read answers
+    integrity.body, not claim.erased: only an erasure the journal holds is one."""
+    from oml.domain.errors import OMLError
+    from oml.services.projections import verify_tenant
+    from oml.services.server.bodies import decrypt_version
+
+    ak = ready(ctx, f"rc-gone-{what.replace('_', '-')}", 2)
+    version = ak.versions[1]
+    assert rec(ctx, ak.tenant, check_projections=True).ok
+    with owner(ctx, ak.tenant) as c:
+        art = str(c.execute(sa.text("SELECT artifact_id FROM claim_versions WHERE tenant_id = :t AND version_id = :v"),
+                            {"t": ak.tenant, "v": version}).scalar())
+    with ctx.db.tenant("oml_admission", ak.tenant) as c:
+        if what == "wrapped_dek":
+            c.execute(sa.text("DELETE FROM wrapped_deks WHERE tenant_id = :t AND artifact_id = :a"), {"t": ak.tenant, "a": art})
+        else:
+            c.execute(sa.text("UPDATE artifacts SET ciphertext = NULL, purged_seq = 1 WHERE tenant_id = :t AND artifact_id = :a"),
+                      {"t": ak.tenant, "a": art})
+    res = rec(ctx, ak.tenant, check_projections=True)
+    assert [d.key for d in named(res, "mismatch", column=what, table="bodies")] == [art], res.discrepancies
+    assert [(d.kind, d.columns) for d in verify_tenant(ctx.db, ak.tenant)] == [("destroyed_without_erasure", (what,))]
+    with ctx.db.tenant("oml_server", ak.tenant) as c, pytest.raises(OMLError) as e:
+        decrypt_version(c, ctx.keystore, ak.tenant, version)
+    assert (e.value.code, e.value.status) == ("integrity.body", 500)

@@ -14,7 +14,7 @@ import rfc8785
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oml.domain.canonical import MAX_SAFE_INT, CanonicalError, canonical, reference_canonical
+from oml.domain.canonical import MAX_DEPTH, MAX_SAFE_INT, CanonicalError, canonical, reference_canonical
 
 # Code points where JCS needs care: controls, quote and backslash, DEL, line separators,
 # the top of the BMP (sorted after U+10000 in UTF-16 order) and astral characters.
@@ -64,6 +64,41 @@ def test_refusals_match_reference(value):
         canonical(value)
     with pytest.raises(CanonicalError):
         reference_canonical(value)
+
+
+def _nested(levels: int, make) -> object:
+    v = make()
+    for _ in range(levels - 1):
+        w = make()
+        if isinstance(w, dict):
+            w["k"] = v
+        else:
+            w.append(v)
+        v = w
+    return v
+
+
+@pytest.mark.parametrize("make", [list, dict])
+def test_depth_is_bounded_the_same_on_both_paths(make):
+    """MAX_DEPTH arrays or objects one inside another encode (as rfc8785 does); one more is a CanonicalError on the
+    fast path and the reference alike, not a RecursionError."""
+    ok = _nested(MAX_DEPTH, make)
+    assert canonical(ok) == reference_canonical(ok) == rfc8785.dumps(ok)
+    for deep in (_nested(MAX_DEPTH + 1, make), _nested(5000, make)):
+        with pytest.raises(CanonicalError, match="nest deeper"):
+            canonical(deep)
+        with pytest.raises(CanonicalError, match="nest deeper"):
+            reference_canonical(deep)
+
+
+def test_a_value_that_contains_itself_is_refused_not_walked_forever():
+    d: dict = {"a": 1}
+    d["b"] = d
+    loop: list = [1]
+    loop.append({"x": loop})
+    for v in (d, loop):
+        with pytest.raises(CanonicalError, match="contains itself"):
+            canonical(v)
 
 
 def test_rfc8785_appendix_b_style_example():

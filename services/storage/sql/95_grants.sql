@@ -43,6 +43,9 @@ GRANT SELECT ON tenants, chain_heads, journal_events, tenant_keys, checkpoints, 
   principals, claims, claim_versions, tip_intervals, claim_edges, simulations, retention_policies,
   consumer_cursors, read_events, readlog_batches, merkle_state TO oml_reconciler;
 GRANT SELECT (tenant_id, artifact_id, kind, claim_id, version_id, ciphertext, sha256, created_seq, purged_seq) ON artifacts TO oml_reconciler;
+-- Which artifacts still have a wrapped DEK (never the DEK, nor its key version): a DEK deleted without a journalled
+-- erasure is a difference (projections.py, _diff_artifacts).
+GRANT SELECT (tenant_id, artifact_id) ON wrapped_deks TO oml_reconciler;
 
 -- indexer: writes index rows; gets plaintext only through the server's indexing feed.
 GRANT SELECT ON tenants, journal_events, chain_heads, workareas, claims, claim_versions, tip_intervals, simulations TO oml_indexer;
