@@ -2,8 +2,9 @@
 
 **Credentials.** Connects to PostgreSQL as ``oml_reconciler`` only: SELECT on
 the journal, chain heads, checkpoints, the Merkle frontier, the projection
-tables, the read log and ``artifacts`` (ciphertext and digests — never
-``wrapped_deks``). Reads the lake with the configured storage options. It
+tables, the read log, ``artifacts`` (ciphertext and digests) and which
+artifacts have a wrapped DEK (``wrapped_deks.tenant_id, artifact_id`` —
+never the DEK nor its key version). Reads the lake with the configured storage options. It
 **holds no key and must never hold one**: no signing key, no body-encryption
 key, no HMAC key, no KeyStore, no recovery key. It verifies with public keys
 the chain itself registers, starting from the trust anchor the operator
@@ -16,7 +17,8 @@ made by the caller (:func:`record`), not by this module.
 checks and their key events a signature check, so the key history is built
 from the anchor):
 
-1. every hash, link, header, kid and signature (:mod:`oml.domain.audit`);
+1. every hash, link, header, kid and signature (:mod:`oml.domain.audit`), and in range each row's unsigned
+   ``type`` column against its signed event;
 2. every Postgres journal row in range against its lake copy, column by column;
 3. every checkpoint in either store: signature by the key current at its size,
    root equal to the root the chain gives at that size, Postgres vs lake by
@@ -25,7 +27,8 @@ from the anchor):
    cut tail;
 4. every body and note ciphertext in range: SHA-256 of the Postgres bytes,
    SHA-256 of the lake bytes, the stored digests and the digest the journal
-   event records;
+   event records; a ciphertext or wrapped DEK gone only where the journal
+   erased the claim;
 5. the projections against a replay of the journal
    (:func:`oml.services.projections.verify_projections`, TEMP tables);
    and every act against the authority replay (:mod:`oml.domain.replay`):
@@ -383,10 +386,12 @@ def reconcile(ctx, tenant: str, *, from_seq: int | None = None, to_seq: int | No
                 # The strict parser's event when the bytes kept the format (json.loads would give the same object),
                 # else the replay's and the digests' own lenient reading of the bytes, as before.
                 ev = scanner.event
-                if r["type"] == "claim.erased" or (ev is not None and ev.get("type") == "claim.erased"):
-                    claim = ((ev if ev is not None else audit.parse_event(jr.canonical) or {}).get("data") or {}).get("claim_id")
-                    if isinstance(claim, str):
-                        erased.add(claim)
+                # Erasures from the signed bytes only: the type column is not signed (it is checked just below).
+                signed = ev if ev is not None else audit.parse_event(jr.canonical) or {}
+                if signed.get("type") == "claim.erased" and isinstance((signed.get("data") or {}).get("claim_id"), str):
+                    erased.add(signed["data"]["claim_id"])
+                if lo <= seq <= hi and signed and signed.get("type") != r["type"]:
+                    res.add(Discrepancy(MISMATCH, "postgres", "journal", seq, "the type column differs from the signed event's type", "type"))
                 for f in acts.add(seq, ev) if ev is not None else acts.add_bytes(seq, jr.canonical):
                     if lo <= seq <= hi:
                         res.add(Discrepancy(UNAUTHORISED_ACT, "chain", "journal", seq, f"{f.rule}: {f.detail}", f.rule))
