@@ -33,15 +33,13 @@ class Unverified(OMLError):
         super().__init__("claim.not_found", "claim not found", 404)
 
 
-def _erased() -> OMLError:
-    return OMLError("claim.erased", "the body was erased", 410)
-
-
 def _gone(erased: bool) -> OMLError:
     """A ciphertext or wrapped DEK that is gone: an erasure when the claim's ``erased_seq`` says so (set only by the
     journalled ``claim.erased`` act, which the authority guard checks), else destroyed outside any act, which a
     reader must not take for an erasure (reconcile reports it)."""
-    return _erased() if erased else OMLError("integrity.body", "a stored body or its key is missing", 500)
+    if erased:
+        return OMLError("claim.erased", "the body was erased", 410)
+    return OMLError("integrity.body", "a stored body or its key is missing", 500)
 
 
 def _check_digest(row) -> None:
