@@ -397,11 +397,8 @@ def reconcile(ctx, tenant: str, *, from_seq: int | None = None, to_seq: int | No
                         res.add(Discrepancy(UNAUTHORISED_ACT, "chain", "journal", seq, f"{f.rule}: {f.detail}", f.rule))
                 if lo <= seq <= hi:
                     pg_rows[seq] = dict(r)
-                    if ev is None:
-                        ev = audit.parse_event(jr.canonical)
-                    if ev is not None:
-                        for art, dig in _artifacts_named(ev.get("type"), ev.get("data") or {}):
-                            journal_digests[art] = (dig, seq)
+                    for art, dig in _artifacts_named(signed.get("type"), signed.get("data") or {}):
+                        journal_digests[art] = (dig, seq)
             after = int(rows[-1]["seq"])
             prog("journal", after, pg_max)
         res.postgres_rows = len(pg_rows)
@@ -590,7 +587,7 @@ def _compare_bodies(res: Result, conn, tenant: str, lb: LakeTable, journal_diges
     while True:
         rows = conn.execute(sa.text(
             "SELECT artifact_id::text AS artifact_id, kind, claim_id::text AS claim_id, version_id::text AS version_id,"
-            " created_seq AS seq, sha256, purged_seq, ciphertext IS NULL AS no_ciphertext,"
+            " created_seq AS seq, sha256, ciphertext IS NULL AS no_ciphertext,"
             " CASE WHEN ciphertext IS NULL THEN NULL ELSE sha256(ciphertext) END AS ciphertext_digest,"
             " EXISTS (SELECT 1 FROM wrapped_deks d WHERE d.tenant_id = a.tenant_id AND d.artifact_id = a.artifact_id) AS has_dek"
             " FROM artifacts a WHERE tenant_id = :t AND created_seq BETWEEN :lo AND :hi AND artifact_id::text > :a"

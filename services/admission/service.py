@@ -655,7 +655,7 @@ class Admission:
             if s.supersedes is not None:
                 raise invalid("supersedes needs claim_id", field=f"claims[{i}].supersedes")
         else:
-            claim, existing_versions = self._claim_and_versions(head, _uuid(s.claim_id, f"claims[{i}].claim_id"))
+            claim, existing_versions = head.memo["named claims"].claim_and_versions(head, _uuid(s.claim_id, f"claims[{i}].claim_id"))
             if claim is None or claim.erased_seq is not None:
                 raise not_found("claim")
             if claim.simulation_id is not None:
@@ -682,7 +682,7 @@ class Admission:
             d = _uuid(d, f"claims[{i}].derived_from[{j}]")
             if d in derived:  # one lineage edge per pair of claims (claim_edges' key): a repeat is the client's slip
                 raise invalid("derived_from names a claim twice", field=f"claims[{i}].derived_from[{j}]")
-            ok = self._claim(head, d)
+            ok = head.memo["named claims"].claim(head, d)
             if ok is not None and ok.simulation_id is not None and self._simulation_state(head, p, str(ok.simulation_id)) is None:
                 ok = None
             if ok is None or not p.can_access(ok.path):
@@ -789,35 +789,6 @@ class Admission:
     def _simulation_state(self, head: journal.Head, p: Principal, simulation_id: str) -> str | None:
         """:meth:`simulation_state` read once per transaction and simulation (no act of a submit opens or closes one)."""
         return _memo(head, ("simulation", simulation_id), lambda: self.simulation_state(head.conn, p, simulation_id))
-
-    @staticmethod
-    def _claim(head: journal.Head, claim_id: str):
-        """The claim ``claim_id`` (lowercase) as :func:`_claims_query` reads it, or ``None``: from the submit's
-        opening round trip when it read that id (a submit changes no claim row it reads, and cannot name a claim it
-        creates), else read now."""
-        named = head.memo.get("named claims")
-        if named is not None and claim_id in named.ids:
-            return named.claims.get(claim_id)
-        batching.settle(head)
-        (rows,) = pipelined.fetch(head.conn, [_claims_query(head.tenant, [claim_id])])
-        return rows[0] if rows else None
-
-    def _claim_and_versions(self, head: journal.Head, claim_id: str) -> tuple[Any, list]:
-        """:meth:`_claim` and, when it exists, its versions (version_id, version_no, tainted, simulation_id): from
-        the opening round trip unless an earlier item of this submit added a version to the claim, else read now,
-        after the batch's rows so far."""
-        claim = self._claim(head, claim_id)
-        if claim is None:
-            return None, []
-        named = head.memo.get("named claims")
-        if named is not None and claim_id in named.versioned and claim_id not in named.changed:
-            versions = named.versions.get(claim_id, [])
-        else:
-            batching.settle(head)
-            (versions,) = pipelined.fetch(head.conn, [_versions_query(head.tenant, [claim_id])])
-        if named is not None:
-            named.changed.add(claim_id)  # this item adds a version: a later item of the submit reads them again
-        return claim, versions
 
     def simulation_state(self, conn, p: Principal, simulation_id: str) -> str | None:
         """``"open"`` or ``"closed"`` when ``p`` is in the simulation's audience; ``None`` when it is not (or no such simulation)."""
@@ -964,6 +935,31 @@ class _NamedClaims:
         self.versions, self.changed = {}, set()
         for r in fetched.get("named versions", ()):
             self.versions.setdefault(str(r.claim_id), []).append(r)
+
+    def claim(self, head: journal.Head, claim_id: str):
+        """The claim ``claim_id`` (lowercase) as :func:`_claims_query` reads it, or ``None``: as the opening round trip
+        read it when it read that id (a submit changes no claim row it reads, and cannot name a claim it creates),
+        else read now (an id in another spelling)."""
+        if claim_id in self.ids:
+            return self.claims.get(claim_id)
+        batching.settle(head)
+        (rows,) = pipelined.fetch(head.conn, [_claims_query(head.tenant, [claim_id])])
+        return rows[0] if rows else None
+
+    def claim_and_versions(self, head: journal.Head, claim_id: str) -> tuple[Any, list]:
+        """:meth:`claim` and, when it exists, its versions (version_id, version_no, tainted, simulation_id): as the
+        opening round trip read them unless an earlier item of this submit added a version to the claim, else read
+        now, after the batch's rows so far."""
+        claim = self.claim(head, claim_id)
+        if claim is None:
+            return None, []
+        if claim_id in self.versioned and claim_id not in self.changed:
+            versions = self.versions.get(claim_id, [])
+        else:
+            batching.settle(head)
+            (versions,) = pipelined.fetch(head.conn, [_versions_query(head.tenant, [claim_id])])
+        self.changed.add(claim_id)  # this item adds a version: a later item of the submit reads them again
+        return claim, versions
 
 
 def _is_uuid(value: Any) -> bool:
