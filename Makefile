@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 
 .PHONY: demo test install serve clean softhsm
 
-# The clone's own home (services/home.py): `make clean` removes it, and `oml` run anywhere
+# The clone's own home (services/runtime/home.py): `make clean` removes it, and `oml` run anywhere
 # inside the clone finds it as the nearest .oml.
 OML_HOME ?= $(CURDIR)/.oml
 
@@ -16,10 +16,10 @@ $(BIN)/activate:
 
 # torch is pinned first: an unpinned torch (pulled by sentence-transformers)
 # would fetch a multi-GB CUDA build instead of the local CPU build.
-$(VENV)/.installed: $(BIN)/activate pyproject.toml setup.py
+$(VENV)/.installed: $(BIN)/activate pyproject.toml setup.py tools/pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test]' -e ./tools
 	touch $@
 
 install: $(VENV)/.installed

@@ -1,6 +1,6 @@
 """The HTTP API's response models: one source for the server's routes and the Python client (issue 17.3).
 
-The routes under ``services/http/`` declare these as their ``response_model``
+The routes under ``services/entrypoints/http/`` declare these as their ``response_model``
 (so ``GET /openapi.json`` and docs/api.md are generated from them) and the
 client (:mod:`oml.client.models`) returns them. This module may import only
 pydantic and the standard library: the client installs without the server's

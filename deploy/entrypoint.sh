@@ -10,7 +10,7 @@
 #   lake-writer  Delta lake copy (oml_lake_writer; object-store credentials)
 #   indexer      FTS + embeddings (oml_indexer; indexer API keys; feed over HTTP)
 #   reconciler   every tenant in the trust-anchors file, periodically (oml_reconciler; no key)
-#   healthcheck  python -m oml.services.healthcheck ARGS
+#   healthcheck  python -m oml.services.runtime.healthcheck ARGS
 set -eu
 
 workload="${1:-api}"
@@ -40,6 +40,6 @@ case "$workload" in
   lake-writer) exec oml worker --no-relay --consumer lake-writer "$@" ;;
   indexer)     exec oml worker --no-relay --consumer indexer "$@" ;;
   reconciler)  reconcile_loop "$@" ;;
-  healthcheck) exec python -m oml.services.healthcheck "$@" ;;
+  healthcheck) exec python -m oml.services.runtime.healthcheck "$@" ;;
   *)           exec "$workload" "$@" ;;
 esac

@@ -14,7 +14,7 @@ fetch serve the claim's own body, never its neighbours'. Neighbours are
 taken from the same workarea only, so a window never carries text into a
 workarea its reader could not read otherwise.
 
-Pure: no I/O. The indexer (``workers/context_index.py``) stores the thread
+Pure: no I/O. The indexer (``workers/index/context.py``) stores the thread
 as :func:`thread_digest`, never the name.
 """
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
 Each :class:`CopyClass` says what the copy holds, what erasure does to it,
 which PostgreSQL tables, Delta tables and files it covers, and when erasure
-is complete for it. The erasure report (``oml.services.erasure_report``)
+is complete for it. The erasure report (``oml.services.erasure.report``)
 walks :data:`INVENTORY` in order and attaches evidence to each class; the
 schema test fails when a PostgreSQL table (a partitioned table counts once,
-by its parent) or a Delta table of ``oml.workers.lake_schema.TABLES`` is not
+by its parent) or a Delta table of ``oml.workers.lake.schema.TABLES`` is not
 mapped here, so a new table cannot be added without deciding what erasure
 does to it.
 

@@ -45,7 +45,7 @@ from .errors import OMLError, invalid
 # ---------------------------------------------------------------- constants
 
 #: Text-search configuration of every query built here; it must equal the one the indexer
-#: builds ``memories_fts.tsv`` with (``workers/indexer.py`` TS_CONFIG).
+#: builds ``memories_fts.tsv`` with (``workers/index/indexer.py`` TS_CONFIG).
 FTS_CONFIG = "english"
 #: Reciprocal rank fusion constant: score = Σ w / (RRF_K + rank) (Cormack, Clarke and Büttcher,
 #: SIGIR 2009, who used 60). OML uses 10: with two legs of unequal strength a smaller constant
@@ -117,7 +117,7 @@ class ReadScope:
     ``scopes`` are the workarea paths the read is scoped to: a workarea the
     client named (inside the key's access) or, by default, the key's root
     paths. ``audience_simulations`` are the open simulations whose audience
-    the key belongs to (``services/server/sim_read.audience_of``); a
+    the key belongs to (``services/reads/sim_read.audience_of``); a
     simulation-provenance or tainted row of any other simulation is refused
     (docs/simulations.md).
     """

@@ -9,7 +9,7 @@ strict parsing (:func:`oml.domain.event_format.parse_event`), an Ed25519
 signature under the signing key the chain itself registered for that seq
 (:class:`KeyHistory`) — and it must name this version with this status
 (:func:`backs`). The I/O (reading the rows, caching) is
-``oml.services.server.verified_reads``.
+``oml.services.reads.verified_reads``.
 
 Pure: no I/O.
 """
@@ -35,7 +35,7 @@ REASONS = (STATUS_SEQ_MISSING, STATUS_LOG, JOURNAL_MISSING, JOURNAL_HASH, JOURNA
 
 KEY_EVENT_TYPES = ("tenant.created", "signing_key.rotated")
 
-# The status each status-setting event type gives the versions it names (services/admission/projector.py).
+# The status each status-setting event type gives the versions it names (services/journal/projector.py).
 STATUS_OF = {"claim.submitted": "held", "claim.promoted": "promoted", "claim.rejected": "rejected",
              "claim.demoted": "demoted", "simulation.closed": "demoted", "claim.erased": "erased"}
 

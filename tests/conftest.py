@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from oml.services.context import Context
-from oml.services.keystore import LocalKeyStore
-from oml.services.settings import Settings
+from oml.services.runtime.context import Context
+from oml.services.keys.keystore import LocalKeyStore
+from oml.services.runtime.settings import Settings
 from oml.services.storage import embedded
 from oml.services.storage.db import Database
 from oml.services.storage.migrate import upgrade
@@ -37,7 +37,7 @@ import oml_test_backends as backends
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("OML_SHARED_DIR", REPO.parent / "shared"))
 # Every module has its own home; one ONNX export of the query model serves them all (its digest sidecar
-# re-exports when the model changes: workers/onnx_embedding.py).
+# re-exports when the model changes: workers/index/onnx_embedding.py).
 os.environ.setdefault("OML_MODEL_CACHE", str(REPO / ".oml-test" / "models"))
 
 

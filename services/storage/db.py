@@ -15,7 +15,7 @@ that fails it is replaced), so there is no separate pre-ping (issue 14: one
 round trip per transaction fewer); for admission it also opens the transaction
 (:data:`BEGIN_AT_CHECKOUT`, one more fewer). The prepared statements that survive are
 admission's own, prepared on purpose: its set statements (``prepare=True`` in
-``services/admission/sets.py``) and its opening lookups (``pipelined.Query``'s
+``services/journal/sets.py``) and its opening lookups (``pipelined.Query``'s
 ``prepare``; the tenant binding is not one); nothing is prepared automatically: OML's SQL
 text with no data in it, whose parameters are bound at each execution and
 whose row-level security reads the transaction's tenant binding when it runs
@@ -44,7 +44,7 @@ import sqlalchemy as sa
 from psycopg import pq
 from sqlalchemy import event
 
-from . import pipelined
+from oml.services.storage import pipelined
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ def _reset(dbapi_connection, connection_record, connection_proxy, *, begin: bool
         raise sa.exc.DisconnectionError(f"pooled connection failed its reset: {type(exc).__name__}") from None
 
 
-# A group commit's chunk (services/admission/batch.py) sends 93-97 KB of parameters in pipeline mode (LoCoMo
+# A group commit's chunk (services/journal/batch.py) sends 93-97 KB of parameters in pipeline mode (LoCoMo
 # turns, a scratch count); the default send buffer of a Unix-domain socket (net.core.wmem_default, 208 KB of
 # kernel accounting, which counts more than the payload) fills, and admission then blocks until PostgreSQL is
 # scheduled to read it (a reading while developing: write_artifacts ~25 -> ~7 µs a claim; T15). TCP sockets keep the kernel's auto-tuning, which setting the

@@ -27,7 +27,7 @@ def start(home: Path) -> str:
     pgdata = (home / "pg").resolve()
     if not pgdata.exists():
         # A second, empty database in the wrong folder looks exactly like a bad key: never create one silently.
-        from oml.services.home import announce_new_home
+        from oml.services.runtime.home import announce_new_home
 
         announce_new_home(home, "a new embedded PostgreSQL database")
     pgdata.parent.mkdir(parents=True, exist_ok=True)

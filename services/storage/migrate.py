@@ -27,7 +27,7 @@ def main() -> None:
     """
     import sqlalchemy as sa
 
-    from oml.services.settings import Settings
+    from oml.services.runtime.settings import Settings
     from oml.services.storage.embedded import check_pgvector
 
     url = Settings().database_url

@@ -15,9 +15,9 @@ from typing import Iterator
 
 import sqlalchemy as sa
 
-from oml.services.context import Context
-from oml.services.projections import guards_off
-from oml.services.settings import get_settings
+from oml.services.runtime.context import Context
+from oml.services.journal.projections import guards_off
+from oml.services.runtime.settings import get_settings
 from owner_kit import owner
 
 
@@ -38,17 +38,17 @@ class Kit:
 
 
 def make_kit(ctx: Context, tenant: str) -> Kit:
-    from oml.services.auth import authenticate
+    from oml.services.runtime.auth import authenticate
 
     adm = ctx.admission
-    t = adm.create_tenant(tenant)
+    t = ctx.tenancy.create_tenant(tenant)
     admin = authenticate(ctx.db, t.admin_key)
-    w = adm.create_identity(admin, "service", "ingest")["identity_id"]
-    r = adm.create_identity(admin, "person", "reviewer")["identity_id"]
-    d = adm.create_identity(admin, "person", "dual")["identity_id"]
+    w = ctx.tenancy.create_identity(admin, "service", "ingest")["identity_id"]
+    r = ctx.tenancy.create_identity(admin, "person", "reviewer")["identity_id"]
+    d = ctx.tenancy.create_identity(admin, "person", "dual")["identity_id"]
 
     def key(ident, role):
-        return adm.create_principal(admin, ident, role, [t.root_workarea])["api_key"]
+        return ctx.tenancy.create_principal(admin, ident, role, [t.root_workarea])["api_key"]
 
     return Kit(tenant, t.fingerprint, t.recovery_private_key, t.root_workarea, t.admin_key, key(w, "writer"),
                key(r, "reviewer"), key(d, "writer"), key(d, "reviewer"), w, r, d)
@@ -96,7 +96,7 @@ def run_cli(ctx: Context, args: list[str], input: str | None = None, env: dict[s
     """Run ``oml <args>`` in-process against the test database; returns the Click result."""
     from typer.testing import CliRunner
 
-    from oml.services.cli.main import app
+    from oml.services.entrypoints.cli.main import app
 
     with cli_env(ctx):
         return CliRunner().invoke(app, args, input=input, env=env or {}, catch_exceptions=False)

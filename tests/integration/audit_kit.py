@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 
 from admission_kit import Kit, make_kit, owner  # noqa: F401  (re-exported for the tests)
-from oml.services.admission.service import Submission
-from oml.services.auth import authenticate
+from oml.services.claims.admission import Submission
+from oml.services.runtime.auth import authenticate
 
 CANARY = "CANARY-7f3a9c-the-quartermaster-hides-the-ledger-under-pier-nine"
 
@@ -34,10 +34,10 @@ def populate(ctx, tenant: str, claims: int = 4, *, canary: bool = True) -> Audit
     kit = make_kit(ctx, tenant)
     adm = ctx.admission
     admin = authenticate(ctx.db, kit.admin_key)
-    a = adm.create_identity(admin, "person", "auditor")["identity_id"]
-    o = adm.create_identity(admin, "person", "operator")["identity_id"]
-    auditor_key = adm.create_principal(admin, a, "auditor", [kit.root])["api_key"]
-    operator_key = adm.create_principal(admin, o, "operator", [kit.root])["api_key"]
+    a = ctx.tenancy.create_identity(admin, "person", "auditor")["identity_id"]
+    o = ctx.tenancy.create_identity(admin, "person", "operator")["identity_id"]
+    auditor_key = ctx.tenancy.create_principal(admin, a, "auditor", [kit.root])["api_key"]
+    operator_key = ctx.tenancy.create_principal(admin, o, "operator", [kit.root])["api_key"]
     ak = AuditKit(kit, auditor_key, operator_key)
     add_claims(ctx, ak, claims, canary=canary)
     return ak
@@ -60,7 +60,7 @@ def add_claims(ctx, ak: AuditKit, n: int, *, canary: bool = False, promote: bool
 
 
 def lake_copy(ctx, tenant: str) -> int:
-    from oml.workers.lake_writer import catch_up
+    from oml.workers.lake.writer import catch_up
 
     return catch_up(ctx, tenant)
 
@@ -83,7 +83,7 @@ def lake_overwrite(ctx, name: str, tenant: str, table) -> None:
     """Replace the tenant's partition of lake table ``name`` with ``table`` (what an attacker with lake write access does)."""
     from deltalake import write_deltalake
 
-    from oml.workers.lake_schema import TABLES
+    from oml.workers.lake.schema import TABLES
 
     write_deltalake(f"{ctx.settings.lake}/{name}", table.cast(TABLES[name]), mode="overwrite",
                     predicate=f"tenant_id = '{tenant}'", partition_by=["tenant_id"])
@@ -111,7 +111,7 @@ def seal_reads(ctx, tenant: str, n: int = 4) -> int:
     """Log ``n`` reads as the server does and seal them with the read-log module; returns the batch number."""
     import uuid
 
-    from oml.services.server import readlog
+    from oml.services.reads import readlog
 
     with ctx.db.tenant("oml_server", tenant) as c:
         for i in range(n):

@@ -14,9 +14,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from oml.domain.access import Principal
-from oml.services.admission.service import Submission
-from oml.services.auth import authenticate
-from oml.services.context import Context
+from oml.services.claims.admission import Submission
+from oml.services.runtime.auth import authenticate
+from oml.services.runtime.context import Context
 from owner_kit import owner  # noqa: F401  (tests import owner from their kit)
 
 
@@ -53,15 +53,15 @@ class EKit:
 
 def make_ekit(ctx: Context, tenant: str) -> EKit:
     adm = ctx.admission
-    t = adm.create_tenant(tenant)
+    t = ctx.tenancy.create_tenant(tenant)
     admin = authenticate(ctx.db, t.admin_key)
-    wa = adm.create_workarea(admin, "a", t.root_workarea, pii_policy="declare")["node_id"]
-    wb = adm.create_workarea(admin, "b", t.root_workarea, pii_policy="declare")["node_id"]
+    wa = ctx.tenancy.create_workarea(admin, "a", t.root_workarea, pii_policy="declare")["node_id"]
+    wb = ctx.tenancy.create_workarea(admin, "b", t.root_workarea, pii_policy="declare")["node_id"]
     keys = {"admin": t.admin_key}
     ps = {}
     for role in ("writer", "reviewer", "reader", "operator"):
-        ident = adm.create_identity(admin, "person" if role != "writer" else "service", role)["identity_id"]
-        keys[role] = adm.create_principal(admin, ident, role, [t.root_workarea])["api_key"]
+        ident = ctx.tenancy.create_identity(admin, "person" if role != "writer" else "service", role)["identity_id"]
+        keys[role] = ctx.tenancy.create_principal(admin, ident, role, [t.root_workarea])["api_key"]
         ps[role] = authenticate(ctx.db, keys[role])
     return EKit(ctx, tenant, t.root_workarea, wa, wb, admin, ps["writer"], ps["reviewer"], ps["reader"], ps["operator"], keys)
 

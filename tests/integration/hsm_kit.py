@@ -59,6 +59,6 @@ def pkcs11_uri() -> str:
 @functools.lru_cache(maxsize=1)
 def pkcs11_store():
     """One :class:`Pkcs11KeyStore` session on the test token per process."""
-    from oml.services.keystore_pkcs11 import Pkcs11Config, Pkcs11KeyStore
+    from oml.services.keys.keystore_pkcs11 import Pkcs11Config, Pkcs11KeyStore
 
     return Pkcs11KeyStore(Pkcs11Config.from_uri(pkcs11_uri()))

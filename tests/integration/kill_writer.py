@@ -15,9 +15,10 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from oml.services.admission.service import Admission, Submission
-from oml.services.auth import authenticate
-from oml.services.keystore import LocalKeyStore
+from oml.services.journal.acts import ActRunner
+from oml.services.claims.admission import Admission, Submission
+from oml.services.runtime.auth import authenticate
+from oml.services.keys.keystore import LocalKeyStore
 from oml.services.storage.db import Database
 
 
@@ -28,7 +29,7 @@ def main() -> int:
     marker = Path(os.environ["KILL_MARKER"])
     tenant = os.environ["KILL_TENANT"]
     if os.environ.get("KILL_PAUSE") == "1":
-        original = Admission._remember
+        original = ActRunner.remember
 
         def pause(self, p, key, digest, response, conn):
             original(self, p, key, digest, response, conn)
@@ -37,7 +38,7 @@ def main() -> int:
             marker.write_text(str(inserted))
             time.sleep(120)  # the test kills us here, before the commit
 
-        Admission._remember = pause
+        ActRunner.remember = pause
     p = authenticate(db, os.environ["KILL_API_KEY"])
     n = int(os.environ["KILL_BATCH"])
     items = [Submission(os.environ["KILL_WORKAREA"], {"statement": f"batch item {i}"}) for i in range(n)]

@@ -10,9 +10,10 @@ import os
 import signal
 import sys
 
-from oml.services.context import open_context
-from oml.services.settings import Settings
-from oml.workers import indexer, lake_writer
+from oml.services.runtime.context import open_context
+from oml.services.runtime.settings import Settings
+from oml.workers.index import indexer
+from oml.workers.lake import writer as lake_writer
 
 
 def main() -> None:

@@ -16,8 +16,8 @@ from typing import Iterator
 import sqlalchemy as sa
 import uvicorn
 
-from oml.services.admission.service import Submission
-from oml.services.auth import authenticate
+from oml.services.claims.admission import Submission
+from oml.services.runtime.auth import authenticate
 from oml.services.storage.db import Database
 
 import oml_test_backends as backends
@@ -34,12 +34,12 @@ class Env:
 
 def setup_tenant(ctx, tenant: str) -> Env:
     adm = ctx.admission
-    t = adm.create_tenant(tenant)
+    t = ctx.tenancy.create_tenant(tenant)
     admin = authenticate(ctx.db, t.admin_key)
-    w = adm.create_identity(admin, "service", "ingest")
-    r = adm.create_identity(admin, "person", "rev")
-    wk = adm.create_principal(admin, w["identity_id"], "writer", [t.root_workarea])
-    rk = adm.create_principal(admin, r["identity_id"], "reviewer", [t.root_workarea])
+    w = ctx.tenancy.create_identity(admin, "service", "ingest")
+    r = ctx.tenancy.create_identity(admin, "person", "rev")
+    wk = ctx.tenancy.create_principal(admin, w["identity_id"], "writer", [t.root_workarea])
+    rk = ctx.tenancy.create_principal(admin, r["identity_id"], "reviewer", [t.root_workarea])
     return Env(tenant, t.root_workarea, admin, authenticate(ctx.db, wk["api_key"]), authenticate(ctx.db, rk["api_key"]))
 
 
@@ -97,7 +97,7 @@ def assert_index_exact(ctx, tenant: str) -> None:
 
 
 def lake_rows(ctx, table: str, tenant: str) -> list[dict]:
-    from oml.workers.lake_writer import lake_for
+    from oml.workers.lake.writer import lake_for
 
     dt = lake_for(ctx).table(table)
     return dt.to_pyarrow_table(filters=[("tenant_id", "=", tenant)]).to_pylist()

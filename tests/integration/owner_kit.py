@@ -6,7 +6,7 @@ from typing import Iterator
 
 import sqlalchemy as sa
 
-from oml.services.context import Context
+from oml.services.runtime.context import Context
 
 
 @contextmanager

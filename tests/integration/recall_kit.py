@@ -2,7 +2,7 @@
 
 A :class:`World` is one tenant built through admission (workareas, an
 author, a reviewer, readers) whose claims are promoted by the reviewer and
-indexed by the real oml-indexer (``workers/indexer.py``, the real model).
+indexed by the real oml-indexer (``workers/index/indexer.py``, the real model).
 """
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 
 from oml.domain.access import Principal
-from oml.services.admission.service import Submission
-from oml.services.auth import authenticate
-from oml.services.context import Context
+from oml.services.claims.admission import Submission
+from oml.services.runtime.auth import authenticate
+from oml.services.runtime.context import Context
 from owner_kit import owner  # noqa: F401  (tests import owner from their kit)
 
 
@@ -37,16 +37,16 @@ class World:
         pid = self.area(parent) if parent else None
         if pid is None:
             raise ValueError("paths start at the root label")
-        node = self.ctx.admission.create_workarea(self.admin, label, pid, development=development)["node_id"]
+        node = self.ctx.tenancy.create_workarea(self.admin, label, pid, development=development)["node_id"]
         self.workareas[path] = node
         return node
 
     def key(self, role: str, *roots: str, identity: str | None = None) -> Principal:
         """A new principal with ``role`` rooted at the workarea paths ``roots`` (default: the root)."""
         adm = self.ctx.admission
-        ident = identity or adm.create_identity(self.admin, "service", f"{role}-key")["identity_id"]
+        ident = identity or self.ctx.tenancy.create_identity(self.admin, "service", f"{role}-key")["identity_id"]
         node_ids = [self.area(r) for r in (roots or (self.root_path,))]
-        k = adm.create_principal(self.admin, ident, role, node_ids)["api_key"]
+        k = self.ctx.tenancy.create_principal(self.admin, ident, role, node_ids)["api_key"]
         p = authenticate(self.ctx.db, k)
         self.keys[p.principal_id] = k
         return p
@@ -80,19 +80,19 @@ class World:
         return out
 
     def index(self) -> int:
-        from oml.workers.indexer import catch_up
+        from oml.workers.index.indexer import catch_up
 
         return catch_up(self.ctx, self.tenant)
 
 
 def make_world(ctx: Context, tenant: str, root_label: str = "main") -> World:
     adm = ctx.admission
-    t = adm.create_tenant(tenant, root_label)
+    t = ctx.tenancy.create_tenant(tenant, root_label)
     admin = authenticate(ctx.db, t.admin_key)
-    w_ident = adm.create_identity(admin, "service", "author")["identity_id"]
-    r_ident = adm.create_identity(admin, "person", "reviewer")["identity_id"]
-    wk = adm.create_principal(admin, w_ident, "writer", [t.root_workarea])["api_key"]
-    rk = adm.create_principal(admin, r_ident, "reviewer", [t.root_workarea])["api_key"]
+    w_ident = ctx.tenancy.create_identity(admin, "service", "author")["identity_id"]
+    r_ident = ctx.tenancy.create_identity(admin, "person", "reviewer")["identity_id"]
+    wk = ctx.tenancy.create_principal(admin, w_ident, "writer", [t.root_workarea])["api_key"]
+    rk = ctx.tenancy.create_principal(admin, r_ident, "reviewer", [t.root_workarea])["api_key"]
     world = World(ctx, tenant, t.root_workarea, admin, authenticate(ctx.db, wk), authenticate(ctx.db, rk), w_ident,
                   {root_label: t.root_workarea}, {})
     world.keys.update({world.writer.principal_id: wk, world.reviewer.principal_id: rk, admin.principal_id: t.admin_key})

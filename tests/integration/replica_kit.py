@@ -14,7 +14,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from oml.services.context import Context
+from oml.services.runtime.context import Context
 from oml.services.storage.db import Database
 from oml.services.storage.standby import Standby
 

@@ -1,4 +1,4 @@
-"""Group commits as sets (issue 14; services/admission/batch.py).
+"""Group commits as sets (issue 14; services/journal/batch.py).
 
 A batch of N claims costs the same number of statements whatever N; a refused item anywhere in a batch
 commits nothing (no journal row, outbox message, artifact or projection) and the refusal names it; a
@@ -17,11 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oml.domain.errors import OMLError
-from oml.services.admission import batch as batch_mod
-from oml.services.admission.service import Submission
-from oml.services.auth import authenticate
-from oml.services.journal_verify import verify_journal
-from oml.services.projections import verify_tenant
+from oml.services.journal import batch as batch_mod
+from oml.services.claims.admission import Submission
+from oml.services.runtime.auth import authenticate
+from oml.services.journal.verify import verify_journal
+from oml.services.journal.projections import verify_tenant
 
 from admission_kit import make_kit, owner
 
@@ -30,7 +30,7 @@ from admission_kit import make_kit, owner
 def kit(ctx):
     k = make_kit(ctx, "batch")
     admin = authenticate(ctx.db, k.admin_key)
-    k.declared = ctx.admission.create_workarea(admin, "declared", k.root, pii_policy="declare")["node_id"]
+    k.declared = ctx.tenancy.create_workarea(admin, "declared", k.root, pii_policy="declare")["node_id"]
     return k
 
 
@@ -63,7 +63,7 @@ def test_a_batch_costs_a_constant_number_of_statements(ctx, kit, monkeypatch):
 
     batch(3)()  # plans and memo-free warm-up
     small, large = _statements(monkeypatch, batch(5)), _statements(monkeypatch, batch(150))
-    # 150 claims go in chunks (services/admission/batch.py CHUNK): a constant number of statements per chunk.
+    # 150 claims go in chunks (services/journal/batch.py CHUNK): a constant number of statements per chunk.
     assert small >= 7 and large <= small + (150 // batch_mod.CHUNK) * 6
 
 
@@ -160,7 +160,7 @@ def _opens(ctx, kit, n: int) -> list[bytes]:
 
 def test_dek_wraps_from_the_worker_open_and_a_dead_worker_falls_back(ctx, kit):
     from oml.domain.canonical import canonical
-    from oml.services.admission import wrapping
+    from oml.services.keys import wrapping
 
     w = authenticate(ctx.db, kit.writer_key)
     n = 3 * batch_mod.CHUNK
@@ -224,7 +224,7 @@ def test_a_refused_worker_batch_keeps_its_worker(ctx, kit):
     """A batch refused at its first item reads the answers it will not use and returns its worker to the pool (the
     next batch is served by the same process; before, the worker was stopped under the head lock, which took
     seconds when its unread answers filled the pipe)."""
-    from oml.services.admission import wrapping
+    from oml.services.keys import wrapping
 
     w = authenticate(ctx.db, kit.writer_key)
     n = batch_mod.WORKER_MIN * 2
@@ -247,7 +247,7 @@ def test_a_stopped_worker_is_given_up_and_the_batch_commits(ctx, kit, monkeypatc
     import signal
 
     from oml.domain.canonical import canonical
-    from oml.services.admission import wrapping
+    from oml.services.keys import wrapping
 
     monkeypatch.setattr(wrapping, "ANSWER_TIMEOUT_S", 1.0)
     w = authenticate(ctx.db, kit.writer_key)
@@ -289,7 +289,7 @@ def test_workarea_ids_in_other_forms(ctx, kit):
 
 
 def test_a_set_statement_fails_as_sqlalchemy_would_without_its_values(ctx, kit):
-    from oml.services.admission import sets
+    from oml.services.journal import sets
 
     secret = "batch-dup-canary"
     with pytest.raises(sa.exc.IntegrityError) as e:
@@ -306,7 +306,7 @@ def test_a_submitted_event_that_does_not_replay_is_named_inside_a_run(ctx):
     import uuid
 
     from oml.domain.events import Actor
-    from oml.services.admission import journal
+    from oml.services.journal import journal
 
     k = make_kit(ctx, "batch-noreplay")
     w = authenticate(ctx.db, k.writer_key)
@@ -331,7 +331,8 @@ def test_a_submitted_event_that_does_not_replay_is_named_inside_a_run(ctx):
 def test_the_submit_digest_splices_the_bodies_it_has_encoded(items):
     """The idempotency digest of a submit equals SHA-256 of the whole request canonicalised in one piece."""
     from oml.domain.canonical import canonical
-    from oml.services.admission.service import _SubmitRequest, request_digest
+    from oml.services.claims.admission import _SubmitRequest
+    from oml.services.journal.acts import request_digest
 
     req = _SubmitRequest(items, [canonical(s.body) for s in items])
     assert req.canonical() == canonical(req.value())
@@ -350,7 +351,7 @@ def test_the_submit_digest_splices_the_bodies_it_has_encoded(items):
 ])
 def test_arrays_built_here_read_back_as_psycopg_sends_them(ctx, sql_type, values):
     """sets.array builds the binary array psycopg would send for the same list (what PostgreSQL reads back is equal)."""
-    from oml.services.admission import sets
+    from oml.services.journal import sets
 
     with ctx.db.engine(None).begin() as conn:
         dc = conn.connection.driver_connection
@@ -377,7 +378,7 @@ def test_a_batch_repr_shows_counts_not_bodies():
 def test_the_worker_environment_holds_no_credential_of_the_server(monkeypatch):
     """The worker process reads its own settings but none of the server's secrets: its /proc environ has no master
     key, database URL, token PIN or cloud key, whatever the server's environment holds."""
-    from oml.services.admission import wrapping
+    from oml.services.keys import wrapping
 
     secrets = {"OML_MASTER_KEY": "canary-master-key", "OML_DATABASE_URL": "postgresql://u:canary-pw@h/db",
                "OML_PKCS11_PIN": "canary-pin", "AWS_SECRET_ACCESS_KEY": "canary-aws", "PGPASSWORD": "canary-pg"}
@@ -408,7 +409,7 @@ def test_the_worker_seals_each_body_so_it_opens(monkeypatch, share):
 
     from oml.domain import envelope
     from oml.domain.canonical import canonical
-    from oml.services.admission import wrapping
+    from oml.services.keys import wrapping
 
     monkeypatch.setenv("OML_ADMISSION_WRAP_SHARE", share)
     w = wrapping.Worker()

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from oml.services.admission.service import Admission, Submission
-from oml.services.auth import authenticate
-from oml.services.journal_verify import verify_journal
-from oml.services.projections import verify_tenant
+from oml.services.claims.admission import Admission, Submission
+from oml.services.runtime.auth import authenticate
+from oml.services.journal.verify import verify_journal
+from oml.services.journal.projections import verify_tenant
 from oml.services.storage.db import Database
 
 from admission_kit import journal_len, make_kit, owner

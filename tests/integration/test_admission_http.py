@@ -12,9 +12,9 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from oml.services.http.app import create_app
-from oml.services.journal_verify import verify_journal
-from oml.services.projections import verify_tenant
+from oml.services.entrypoints.http.app import create_app
+from oml.services.journal.verify import verify_journal
+from oml.services.journal.projections import verify_tenant
 
 from admission_kit import bearer, journal_len, make_kit, owner
 

@@ -13,8 +13,8 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from oml.domain import pii
-from oml.services.http.app import create_app
-from oml.services.projections import verify_tenant
+from oml.services.entrypoints.http.app import create_app
+from oml.services.journal.projections import verify_tenant
 
 from admission_kit import bearer, journal_len, make_kit, owner, owner_unguarded
 

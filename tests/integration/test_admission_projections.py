@@ -13,9 +13,10 @@ import json
 import pytest
 import sqlalchemy as sa
 
-from oml.services.admission.service import Submission
-from oml.services.auth import authenticate
-from oml.services.projections import verify_projections, verify_tenant
+from oml.services.keys import signing_rotation
+from oml.services.claims.admission import Submission
+from oml.services.runtime.auth import authenticate
+from oml.services.journal.projections import verify_projections, verify_tenant
 
 from admission_kit import make_kit, owner, owner_unguarded, run_cli
 
@@ -26,13 +27,13 @@ def hist(ctx):
     k = make_kit(ctx, "proj")
     adm = ctx.admission
     admin, w, r = (authenticate(ctx.db, x) for x in (k.admin_key, k.writer_key, k.reviewer_key))
-    a = adm.create_workarea(admin, "alpha", k.root)["node_id"]
-    b = adm.create_workarea(admin, "beta", a, development=True)["node_id"]
-    g = adm.create_workarea(admin, "gamma", k.root)["node_id"]
-    adm.reparent_workarea(admin, b, g)
-    adm.set_workarea_policy(admin, a, pii_policy="allow")
-    extra = adm.create_principal(admin, k.writer_identity, "reader", [a, g])
-    adm.revoke_principal(admin, extra["principal_id"])
+    a = ctx.tenancy.create_workarea(admin, "alpha", k.root)["node_id"]
+    b = ctx.tenancy.create_workarea(admin, "beta", a, development=True)["node_id"]
+    g = ctx.tenancy.create_workarea(admin, "gamma", k.root)["node_id"]
+    ctx.tenancy.reparent_workarea(admin, b, g)
+    ctx.tenancy.set_workarea_policy(admin, a, pii_policy="allow")
+    extra = ctx.tenancy.create_principal(admin, k.writer_identity, "reader", [a, g])
+    ctx.tenancy.revoke_principal(admin, extra["principal_id"])
     s = adm.submit(w, [Submission(a, {"statement": "v1"}, valid_from="2024-01-01T00:00:00Z", valid_to="2030-01-01T00:00:00+02:00",
                                   confidence=500),
                        Submission(g, {"statement": "steer"}, kind="steering", provenance="inferred")])["items"]
@@ -43,8 +44,8 @@ def hist(ctx):
     adm.review(r, v2, "demote", "inaccurate")
     adm.review(r, s[1]["version_id"], "reject", "out_of_scope")
     held = adm.submit(w, [Submission(a, {"statement": "still held"})])["items"][0]
-    adm.rotate_signing_key(k.tenant)
-    adm.rotate_signing_key(k.tenant, recovery_private_key=k.recovery)
+    signing_rotation.rotate_signing_key(adm.acts, adm.keystore, k.tenant)
+    signing_rotation.rotate_signing_key(adm.acts, adm.keystore, k.tenant, recovery_private_key=k.recovery)
     adm.submit(w, [Submission(a, {"statement": "after rotations"})])
     return {"kit": k, "claim": c1, "v1": v1, "v2": v2, "held": held["version_id"]}
 

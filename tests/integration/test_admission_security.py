@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from oml.services.http.app import create_app
+from oml.services.entrypoints.http.app import create_app
 from oml.services.storage.db import WORKLOAD_ROLES, Database
 
 from admission_kit import bearer, make_kit, owner
@@ -227,9 +227,9 @@ def test_a_statement_planted_under_psycopgs_name_does_not_reach_the_next_borrowe
     _pg3_N) for a no-op of the same parameter types. The next checkout sees a statement made with SQL's PREPARE and
     drops every prepared statement (psycopg forgets its own): the next submit writes its claim rows (found by a
     hostile review; before, it returned its items and wrote none)."""
-    from oml.services.admission.service import Submission
-    from oml.services.auth import authenticate
-    from oml.services.context import Context
+    from oml.services.claims.admission import Submission
+    from oml.services.runtime.auth import authenticate
+    from oml.services.runtime.context import Context
 
     db = Database(db_url, None, pool_size=1)
     adm = Context(ctx.settings, db, ctx.keystore).admission
@@ -283,9 +283,9 @@ def test_admission_checks_out_inside_a_read_committed_transaction(db_url, ctx, k
     connections leave it idle."""
     from psycopg import pq
 
-    from oml.services.admission.service import Submission
-    from oml.services.auth import authenticate
-    from oml.services.context import Context
+    from oml.services.claims.admission import Submission
+    from oml.services.runtime.auth import authenticate
+    from oml.services.runtime.context import Context
 
     db = Database(db_url, None, pool_size=1)
     adm = Context(ctx.settings, db, ctx.keystore).admission
@@ -325,9 +325,9 @@ def test_the_prepared_opening_lookups_read_only_the_bound_tenant(db_url, ctx, ki
     into this tenant, another tenant's writer naming this tenant's root workarea is refused as not found: the kept
     workarea lookup runs under the other tenant's binding, which RLS applies when it runs; and that tenant's own
     submit lands in its own chain."""
-    from oml.services.admission.service import Submission
-    from oml.services.auth import authenticate
-    from oml.services.context import Context
+    from oml.services.claims.admission import Submission
+    from oml.services.runtime.auth import authenticate
+    from oml.services.runtime.context import Context
     from oml.domain.errors import OMLError
 
     other = make_kit(ctx, "sec-prepared")

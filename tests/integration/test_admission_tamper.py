@@ -14,14 +14,15 @@ import pytest
 import sqlalchemy as sa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from oml.services.keys import signing_rotation
 from oml.domain import chain, signing
 from oml.domain.canonical import canonical
 from oml.domain.errors import OMLError
 from oml.domain.events import SYSTEM
-from oml.services.admission import journal
-from oml.services.admission.service import Submission
-from oml.services.auth import authenticate
-from oml.services.journal_verify import verify_journal
+from oml.services.journal import journal
+from oml.services.claims.admission import Submission
+from oml.services.runtime.auth import authenticate
+from oml.services.journal.verify import verify_journal
 
 from admission_kit import journal_len, make_kit, owner, run_cli
 
@@ -126,7 +127,7 @@ def test_rotation_without_pop_is_refused_and_detected_if_forced(ctx):
     kit = _populated(ctx, "tamper-pop")
     n = journal_len(ctx, kit.tenant)
     with pytest.raises(OMLError) as e:
-        ctx.admission.rotate_signing_key(kit.tenant, pop_override=b"\x00" * 64)
+        signing_rotation.rotate_signing_key(ctx.acts, ctx.keystore, kit.tenant, pop_override=b"\x00" * 64)
     assert e.value.code == "keys.invalid_proof" and journal_len(ctx, kit.tenant) == n
     # Forced into the table through the append path, signed by the genuine current key.
     new = signing.raw_public(Ed25519PrivateKey.generate())
@@ -142,7 +143,7 @@ def test_recovery_rotation(ctx):
     kit = _populated(ctx, "recovery")
     n = journal_len(ctx, kit.tenant)
     with pytest.raises(OMLError) as e:
-        ctx.admission.rotate_signing_key(kit.tenant, recovery_private_key=Ed25519PrivateKey.generate().private_bytes_raw().hex())
+        signing_rotation.rotate_signing_key(ctx.acts, ctx.keystore, kit.tenant, recovery_private_key=Ed25519PrivateKey.generate().private_bytes_raw().hex())
     assert e.value.code == "keys.not_recovery_key" and journal_len(ctx, kit.tenant) == n
     rot = run_cli(ctx, ["keys", "rotate", "--tenant", kit.tenant, "--recovery-key-file", "-", "--json"], input=kit.recovery + "\n")
     assert rot.exit_code == 0, rot.output

@@ -20,17 +20,18 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi.testclient import TestClient
 from sqlalchemy.pool import NullPool
 
+from oml.services.keys import signing_rotation
 from oml.domain import envelope, signing
 from oml.domain.access import Principal
 from oml.domain.errors import OMLError
 from oml.domain.events import Actor
-from oml.services.admission import journal, projector
-from oml.services.admission.service import Submission
-from oml.services.auth import authenticate
-from oml.services.http.app import create_app
-from oml.services.journal_verify import verify_journal
-from oml.services.projections import verify_tenant
-from oml.workers import reconciler
+from oml.services.journal import journal, projector
+from oml.services.claims.admission import Submission
+from oml.services.runtime.auth import authenticate
+from oml.services.entrypoints.http.app import create_app
+from oml.services.journal.verify import verify_journal
+from oml.services.journal.projections import verify_tenant
+from oml.workers.reconcile import reconciler
 
 from admission_kit import bearer, journal_len, make_kit, owner, owner_unguarded, run_cli
 from owner_kit import temporary_tables
@@ -61,8 +62,8 @@ def reported(ctx, kit, seq: int, rule: str, *, cli: bool = False) -> None:
     diffs = {(d.key, d.kind, d.columns) for d in verify_tenant(ctx.db, kit.tenant)}
     assert ((("seq", str(seq)),), "unauthorised_act", (rule,)) in diffs
     # Offline, under the trusted key: an archive of the whole chain fails at the first unpermitted act.
-    from oml.services.evidence.export import export
-    from oml.services.evidence.verify import EXIT_FAILED, verify
+    from oml.services.audit.evidence.export import export
+    from oml.services.audit.evidence.verify import EXIT_FAILED, verify
 
     ev = verify(export(ctx, kit.tenant, 1, None).data, trusted_key=kit.fingerprint)
     assert ev.exit_code == EXIT_FAILED and f"seq {seq}: authority: {rule}" in (ev.failure or ""), ev.lines()
@@ -118,7 +119,7 @@ def test_an_unregistered_actor_is_refused_to_workloads_and_reported_for_the_owne
     assert r.status_code == 401 and r.json()["code"] == "access.unauthenticated", r.text
     # Had anything authenticated it (an older server), admission would journal a signed admin key:
     forged = Principal(kit.tenant, pid, kit.dual_identity, "admin", (kit.root,), ("main",))
-    made = ctx.admission.create_principal(forged, kit.dual_identity, "admin", [kit.root])
+    made = ctx.tenancy.create_principal(forged, kit.dual_identity, "admin", [kit.root])
     minted, minted_key = made["principal_id"], made["api_key"]
     r = client.post("/v1/identities", json={"kind": "person", "display_name": "laundered"}, headers=bearer(minted_key))
     assert r.status_code == 200, r.text
@@ -145,7 +146,7 @@ def test_a_role_too_weak_is_refused_to_workloads_and_reported_for_the_owner(ctx)
                        p=writer.principal_id) == INSUFFICIENT_PRIVILEGE, role
     # Admission itself refuses the act at its append point (the same table the replay uses).
     with pytest.raises(OMLError) as e:
-        ctx.admission.system_event(kit.tenant, "principal.revoked", {"principal_id": writer.principal_id},
+        ctx.acts.system_event(kit.tenant, "principal.revoked", {"principal_id": writer.principal_id},
                                    Actor(writer.principal_id, writer.identity_id))
     assert e.value.code == "access.denied"
     # The owner signs the writer's "act" with the tenant's key.
@@ -340,11 +341,11 @@ def test_a_principal_deleted_after_use(ctx):
 def test_a_rotation_authorised_by_a_revoked_key(ctx):
     kit = make_kit(ctx, "forge-rotation")
     admin = authenticate(ctx.db, kit.admin_key)
-    op = ctx.admission.create_principal(admin, kit.dual_identity, "operator", [kit.root])
-    ctx.admission.revoke_principal(admin, op["principal_id"])
+    op = ctx.tenancy.create_principal(admin, kit.dual_identity, "operator", [kit.root])
+    ctx.tenancy.revoke_principal(admin, op["principal_id"])
     actor = Actor(op["principal_id"], kit.dual_identity)
     with pytest.raises(OMLError) as e:
-        ctx.admission.rotate_signing_key(kit.tenant, actor=actor)
+        signing_rotation.rotate_signing_key(ctx.acts, ctx.keystore, kit.tenant, actor=actor)
     assert e.value.code == "access.denied"
     new = Ed25519PrivateKey.generate()
     new_pub = signing.raw_public(new)
@@ -442,7 +443,7 @@ def test_a_body_resealed_to_the_tenant_key_is_not_served(ctx):
         c.execute(sa.text("INSERT INTO wrapped_deks (tenant_id, artifact_id, key_version, wrapped) VALUES (:t, CAST(:a AS uuid), :k, :w)"),
                   {"t": kit.tenant, "a": art, "k": kv, "w": forged.wrapped_dek})
     admin = authenticate(ctx.db, kit.admin_key)
-    reader = ctx.admission.create_principal(admin, kit.reviewer_identity, "reader", [kit.root])["api_key"]
+    reader = ctx.tenancy.create_principal(admin, kit.reviewer_identity, "reader", [kit.root])["api_key"]
     r = TestClient(create_app(ctx), raise_server_exceptions=False).get(f"/v1/claims/{v['claim_id']}", headers=bearer(reader))
     assert "FORGEDSTATEMENT" not in r.text and r.status_code != 200, r.text
     assert r.json()["code"] == "integrity.body"
@@ -456,8 +457,8 @@ def test_a_workarea_policy_or_tree_changed_around_the_journal_is_refused(ctx):
     event appended for the purpose is named by `oml journal verify` for good."""
     kit = make_kit(ctx, "forge-workarea")
     admin = authenticate(ctx.db, kit.admin_key)
-    a = ctx.admission.create_workarea(admin, "team-a", kit.root)["node_id"]
-    b = ctx.admission.create_workarea(admin, "team-b", kit.root)["node_id"]
+    a = ctx.tenancy.create_workarea(admin, "team-a", kit.root)["node_id"]
+    b = ctx.tenancy.create_workarea(admin, "team-b", kit.root)["node_id"]
     forgeries = {
         "UPDATE workareas SET development = true WHERE tenant_id = :t AND node_id = CAST(:n AS uuid)": {"n": kit.root},
         "UPDATE workareas SET pii_policy = 'allow' WHERE tenant_id = :t AND node_id = CAST(:n AS uuid)": {"n": kit.root},
@@ -469,8 +470,8 @@ def test_a_workarea_policy_or_tree_changed_around_the_journal_is_refused(ctx):
             code = refused(ctx, role, kit.tenant, sql, **params)
             assert code == (GUARD if role == "oml_admission" else INSUFFICIENT_PRIVILEGE), (role, sql)
     # Legitimate acts still project.
-    ctx.admission.set_workarea_policy(admin, b, development=True, pii_policy="declare")
-    ctx.admission.reparent_workarea(admin, b, a)
+    ctx.tenancy.set_workarea_policy(admin, b, development=True, pii_policy="declare")
+    ctx.tenancy.reparent_workarea(admin, b, a)
     with owner(ctx, kit.tenant) as c:
         row = c.execute(sa.text("SELECT path, development, pii_policy FROM workareas WHERE tenant_id = :t AND node_id = CAST(:n AS uuid)"),
                         {"t": kit.tenant, "n": b}).one()
@@ -494,8 +495,8 @@ def test_a_tenant_policy_changed_around_the_journal_is_refused(ctx):
     or a shorter read-log retention cannot be written without the latest journal event that sets them."""
     kit = make_kit(ctx, "forge-policy")
     admin = authenticate(ctx.db, kit.admin_key)
-    ctx.admission.set_tenant_policy(admin, phone_regions=["GB"])
-    ctx.admission.set_tenant_policy(admin, phone_regions=["GB", "DE"])
+    ctx.tenancy.set_tenant_policy(admin, phone_regions=["GB"])
+    ctx.tenancy.set_tenant_policy(admin, phone_regions=["GB", "DE"])
     with owner(ctx, kit.tenant) as c:
         first = c.execute(sa.text("SELECT min(seq) FROM journal_events WHERE tenant_id = :t AND type = 'tenant.policy_set'"),
                           {"t": kit.tenant}).scalar()
@@ -512,11 +513,11 @@ def test_a_tenant_policy_changed_around_the_journal_is_refused(ctx):
 def test_a_legal_hold_or_erasure_changed_around_the_journal_is_refused(ctx):
     """X6: as oml_admission, clearing a claim's legal hold in the row (so that a genuinely signed erasure shreds a
     held claim) or marking a claim erased needs the journal event that does it."""
-    from oml.services.erasure import erasure_service
+    from oml.services.erasure.acts import erasure_service
 
     kit = make_kit(ctx, "forge-hold")
     writer, admin = authenticate(ctx.db, kit.writer_key), authenticate(ctx.db, kit.admin_key)
-    op = authenticate(ctx.db, ctx.admission.create_principal(admin, kit.writer_identity, "operator", [kit.root])["api_key"])
+    op = authenticate(ctx.db, ctx.tenancy.create_principal(admin, kit.writer_identity, "operator", [kit.root])["api_key"])
     held = ctx.admission.submit(writer, [Submission(kit.root, {"statement": "under hold"})])["items"][0]["claim_id"]
     other = ctx.admission.submit(writer, [Submission(kit.root, {"statement": "kept"})])["items"][0]["claim_id"]
     er = erasure_service(ctx)

@@ -2,15 +2,17 @@
 and the same projections: the replay accepts what admission permits."""
 from __future__ import annotations
 
-from oml.services import keys_rotation
-from oml.services.admission.service import Submission
-from oml.services.auth import authenticate
-from oml.services.erasure import Erasure
-from oml.services.journal_verify import verify_journal
-from oml.services.projections import verify_tenant
-from oml.services.server import readlog
-from oml.services.simulations import Simulations
-from oml.workers import indexer, reconciler
+from oml.services.keys import signing_rotation
+from oml.services.keys import rotation as keys_rotation
+from oml.services.claims.admission import Submission
+from oml.services.runtime.auth import authenticate
+from oml.services.erasure.acts import Erasure
+from oml.services.journal.verify import verify_journal
+from oml.services.journal.projections import verify_tenant
+from oml.services.reads import readlog
+from oml.services.simulations.acts import Simulations
+from oml.workers.index import indexer
+from oml.workers.reconcile import reconciler
 
 from admission_kit import make_kit
 
@@ -21,9 +23,9 @@ def test_every_kind_of_genuine_act_replays_without_a_finding(ctx, tmp_path):
     admin = authenticate(ctx.db, kit.admin_key)
     w = authenticate(ctx.db, kit.writer_key)
     r = authenticate(ctx.db, kit.reviewer_key)
-    opk = adm.create_principal(admin, kit.dual_identity, "operator", [kit.root])["api_key"]
+    opk = ctx.tenancy.create_principal(admin, kit.dual_identity, "operator", [kit.root])["api_key"]
     op = authenticate(ctx.db, opk)
-    dev = adm.create_workarea(admin, "dev", kit.root, development=True)["node_id"]
+    dev = ctx.tenancy.create_workarea(admin, "dev", kit.root, development=True)["node_id"]
     dw = authenticate(ctx.db, kit.dual_writer_key)
     dr = authenticate(ctx.db, kit.dual_reviewer_key)
     sv = adm.submit(dw, [Submission(dev, {"statement": "self"})])["items"][0]
@@ -47,14 +49,14 @@ def test_every_kind_of_genuine_act_replays_without_a_finding(ctx, tmp_path):
     er.place_hold(op, v3["claim_id"], "legal_request")
     er.release_hold(op, v3["claim_id"], "legal_request")
     er.erase_claim(op, v3["claim_id"], "data_subject_request", rewrite=False)
-    adm.rotate_signing_key(kit.tenant, principal=admin, actor=adm._actor(admin))
-    adm.rotate_signing_key(kit.tenant, recovery_private_key=kit.recovery)
+    signing_rotation.rotate_signing_key(adm.acts, adm.keystore, kit.tenant, principal=admin, actor=adm.acts.actor(admin))
+    signing_rotation.rotate_signing_key(adm.acts, adm.keystore, kit.tenant, recovery_private_key=kit.recovery)
     keys_rotation.rotate(ctx, kit.tenant)
     readlog.set_policy(ctx, op, 30)
-    ak = adm.create_principal(admin, kit.dual_identity, "writer", [dev])
-    adm.revoke_principal(admin, ak["principal_id"])
-    adm.reparent_workarea(admin, dev, None)
-    adm.set_workarea_policy(admin, dev, development=False)
+    ak = ctx.tenancy.create_principal(admin, kit.dual_identity, "writer", [dev])
+    ctx.tenancy.revoke_principal(admin, ak["principal_id"])
+    ctx.tenancy.reparent_workarea(admin, dev, None)
+    ctx.tenancy.set_workarea_policy(admin, dev, development=False)
     indexer.enroll(ctx, kit.tenant)
     readlog.apply_retention(ctx, kit.tenant, principal=op)
     reconciler.run(ctx, kit.tenant, out_dir=tmp_path, trusted_fingerprint=kit.fingerprint)

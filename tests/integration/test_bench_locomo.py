@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from oml.services.bench import locomo
+from oml_tools.bench import locomo
 
 from conftest import SHARED
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import typer
 
-from oml.services.bench import replica, scale
+from oml_tools.bench import replica, scale
 
 from replica_kit import start_standby, stop_standby
 

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from oml.services.bench import scale
+from oml_tools.bench import scale
 
 
 def test_slope_is_the_log_log_least_squares_fit():

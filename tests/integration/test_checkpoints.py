@@ -12,12 +12,13 @@ from fastapi.testclient import TestClient
 
 from admission_kit import bearer, owner, run_cli
 from audit_kit import add_claims, lake_copy, populate
+from oml.services.keys import signing_rotation
 from oml.domain import merkle
 from oml.domain.checkpoint import (parse_consistency_proof, parse_verifier_key, verify_checkpoint, verify_inclusion_proof)
 from oml.domain.errors import OMLError
-from oml.services import proofs
-from oml.services.admission import checkpoints as cps
-from oml.services.http.app import create_app
+from oml.services.journal import proofs
+from oml.services.journal import checkpoints as cps
+from oml.services.entrypoints.http.app import create_app
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +144,7 @@ def test_cli_issue_show_and_proofs(ctx, ak, vkey, tmp_path):
 
 
 def test_checkpoint_after_rotation_is_signed_by_the_new_key(ctx, ak, vkey):
-    rot = ctx.admission.rotate_signing_key(ak.tenant)
+    rot = signing_rotation.rotate_signing_key(ctx.acts, ctx.keystore, ak.tenant)
     cp = cps.issue_checkpoint(ctx, ak.tenant)
     with owner(ctx, ak.tenant) as c:
         new_pub = bytes(c.execute(sa.text("SELECT public_key FROM tenant_keys WHERE tenant_id = :t AND kid = :k"),
@@ -182,7 +183,7 @@ def test_a_broken_chain_is_never_checkpointed(ctx):
 
 
 def test_verifier_key_printed_at_creation_verifies_checkpoints(ctx):
-    t = ctx.admission.create_tenant("ckpt-vkey")
+    t = ctx.tenancy.create_tenant("ckpt-vkey")
     name, pub = parse_verifier_key(t.verifier_key)
     cp = cps.issue_checkpoint(ctx, "ckpt-vkey")
     assert name == "oml/ckpt-vkey"

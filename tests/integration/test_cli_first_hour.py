@@ -99,7 +99,7 @@ def test_list_commands_and_the_apikey_rename(ctx, tenant):
 
 
 def _cached_models():
-    from oml.workers import embedding
+    from oml.workers.index import embedding
 
     return embedding._cache
 
@@ -144,7 +144,7 @@ def test_no_blank_swagger_page_offline(ctx):
     """/docs and /redoc would load Swagger UI from a CDN: they are off; /openapi.json is the contract."""
     from fastapi.testclient import TestClient
 
-    from oml.services.http.app import create_app
+    from oml.services.entrypoints.http.app import create_app
 
     with TestClient(create_app(ctx)) as c:
         assert c.get("/docs").status_code == 404 and c.get("/redoc").status_code == 404

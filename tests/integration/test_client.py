@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from oml.client import (AccessDenied, AsyncOMLClient, ClaimNotFound, IdempotencyConflict, InvalidRequest, NotFound,
                         OMLClient, PersonalDataRefused, SeparationOfDuties, TooLarge, Unauthenticated)
 from oml.client.models import ClaimIn
-from oml.services.http.app import create_app
+from oml.services.entrypoints.http.app import create_app
 from oml_workers_support import serving
 
 
@@ -35,7 +35,7 @@ def base_url(app):
 @pytest.fixture(scope="module")
 def tenant(ctx, base_url):
     """A tenant with a writer, a reviewer, and one person holding both a writer and a reviewer key."""
-    t = ctx.admission.create_tenant("client-co")
+    t = ctx.tenancy.create_tenant("client-co")
     with OMLClient(base_url, t.admin_key) as admin:
         svc = admin.create_identity("service", "ingest")
         rev = admin.create_identity("person", "reviewer")
@@ -214,7 +214,7 @@ def test_async_client_in_process(ctx, app, tenant):
 def test_read_audit_and_erasure_methods(ctx, base_url, tenant, tmp_path, monkeypatch):
     """Every other method once, end to end: recall, fetch, lineage, journal, proofs, evidence, hold, erasure, ops."""
     from oml.client import ClaimErased, LegalHold
-    from oml.workers import indexer
+    from oml.workers.index import indexer
 
     monkeypatch.setenv("OML_INDEXER_KEY_DIR", str(tmp_path / "indexer-keys"))
     root = tenant["root"]

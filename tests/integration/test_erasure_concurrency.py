@@ -18,10 +18,10 @@ import time
 import sqlalchemy as sa
 
 from oml.domain.errors import OMLError
-from oml.services.erasure import Erasure, rewrite_pending
-from oml.services.journal_verify import verify_journal
-from oml.services.server import fetch as reads
-from oml.services.server.recall import RecallRequest, recall
+from oml.services.erasure.acts import Erasure, rewrite_pending
+from oml.services.journal.verify import verify_journal
+from oml.services.reads import fetch as reads
+from oml.services.reads.recall import RecallRequest, recall
 
 from erasure_kit import canary, counts, index_rows_directly, make_ekit
 

@@ -6,7 +6,7 @@ to a copy class, i.e. until someone decided what erasure does to it.
 import sqlalchemy as sa
 
 from oml.domain import erasure_inventory as inv
-from oml.workers.lake_schema import TABLES as DELTA_TABLES
+from oml.workers.lake.schema import TABLES as DELTA_TABLES
 
 
 def _pg_tables(ctx) -> set[str]:

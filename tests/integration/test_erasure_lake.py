@@ -1,6 +1,6 @@
 """Lake purge on real Delta tables on disk (issue 6: delete, vacuum, prove by listing storage).
 
-The lake is written by the real lake-writer (``workers/lake_writer.catch_up``);
+The lake is written by the real lake-writer (``workers/lake/writer.catch_up``);
 the purge runs keyless. A vacuum that reports success while deleting
 nothing (delta-rs #3911, #4646) is simulated, and the listing catches it.
 """
@@ -12,9 +12,9 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 
-from oml.services import erasure_report
-from oml.services.erasure import Erasure
-from oml.workers import lake_purge, lake_writer
+from oml.services.erasure import report as erasure_report
+from oml.services.erasure.acts import Erasure
+from oml.workers.lake import purge as lake_purge, writer as lake_writer
 
 from erasure_kit import make_ekit
 
@@ -139,7 +139,7 @@ def test_purge_refuses_a_table_not_partitioned_by_tenant(ctx, tmp_path, monkeypa
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    from oml.workers.lake_schema import BODIES
+    from oml.workers.lake.schema import BODIES
 
     lake = tmp_path / "flat-lake"
     write_deltalake(str(lake / "bodies"), pa.Table.from_pylist([], schema=BODIES))  # no partition column

@@ -21,13 +21,14 @@ from fastapi.testclient import TestClient
 
 from admission_kit import bearer, owner, run_cli
 from audit_kit import CANARY, add_claims, lake_copy, populate, resign_history, seal_reads
+from oml.services.keys import signing_rotation
 from oml.domain.errors import OMLError
-from oml.services.admission.checkpoints import issue_checkpoint
-from oml.services.evidence import archive, format as fmt
-from oml.services.evidence.export import export
-from oml.services.evidence.verify import verify
-from oml.services.http.app import create_app
-from oml.workers import reconciler
+from oml.services.journal.checkpoints import issue_checkpoint
+from oml.services.audit.evidence import archive, format as fmt
+from oml.services.audit.evidence.export import export
+from oml.services.audit.evidence.verify import verify
+from oml.services.entrypoints.http.app import create_app
+from oml.workers.reconcile import reconciler
 
 DOCS = __import__("pathlib").Path(__file__).resolve().parents[2] / "docs"
 
@@ -168,7 +169,7 @@ def test_previous_checkpoint_rotation_and_a_range_after_it(ctx):
     ak = populate(ctx, "ev-rot", 2, canary=False)
     prev = issue_checkpoint(ctx, ak.tenant)
     add_claims(ctx, ak, 2)
-    rot = ctx.admission.rotate_signing_key(ak.tenant)
+    rot = signing_rotation.rotate_signing_key(ctx.acts, ctx.keystore, ak.tenant)
     add_claims(ctx, ak, 2)
     lo = rot["seq"] + 1
     ex = export(ctx, ak.tenant, lo, lo + 3, previous_checkpoint=prev.note)
@@ -194,7 +195,7 @@ def test_readlog_reconciliations_and_erasures_in_range(ctx):
     assert result.ok, result.discrepancies
     with owner(ctx, ak.tenant) as c:
         claim = str(c.execute(sa.text("SELECT claim_id FROM claims WHERE tenant_id = :t LIMIT 1"), {"t": ak.tenant}).scalar())
-    erased = ctx.admission.system_event(ak.tenant, "claim.erased", {"claim_id": claim, "reason": "data_subject_request"})
+    erased = ctx.acts.system_event(ak.tenant, "claim.erased", {"claim_id": claim, "reason": "data_subject_request"})
     ex = export(ctx, ak.tenant, lo, erased.seq)
     files = files_of(ex.data)
     assert [r["data"]["digest"] for r in json.loads(files[fmt.RECONCILIATIONS])] == [info["digest"]]
@@ -261,7 +262,7 @@ def test_an_act_by_an_unregistered_actor_fails_evidence_verify_in_and_before_the
     import uuid
 
     from oml.domain.events import Actor
-    from oml.services.admission import journal, projector
+    from oml.services.journal import journal, projector
 
     ak = populate(ctx, "ev-forged", 1, canary=False)
     rogue = Actor("00000000deadbeef", str(uuid.uuid4()))

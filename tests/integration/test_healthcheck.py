@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from oml.services import healthcheck
+from oml.services.runtime import healthcheck
 from oml.services.storage.db import Database
 
 

@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from oml.domain.events import REASON_CODES
-from oml.services.http.app import create_app
+from oml.services.entrypoints.http.app import create_app
 
 from admission_kit import bearer, journal_len, make_kit
 

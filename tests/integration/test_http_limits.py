@@ -13,8 +13,8 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from oml.services import auth
-from oml.services.demo.server import LocalServer
+from oml.services.runtime import auth
+from oml_tools.demo.server import LocalServer
 
 from admission_kit import bearer, make_kit
 
@@ -125,6 +125,6 @@ def test_unknown_key_id_costs_the_same_verification_as_a_wrong_secret(ctx, kit, 
     assert known[1] == unknown[1], "both paths must run the same SQL statements"
     # A revoked key compares its secret too: revocation is not told apart by the work done.
     admin = auth.authenticate(ctx.db, kit.admin_key)
-    made = ctx.admission.create_principal(admin, kit.writer_identity, "writer", [kit.root])
-    ctx.admission.revoke_principal(admin, made["principal_id"])
+    made = ctx.tenancy.create_principal(admin, kit.writer_identity, "writer", [kit.root])
+    ctx.tenancy.revoke_principal(admin, made["principal_id"])
     assert _work_for(ctx, monkeypatch, made["api_key"]) == known

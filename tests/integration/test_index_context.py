@@ -13,10 +13,10 @@ import pytest
 import sqlalchemy as sa
 
 from oml.domain import context_window as windows
-from oml.services.admission.service import Submission
-from oml.services.erasure import Erasure
-from oml.services.server.recall import RecallRequest, recall
-from oml.workers import embedding, indexer
+from oml.services.claims.admission import Submission
+from oml.services.erasure.acts import Erasure
+from oml.services.reads.recall import RecallRequest, recall
+from oml.workers.index import embedding, indexer
 
 from erasure_kit import canary, make_ekit, owner
 

@@ -6,9 +6,9 @@ import pytest
 import sqlalchemy as sa
 
 from oml.domain.errors import OMLError
-from oml.services.admission.service import Submission
-from oml.services.server.indexing_feed import IndexingFeed
-from oml.workers import embedding, indexer
+from oml.services.claims.admission import Submission
+from oml.services.reads.indexing_feed import IndexingFeed
+from oml.workers.index import embedding, indexer
 
 from oml_workers_support import assert_index_exact, head, index_rows, promote, setup_tenant, submit, supersede
 
@@ -124,7 +124,7 @@ def test_poison_body_is_recorded_and_skipped(ctx):
         reasons = c.execute(sa.text("SELECT seq, reason FROM poison_messages WHERE tenant_id = :t AND consumer = 'indexer'"),
                             {"t": env.tenant}).all()
     assert [(r.seq, r.reason) for r in reasons] == [(bad["seq"] + 1, "body.dek_missing")]
-    from oml.workers import lag
+    from oml.workers.runtime import lag
 
     row = next(r for r in lag.report(ctx, tenant=env.tenant) if r.consumer == "indexer")
     assert row.poison == 1 and row.lag == 0
@@ -134,7 +134,7 @@ def test_erased_claim_loses_every_row(ctx, env):
     v = promote(ctx, env, "a claim that will be erased")
     indexer.catch_up(ctx, env.tenant)
     assert v["version_id"] in {x for x, _, _ in index_rows(ctx, env.tenant)}
-    ctx.admission.system_event(env.tenant, "claim.erased", {"claim_id": v["claim_id"], "reason": "data_subject_request"})
+    ctx.acts.system_event(env.tenant, "claim.erased", {"claim_id": v["claim_id"], "reason": "data_subject_request"})
     indexer.catch_up(ctx, env.tenant)
     assert v["version_id"] not in {x for x, _, _ in index_rows(ctx, env.tenant)}
     assert v["version_id"] not in {x for x, _, _ in index_rows(ctx, env.tenant, "memory_embeddings")}
@@ -142,11 +142,11 @@ def test_erased_claim_loses_every_row(ctx, env):
 
 
 def test_reparent_rewrites_paths(ctx, env):
-    a = ctx.admission.create_workarea(env.admin, "alpha", env.root)
-    b = ctx.admission.create_workarea(env.admin, "beta", env.root)
+    a = ctx.tenancy.create_workarea(env.admin, "alpha", env.root)
+    b = ctx.tenancy.create_workarea(env.admin, "beta", env.root)
     promote(ctx, env, "alpha knows this", workarea=a["node_id"])
     indexer.catch_up(ctx, env.tenant)
-    ctx.admission.reparent_workarea(env.admin, a["node_id"], b["node_id"])
+    ctx.tenancy.reparent_workarea(env.admin, a["node_id"], b["node_id"])
     indexer.catch_up(ctx, env.tenant)
     with ctx.db.tenant("oml_indexer", env.tenant) as c:
         paths = set(c.execute(sa.text("SELECT path FROM memory_embeddings WHERE tenant_id = :t AND workarea_id = :w"),
@@ -155,7 +155,7 @@ def test_reparent_rewrites_paths(ctx, env):
 
 
 def test_tainted_versions_never_enter_shared_tables(ctx, env):
-    from oml.services.simulations import Simulations
+    from oml.services.simulations.acts import Simulations
 
     sims = Simulations(ctx)
     real = promote(ctx, env, "the launch is planned for march")
@@ -209,7 +209,7 @@ def test_indexer_through_the_http_feed(ctx, env, monkeypatch):
 
     import uvicorn
 
-    from oml.services.http.app import create_app
+    from oml.services.entrypoints.http.app import create_app
     from oml_workers_support import free_port
 
     indexer.indexer_principal(ctx, env.tenant)  # enrolled: the key file exists
@@ -245,7 +245,7 @@ def test_indexer_through_the_http_feed(ctx, env, monkeypatch):
 
 
 def test_bench_index_runs(ctx):
-    from oml.services.bench import index as bench
+    from oml_tools.bench import index as bench
 
     res = bench.run(ctx, claims=5)
     assert res["indexer"]["rows"] == 5 and res["raw"]["claims"] == 5

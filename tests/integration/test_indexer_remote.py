@@ -11,12 +11,12 @@ import pytest
 import sqlalchemy as sa
 
 from oml.client import AccessDenied, OMLClient
-from oml.services.admission.service import Submission
-from oml.services.auth import authenticate
-from oml.services.context import Context
-from oml.services.http.app import create_app
-from oml.services.settings import Settings
-from oml.workers import indexer
+from oml.services.claims.admission import Submission
+from oml.services.runtime.auth import authenticate
+from oml.services.runtime.context import Context
+from oml.services.entrypoints.http.app import create_app
+from oml.services.runtime.settings import Settings
+from oml.workers.index import indexer
 from oml_workers_support import Fenced, NoKeys, serving
 
 
@@ -36,13 +36,13 @@ def server(ctx, env):
 
 def test_keyless_indexer_over_http(ctx, db_url, server, env, tmp_path):
     adm = ctx.admission
-    t = adm.create_tenant("feed-co")
+    t = ctx.tenancy.create_tenant("feed-co")
     admin = authenticate(ctx.db, t.admin_key)
-    w = adm.create_identity(admin, "service", "ingest")
-    r = adm.create_identity(admin, "person", "reviewer")
-    wkey = adm.create_principal(admin, w["identity_id"], "writer", [t.root_workarea])["api_key"]
+    w = ctx.tenancy.create_identity(admin, "service", "ingest")
+    r = ctx.tenancy.create_identity(admin, "person", "reviewer")
+    wkey = ctx.tenancy.create_principal(admin, w["identity_id"], "writer", [t.root_workarea])["api_key"]
     writer = authenticate(ctx.db, wkey)
-    reviewer = authenticate(ctx.db, adm.create_principal(admin, r["identity_id"], "reviewer", [t.root_workarea])["api_key"])
+    reviewer = authenticate(ctx.db, ctx.tenancy.create_principal(admin, r["identity_id"], "reviewer", [t.root_workarea])["api_key"])
     out = adm.submit(writer, [Submission(t.root_workarea, {"statement": f"the staging cluster is in region {i}",
                                                            "tags": ["infra"]}) for i in range(4)])
     for item in out["items"][:3]:

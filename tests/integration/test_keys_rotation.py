@@ -9,11 +9,11 @@ import sqlalchemy as sa
 
 from oml.domain import envelope
 from oml.domain.errors import OMLError
-from oml.services import keys_rotation
-from oml.services.erasure import Erasure
-from oml.services.journal_verify import verify_journal
-from oml.services.keystore import KeyNotFound
-from oml.services.server.bodies import decrypt_version
+from oml.services.keys import rotation as keys_rotation
+from oml.services.erasure.acts import Erasure
+from oml.services.journal.verify import verify_journal
+from oml.services.keys.keystore import KeyNotFound
+from oml.services.reads.bodies import decrypt_version
 
 from admission_kit import run_cli
 from erasure_kit import make_ekit, owner
@@ -122,7 +122,7 @@ def test_the_wrong_keystore_is_said_not_shown_as_destroyed(ctx, kit, tmp_path):
 
 
 def test_rotation_is_refused_while_a_restore_is_pending(ctx, kit):
-    from oml.services import restore
+    from oml.services.erasure import restore
 
     restore.begin(ctx.db)
     try:

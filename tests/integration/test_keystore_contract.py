@@ -15,8 +15,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from oml.domain import signing
-from oml.services.admission.signer import Signer
-from oml.services.keystore import KeyNotFound, LocalKeyStore
+from oml.services.keys.signer import Signer
+from oml.services.keys.keystore import KeyNotFound, LocalKeyStore
 
 from hsm_kit import pkcs11_store
 
@@ -73,7 +73,7 @@ def test_the_signer_signs_with_a_stored_signing_key(store):
 
 
 def test_the_token_signs_inside_and_never_hands_the_signing_key_out():
-    from oml.services.keystore_pkcs11 import KeyNotExtractable
+    from oml.services.keys.keystore_pkcs11 import KeyNotExtractable
 
     store = pkcs11_store()
     if not store.sign_in_token:
@@ -88,7 +88,7 @@ def test_the_token_signs_inside_and_never_hands_the_signing_key_out():
 
 
 def test_a_uri_without_a_pin_file_is_refused(tmp_path):
-    from oml.services.keystore_pkcs11 import Pkcs11Config
+    from oml.services.keys.keystore_pkcs11 import Pkcs11Config
 
     for uri, missing in [("pkcs11:token=x?module-path=/m", "pin-source"), ("pkcs11:token=x?module-path=/m&pin-value=1234", "pin-value"),
                          ("pkcs11:?module-path=/m&pin-source=file:/p", "token"), ("file:/x", "pkcs11")]:
@@ -100,8 +100,8 @@ def test_a_uri_without_a_pin_file_is_refused(tmp_path):
 
 @pytest.fixture(scope="module")
 def hsm_ctx(db_url, tmp_path_factory):
-    from oml.services.context import Context
-    from oml.services.settings import Settings
+    from oml.services.runtime.context import Context
+    from oml.services.runtime.settings import Settings
     from oml.services.storage.db import Database
 
     from hsm_kit import pkcs11_uri
@@ -109,7 +109,7 @@ def hsm_ctx(db_url, tmp_path_factory):
     uri = pkcs11_uri()
     home = tmp_path_factory.mktemp("hsm-home")
     settings = Settings(home=home, database_url=db_url, keystore=uri, lake_uri=str(home / "lake"))
-    from oml.services.context import DeferredKeyStore
+    from oml.services.runtime.context import DeferredKeyStore
 
     c = Context(settings, Database(db_url, None, 5), DeferredKeyStore(settings))
     yield c
@@ -117,19 +117,19 @@ def hsm_ctx(db_url, tmp_path_factory):
 
 
 def test_a_tenant_on_the_token_writes_signs_reads_and_verifies(hsm_ctx):
-    from oml.services.admission.service import Submission
-    from oml.services.auth import authenticate
-    from oml.services.journal_verify import verify_journal
-    from oml.services.server.fetch import fetch
+    from oml.services.claims.admission import Submission
+    from oml.services.runtime.auth import authenticate
+    from oml.services.journal.verify import verify_journal
+    from oml.services.reads.fetch import fetch
 
     ctx = hsm_ctx
     adm = ctx.admission
-    t = adm.create_tenant(_tenant())
+    t = ctx.tenancy.create_tenant(_tenant())
     admin = authenticate(ctx.db, t.admin_key)
     keys = {}
     for role in ("writer", "reviewer", "reader"):
-        ident = adm.create_identity(admin, "service", role)["identity_id"]
-        keys[role] = authenticate(ctx.db, adm.create_principal(admin, ident, role, [t.root_workarea])["api_key"])
+        ident = ctx.tenancy.create_identity(admin, "service", role)["identity_id"]
+        keys[role] = authenticate(ctx.db, ctx.tenancy.create_principal(admin, ident, role, [t.root_workarea])["api_key"])
     item = adm.submit(keys["writer"], [Submission(t.root_workarea, {"statement": "Kept under a token's keys."})])["items"][0]
     adm.review(keys["reviewer"], item["version_id"], "promote", "accurate")
     assert fetch(ctx, keys["reader"], claim_id=item["claim_id"])["body"]["statement"] == "Kept under a token's keys."
@@ -143,16 +143,16 @@ def test_a_tenant_on_the_token_writes_signs_reads_and_verifies(hsm_ctx):
 
 
 def test_key_retirement_destroys_the_token_object(hsm_ctx):
-    from oml.services import keys_rotation
-    from oml.services.admission.service import Submission
-    from oml.services.auth import authenticate
+    from oml.services.keys import rotation as keys_rotation
+    from oml.services.claims.admission import Submission
+    from oml.services.runtime.auth import authenticate
 
     ctx = hsm_ctx
     adm = ctx.admission
-    t = adm.create_tenant(_tenant())
+    t = ctx.tenancy.create_tenant(_tenant())
     admin = authenticate(ctx.db, t.admin_key)
-    ident = adm.create_identity(admin, "service", "w")["identity_id"]
-    writer = authenticate(ctx.db, adm.create_principal(admin, ident, "writer", [t.root_workarea])["api_key"])
+    ident = ctx.tenancy.create_identity(admin, "service", "w")["identity_id"]
+    writer = authenticate(ctx.db, ctx.tenancy.create_principal(admin, ident, "writer", [t.root_workarea])["api_key"])
     adm.submit(writer, [Submission(t.root_workarea, {"statement": "Wrapped first under version 1."})])
     keys_rotation.rotate(ctx, t.tenant)
     keys_rotation.rewrap(ctx, t.tenant)

@@ -24,7 +24,8 @@ import pytest
 import sqlalchemy as sa
 from typer.testing import CliRunner
 
-from oml.workers import lag, lake_writer
+from oml.workers.runtime import lag
+from oml.workers.lake import writer as lake_writer
 
 from oml_workers_support import assert_lake_exact, child_env, head, lake_rows, setup_tenant, submit
 
@@ -73,7 +74,7 @@ def test_writer_that_lost_its_lock_does_not_commit_again(ctx, monkeypatch):
 
 
 def _status(ctx, *args: str):
-    from oml.services.cli.main import app
+    from oml.services.entrypoints.cli.main import app
 
     res = CliRunner().invoke(app, ["status", *args], env=child_env(ctx, OML_AUTO_MIGRATE="false"))
     assert res.exit_code == 0, res.output

@@ -25,14 +25,14 @@ import pytest
 import sqlalchemy as sa
 from deltalake import DeltaTable
 
-from oml.services.admission.checkpoints import issue_checkpoint
-from oml.services.admission.service import Submission
-from oml.services.auth import authenticate
-from oml.services.context import Context
-from oml.services.settings import Settings
+from oml.services.journal.checkpoints import issue_checkpoint
+from oml.services.claims.admission import Submission
+from oml.services.runtime.auth import authenticate
+from oml.services.runtime.context import Context
+from oml.services.runtime.settings import Settings
 from oml.services.storage.db import Database
-from oml.workers import lake_writer
-from oml.workers.lake_schema import STATS_COLUMNS
+from oml.workers.lake import writer as lake_writer
+from oml.workers.lake.schema import STATS_COLUMNS
 
 BUCKET = "oml-lake"
 SECRET_WORDS = "marmalade-orbit-quartz"  # appears only inside encrypted bodies
@@ -80,12 +80,12 @@ def monkeypatch_module():
 def _populate(ctx, tenant: str, n: int):
     """A tenant with ``n`` submitted claims (half promoted) and a checkpoint; returns (admin principal, root)."""
     adm = ctx.admission
-    t = adm.create_tenant(tenant)
+    t = ctx.tenancy.create_tenant(tenant)
     admin = authenticate(ctx.db, t.admin_key)
-    w = adm.create_identity(admin, "service", "ingest")
-    r = adm.create_identity(admin, "person", "reviewer")
-    writer = authenticate(ctx.db, adm.create_principal(admin, w["identity_id"], "writer", [t.root_workarea])["api_key"])
-    reviewer = authenticate(ctx.db, adm.create_principal(admin, r["identity_id"], "reviewer", [t.root_workarea])["api_key"])
+    w = ctx.tenancy.create_identity(admin, "service", "ingest")
+    r = ctx.tenancy.create_identity(admin, "person", "reviewer")
+    writer = authenticate(ctx.db, ctx.tenancy.create_principal(admin, w["identity_id"], "writer", [t.root_workarea])["api_key"])
+    reviewer = authenticate(ctx.db, ctx.tenancy.create_principal(admin, r["identity_id"], "reviewer", [t.root_workarea])["api_key"])
     out = adm.submit(writer, [Submission(t.root_workarea, {"statement": f"{SECRET_WORDS} fact {i}", "subject": SECRET_WORDS})
                               for i in range(n)])
     for item in out["items"][: n // 2]:
@@ -131,8 +131,8 @@ def test_catch_up_copies_verbatim_exactly_once(ctx, writer_ctx):
 
     # New acts are appended incrementally.
     adm = ctx.admission
-    ident = adm.create_identity(admin, "service", "late")
-    late = authenticate(ctx.db, adm.create_principal(admin, ident["identity_id"], "writer", [root])["api_key"])
+    ident = ctx.tenancy.create_identity(admin, "service", "late")
+    late = authenticate(ctx.db, ctx.tenancy.create_principal(admin, ident["identity_id"], "writer", [root])["api_key"])
     adm.submit(late, [Submission(root, {"statement": f"{SECRET_WORDS} late"})])
     assert lake_writer.catch_up(writer_ctx, "s3-one") > 0
     assert _lake(writer_ctx, "s3-one") == _pg(ctx, "s3-one")

@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 import sqlalchemy as sa
 
-from oml.workers import lake_writer
-from oml.workers.lake_schema import STATS_COLUMNS, TABLES, app_id
+from oml.workers.lake import writer as lake_writer
+from oml.workers.lake.schema import STATS_COLUMNS, TABLES, app_id
 
 from oml_workers_support import assert_lake_exact, head, lake_rows, promote, setup_tenant, submit
 
@@ -193,7 +193,7 @@ def test_catch_up_all(ctx, env):
 
 
 def test_bench_lake_runs(ctx):
-    from oml.services.bench import lake as bench
+    from oml_tools.bench import lake as bench
 
     res = bench.run(ctx, claims=20, rounds=2)
     assert res["lake_writer"]["events"] == res["raw"]["events"] == res["raw_read_write"]["events"] > 20

@@ -55,7 +55,7 @@ def env_for(ctx, keys: str) -> dict[str, str]:
 
 
 def test_stdio_tools_with_the_sdk_client(world, ctx):
-    params = StdioServerParameters(command=sys.executable, args=["-m", "oml.services.cli.main", "mcp", "--transport", "stdio"],
+    params = StdioServerParameters(command=sys.executable, args=["-m", "oml.services.entrypoints.cli.main", "mcp", "--transport", "stdio"],
                                    env=env_for(ctx, f"{world.reader_key},{world.agent_writer_key}"))
 
     async def run():
@@ -108,7 +108,7 @@ def test_stdio_handshake_session_dedupes_a_retried_remember(world, ctx):
     """Issue 13.6 over stdio with the initialize handshake (the big stdio test above speaks the 2026 protocol): the
     SDK makes a new ServerSession per request, and the retry is still the first answer on one connection; a
     second connection is a session of its own."""
-    params = StdioServerParameters(command=sys.executable, args=["-m", "oml.services.cli.main", "mcp", "--transport", "stdio"],
+    params = StdioServerParameters(command=sys.executable, args=["-m", "oml.services.entrypoints.cli.main", "mcp", "--transport", "stdio"],
                                    env=env_for(ctx, world.agent_writer_key))
     args = {"statement": "Deploy freezes start on the 20th.", "workarea_id": world.workareas["main.team"]}
 
@@ -124,7 +124,7 @@ def test_stdio_refuses_to_start_without_a_key(world, ctx):
     import subprocess
 
     env = dict(os.environ, **env_for(ctx, ""))
-    p = subprocess.run([sys.executable, "-m", "oml.services.cli.main", "mcp"], env=env, capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-m", "oml.services.entrypoints.cli.main", "mcp"], env=env, capture_output=True, text=True,
                        timeout=120, stdin=subprocess.DEVNULL)
     assert p.returncode == 2 and "OML_API_KEY" in p.stderr
 
@@ -139,7 +139,7 @@ def _free_port() -> int:
 def http_server(world, ctx):
     import uvicorn
 
-    from oml.services.mcp_server import http_app
+    from oml.services.entrypoints.mcp_server import http_app
 
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(http_app(ctx), host="127.0.0.1", port=port, log_level="warning"))
@@ -251,7 +251,7 @@ def test_http_bodies_past_the_limit_are_refused_while_streaming(world, http_serv
 
 
 def test_derived_key_depends_on_the_session_and_every_argument():
-    from oml.services.mcp_server import derived_idempotency_key, session_token
+    from oml.services.entrypoints.mcp_server import derived_idempotency_key, session_token
 
     class Conn:  # stands for a stdio connection: weak-referenceable, one per connection
         pass

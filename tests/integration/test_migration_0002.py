@@ -6,7 +6,7 @@ import uuid
 
 import sqlalchemy as sa
 
-from oml.services.server import fetch as F
+from oml.services.reads import fetch as F
 from oml.services.storage.migrate import upgrade
 
 from recall_kit import make_world, owner

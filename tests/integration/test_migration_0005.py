@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import command
 
-from oml.services.auth import authenticate
+from oml.services.runtime.auth import authenticate
 from oml.services.storage.migrate import alembic_config
 
 from admission_kit import make_kit, owner
@@ -32,8 +32,8 @@ def test_upgrade_from_0004_creates_tenant_policies(ctx):
             "oml_reconciler:SELECT"} <= grants
     assert "oml_admission:DELETE" not in grants
     admin = authenticate(ctx.db, kit.admin_key)
-    assert ctx.admission.set_tenant_policy(admin, phone_regions=["GB"])["phone_regions"] == ["GB"]
-    assert ctx.admission.tenant_policy(admin) == {"phone_regions": ["GB"], "default": False}
+    assert ctx.tenancy.set_tenant_policy(admin, phone_regions=["GB"])["phone_regions"] == ["GB"]
+    assert ctx.tenancy.tenant_policy(admin) == {"phone_regions": ["GB"], "default": False}
     # Another tenant's binding sees no row (forced RLS).
     with ctx.db.tenant("oml_server", "someone-else") as c:
         assert c.execute(sa.text("SELECT count(*) FROM tenant_policies")).scalar() == 0

@@ -6,8 +6,8 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 
-from oml.services.admission.service import Submission
-from oml.services.auth import authenticate
+from oml.services.claims.admission import Submission
+from oml.services.runtime.auth import authenticate
 from oml.services.storage.migrate import alembic_config
 
 from admission_kit import make_kit, owner

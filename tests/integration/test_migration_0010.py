@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import command
 
-from oml.services.server.recall import Recaller, RecallRequest
+from oml.services.reads.recall import Recaller, RecallRequest
 from oml.services.storage.migrate import alembic_config
 
 from erasure_kit import owner

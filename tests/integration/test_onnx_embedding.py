@@ -1,4 +1,4 @@
-"""The ONNX query embedding (workers/onnx_embedding.py; issue 18 item 5): the real bundled model, exported with the
+"""The ONNX query embedding (workers/index/onnx_embedding.py; issue 18 item 5): the real bundled model, exported with the
 installed torch, against sentence-transformers on real LoCoMo text; the export cache; the query LRU."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from conftest import SHARED
-from oml.services.settings import Settings
-from oml.workers import embedding, onnx_embedding as ox
+from oml.services.runtime.settings import Settings
+from oml.workers.index import embedding, onnx_embedding as ox
 
 LOCOMO = SHARED / "data" / "locomo" / "locomo-dev.json"
 needs_locomo = pytest.mark.skipif(not LOCOMO.is_file(), reason="no LoCoMo data in SHARED")
@@ -203,7 +203,7 @@ def test_concurrent_queries_share_one_session(cache, onnx):
 
 @needs_locomo
 def test_bench_embed_runs_and_renders():
-    from oml.services.bench import embed as bench
+    from oml_tools.bench import embed as bench
 
     res = bench.run(LOCOMO, questions=4, turns=6)
     assert set(res["per_query"]) == {"torch_1_thread", "onnx_1_thread", "onnx_2_threads"}

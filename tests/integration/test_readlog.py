@@ -11,8 +11,8 @@ import pytest
 import sqlalchemy as sa
 
 from oml.domain.errors import OMLError
-from oml.services.server import readlog
-from oml.services.server.recall import Recaller, RecallRequest
+from oml.services.reads import readlog
+from oml.services.reads.recall import Recaller, RecallRequest
 
 from recall_kit import make_world, owner, read_events
 
@@ -98,7 +98,7 @@ def test_tampering_is_named_by_verify(world, ctx):
     # The CLI says the same and exits 1.
     env = dict(os.environ, OML_DATABASE_URL=ctx.settings.database_url, OML_HOME=str(ctx.settings.home),
                OML_MASTER_KEY=ctx.settings.master_key)
-    p = subprocess.run([sys.executable, "-m", "oml.services.cli.main", "readlog", "verify", "--tenant", world.tenant, "--json"],
+    p = subprocess.run([sys.executable, "-m", "oml.services.entrypoints.cli.main", "readlog", "verify", "--tenant", world.tenant, "--json"],
                        capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == 1, p.stderr
     out = json.loads(p.stdout)
@@ -163,7 +163,7 @@ def test_oml_worker_schedule_seals_every_tenant(world, ctx, tmp_path):
     import dramatiq
     from dramatiq.brokers.stub import StubBroker
 
-    from oml.workers import reconciler
+    from oml.workers.reconcile import reconciler
 
     reads(world, 3)
     before = len(anchored_events(ctx, world.tenant))

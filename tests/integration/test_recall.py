@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from oml.domain.errors import OMLError
-from oml.services.server.recall import Recaller, RecallRequest
+from oml.services.reads.recall import Recaller, RecallRequest
 
 from recall_kit import make_world, owner, read_events
 

@@ -12,9 +12,9 @@ import math
 import pytest
 import sqlalchemy as sa
 
-from oml.services.server import bm25
-from oml.services.server.recall import Recaller, RecallRequest
-from oml.workers import indexer
+from oml.services.reads import bm25
+from oml.services.reads.recall import Recaller, RecallRequest
+from oml.workers.index import indexer
 
 from erasure_kit import make_ekit, owner
 from recall_kit import make_world

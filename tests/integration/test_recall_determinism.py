@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from oml.services.server.recall import Recaller, RecallRequest
+from oml.services.reads.recall import Recaller, RecallRequest
 
 from recall_kit import make_world
 

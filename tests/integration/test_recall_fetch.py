@@ -7,7 +7,7 @@ import json
 import pytest
 
 from oml.domain.errors import OMLError
-from oml.services.server import fetch as F
+from oml.services.reads import fetch as F
 
 from recall_kit import make_world, read_events
 
@@ -30,7 +30,7 @@ def world(ctx):
     w.ss = w.remember("main.eng.dev", "Self-signed dev note.", reviewer=w.key("reviewer", "main", identity=w.writer_identity))
     w.gone = w.remember("main.eng", "Erased source.", )
     w.child = w.remember("main.eng", "Derived from the erased source.", derived_from=[w.gone["claim_id"]])
-    from oml.services.erasure import Erasure
+    from oml.services.erasure.acts import Erasure
 
     Erasure(ctx).erase_claim(w.key("operator"), w.gone["claim_id"], "data_subject_request")
     w.reader = w.key("reader", "main.eng")

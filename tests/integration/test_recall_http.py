@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from oml.services.http.app import create_app
+from oml.services.entrypoints.http.app import create_app
 
 from recall_kit import make_world
 

@@ -1,6 +1,6 @@
 """Search correctness on a bulk population: plans as oml_server, filtered vector search against brute force.
 
-The population (services/bench/population.py) is loaded with COPY as the
+The population (tools/oml_tools/bench/population.py) is loaded with COPY as the
 owner — projections, encrypted bodies, FTS and vector rows — because the
 properties under test are the index queries' and a few thousand rows keep
 the planner honest. The query vector is injected, so brute force in numpy
@@ -15,8 +15,8 @@ import pytest
 import sqlalchemy as sa
 
 from oml.domain import recall as R
-from oml.services.bench.population import Item, bulk_load, unit_vectors
-from oml.services.server.recall import Recaller, RecallRequest, _Filters, _vector_literal, vector_sql
+from oml_tools.bench.population import Item, bulk_load, unit_vectors
+from oml.services.reads.recall import Recaller, RecallRequest, _Filters, _vector_literal, vector_sql
 
 from recall_kit import make_world
 

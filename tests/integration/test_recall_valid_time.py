@@ -16,8 +16,8 @@ import anyio
 import pytest
 from fastapi.testclient import TestClient
 
-from oml.services.http.app import create_app
-from oml.services.server.recall import Recaller, RecallRequest
+from oml.services.entrypoints.http.app import create_app
+from oml.services.reads.recall import Recaller, RecallRequest
 
 from recall_kit import make_world, owner
 
@@ -99,7 +99,7 @@ def test_http_recall_is_valid_now(world, ctx):
 def test_mcp_recall_is_valid_now(world, ctx):
     from mcp import Client
 
-    from oml.services.mcp_server import build_server
+    from oml.services.entrypoints.mcp_server import build_server
 
     from test_mcp import payload
 
@@ -116,7 +116,7 @@ def test_mcp_recall_is_valid_now(world, ctx):
 def test_the_count_reads_only_rows_that_declare_a_valid_time(world, ctx, monkeypatch):
     import sqlalchemy as sa
 
-    from oml.services.server import recall as server_recall
+    from oml.services.reads import recall as server_recall
 
     plans = []
     real_execute = sa.Connection.execute

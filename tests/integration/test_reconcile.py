@@ -20,9 +20,9 @@ import sqlalchemy as sa
 from admission_kit import owner, owner_unguarded, run_cli
 from audit_kit import (CANARY, add_claims, flip, lake_copy, lake_overwrite, lake_table, populate, resign_history, seal_reads,
                        with_cell)
-from oml.services.admission.checkpoints import issue_checkpoint
-from oml.workers import reconciler
-from oml.workers.reconciler import JOURNAL_COLUMNS
+from oml.services.journal.checkpoints import issue_checkpoint
+from oml.workers.reconcile import reconciler
+from oml.workers.reconcile.reconciler import JOURNAL_COLUMNS
 
 
 def rec(ctx, tenant, **kw):
@@ -420,7 +420,7 @@ def test_scheduled_reconciliation_through_dramatiq(ctx, clean, tmp_path, caplog)
     import dramatiq
     from dramatiq.brokers.stub import StubBroker
 
-    caplog.set_level(logging.INFO, logger="oml.workers.reconciler")  # what `oml worker --reconcile-every` turns on
+    caplog.set_level(logging.INFO, logger="oml.workers.reconcile.reconciler")  # what `oml worker --reconcile-every` turns on
     broker = StubBroker()
     actors = reconciler.declare(broker, ctx, out_dir=tmp_path)
     worker = dramatiq.Worker(broker, worker_threads=1)
@@ -437,7 +437,7 @@ def test_scheduled_reconciliation_through_dramatiq(ctx, clean, tmp_path, caplog)
     reports = list(tmp_path.glob(f"reconcile-{clean.tenant}-*.json"))
     assert len(reports) == 1
     # A scheduled run says that it started, its verdict and where its report is (issue 15.7).
-    said = [r.getMessage() for r in caplog.records if r.name == "oml.workers.reconciler"]
+    said = [r.getMessage() for r in caplog.records if r.name == "oml.workers.reconcile.reconciler"]
     assert f"reconcile: tenant {clean.tenant}: started" in said
     assert any(m.startswith(f"reconcile: tenant {clean.tenant}: OK") and str(reports[0]) in m for m in said), said
     digest = hashlib.sha256(reports[0].read_bytes()).hexdigest()
@@ -449,7 +449,7 @@ def test_scheduled_reconciliation_through_dramatiq(ctx, clean, tmp_path, caplog)
 
 
 def test_bench_reconcile_runs(ctx):
-    from oml.services.bench import reconcile as bench
+    from oml_tools.bench import reconcile as bench
 
     res = bench.run(ctx, claims=20)
     assert res["reconcile"]["events"] == res["raw"]["events"] == res["reconcile_no_replay"]["events"] > 20
@@ -463,8 +463,8 @@ def test_a_body_destroyed_without_an_erasure_is_reported_and_never_served_as_era
     no claim.erased act (purged_seq forged too), reconcile and the projection comparison report it, and a read answers
     integrity.body, not claim.erased: only an erasure the journal holds is one."""
     from oml.domain.errors import OMLError
-    from oml.services.projections import verify_tenant
-    from oml.services.server.bodies import decrypt_version
+    from oml.services.journal.projections import verify_tenant
+    from oml.services.reads.bodies import decrypt_version
 
     ak = ready(ctx, f"rc-gone-{what.replace('_', '-')}", 2)
     version = ak.versions[1]

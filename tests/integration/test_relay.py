@@ -8,10 +8,11 @@ import pytest
 import sqlalchemy as sa
 
 from oml.domain.events import SYSTEM
-from oml.services.admission import journal, projector
-from oml.workers import indexer, lake_writer
-from oml.workers.actors import WorkerRuntime
-from oml.workers.relay import Relay
+from oml.services.journal import journal, projector
+from oml.workers.index import indexer
+from oml.workers.lake import writer as lake_writer
+from oml.workers.runtime.actors import WorkerRuntime
+from oml.workers.runtime.relay import Relay
 
 from oml_workers_support import assert_index_exact, assert_lake_exact, head, promote, setup_tenant
 
@@ -184,7 +185,7 @@ def test_in_process_runtime_end_to_end(ctx, tenants):
             promote(ctx, b, f"in-process pipeline b {i}")
         assert rt.wait_idle(120, [a.tenant, b.tenant])
         # A checkpoint appends no journal event: the sweep, not the outbox, wakes the lake-writer.
-        from oml.services.admission.checkpoints import issue_checkpoint
+        from oml.services.journal.checkpoints import issue_checkpoint
 
         cp = issue_checkpoint(ctx, a.tenant)
         deadline = time.monotonic() + 60

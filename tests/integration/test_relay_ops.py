@@ -9,9 +9,11 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from oml.services.http.app import create_app
-from oml.workers import indexer, lag, lake_writer
-from oml.workers.relay import Relay
+from oml.services.entrypoints.http.app import create_app
+from oml.workers.index import indexer
+from oml.workers.runtime import lag
+from oml.workers.lake import writer as lake_writer
+from oml.workers.runtime.relay import Relay
 
 from oml_workers_support import child_env, head, promote, setup_tenant
 
@@ -25,8 +27,8 @@ def env(ctx):
 
 @pytest.fixture(scope="module")
 def operator_key(ctx, env):
-    ident = ctx.admission.create_identity(env.admin, "person", "op")["identity_id"]
-    return ctx.admission.create_principal(env.admin, ident, "operator", [env.root])["api_key"]
+    ident = ctx.tenancy.create_identity(env.admin, "person", "op")["identity_id"]
+    return ctx.tenancy.create_principal(env.admin, ident, "operator", [env.root])["api_key"]
 
 
 def test_lag_reflects_each_consumer(ctx, env):
@@ -42,7 +44,7 @@ def test_status_cli_shows_lag_and_poison(ctx, env):
     with ctx.db.engine(None).begin() as c:
         c.execute(sa.text("INSERT INTO poison_messages (tenant_id, consumer, seq, reason) VALUES (:t, 'indexer', 2, 'body.dek_missing')"),
                   {"t": env.tenant})
-    out = subprocess.run([sys.executable, "-m", "oml.services.cli.main", "status", "--json", "--tenant", env.tenant],
+    out = subprocess.run([sys.executable, "-m", "oml.services.entrypoints.cli.main", "status", "--json", "--tenant", env.tenant],
                          env=child_env(ctx, OML_AUTO_MIGRATE="false"), capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     data = json.loads(out.stdout)
@@ -58,7 +60,7 @@ def test_metrics_endpoint(ctx, env, operator_key, monkeypatch):
     client = TestClient(create_app(ctx))
     assert client.get("/healthz").json() == {"status": "ok"}
     assert client.get("/metrics").status_code == 401
-    writer_key = ctx.admission.create_principal(env.admin, ctx.admission.create_identity(env.admin, "service", "w2")["identity_id"],
+    writer_key = ctx.tenancy.create_principal(env.admin, ctx.tenancy.create_identity(env.admin, "service", "w2")["identity_id"],
                                                 "writer", [env.root])["api_key"]
     assert client.get("/metrics", headers={"Authorization": f"Bearer {writer_key}"}).status_code == 403
     indexer.catch_up(ctx, env.tenant)

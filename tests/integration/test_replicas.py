@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from oml.services.admission.service import Submission
-from oml.services.auth import authenticate
+from oml.services.claims.admission import Submission
+from oml.services.runtime.auth import authenticate
 
 from replica_kit import caught_up, in_recovery, replica_context, start_standby, stop_standby
 
@@ -36,7 +36,7 @@ def rctx(ctx, standby):
 def tenants(ctx):
     out = {}
     for t in ("rep-a", "rep-b"):
-        created = ctx.admission.create_tenant(t)
+        created = ctx.tenancy.create_tenant(t)
         out[t] = (created, authenticate(ctx.db, created.admin_key))
     return out
 
@@ -48,8 +48,8 @@ def _count_claims(conn, tenant):
 def _submit(ctx, tenants, tenant, statement):
     created, admin = tenants[tenant]
     adm = ctx.admission
-    ident = adm.create_identity(admin, "service", "w")["identity_id"]
-    writer = authenticate(ctx.db, adm.create_principal(admin, ident, "writer", [created.root_workarea])["api_key"])
+    ident = ctx.tenancy.create_identity(admin, "service", "w")["identity_id"]
+    writer = authenticate(ctx.db, ctx.tenancy.create_principal(admin, ident, "writer", [created.root_workarea])["api_key"])
     return adm.submit(writer, [Submission(created.root_workarea, {"statement": statement})])["items"][0]
 
 
@@ -127,7 +127,7 @@ def test_a_promoted_standby_keeps_serving(ctx, pg_server, tenants):
 def world(ctx, rctx, standby):
     from fastapi.testclient import TestClient
 
-    from oml.services.http.app import create_app
+    from oml.services.entrypoints.http.app import create_app
     from recall_kit import make_world
 
     w = make_world(ctx, "rep-http")
@@ -181,7 +181,7 @@ def test_read_your_writes_through_the_header(world, ctx, standby):
 
 
 def test_a_forged_or_foreign_position_is_refused(world, ctx):
-    from oml.services.server import positions
+    from oml.services.reads import positions
 
     other = positions.issue(ctx.keystore, "rep-a", "0/1000000")  # issued to another tenant
     for token in ("not-a-token", other):

@@ -18,16 +18,16 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from oml.domain.errors import OMLError
-from oml.services import restore
-from oml.services.auth import authenticate
-from oml.services.context import Context
-from oml.services.erasure import Erasure
-from oml.services.http.app import create_app
-from oml.services.journal_verify import verify_journal
-from oml.services.server import fetch as reads
-from oml.services.server.recall import RecallRequest, recall
+from oml.services.erasure import restore
+from oml.services.runtime.auth import authenticate
+from oml.services.runtime.context import Context
+from oml.services.erasure.acts import Erasure
+from oml.services.entrypoints.http.app import create_app
+from oml.services.journal.verify import verify_journal
+from oml.services.reads import fetch as reads
+from oml.services.reads.recall import RecallRequest, recall
 from oml.services.storage.db import Database
-from oml.workers import lake_purge, lake_writer
+from oml.workers.lake import purge as lake_purge, writer as lake_writer
 
 from admission_kit import run_cli
 from conftest import drop_database
@@ -157,7 +157,7 @@ def test_a_lake_that_does_not_continue_the_chain_is_refused(ctx, tmp_path):
     from deltalake import write_deltalake
     import pyarrow as pa
 
-    from oml.workers.lake_schema import JOURNAL
+    from oml.workers.lake.schema import JOURNAL
 
     # A forged tail: a claim.erased at the next seq that is not signed by the tenant's key.
     with owner(ctx, kit.tenant) as conn:

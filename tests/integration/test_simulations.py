@@ -13,12 +13,12 @@ import pytest
 import sqlalchemy as sa
 
 from oml.domain.errors import OMLError
-from oml.services.admission import journal
-from oml.services.admission.service import Submission
-from oml.services.projections import verify_tenant
-from oml.services.server import fetch as F
-from oml.services.server.recall import Recaller, RecallRequest
-from oml.services.simulations import Simulations
+from oml.services.journal import journal
+from oml.services.claims.admission import Submission
+from oml.services.journal.projections import verify_tenant
+from oml.services.reads import fetch as F
+from oml.services.reads.recall import Recaller, RecallRequest
+from oml.services.simulations.acts import Simulations
 
 from recall_kit import make_world, owner
 
@@ -193,7 +193,7 @@ def test_an_edge_of_a_tainted_version_exists_only_inside_the_fence(w, ctx):
     assert y["claim_id"] in {n["claim_id"] for n in inside["nodes"]}
     assert {e["version_id"] for e in inside["edges"]} == {ov["version_id"]}
     # Erased, the real claim lists its real versions only to a key outside the audience.
-    from oml.services.erasure import Erasure
+    from oml.services.erasure.acts import Erasure
 
     op = w.key("operator")
     Erasure(ctx).erase_claim(op, y["claim_id"], "retention", rewrite=False)
@@ -208,7 +208,7 @@ def test_an_edge_of_a_tainted_version_exists_only_inside_the_fence(w, ctx):
 
 def test_erasing_a_claim_born_inside_leaves_the_shared_indexes_alone(w, ctx):
     """A shared index rewrite re-analyses statistics the vector plan reads: only a real claim's erasure asks for one."""
-    from oml.services.erasure import Erasure
+    from oml.services.erasure.acts import Erasure
 
     def requested(seq):
         with owner(ctx, w.tenant) as c:
@@ -263,7 +263,7 @@ def test_forged_default_promotion_of_a_tainted_version_is_refused_by_the_project
     with pytest.raises(OMLError) as e:
         with ctx.db.tenant("oml_admission", w.tenant) as conn:
             head = journal.Head(conn, w.tenant)
-            adm._append(head, "claim.promoted", adm._actor(w.inside_reviewer),
+            adm.acts.append(head, "claim.promoted", adm.acts.actor(w.inside_reviewer),
                         {"claim_id": held["claim_id"], "version_id": held["version_id"], "reason": "accurate", "self_signed": False})
     assert e.value.code == "simulation.tip_refused"
     ctx.admission.review(w.inside_reviewer, held["version_id"], "reject", "other")

@@ -6,7 +6,7 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
-from oml.services.http.app import create_app
+from oml.services.entrypoints.http.app import create_app
 
 from admission_kit import run_cli
 from recall_kit import make_world

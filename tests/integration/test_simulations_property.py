@@ -55,17 +55,17 @@ from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
 from oml.domain.errors import OMLError
-from oml.services.admission import service as admission_service
-from oml.services.admission.service import Submission
-from oml.services.auth import authenticate
-from oml.services.erasure import Erasure
-from oml.services.http.routes_admin import list_workareas
-from oml.services.http.routes_claims import review_queue
-from oml.services.server import fetch as F
-from oml.services.server.recall import Recaller, RecallRequest
-from oml.services import simulations as sim_service
-from oml.services.simulations import Simulations
-from oml.workers.indexer import catch_up
+from oml.services.claims import admission as admission_service
+from oml.services.claims.admission import Submission
+from oml.services.runtime.auth import authenticate
+from oml.services.erasure.acts import Erasure
+from oml.services.entrypoints.http.routes_admin import list_workareas
+from oml.services.entrypoints.http.routes_claims import review_queue
+from oml.services.reads import fetch as F
+from oml.services.reads.recall import Recaller, RecallRequest
+from oml.services.simulations import acts as sim_service
+from oml.services.simulations.acts import Simulations
+from oml.workers.index.indexer import catch_up
 
 from recall_kit import owner
 
@@ -100,18 +100,18 @@ class World:
 def build(ctx, tenant: str, ids: Ids) -> World:
     adm = ctx.admission
     ids.at("setup")
-    t = adm.create_tenant(tenant, "main")
+    t = ctx.tenancy.create_tenant(tenant, "main")
     admin = authenticate(ctx.db, t.admin_key)
     w = World(tenant, {"admin": admin}, {"main": t.root_workarea})
     for label in ("a", "b"):
-        w.areas[label] = adm.create_workarea(admin, label, t.root_workarea)["node_id"]
+        w.areas[label] = ctx.tenancy.create_workarea(admin, label, t.root_workarea)["node_id"]
     spec = [("writer", "writer", "main"), ("reviewer", "reviewer", "main"), ("operator", "operator", "main"),
             ("out_reader", "reader", "main"), ("out_reader_b", "reader", "b"), ("out_reviewer", "reviewer", "main"),
             ("sim_writer", "writer", "main"), ("sim_reviewer", "reviewer", "main"), ("in_reader", "reader", "main"),
             ("in_reader_a", "reader", "a")]
     for name, role, root in spec:
-        ident = adm.create_identity(admin, "service", name)["identity_id"]
-        key = adm.create_principal(admin, ident, role, [w.areas[root]])["api_key"]
+        ident = ctx.tenancy.create_identity(admin, "service", name)["identity_id"]
+        key = ctx.tenancy.create_principal(admin, ident, role, [w.areas[root]])["api_key"]
         w.keys[name] = authenticate(ctx.db, key)
     return w
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from oml.services.admission.service import Submission
-from oml.services.simulations import Simulations
+from oml.services.claims.admission import Submission
+from oml.services.simulations.acts import Simulations
 
 from recall_kit import make_world
 

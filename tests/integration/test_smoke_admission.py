@@ -1,17 +1,17 @@
 import sqlalchemy as sa
 
-from oml.services.admission.service import Submission
-from oml.services.auth import authenticate
+from oml.services.claims.admission import Submission
+from oml.services.runtime.auth import authenticate
 
 
 def test_tenant_submit_promote(ctx):
     adm = ctx.admission
-    t = adm.create_tenant("acme")
+    t = ctx.tenancy.create_tenant("acme")
     admin = authenticate(ctx.db, t.admin_key)
-    w = adm.create_identity(admin, "service", "ingest")
-    r = adm.create_identity(admin, "person", "rev")
-    wk = adm.create_principal(admin, w["identity_id"], "writer", [t.root_workarea])
-    rk = adm.create_principal(admin, r["identity_id"], "reviewer", [t.root_workarea])
+    w = ctx.tenancy.create_identity(admin, "service", "ingest")
+    r = ctx.tenancy.create_identity(admin, "person", "rev")
+    wk = ctx.tenancy.create_principal(admin, w["identity_id"], "writer", [t.root_workarea])
+    rk = ctx.tenancy.create_principal(admin, r["identity_id"], "reviewer", [t.root_workarea])
     writer = authenticate(ctx.db, wk["api_key"])
     reviewer = authenticate(ctx.db, rk["api_key"])
     res = adm.submit(writer, [Submission(t.root_workarea, {"statement": "the sky is blue"})], idempotency_key="k1")

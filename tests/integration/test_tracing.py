@@ -1,7 +1,7 @@
 """OpenTelemetry spans across HTTP → admission → journal and recall → SQL legs → decrypt (issue 17, item 5).
 
 Spans go to the SDK's in-memory exporter through OML's own provider
-(services/tracing.py); the test checks the span names, their parent links,
+(services/runtime/tracing.py); the test checks the span names, their parent links,
 and that no attribute carries the query or the body (a canary).
 """
 from __future__ import annotations
@@ -12,8 +12,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from oml.services import tracing
-from oml.services.http.app import create_app
+from oml.services.runtime import tracing
+from oml.services.entrypoints.http.app import create_app
 
 from recall_kit import make_world
 
@@ -62,7 +62,7 @@ def test_a_write_is_one_trace_from_http_to_the_journal(world, spans):
     assert r.status_code == 200, r.text
     got, parent = _tree(spans)
     assert parent["admission.submit"] == "HTTP POST /v1/claims"
-    # A submission is a group commit (services/admission/batch.py): each event is linked (hashed and signed) under
+    # A submission is a group commit (services/journal/batch.py): each event is linked (hashed and signed) under
     # the head lock, then the rows are written as a set.
     assert parent["journal.link"] == "admission.submit" and parent["journal.write"] == "admission.submit"
     server = next(s for s in got if s.name == "HTTP POST /v1/claims")

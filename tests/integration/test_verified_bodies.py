@@ -1,13 +1,13 @@
 """A version whose status was forged is judged by the journal before its body is read, even when its artifact row is
-gone too (the verdict and the body read are one statement: services/server/bodies.py); the refusal is recorded."""
+gone too (the verdict and the body read are one statement: services/reads/bodies.py); the refusal is recorded."""
 from __future__ import annotations
 
 import sqlalchemy as sa
 
 import pytest
 
-from oml.services.server import verified_reads
-from oml.services.server.bodies import Unverified, decrypt_versions
+from oml.services.reads import verified_reads
+from oml.services.reads.bodies import Unverified, decrypt_versions
 
 from admission_kit import owner_unguarded
 from recall_kit import make_world

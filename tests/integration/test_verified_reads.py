@@ -22,9 +22,9 @@ from fastapi.testclient import TestClient
 from mcp.client.client import Client
 from mcp.client.stdio import StdioServerParameters
 
-from oml.services.http.app import create_app
-from oml.services.server import verified_reads
-from oml.services.server.recall import Recaller, RecallRequest
+from oml.services.entrypoints.http.app import create_app
+from oml.services.reads import verified_reads
+from oml.services.reads.recall import Recaller, RecallRequest
 
 from admission_kit import owner_unguarded, run_cli
 from recall_kit import make_world, owner
@@ -140,7 +140,7 @@ def test_a_status_flipped_in_the_projection_is_refused_at_once(w, ctx, key):
 
 def test_mcp_fetch_refuses_a_flipped_status(w, ctx):
     v = w.held  # flipped to promoted by the previous test
-    params = StdioServerParameters(command=sys.executable, args=["-m", "oml.services.cli.main", "mcp", "--transport", "stdio"],
+    params = StdioServerParameters(command=sys.executable, args=["-m", "oml.services.entrypoints.cli.main", "mcp", "--transport", "stdio"],
                                    env=env_for(ctx, w.keys[w.reader.principal_id]))
 
     async def run():

@@ -13,12 +13,13 @@ import time
 
 import pytest
 
-from oml.services.context import Context
-from oml.services.http.app import create_app
-from oml.services.settings import Settings
-from oml.workers import indexer, lag
-from oml.workers.actors import WorkerRuntime
-from oml.workers.broker import make_broker
+from oml.services.runtime.context import Context
+from oml.services.entrypoints.http.app import create_app
+from oml.services.runtime.settings import Settings
+from oml.workers.index import indexer
+from oml.workers.runtime import lag
+from oml.workers.runtime.actors import WorkerRuntime
+from oml.workers.runtime.broker import make_broker
 from oml_workers_support import (Fenced, NoKeys, RedisServer, assert_index_exact, assert_lake_exact, promote, serving,
                                  setup_tenant)
 

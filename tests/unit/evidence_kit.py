@@ -9,7 +9,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from oml.domain import signing
 from oml.domain.canonical import canonical
-from oml.services.evidence import archive, format as fmt
+from oml.services.audit.evidence import archive, format as fmt
 
 
 def rebuild(data: bytes, sign_key: Ed25519PrivateKey, edit: Callable[[dict, dict], None]) -> bytes:

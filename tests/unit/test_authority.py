@@ -82,11 +82,11 @@ def test_admissions_acts_agree_with_the_table():
 
 
 def test_admission_checks_the_table_at_its_append_point():
-    from oml.services.admission.service import Acting, Admission
+    from oml.services.journal.acts import Acting, ActRunner
 
-    assert Admission._role_of(None, SYSTEM) is None
-    assert Admission._role_of(None, Acting("a" * 16, "i", "reader")) == "reader"
+    assert ActRunner.role_of(None, SYSTEM) is None
+    assert ActRunner.role_of(None, Acting("a" * 16, "i", "reader")) == "reader"
     assert Acting("a" * 16, "i", "reader").as_json() == {"principal": "a" * 16, "identity": "i"}
-    src = (ROOT / "services/admission/service.py").read_text()
-    body = src[src.index("    def _append("):src.index("    def _idempotent(")]
-    assert "authority.require(type, self._role_of(head, actor))" in body
+    src = (ROOT / "services/journal/acts.py").read_text()
+    body = src[src.index("    def append("):src.index("    def idempotency_lookup(")]
+    assert "authority.require(type, self.role_of(head, actor))" in body

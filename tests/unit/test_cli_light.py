@@ -15,7 +15,7 @@ HEAVY = ("torch", "sentence_transformers", "onnxruntime", "onnx", "deltalake", "
 PROBE = """
 import json, sys
 from typer.testing import CliRunner
-from oml.services.cli.main import app
+from oml.services.entrypoints.cli.main import app
 runner = CliRunner()
 codes = [runner.invoke(app, args).exit_code for args in (["--help"], ["tenant", "--help"], ["apikey", "--help"],
                                                           ["workarea", "list", "--help"], ["reconcile", "--help"])]
@@ -38,8 +38,8 @@ def test_help_imports_nothing_heavy():
 
 def test_admin_command_modules_import_nothing_heavy():
     """What `oml tenant create`, `oml workarea list`, `oml journal verify` import to do their work."""
-    code = ("import sys; import oml.services.admission.service, oml.services.listing, oml.services.journal_verify, "
-            "oml.services.anchors, oml.services.auth; print([m for m in sys.argv[1:] if m in sys.modules])")
+    code = ("import sys; import oml.services.claims.admission, oml.services.tenancy.listing, oml.services.journal.verify, "
+            "oml.services.keys.anchors, oml.services.runtime.auth; print([m for m in sys.argv[1:] if m in sys.modules])")
     r = subprocess.run([sys.executable, "-c", code, *HEAVY], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
@@ -49,7 +49,7 @@ def test_top_level_commands_are_sorted_and_apikey_is_named_apart_from_keys():
     import click
     import typer
 
-    from oml.services.cli.main import app
+    from oml.services.entrypoints.cli.main import app
 
     group = typer.main.get_command(app)
     with click.Context(group) as ctx:
@@ -61,7 +61,7 @@ def test_top_level_commands_are_sorted_and_apikey_is_named_apart_from_keys():
 
 
 def test_recall_footer_prints_counts_not_python_dicts():
-    from oml.services.cli.recall import _footer
+    from oml.services.entrypoints.cli.recall import _footer
 
     line = _footer({"candidates": {"fts": 4, "vector": 7}, "returned": {"steering": 1, "hits": 3}, "excluded_by_budget": 0})
     assert line == "candidates fts 4, vector 7  returned steering 1, hits 3  excluded by budget 0"
@@ -71,7 +71,7 @@ def test_recall_footer_prints_counts_not_python_dicts():
 def test_help_keeps_the_square_brackets_of_a_rule():
     from typer.testing import CliRunner
 
-    from oml.services.cli.main import app
+    from oml.services.entrypoints.cli.main import app
 
     out = CliRunner().invoke(app, ["tenant", "create", "--help"], env={"COLUMNS": "200"}).output
     assert "[a-z0-9][a-z0-9-]{0,62}" in out
@@ -91,14 +91,14 @@ def test_a_bad_setting_is_one_line_and_exit_2(tmp_path, env, says):
     # Checked when the settings load, before any model or database: not a 500 on every recall later.
     import os
 
-    run = subprocess.run([sys.executable, "-m", "oml.services.cli.main", "status"], capture_output=True, text=True,
+    run = subprocess.run([sys.executable, "-m", "oml.services.entrypoints.cli.main", "status"], capture_output=True, text=True,
                          env={**os.environ, "OML_HOME": str(tmp_path / "home"), **env}, timeout=120)
     assert run.returncode == 2
     assert run.stderr.strip() == says and "Traceback" not in run.stderr
 
 
 def test_closed_settings_accept_any_case():
-    from oml.services.settings import Settings
+    from oml.services.runtime.settings import Settings
 
     s = Settings(recall_lexical="BM25", query_embedding=" ONNX ")
     assert (s.recall_lexical, s.query_embedding) == ("bm25", "onnx")

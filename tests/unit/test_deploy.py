@@ -18,7 +18,7 @@ import pytest
 import typer
 import yaml
 
-from oml.services.settings import Settings
+from oml.services.runtime.settings import Settings
 from oml.services.storage.db import WORKLOAD_ROLES
 from oml.services.storage.embedded import LOG_SETTINGS
 
@@ -162,7 +162,7 @@ def test_each_workload_has_its_own_database_role(services):
 
 
 def test_each_health_check_logs_in_as_every_role_its_service_holds(services):
-    """A planted role setting fails the health check of every service that holds the role (services/healthcheck.py)."""
+    """A planted role setting fails the health check of every service that holds the role (services/runtime/healthcheck.py)."""
     for name, roles in ROLES.items():
         test = services[name]["healthcheck"]["test"]
         checked = {test[i + 1] for i, a in enumerate(test) if a == "--role"}
@@ -246,7 +246,7 @@ def test_compose_commands_are_entrypoint_workloads(services):
 
 
 def test_entrypoint_workloads_name_real_commands():
-    from oml.services.cli.main import app
+    from oml.services.entrypoints.cli.main import app
 
     root = typer.main.get_command(app)
     invocations = _oml_invocations()

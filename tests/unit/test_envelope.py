@@ -94,10 +94,10 @@ def test_wrap_many_starts_a_new_encapsulation_for_a_repeated_info():
 
 
 def test_a_batch_shares_an_encapsulation_for_the_bodies_it_seals_itself_and_never_an_info():
-    """Batch.seal without a worker (services/admission/batch.py): bodies sealed in admission share the batch's
+    """Batch.seal without a worker (services/journal/batch.py): bodies sealed in admission share the batch's
     Wrapper; an artifact id given twice gets a new encapsulation; each wrap opens under its own info; the Wrapper,
     and with it the encapsulation's secret, is dropped when the batch is discarded."""
-    from oml.services.admission import batch
+    from oml.services.journal import batch
 
     recipient = X25519PrivateKey.generate()
     pub = envelope.x25519_public_raw(recipient)

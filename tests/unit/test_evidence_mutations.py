@@ -30,9 +30,9 @@ from oml.domain.canonical import canonical
 from oml.domain.chain import JournalRow
 from oml.domain.checkpoint import checkpoint_body, oml_origin, sign_note
 from oml.domain.events import SYSTEM, Actor, encode, event_object
-from oml.services.evidence import archive, format as fmt
-from oml.services.evidence.export import assemble, registry_before
-from oml.services.evidence.verify import EXIT_FAILED, EXIT_OK, verify
+from oml.services.audit.evidence import archive, format as fmt
+from oml.services.audit.evidence.export import assemble, registry_before
+from oml.services.audit.evidence.verify import EXIT_FAILED, EXIT_OK, verify
 
 import evidence_kit
 

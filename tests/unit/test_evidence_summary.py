@@ -1,5 +1,5 @@
 """summary.html reads as prose (issue 15.6): no Python "None", and "1 key event", not "1 key events"."""
-from oml.services.evidence.summary import render
+from oml.services.audit.evidence.summary import render
 
 
 def test_absent_members_show_a_dash_and_counts_agree_in_number():

@@ -1,8 +1,8 @@
-"""Offline evidence verification without a database (services/evidence, docs/evidence-format.md).
+"""Offline evidence verification without a database (services/audit/evidence, docs/evidence-format.md).
 
 A small in-memory log (:class:`FakeLog`) produces journal rows exactly as
 admission does (domain events, chain links, Ed25519 signatures, rotations
-with proofs of possession), and :func:`oml.services.evidence.export.assemble`
+with proofs of possession), and :func:`oml.services.audit.evidence.export.assemble`
 packs them as the exporter would. Tampering is done the way an attacker
 would: editing bytes, or rebuilding files and re-signing the manifest with
 the tenant's real key (an insider), or re-signing the whole history under a
@@ -25,10 +25,10 @@ from oml.domain.canonical import canonical
 from oml.domain.chain import JournalRow
 from oml.domain.checkpoint import checkpoint_body, oml_origin, sign_note
 from oml.domain.events import SYSTEM, Actor, encode, event_object
-from oml.services.evidence import archive, format as fmt
-from oml.services.evidence.export import assemble, registry_before
-from oml.services.evidence.verify import EXIT_FAILED, EXIT_NOT_ANCHORED, EXIT_OK, verify
-from oml.services.readlog_audit import Batch
+from oml.services.audit.evidence import archive, format as fmt
+from oml.services.audit.evidence.export import assemble, registry_before
+from oml.services.audit.evidence.verify import EXIT_FAILED, EXIT_NOT_ANCHORED, EXIT_OK, verify
+from oml.services.audit.readlog_rows import Batch
 
 from evidence_kit import rebuild
 
@@ -465,7 +465,7 @@ def test_summary_counts_a_malformed_type_as_unknown_instead_of_crashing():
     # An export of a tampered journal must still be produced (the verifier names the fault); its summary says "?".
     from types import SimpleNamespace
 
-    from oml.services.evidence.summary import render
+    from oml.services.audit.evidence.summary import render
 
     rows = [SimpleNamespace(canonical=b'{"type":["not","a","string"]}'), SimpleNamespace(canonical=b'{"type":"claim.submitted"}')]
     manifest = {"tenant": T, "range": {"from_seq": 1, "to_seq": 2}, "exported_at": "2026-12-01T00:00:00.000000Z",

@@ -5,8 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from oml.services.home import find_home
-from oml.services.settings import Settings
+from oml.services.runtime.home import find_home
+from oml.services.runtime.settings import Settings
 
 
 def test_oml_home_wins(tmp_path):
@@ -48,7 +48,7 @@ def test_settings_default_follows_the_rule(tmp_path, monkeypatch):
 
 def test_creating_a_database_says_where_and_why(tmp_path):
     """The embedded start names the new home and the rule that chose it (stderr), instead of a silent second database."""
-    code = ("import sys; from pathlib import Path; from oml.services.home import announce_new_home; "
+    code = ("import sys; from pathlib import Path; from oml.services.runtime.home import announce_new_home; "
             "announce_new_home(Path(sys.argv[1]), 'a new embedded PostgreSQL database')")
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "h")], capture_output=True, text=True,
                        env={"PATH": "/usr/bin:/bin", "OML_HOME": str(tmp_path / "h")}, cwd=tmp_path)
@@ -62,7 +62,7 @@ def test_embedded_start_announces_only_a_new_home(tmp_path, monkeypatch, capsys)
     import oml.services.storage.embedded as embedded
 
     calls = []
-    monkeypatch.setattr("oml.services.home.announce_new_home", lambda home, what: calls.append(Path(home)))
+    monkeypatch.setattr("oml.services.runtime.home.announce_new_home", lambda home, what: calls.append(Path(home)))
 
     class Stop(Exception):
         pass
@@ -86,9 +86,9 @@ def test_master_key_warning_once_per_home(tmp_path, caplog):
     """Warned when the key file is generated; later commands in the same home say it at INFO only."""
     import logging
 
-    from oml.services.keystore import load_master_key
+    from oml.services.keys.keystore import load_master_key
 
-    with caplog.at_level(logging.INFO, logger="oml.services.keystore"):
+    with caplog.at_level(logging.INFO, logger="oml.services.keys.keystore"):
         first = load_master_key(None, tmp_path)
         second = load_master_key(None, tmp_path)
     assert first == second

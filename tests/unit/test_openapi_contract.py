@@ -17,11 +17,11 @@ import jsonschema
 import pytest
 from fastapi.testclient import TestClient
 
-from oml.services.context import Context
-from oml.services.http.app import create_app
-from oml.services.http.openapi_contract import PUBLIC
-from oml.services.keystore import LocalKeyStore
-from oml.services.settings import Settings
+from oml.services.runtime.context import Context
+from oml.services.entrypoints.http.app import create_app
+from oml.services.entrypoints.http.openapi_contract import PUBLIC
+from oml.services.keys.keystore import LocalKeyStore
+from oml.services.runtime.settings import Settings
 from oml.services.storage.db import Database
 
 METHODS = ("get", "post", "put", "patch", "delete")

@@ -1,7 +1,7 @@
 """docs/api.md is generated from the app's OpenAPI document without a database."""
 from __future__ import annotations
 
-from oml.services.http.openapi_doc import METHODS, build_spec, render
+from oml.services.entrypoints.http.openapi_doc import METHODS, build_spec, render
 
 
 def test_every_operation_is_rendered():

@@ -321,7 +321,7 @@ def test_ranges():
 # ---------------------------------------------------------------- LoCoMo evidence ids and SQL hygiene
 
 def test_locomo_evidence_ids_are_normalised():
-    from oml.services.bench.locomo import normalise_ids
+    from oml_tools.bench.locomo import normalise_ids
 
     assert normalise_ids(["D8:6; D9:17", "D:11:26", "D30:05", "D", "D1:3", "D1:3", "", "X4:2"]) == [
         "D8:6", "D9:17", "D11:26", "D30:5", "D1:3"]
@@ -333,7 +333,7 @@ def test_every_read_path_statement_names_the_tenant():
     import pathlib
     import re
 
-    root = pathlib.Path(__file__).resolve().parents[2] / "services" / "server"
+    root = pathlib.Path(__file__).resolve().parents[2] / "services" / "reads"
     for name in ("recall.py", "fetch.py", "rows.py", "readlog.py"):
         src = (root / name).read_text()
         for m in re.finditer(r'sa\.text\(\s*((?:f?"[^"]*"\s*)+)', src):
@@ -342,7 +342,7 @@ def test_every_read_path_statement_names_the_tenant():
                     and "set_config" not in sql and "oml_fts_search" not in sql and "{where}" not in sql:
                 assert "tenant_id" in sql, (name, sql[:120])
     # The vector leg's statements are built around one WHERE clause.
-    from oml.services.server.recall import _Filters, _vector_where
+    from oml.services.reads.recall import _Filters, _vector_where
 
     where, _ = _vector_where(_Filters(("main",), None, None, None, None, []))
     assert where.startswith("m.tenant_id = :t")

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oml.domain import signing
-from oml.services.admission.signer import Signer, secret_key, sign_with
+from oml.services.keys.signer import Signer, secret_key, sign_with
 
 
 def test_rfc8032_test_1():

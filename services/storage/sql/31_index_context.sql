@@ -4,7 +4,7 @@
 -- which neighbour claims' statements went into its memories_fts / memory_embeddings rows.
 -- Index-only and derived, maintained by the oml-indexer; ids, positions and a digest: no text.
 -- Erasure deletes the erased claim's row and the index rows of every claim whose window names it
--- (services/erasure.py shred), in the erasure's transaction.
+-- (services/erasure/acts.py shred), in the erasure's transaction.
 CREATE TABLE IF NOT EXISTS index_threads (
   tenant_id      text NOT NULL,
   claim_id       uuid NOT NULL,

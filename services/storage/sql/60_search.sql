@@ -116,7 +116,7 @@ REVOKE CREATE ON SCHEMA public FROM oml_search;
 REVOKE ALL ON FUNCTION oml_fts_search(tsquery, text[], timestamptz, text[], text[], timestamptz, uuid[], int) FROM PUBLIC;
 REVOKE ALL ON FUNCTION oml_fts_search_plan(tsquery, text[], timestamptz, text[], text[], timestamptz, uuid[], int) FROM PUBLIC;
 
--- Read-path lookups (services/server/rows.py): segment 1 finds the promoted steering versions of a
+-- Read-path lookups (services/reads/rows.py): segment 1 finds the promoted steering versions of a
 -- handful of workareas; fetch by claim at an instant walks that claim's tip intervals.
 CREATE INDEX IF NOT EXISTS claim_versions_steering ON claim_versions (tenant_id, workarea_id)
   WHERE kind = 'steering' AND status = 'promoted';

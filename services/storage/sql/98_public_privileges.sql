@@ -1,7 +1,7 @@
 -- What PUBLIC may do in OML's database (decisions X7). Triggers and RLS run in the writer's own session, so a
 -- workload must not be able to put an object of its own where they would find it:
 --   * temporary tables: only the reconciler, which replays a tenant's journal into them to compare with its
---     projections (services/projections.py), and the owner may create any, so no workload can have a temporary
+--     projections (services/journal/projections.py), and the owner may create any, so no workload can have a temporary
 --     table stand in for one a trigger reads (the guard functions fix their search_path too, 97_authority_guards.sql);
 --   * schema public: nobody but its owner creates objects there (PostgreSQL 15's default, restated for 13 and 14),
 --     so no workload can add a function or operator overload there that a trigger's call would resolve to.

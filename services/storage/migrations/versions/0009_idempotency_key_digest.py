@@ -1,4 +1,4 @@
-"""Idempotency records keep the digest of the client's key, not the key (services/admission/service.py,
+"""Idempotency records keep the digest of the client's key, not the key (services/claims/admission.py,
 ``idempotency_key_digest``): records written before this change are rewritten in place, so a retry after the
 upgrade still finds its first answer."""
 from alembic import op

@@ -1,0 +1,1 @@
+"""Audit: evidence exports, reconciliation reports and read-log rows for auditors."""

@@ -1,0 +1,1 @@
+"""Evidence exports: the archive, its format, export and the offline verifier."""

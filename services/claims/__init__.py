@@ -1,0 +1,1 @@
+"""Claims: admission (submit) and review."""

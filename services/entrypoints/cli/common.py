@@ -1,0 +1,156 @@
+"""Shared CLI helpers: one context per invocation, problems printed without content, one way to read a key.
+
+Every message that carries text not written here (a problem's detail, a
+rule such as ``[a-z0-9][a-z0-9-]{0,62}``, a path) goes through
+:func:`rich.markup.escape`: Rich would otherwise read ``[...]`` as markup
+and silently drop it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Iterator, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from typer.core import TyperGroup
+
+from oml.domain.errors import OMLError
+
+if TYPE_CHECKING:  # the database stack (SQLAlchemy, Alembic) loads when a command opens a context, not for --help
+    from oml.services.runtime.context import Context
+
+# soft_wrap: a message is never broken at the terminal width (paths, keys and commands must stay copyable);
+# tables still fit the width.
+console = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+
+# The one exit-status rule of every verification command (reconcile, journal verify, evidence verify;
+# docs/anchoring.md): 0 verified and anchored, 1 a failed check, 3 verified but NOT ANCHORED.
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_ANCHORED = 0, 1, 2, 3
+
+TENANT = typer.Option(..., "--tenant", "-t", help="tenant slug")
+JSON = typer.Option(False, "--json", help="print the result as one JSON document instead of text")
+
+
+def verdict_exit(ok: bool, anchored: bool) -> int:
+    """Exit status of a verification: failed beats unanchored beats OK."""
+    if not ok:
+        return EXIT_FAILED
+    return EXIT_OK if anchored else EXIT_NOT_ANCHORED
+
+
+class SortedGroup(TyperGroup):
+    """A command group whose ``--help`` lists its commands alphabetically."""
+
+    def list_commands(self, ctx):  # noqa: D401 - click's signature
+        return sorted(super().list_commands(ctx))
+
+
+def emit(data: dict, as_json: bool, lines: list[str]) -> None:
+    """``data`` as one JSON object, or ``lines`` as plain text (no markup is interpreted)."""
+    if as_json:
+        typer.echo(json.dumps(data, indent=2, sort_keys=True))
+    else:
+        for line in lines:
+            typer.echo(line)
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> None:
+    """Print ``message`` (escaped) on stderr and exit with ``code``."""
+    err.print(escape(message))
+    raise typer.Exit(code)
+
+
+def print_problem(exc: OMLError, ctx: "Optional[Context]" = None) -> None:
+    """``code: detail`` on stderr; an unknown key also says which database was asked (the usual cause)."""
+    # Scalar extras (field, head, allowed codes …) are content-free by the errors' own rule (domain/errors.py).
+    extras = "; ".join(f"{k} {', '.join(map(str, v)) if isinstance(v, (list, tuple)) else v}"
+                       for k, v in sorted((exc.extra or {}).items())
+                       if isinstance(v, (str, int)) or (isinstance(v, (list, tuple)) and all(isinstance(x, (str, int)) for x in v)))
+    err.print(f"[red]{escape(exc.code)}[/red]: {escape(exc.detail)}" + (f" ({escape(extras)})" if extras else ""))
+    if exc.code == "access.unauthenticated" and ctx is not None:
+        from oml.services.runtime.home import database_label, explain
+
+        err.print(escape(f"asked {database_label(ctx.settings)}; home {ctx.settings.home} "
+                         f"({explain(ctx.settings.home)}). A key made in another home is unknown here: "
+                         "set OML_HOME (or OML_DATABASE_URL) to the one that issued it."))
+
+
+@contextmanager
+def context() -> "Iterator[Context]":
+    from oml.services.runtime.context import open_context
+
+    ctx = open_context()
+    try:
+        yield ctx
+    except OMLError as exc:
+        print_problem(exc, ctx)
+        raise typer.Exit(EXIT_USAGE) from None
+    finally:
+        ctx.close()
+
+
+def require_tenant(ctx: "Context", tenant: str) -> None:
+    """``tenant.not_found`` (exit 2, as reconcile and evidence export answer: docs/anchoring.md) for a tenant this
+    database does not have, so a mistyped ``--tenant`` is never read as "nothing to do"; an existing tenant whose
+    journal is empty or cut still fails verification (exit 1)."""
+    import sqlalchemy as sa
+
+    with ctx.db.system("oml_reconciler") as conn:  # the tenant list is readable to the keyless workers
+        if conn.execute(sa.text("SELECT 1 FROM tenants WHERE tenant_id = :t"), {"t": tenant}).scalar() is None:
+            raise OMLError("tenant.not_found", "tenant not found", 404)
+
+
+def read_secret(path: str | None, what: str, option: str = "--key-file") -> str:
+    """Read a secret value from a file or standard input, never from argv.
+
+    Exits 2 with a message naming ``option`` when the file is missing,
+    unreadable or empty (no traceback, no file content).
+    """
+    if path and path != "-":
+        try:
+            with open(path, encoding="utf-8") as f:
+                value = f.read().strip()
+        except FileNotFoundError:
+            fail(f"{option} {path}: no such file (it should hold {what})")
+        except IsADirectoryError:
+            fail(f"{option} {path}: is a directory, not a file holding {what}")
+        except (PermissionError, UnicodeDecodeError) as exc:
+            fail(f"{option} {path}: cannot be read ({type(exc).__name__})")
+        if not value:
+            fail(f"{option} {path}: the file is empty (it should hold {what})")
+        return value
+    if sys.stdin.isatty():
+        err.print(f"enter {escape(what)} and end with Ctrl-D:")
+    value = sys.stdin.read().strip()
+    if not value and path == "-":
+        fail(f"{option} -: standard input was empty (it should carry {what})")
+    return value
+
+
+def api_key(key_file: Optional[str], what: str = "the API key") -> str:
+    """The key from ``--key-file`` (``-`` for stdin) or, without it, ``OML_API_KEY``; exits 2 when neither has one."""
+    if key_file:
+        key = read_secret(key_file, what)
+    else:
+        key = os.environ.get("OML_API_KEY", "").strip()
+        if not key:
+            fail(f"{what} is required: set OML_API_KEY or pass --key-file FILE")
+    # OML_API_KEY may list several keys of one tenant for `oml mcp`; the other commands act with the first.
+    return key.split(",")[0].strip()
+
+
+def principal(ctx: "Context", key_file: Optional[str], what: str = "the API key"):
+    """Authenticate :func:`api_key` against ``ctx``'s database (``access.unauthenticated`` is printed by :func:`context`)."""
+    from oml.services.runtime.auth import authenticate
+
+    return authenticate(ctx.db, api_key(key_file, what))
+
+
+def key_file_option(what: str = "API key"):
+    """The ``--key-file`` option every keyed command shares."""
+    return typer.Option(None, "--key-file", help=f"file holding the {what} ('-' for stdin); default: $OML_API_KEY")

@@ -1,0 +1,227 @@
+"""CLI: ``oml recall``, ``oml readlog seal|verify``, ``oml retention set|apply``, ``oml mcp``.
+
+Keys are read from ``OML_API_KEY`` or ``--key-file`` (never from the command
+line). ``oml recall`` takes the query as an argument or, when it is omitted
+or ``-``, from standard input (prefer stdin for anything sensitive: argv is
+visible to other local users). Exit statuses: 0 success; 1 ``readlog
+verify`` named at least one finding; 2 usage error or refusal (its code is
+printed, never the submitted value).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from typing import List, Optional
+
+import typer
+
+from rich.markup import escape
+
+from oml.services.entrypoints.cli.common import JSON, TENANT, console, context, err, fail, key_file_option, principal
+
+readlog_app = typer.Typer(no_args_is_help=True, help="The read log: seal batches into the journal, verify anchors.")
+retention_app = typer.Typer(no_args_is_help=True, help="The read log's per-tenant retention window (operator key).")
+
+KEY_FILE = key_file_option()
+_principal = principal
+
+
+def recall_cmd(
+    query: Optional[str] = typer.Argument(None, help="the query text; omit or '-' to read it from stdin"),
+    workarea: Optional[str] = typer.Option(None, "--workarea", "-w", help="workarea node id to scope to (default: the key's roots)"),
+    retriever: str = typer.Option("hybrid", "--retriever", "-r", help="fts | vector | hybrid"),
+    k: int = typer.Option(10, "-k", help="hits to return (1-100); steering rows come on top"),
+    max_chars: Optional[int] = typer.Option(None, "--max-chars", help="character budget (never drops steering rows)"),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="token budget, estimated at 4 characters per token"),
+    kind: Optional[List[str]] = typer.Option(None, "--kind", help="filter hits by kind (repeatable)"),
+    provenance: Optional[List[str]] = typer.Option(None, "--provenance", help="filter hits by provenance (repeatable)"),
+    as_of: Optional[str] = typer.Option(None, "--as-of", help="read the tips as they were at this ISO 8601 instant"),
+    as_json: bool = typer.Option(False, "--json", help="print the full response as JSON"),
+    key_file: Optional[str] = KEY_FILE,
+) -> None:
+    """Recall: steering rows first, then hits (docs/recall.md)."""
+    from oml.services.reads.recall import Recaller, RecallRequest
+
+    if query is None or query == "-":
+        query = sys.stdin.read()
+    with context() as ctx:
+        p = _principal(ctx, key_file)
+        if retriever != "fts":
+            from oml.workers.index.embedding import get_embedder
+
+            # The model loads once per process (seconds): say so instead of looking hung.
+            with err.status("loading the embedding model (once per process)…"):
+                get_embedder(ctx.settings)
+        with err.status(f"recalling with {escape(retriever)} retrieval…"):
+            out = Recaller(ctx).recall(p, RecallRequest(query=query, workarea_id=workarea, retriever=retriever, k=k,
+                                                        max_chars=max_chars, max_tokens=max_tokens, kinds=kind or None,
+                                                        provenances=provenance or None, as_of=as_of))
+    if as_json:
+        typer.echo(json.dumps(out, indent=2, ensure_ascii=False))
+        return
+    from rich.table import Table
+
+    table = Table(title="recall", show_lines=False)
+    for col in ("#", "segment", "score", "workarea", "kind", "statement", "source"):
+        table.add_column(col)
+    # Stored text may hold "[...]": escaped, or Rich would read it as markup and drop it.
+    for i, it in enumerate(out["steering"], 1):
+        table.add_row(str(i), "steering", "", escape(it["workarea"]["path"]), it["kind"],
+                      escape(str(it["body"].get("statement", ""))), escape(_source(it)))
+    for i, it in enumerate(out["hits"], 1):
+        table.add_row(str(i), "hit", f"{it['score']:.4f}", escape(it["workarea"]["path"]), it["kind"],
+                      escape(str(it["body"].get("statement", ""))), escape(_source(it)))
+    console.print(table)
+    console.print(_footer(out["diagnostics"]))
+    for deg in out["diagnostics"]["degraded"]:
+        console.print("[yellow]degraded[/yellow] " + escape(f"{deg['retriever']}: {deg['reason']} — {deg['detail']}"))
+
+
+def _footer(d: dict) -> str:
+    """One line of counts; a nested count (per retriever, per reason) reads ``name n, name n`` instead of a dict."""
+    def show(v) -> str:
+        if isinstance(v, dict):
+            return ", ".join(f"{k} {show(x)}" for k, x in v.items()) or "0"
+        if isinstance(v, (list, tuple)):
+            return str(len(v))
+        return str(v)
+
+    return escape("  ".join(f"{name} {show(d.get(key, 0))}" for key, name in
+                            (("candidates", "candidates"), ("returned", "returned"), ("excluded_by_budget", "excluded by budget"))))
+
+
+def _source(item: dict) -> str:
+    s = item.get("source")
+    if isinstance(s, dict):
+        return str(s.get("uri") or s.get("title") or "")
+    return "" if s is None else str(s)
+
+
+@readlog_app.command("seal")
+def readlog_seal(tenant: Optional[str] = typer.Option(None, "--tenant", "-t", help="one tenant (default: every tenant)"),
+                 as_json: bool = JSON) -> None:
+    """Seal unsealed reads into batches and journal each batch's digest (`readlog.anchored`)."""
+    from oml.services.reads import readlog
+
+    with context() as ctx:
+        out = readlog.seal_all(ctx, [tenant] if tenant else None)
+    if as_json:
+        typer.echo(json.dumps(out, indent=2))
+        return
+    for t, anchors in out.items():
+        for a in anchors:
+            console.print(f"{t}: batch {a['batch_no']} sealed {a['count']} reads (seq {a['seq']}, root {a['root'][:16]}…)")
+        if not anchors:
+            console.print(f"{t}: nothing to seal")
+
+
+@readlog_app.command("verify")
+def readlog_verify(tenant: str = TENANT,
+                   as_json: bool = JSON) -> None:
+    """Recompute every anchor inside the retention window; name each edited, inserted or deleted read (exit 1)."""
+    from oml.services.reads import readlog
+
+    with context() as ctx:
+        out = readlog.verify(ctx, tenant)
+    if as_json:
+        typer.echo(json.dumps(out, indent=2))
+    else:
+        console.print(f"{tenant}: {out['batches_checked']} batches, {out['reads_checked']} sealed reads checked,"
+                      f" {out['unsealed']} not yet sealed")
+        for f in out["findings"]:
+            console.print(f"[red]{f['kind']}[/red] batch {f['batch_no']} read {f['read_id']}")
+        console.print("[green]OK[/green]" if out["ok"] else "[red]FAILED[/red]")
+    if not out["ok"]:
+        raise typer.Exit(1)
+
+
+@retention_app.command("set")
+def retention_set(days: int = typer.Option(..., "--days", help="read-log retention window in days"),
+                  key_file: Optional[str] = KEY_FILE) -> None:
+    """Journal the key's tenant's read-log retention window (`retention.policy_set`)."""
+    from oml.services.reads import readlog
+
+    with context() as ctx:
+        out = readlog.set_policy(ctx, _principal(ctx, key_file, "the operator API key"), days)
+    console.print(f"{out['tenant']}: read-log retention {out['readlog_days']} days (seq {out['seq']})")
+
+
+@retention_app.command("apply")
+def retention_apply(tenant: Optional[str] = typer.Option(None, "--tenant", "-t", help="as a scheduled system job, without a key"),
+                    key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> None:
+    """Seal, then retire the batches older than the window; journals `retention.applied`."""
+    from oml.services.reads import readlog
+
+    with context() as ctx:
+        if tenant:
+            out = readlog.apply_retention(ctx, tenant)
+        else:
+            p = _principal(ctx, key_file, "the operator API key")
+            out = readlog.apply_retention(ctx, p.tenant, principal=p)
+    if as_json:
+        typer.echo(json.dumps(out, indent=2))
+    else:
+        console.print(f"retired batches {out['batches']}, {out['reads_removed']} reads removed (seq {out['seq']})")
+
+
+def mcp_cmd(transport: str = typer.Option("stdio", "--transport", help="stdio | http (streamable HTTP)"),
+            host: str = typer.Option("127.0.0.1", "--host"), port: int = typer.Option(8766, "--port"),
+            path: str = typer.Option("/mcp", "--path", help="the streamable HTTP endpoint"),
+            print_config: bool = typer.Option(False, "--print-config",
+                                              help="print an MCP host configuration (absolute paths) for this oml and home, and exit")) -> None:
+    """Run the MCP server (tools recall, fetch, remember). stdio: the key is $OML_API_KEY; http: a bearer key per request.
+
+    The embedding model is loaded before the server reports ready, so an MCP host's first recall
+    does not wait for it (and time out). Status lines go to stderr: stdout is the stdio protocol.
+    """
+    from oml.services.entrypoints import mcp_server
+
+    from oml.services.entrypoints.cli.serve import check_port, warm_model
+
+    if transport not in ("stdio", "http"):
+        fail("--transport must be stdio or http")
+    if print_config:
+        typer.echo(json.dumps(desktop_config(), indent=2))
+        return
+    if transport == "http":
+        check_port(host, port)
+    elif not mcp_server.stdio_keys_from_env():
+        fail("oml mcp: set OML_API_KEY (one key, or comma-separated keys of one tenant)")  # before the model loads
+    else:
+        # A host that starts `oml mcp` from another folder finds another home: say which database refused the key.
+        with context() as ctx:
+            principal(ctx, None)
+    warm_model()
+    if transport == "http":
+        err.print(escape(f"oml mcp: listening on http://{host}:{port}{path} (streamable HTTP; a bearer API key per request)"))
+    else:
+        err.print("oml mcp: ready on stdio (tools recall, fetch, remember)")
+    mcp_server.main(transport=transport, host=host, port=port, path=path)
+
+
+def desktop_config() -> dict:
+    """The ``mcpServers`` entry of an MCP host (Claude Desktop style) for this installation.
+
+    ``command`` is the absolute path of this ``oml``: a desktop host starts it without the shell's PATH.
+    The key is a placeholder: a secret is never printed.
+    """
+    import shutil
+    from pathlib import Path
+
+    from oml.services.runtime.settings import get_settings
+
+    script = Path(sys.argv[0])
+    found = script if script.name == "oml" and script.exists() else (shutil.which("oml") and Path(shutil.which("oml")))
+    command = str(Path(found).resolve()) if found else str(Path(sys.executable).with_name("oml"))
+    return {"mcpServers": {"oml": {
+        "command": command, "args": ["mcp", "--transport", "stdio"],
+        "env": {"OML_API_KEY": "oml_<reader id>_<secret>", "OML_HOME": str(Path(get_settings().home).resolve()),
+                "HF_HUB_OFFLINE": "1"}}}}
+
+
+def register(app: typer.Typer) -> None:
+    """Add this area's commands to the root oml app."""
+    app.command("recall")(recall_cmd)
+    app.command("mcp")(mcp_cmd)
+    app.add_typer(readlog_app, name="readlog")
+    app.add_typer(retention_app, name="retention")

@@ -1,0 +1,45 @@
+"""The FastAPI application: OpenAPI at ``/openapi.json``, problems per RFC 9457.
+
+The OpenAPI document declares the bearer scheme and every operation's
+problem+json error responses (:mod:`.openapi_contract`).
+
+Each area's routes live in their own module and are included here. Request
+bodies above ``OML_MAX_REQUEST_BYTES`` are refused with ``http.too_large``
+while they stream in, before anything is buffered past the limit or parsed
+(:mod:`.body_limit`); bodies that are not valid UTF-8 or carry NUL bytes
+are refused with ``admission.invalid``.
+"""
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from oml.services.runtime import tracing
+from oml.services.runtime.context import Context
+
+from oml.services.entrypoints.http import openapi_contract, problems
+from oml.services.entrypoints.http.body_limit import BodyLimit
+from oml.services.entrypoints.http import routes_admin, routes_audit, routes_claims, routes_erasure, routes_ops, routes_recall, routes_simulations
+from oml.services.entrypoints.http import routes_feed
+
+ROUTERS = (routes_admin, routes_claims, routes_recall, routes_audit, routes_erasure, routes_simulations, routes_ops,
+           routes_feed)
+
+
+def create_app(ctx: Context) -> FastAPI:
+    # No /docs or /redoc: FastAPI's pages load Swagger UI from a CDN and are blank offline (issue 15.6);
+    # the contract is /openapi.json (docs/api.md).
+    app = FastAPI(title="OML", version="0.1.0", description="Governed memory for AI agents.", docs_url=None, redoc_url=None)
+    app.state.ctx = ctx
+    problems.install(app)
+
+    # A pure ASGI middleware, not @app.middleware("http"): it must count the body as it streams (issue 13.1).
+    app.add_middleware(BodyLimit, limit=ctx.settings.max_request_bytes)
+    # Added last, so outermost: a refused request (413, 401) is a span too. A no-op while tracing is off.
+    app.add_middleware(tracing.TraceRequests)
+    if ctx.settings.tracing != "off":
+        tracing.configure(ctx.settings.tracing)
+
+    for module in ROUTERS:
+        app.include_router(module.router)
+    openapi_contract.install(app)  # bearer scheme and problem+json error responses on every operation
+    return app

@@ -1,0 +1,117 @@
+"""HTTP routes: ops — ``/healthz`` and the Prometheus ``/metrics`` endpoint (docs/workers.md, Lag).
+
+``GET /healthz`` answers ``{"status": "ok"}`` when the server can run a query
+as ``oml_server``; otherwise 503 ``service.unavailable``. No tenant data.
+
+``GET /metrics`` (Prometheus text format) reports, per consumer and tenant,
+the journal head, the consumer's cursor, its lag in events and its poison
+records; per tenant and reason, the reads refused by verified reads
+(``oml_integrity_read_refusals_total``). It needs a bearer credential, since the labels name tenants:
+
+- the value of ``OML_METRICS_TOKEN`` (when set): every tenant, plus the
+  number of undispatched outbox rows — for the platform's Prometheus;
+- a tenant's ``operator`` API key: that tenant's series only.
+
+Anything else is 401 ``access.unauthenticated`` or 403 ``access.denied``.
+"""
+from __future__ import annotations
+
+import hmac
+import os
+
+import sqlalchemy as sa
+from fastapi import APIRouter, Depends, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from oml.domain.errors import OMLError
+from oml.services.runtime.auth import authenticate
+from oml.services.runtime.context import Context
+
+from oml.services.entrypoints.http.deps import context
+
+router = APIRouter(tags=["ops"])
+
+
+@router.get("/healthz", summary="Liveness and database reachability")
+def healthz(ctx: Context = Depends(context)) -> dict:
+    try:
+        with ctx.db.system("oml_server") as conn:
+            conn.execute(sa.text("SELECT 1"))
+    except Exception:
+        raise OMLError("service.unavailable", "the database is not reachable", 503) from None
+    return {"status": "ok"}
+
+
+class _Collector:
+    def __init__(self, rows, undispatched: int | None, integrity=(), replica_reads: dict[str, int] | None = None) -> None:
+        self.rows, self.undispatched, self.integrity = rows, undispatched, integrity
+        self.replica_reads = replica_reads
+
+    def collect(self):
+        head = GaugeMetricFamily("oml_journal_head_seq", "Last journal seq of the tenant's chain.", labels=["tenant"])
+        cursor = GaugeMetricFamily("oml_consumer_cursor_seq", "Last journal seq the consumer applied (lake-writer: hint).",
+                                   labels=["consumer", "tenant"])
+        lag = GaugeMetricFamily("oml_consumer_lag_events", "Journal events the consumer is behind the head.",
+                                labels=["consumer", "tenant"])
+        poison = GaugeMetricFamily("oml_consumer_poison_messages", "Events the consumer recorded as poison and skipped.",
+                                   labels=["consumer", "tenant"])
+        seen: set[str] = set()
+        for r in self.rows:
+            if r.tenant not in seen:
+                head.add_metric([r.tenant], r.head)
+                seen.add(r.tenant)
+            cursor.add_metric([r.consumer, r.tenant], r.cursor)
+            lag.add_metric([r.consumer, r.tenant], r.lag)
+            poison.add_metric([r.consumer, r.tenant], r.poison)
+        yield from (head, cursor, lag, poison)
+        # Recorded in integrity_events by every server process, so the count is the deployment's, not this process's.
+        refused = CounterMetricFamily("oml_integrity_read_refusals", "Reads refused because the journal does not back "
+                                      "the version's projected status (docs/security-model.md, Verified reads).",
+                                      labels=["tenant", "reason"])
+        for i in self.integrity:
+            refused.add_metric([i.tenant, i.reason], i.refusals)
+        yield refused
+        if self.undispatched is not None:
+            g = GaugeMetricFamily("oml_outbox_undispatched", "Outbox rows the relay has not dispatched yet.")
+            g.add_metric([], self.undispatched)
+            yield g
+        if self.replica_reads is not None:
+            # This process's reads by source (docs/operations.md, "Recall from hot standbys").
+            reads = CounterMetricFamily("oml_replica_reads", "Recall and fetch reads by the source that served them, and "
+                                        "standbys skipped (unreachable, behind).", labels=["source"])
+            for source, n in sorted(self.replica_reads.items()):
+                reads.add_metric([source], n)
+            yield reads
+
+
+def _bearer(request: Request) -> str | None:
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+@router.get("/metrics", summary="Prometheus metrics: per consumer and tenant lag",
+            response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
+def metrics(request: Request, ctx: Context = Depends(context)) -> Response:
+    from oml.services.reads import verified_reads
+    from oml.workers.runtime import lag
+
+    token = _bearer(request)
+    platform = os.environ.get("OML_METRICS_TOKEN")
+    if token and platform and hmac.compare_digest(token.encode(), platform.encode()):
+        rows, integrity = lag.report(ctx), verified_reads.report(ctx)
+        replica_reads = dict(ctx.db.read_counts)
+        try:
+            pending = lag.undispatched(ctx)
+        except Exception:
+            pending = None
+    else:
+        p = authenticate(ctx.db, token)
+        if p.role != "operator":
+            raise OMLError("access.denied", "metrics need an operator key or the platform metrics token", 403)
+        rows, pending, integrity = lag.report(ctx, tenant=p.tenant), None, verified_reads.report(ctx, p.tenant)
+        replica_reads = None  # process-wide counts: the platform's, not one tenant's
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(rows, pending, integrity, replica_reads))
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+

@@ -1,0 +1,1 @@
+"""Erasure: erasure acts and the shred, holds, the erasure report and restore."""

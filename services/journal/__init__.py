@@ -1,0 +1,1 @@
+"""The journal: the act runner, signed appends, group commits, projections, checkpoints and proofs."""

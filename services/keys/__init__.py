@@ -1,0 +1,1 @@
+"""Keys: KeyStores, trust anchors, the signer, DEK wrapping and key rotation."""

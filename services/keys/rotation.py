@@ -1,0 +1,169 @@
+"""Body-encryption key rotation and retirement (DESIGN.md, Bodies and keys; docs/key-management.md).
+
+* :func:`rotate` — generate a new X25519 key version, store its private half
+  in the KeyStore, journal ``encryption_key.rotated`` ``{"new_key", "version"}``
+  through admission (the projector retires the old version, so every artifact
+  sealed after the commit is wrapped to the new one), then rewrap every live
+  DEK to the new public key as ``oml_server`` — the only role that may read a
+  wrapped DEK, and the only holder of the private keys — with ``info =
+  "oml.dek.v1|<T>|<artifact_id>|<new version>"``.
+* :func:`retire` — destroy in the KeyStore every retired version whose
+  retirement is older than the backup window (``OML_BACKUP_RETENTION_DAYS``,
+  or ``older_than``), once no live DEK is wrapped to it. A wrapped DEK that
+  survives in an old backup or WAL segment is then unusable, whatever the
+  backup holds.
+
+Credentials: the KeyStore (private body keys), ``oml_admission`` for the
+journal act and for counting DEKs per version, ``oml_server`` for the rewrap.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+from oml.domain import envelope, signing
+from oml.domain.canonical import format_time, now as utcnow
+from oml.domain.errors import OMLError
+from oml.domain.events import SYSTEM, Actor
+from oml.services.journal import journal
+from oml.services.keys.keystore import KeyNotFound
+
+if TYPE_CHECKING:  # pragma: no cover
+    from oml.services.runtime.context import Context
+
+log = logging.getLogger(__name__)
+
+BATCH = 500
+
+
+def _refuse_during_restore(ctx: "Context") -> None:
+    from oml.services.erasure import restore
+
+    if restore.pending(ctx.db, role="oml_admission"):
+        raise restore.PENDING
+
+
+def rotate(ctx: "Context", tenant: str, *, actor: Actor = SYSTEM, batch: int = BATCH) -> dict[str, Any]:
+    """Rotate ``tenant``'s body-encryption key and rewrap every live DEK.
+
+    Returns ``{"tenant", "version", "kid", "seq", "rewrapped", "failed",
+    "remaining"}``: ``failed`` lists artifact ids whose DEK could not be
+    unwrapped (a missing key version or a damaged wrap: reported, never
+    silently skipped); ``remaining`` counts live DEKs still wrapped to an
+    older version afterwards. Rewrapping is idempotent: run :func:`rewrap`
+    again to finish an interrupted rotation. Raises
+    ``service.restore_pending`` (503) while a restore is pending.
+    """
+    _refuse_during_restore(ctx)
+    adm = ctx.admission
+    key = X25519PrivateKey.generate()
+    pub = envelope.x25519_public_raw(key)
+    with ctx.db.tenant("oml_admission", tenant) as conn:
+        head = journal.Head(conn, tenant)
+        version = (conn.execute(sa.text("SELECT max(version) FROM tenant_keys WHERE tenant_id = :t AND purpose = 'encryption'"),
+                                {"t": tenant}).scalar() or 0) + 1
+        # Stored before the commit: an orphaned key of a rotation that never committed is harmless,
+        # a committed version without its private key would make new bodies unreadable.
+        ctx.keystore.put(tenant, f"encryption/{version}", key.private_bytes_raw())
+        ev = adm.acts.append(head, "encryption_key.rotated", actor, {"new_key": pub.hex(), "version": version})
+    out = rewrap(ctx, tenant, batch=batch)
+    return {"tenant": tenant, "version": version, "kid": signing.kid(pub), "seq": ev.seq, **out}
+
+
+def rewrap(ctx: "Context", tenant: str, *, batch: int = BATCH) -> dict[str, Any]:
+    """Rewrap every DEK of ``tenant`` not wrapped to the current version; ``{"rewrapped", "failed", "remaining"}``."""
+    with ctx.db.tenant("oml_server", tenant) as conn:
+        row = conn.execute(sa.text("SELECT version, public_key FROM tenant_keys WHERE tenant_id = :t AND purpose = 'encryption'"
+                                   " AND retired_seq IS NULL"), {"t": tenant}).one()
+    current, new_pub = row.version, bytes(row.public_key)
+    privates: dict[int, bytes | None] = {}
+    rewrapped, failed, after = 0, [], "00000000-0000-0000-0000-000000000000"
+    while True:
+        with ctx.db.tenant("oml_server", tenant) as conn:
+            rows = conn.execute(sa.text(
+                "SELECT artifact_id, key_version, wrapped FROM wrapped_deks"
+                " WHERE tenant_id = :t AND key_version <> :v AND artifact_id > CAST(:after AS uuid)"
+                " ORDER BY artifact_id LIMIT :n FOR UPDATE"), {"t": tenant, "v": current, "after": after, "n": batch}).all()
+            if not rows:
+                break
+            for r in rows:
+                art, old = str(r.artifact_id), int(r.key_version)
+                if old not in privates:
+                    try:
+                        privates[old] = ctx.keystore.get(tenant, f"encryption/{old}")
+                    except KeyNotFound:
+                        privates[old] = None
+                priv = privates[old]
+                try:
+                    if priv is None:
+                        raise KeyNotFound(f"encryption/{old}")
+                    new = envelope.rewrap(bytes(r.wrapped), old_info=envelope.dek_info(tenant, art, old), old_private=priv,
+                                          new_info=envelope.dek_info(tenant, art, current), new_public=new_pub)
+                except Exception as exc:  # noqa: BLE001 - reported per artifact, never with key material
+                    log.warning("rewrap of artifact %s failed: %s", art, type(exc).__name__)
+                    failed.append(art)
+                    continue
+                conn.execute(sa.text("UPDATE wrapped_deks SET wrapped = :w, key_version = :v"
+                                     " WHERE tenant_id = :t AND artifact_id = :a AND key_version = :old"),
+                             {"w": new, "v": current, "t": tenant, "a": art, "old": old})
+                rewrapped += 1
+            after = str(rows[-1].artifact_id)
+    with ctx.db.tenant("oml_admission", tenant) as conn:
+        remaining = conn.execute(sa.text("SELECT count(*) FROM wrapped_deks WHERE tenant_id = :t AND key_version <> :v"),
+                                 {"t": tenant, "v": current}).scalar()
+    return {"rewrapped": rewrapped, "failed": failed, "remaining": int(remaining)}
+
+
+def versions(ctx: "Context", tenant: str) -> list[dict[str, Any]]:
+    """Every body-encryption key version: registration, retirement (seq and time), live DEKs, present in the KeyStore."""
+    with ctx.db.tenant("oml_admission", tenant) as conn:
+        rows = conn.execute(sa.text(
+            "SELECT k.version, k.kid, k.registered_seq, k.retired_seq, r.at AS registered_at, x.at AS retired_at,"
+            "       (SELECT count(*) FROM wrapped_deks d WHERE d.tenant_id = k.tenant_id AND d.key_version = k.version) AS live"
+            "  FROM tenant_keys k"
+            "  JOIN journal_events r ON r.tenant_id = k.tenant_id AND r.seq = k.registered_seq"
+            "  LEFT JOIN journal_events x ON x.tenant_id = k.tenant_id AND x.seq = k.retired_seq"
+            " WHERE k.tenant_id = :t AND k.purpose = 'encryption' ORDER BY k.version"), {"t": tenant}).all()
+    return [{"version": r.version, "kid": r.kid, "registered_seq": r.registered_seq, "registered_at": format_time(r.registered_at),
+             "retired_seq": r.retired_seq, "retired_at": format_time(r.retired_at) if r.retired_at else None,
+             "live_deks": int(r.live), "in_keystore": ctx.keystore.exists(tenant, f"encryption/{r.version}")}
+            for r in rows]
+
+
+def retire(ctx: "Context", tenant: str, *, older_than: dt.timedelta | None = None, now: dt.datetime | None = None,
+           dry_run: bool = False) -> dict[str, Any]:
+    """Destroy retired key versions whose retirement is older than the window.
+
+    ``older_than`` defaults to ``OML_BACKUP_RETENTION_DAYS``; ``now`` to the
+    current time (tests and drills move it). The current version is never
+    destroyed, nor one that still wraps a live DEK (``rewrap_incomplete``).
+    Returns ``{"tenant", "window_seconds", "cutoff", "destroyed", "kept":
+    [{"version", "reason"}], "dry_run", "keystore"}`` — ``keystore`` says where the
+    destroyed versions lived (a PKCS#11 token's objects are destroyed with ``C_DestroyObject``).
+    """
+    window = older_than if older_than is not None else dt.timedelta(days=ctx.settings.backup_retention_days)
+    if window < dt.timedelta(0):
+        raise OMLError("admission.invalid", "the window cannot be negative", 422, {"field": "older_than"})
+    cutoff = (now or utcnow()) - window
+    destroyed, kept = [], []
+    for v in versions(ctx, tenant):
+        if v["retired_seq"] is None:
+            kept.append({"version": v["version"], "reason": "current"})
+        elif dt.datetime.fromisoformat(v["retired_at"].replace("Z", "+00:00")) > cutoff:
+            kept.append({"version": v["version"], "reason": "within_window"})
+        elif v["live_deks"]:
+            kept.append({"version": v["version"], "reason": "rewrap_incomplete"})
+        elif not v["in_keystore"]:
+            kept.append({"version": v["version"], "reason": "already_destroyed"})
+        else:
+            if not dry_run:
+                ctx.keystore.destroy(tenant, f"encryption/{v['version']}")
+            destroyed.append(v["version"])
+    from oml.services.runtime.context import describe_keystore
+
+    return {"tenant": tenant, "window_seconds": int(window.total_seconds()), "cutoff": format_time(cutoff),
+            "destroyed": destroyed, "kept": kept, "dry_run": dry_run, "keystore": describe_keystore(ctx.keystore)}

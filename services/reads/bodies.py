@@ -1,0 +1,165 @@
+"""Decrypt on serve: unwrap one artifact's DEK and open its body (DESIGN.md, Formats and Bodies and keys).
+
+Only oml-server calls this, on a connection bound to the tenant as
+``oml_server`` (the one database role with SELECT on ``wrapped_deks``),
+after access and the simulation predicate passed, and the caller logs the
+read in ``read_events`` in the same transaction. The tenant's X25519
+private key for the DEK's key version comes from the KeyStore; nothing
+decrypted is cached. A version's body is opened only when the journal backs
+its projected status (:mod:`oml.services.reads.verified_reads`); one it
+does not back is :class:`Unverified` — to the reader, not found.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import sqlalchemy as sa
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+from oml.domain import envelope
+from oml.domain.errors import OMLError, not_found
+from oml.services.keys.keystore import KeyStore
+from oml.services.reads import verified_reads
+from oml.services.runtime.tracing import traced
+
+
+class Unverified(OMLError):
+    """A version whose projected status the journal does not back (an integrity event): served as not found."""
+
+    def __init__(self) -> None:
+        super().__init__("claim.not_found", "claim not found", 404)
+
+
+def _gone(erased: bool) -> OMLError:
+    """A ciphertext or wrapped DEK that is gone: an erasure when the claim's ``erased_seq`` says so (set only by the
+    journalled ``claim.erased`` act, which the authority guard checks), else destroyed outside any act, which a
+    reader must not take for an erasure (reconcile reports it)."""
+    if erased:
+        return OMLError("claim.erased", "the body was erased", 410)
+    return OMLError("integrity.body", "a stored body or its key is missing", 500)
+
+
+def _check_digest(row) -> None:
+    """Raise ``ValueError`` unless the ciphertext is the one admission stored (hostile review X2).
+
+    The AAD and the HPKE wrap bind nothing secret: whoever may write ``artifacts.ciphertext`` and
+    ``wrapped_deks`` (admission, to shred) can seal a body of their own to the tenant's public key. The
+    digest is written once at admission (no role may update it) and is the journal's ``ciphertext_sha256``
+    (reconcile compares the two), so a swapped ciphertext fails here as a tampered one does.
+    """
+    if row.sha256 is None or hashlib.sha256(bytes(row.ciphertext)).digest() != bytes(row.sha256):
+        raise ValueError("ciphertext digest")
+
+
+def decrypt_artifact(conn: sa.Connection, keystore: KeyStore, tenant: str, artifact_id: str) -> dict[str, Any]:
+    """The decrypted JSON object of one artifact (a body or a note).
+
+    Raises ``claim.not_found`` (404) for an unknown artifact, ``claim.erased``
+    (410) when its ciphertext was purged or its DEK shredded by the claim's erasure, and
+    ``integrity.body`` (500) when the ciphertext is not the one admission stored or does not open (tampered or
+    wrong key: the AAD binds tenant, claim, version and artifact), or is gone, or its DEK, with no erasure.
+    """
+    row = conn.execute(sa.text(
+        "SELECT a.artifact_id, a.claim_id, a.version_id, a.ciphertext, a.sha256, d.key_version, d.wrapped,"
+        " c.erased_seq IS NOT NULL AS erased"
+        " FROM artifacts a LEFT JOIN wrapped_deks d ON d.tenant_id = a.tenant_id AND d.artifact_id = a.artifact_id"
+        " LEFT JOIN claims c ON c.tenant_id = a.tenant_id AND c.claim_id = a.claim_id"
+        " WHERE a.tenant_id = :t AND a.artifact_id = CAST(:a AS uuid)"), {"t": tenant, "a": artifact_id}).one_or_none()
+    if row is None:
+        raise not_found("artifact")
+    if row.ciphertext is None or row.wrapped is None:
+        raise _gone(bool(row.erased))
+    art = str(row.artifact_id)
+    try:
+        _check_digest(row)
+        dek = envelope.unwrap(bytes(row.wrapped), info=envelope.dek_info(tenant, art, row.key_version),
+                              private_key=keystore.get(tenant, f"encryption/{row.key_version}"))
+        plain = envelope.open_body(bytes(row.ciphertext), dek=dek,
+                                   aad=envelope.body_aad(tenant, str(row.claim_id or ""), str(row.version_id or ""), art))
+    except (InvalidTag, ValueError) as exc:
+        raise OMLError("integrity.body", "a stored body failed authentication", 500) from exc
+    return json.loads(plain)
+
+
+def decrypt_version(conn: sa.Connection, keystore: KeyStore, tenant: str, version_id: str) -> dict[str, Any]:
+    """The decrypted body of a claim version (``statement``, ``source``, ``tags``, …).
+
+    Same errors as :func:`decrypt_artifact`; ``claim.not_found`` for an unknown version, and
+    :class:`Unverified` (``claim.not_found``) for one whose status the journal does not back.
+    """
+    if verified_reads.refused(conn, tenant, [version_id]):
+        raise Unverified()
+    art = conn.execute(sa.text("SELECT artifact_id FROM claim_versions WHERE tenant_id = :t AND version_id = CAST(:v AS uuid)"),
+                       {"t": tenant, "v": version_id}).scalar()
+    if art is None:
+        raise not_found("claim version")
+    return decrypt_artifact(conn, keystore, tenant, str(art))
+
+
+_BODIES = sa.text(
+    "SELECT " + verified_reads.VERDICT_COLUMNS + ", a.artifact_id AS stored_artifact, a.ciphertext, a.sha256,"
+    " d.key_version, d.wrapped, c.erased_seq IS NOT NULL AS erased"
+    + verified_reads.VERDICT_FROM +
+    # LEFT: a version whose artifact row is gone is still judged (and its refusal recorded), then not found
+    " LEFT JOIN LATERAL (SELECT a.artifact_id, a.ciphertext, a.sha256 FROM artifacts a"
+    "   WHERE a.tenant_id = (SELECT CAST(:t AS text)) AND a.artifact_id = v.artifact_id LIMIT 1) a ON true"
+    " LEFT JOIN LATERAL (SELECT d.key_version, d.wrapped FROM wrapped_deks d"
+    "   WHERE d.tenant_id = (SELECT CAST(:t AS text)) AND d.artifact_id = v.artifact_id LIMIT 1) d ON true"
+    " LEFT JOIN LATERAL (SELECT c.erased_seq FROM claims c"
+    "   WHERE c.tenant_id = (SELECT CAST(:t AS text)) AND c.claim_id = v.claim_id LIMIT 1) c ON true")
+
+
+@traced("recall.decrypt")
+def decrypt_versions(conn: sa.Connection, keystore: KeyStore, tenant: str, version_ids: list[str]
+                     ) -> dict[str, dict[str, Any] | OMLError]:
+    """Bodies of many versions in one round trip: version id → body, or the :class:`OMLError` that
+    :func:`decrypt_version` would raise for it (``claim.not_found``, ``claim.erased``, ``integrity.body``).
+
+    Each DEK is still unwrapped per artifact; the tenant's private key is read
+    from the KeyStore once per key version per call. Nothing is cached beyond the call.
+    A version whose status the journal does not back maps to :class:`Unverified`.
+    """
+    ids = sorted({str(v) for v in version_ids})
+    out: dict[str, dict[str, Any] | OMLError] = {v: not_found("claim version") for v in ids}
+    if not ids:
+        return out
+    # One statement verifies and opens: the verdict's rows (verified_reads) plus each version's artifact and
+    # wrapped DEK. Full-key lookups behind LATERAL/LIMIT fences, tenant as (SELECT :t): linear plans even when
+    # the tenant's statistics are stale (services/reads/rows.py explains; 28 ms → 1 ms for 30 bodies, measured).
+    rows = conn.execute(_BODIES, {"t": tenant, "ids": ids}).all()
+    bad = verified_reads.judge(conn, tenant, rows)
+    out.update({v: Unverified() for v in bad})
+    rows = [r for r in rows if str(r.version_id) not in bad and r.stored_artifact is not None]
+    keys: dict[int, X25519PrivateKey] = {}
+    for row in rows:
+        vid, art = str(row.version_id), str(row.artifact_id)
+        if row.ciphertext is None or row.wrapped is None:
+            out[vid] = _gone(bool(row.erased))
+            continue
+        try:
+            _check_digest(row)
+            if row.key_version not in keys:
+                keys[row.key_version] = X25519PrivateKey.from_private_bytes(
+                    keystore.get(tenant, f"encryption/{row.key_version}"))
+            dek = envelope.unwrap(bytes(row.wrapped), info=envelope.dek_info(tenant, art, row.key_version),
+                                  private_key=keys[row.key_version])
+            plain = envelope.open_body(bytes(row.ciphertext), dek=dek,
+                                       aad=envelope.body_aad(tenant, str(row.claim_id), vid, art))
+        except (InvalidTag, ValueError):
+            out[vid] = OMLError("integrity.body", "a stored body failed authentication", 500)
+            continue
+        out[vid] = json.loads(plain)
+    return out
+
+
+def log_read(conn: sa.Connection, tenant: str, *, principal_id: str | None, identity_id: str | None, role: str, op: str,
+             claim_ids: list[str], workarea_ids: list[str] = (), query_digest: bytes | None = None) -> None:
+    """Record one read in ``read_events`` (ids and a keyed digest only, never text), in the caller's transaction."""
+    conn.execute(sa.text(
+        "INSERT INTO read_events (tenant_id, principal_id, identity_id, role, op, workarea_ids, claim_ids, query_digest)"
+        " VALUES (:t, :p, CAST(:i AS uuid), :r, :op, CAST(:w AS uuid[]), CAST(:c AS uuid[]), :q)"),
+        {"t": tenant, "p": principal_id, "i": identity_id, "r": role, "op": op, "w": sorted(set(workarea_ids)),
+         "c": sorted(set(claim_ids)), "q": query_digest})

@@ -1,0 +1,271 @@
+"""Fetch (a tip or a given version), lineage and journal pages — the other read paths.
+
+Each loads versions through :mod:`oml.services.reads.rows`, serves only
+what :func:`oml.domain.recall.visible` admits (the same predicate recall
+uses), decrypts after the predicate passed, and logs the read in
+``read_events`` in the same ``oml_server`` transaction.
+
+* :func:`fetch` — by claim id: the claim's tip now (or at ``as_of``); by
+  version id: that version if it is promoted (superseded versions included:
+  ``history`` mode). An ancestor's steering claim that applies to the key is
+  fetchable. Anything not admitted is ``claim.not_found`` (404), so a
+  foreign, held, demoted or simulation row is indistinguishable from a
+  missing one; an erased claim inside access is ``claim.erased`` (410).
+* :func:`lineage` — all admitted versions of a claim (metadata, no bodies)
+  and its ``derived_from`` graph both ways (upstream: what it was derived
+  from; downstream: what was derived from it), breadth-first to
+  ``depth``. Erased claims appear as tombstones with ids only; claims
+  inside access with no servable version appear as ``withheld`` with ids
+  only; claims outside access or behind the simulation fence do not appear.
+* :func:`journal_page` — canonical journal events for ``auditor`` keys.
+
+Credentials: ``oml_server`` and the KeyStore's tenant private key.
+"""
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from oml.domain import claims as rules
+from oml.domain import recall as R
+from oml.domain.access import Principal
+from oml.domain.errors import OMLError, invalid, not_found
+from oml.services.reads import readlog, rows, sim_read
+from oml.services.reads.bodies import decrypt_version
+from oml.services.runtime.tracing import traced
+
+if TYPE_CHECKING:  # pragma: no cover
+    from oml.services.runtime.context import Context
+
+ROLE = "oml_server"
+# Statements on the shared projection tables compare the tenant as `(SELECT :t)`: named explicitly,
+# but estimated as an unknown value, so a tenant whose statistics are stale still gets key lookups
+# (services/reads/rows.py explains).
+LINEAGE_MAX_DEPTH = 8
+LINEAGE_MAX_NODES = 500
+JOURNAL_PAGE_MAX = 1000
+
+
+def _uuid(value: object, name: str) -> str:
+    try:
+        return str(uuid.UUID(str(value)))
+    except (ValueError, TypeError, AttributeError):
+        raise invalid("must be a UUID", field=name) from None
+
+
+def _time(value: dt.datetime | str | None, name: str) -> dt.datetime | None:
+    from oml.services.reads.recall import _time as parse
+
+    return parse(value, name)
+
+
+def _scopes(conn, principal: Principal, workarea_id: str | None) -> tuple[tuple[str, ...], list[str]]:
+    if workarea_id is None:
+        return R.resolve_scope(principal, None), sorted(principal.roots)
+    wa = rows.workarea_by_id(conn, principal.tenant, _uuid(workarea_id, "workarea_id"))
+    if wa is None:
+        raise OMLError("workarea.not_found", "workarea not found", 404)
+    return R.resolve_scope(principal, wa[1]), [wa[0]]
+
+
+def _claim_erased_in_access(conn, principal: Principal, claim_id: str, audience: frozenset[str] = frozenset()) -> bool:
+    row = conn.execute(sa.text(
+        "SELECT c.erased_seq, c.simulation_id, w.path FROM claims c JOIN workareas w ON w.tenant_id = c.tenant_id AND w.node_id = c.workarea_id"
+        " WHERE c.tenant_id = (SELECT CAST(:t AS text)) AND c.claim_id = CAST(:c AS uuid)"), {"t": principal.tenant, "c": claim_id}).one_or_none()
+    if row is not None and row.simulation_id is not None and str(row.simulation_id) not in audience:
+        return False  # a claim born in a simulation does not exist outside its audience, erased or not
+    return row is not None and row.erased_seq is not None and principal.can_access(row.path)
+
+
+@traced("fetch")
+def fetch(ctx: "Context", principal: Principal, *, claim_id: str | None = None, version_id: str | None = None,
+          workarea_id: str | None = None, as_of: dt.datetime | str | None = None,
+          audience_simulations: frozenset[str] | None = None, after_lsn: str | None = None) -> dict[str, Any]:
+    """One item with its decrypted body: ``claim_id`` → its tip (now or ``as_of``); ``version_id`` → that version.
+
+    ``workarea_id`` scopes the read (needed to fetch a ``self_signed`` row,
+    which is served only to reads scoped within its workarea). Raises
+    ``access.denied`` (403), ``admission.invalid`` (422),
+    ``claim.not_found`` (404), ``claim.erased`` (410).
+    """
+    rules.require_act(principal.role, "read")
+    if (claim_id is None) == (version_id is None):
+        raise invalid("give exactly one of claim_id and version_id", field="claim_id")
+    when = _time(as_of, "as_of")
+    tenant = principal.tenant
+    with ctx.db.read(ROLE, tenant, after_lsn=after_lsn) as rtx:
+        conn = rtx.conn
+        scopes, scope_ids = _scopes(conn, principal, workarea_id)
+        if audience_simulations is None:
+            audience_simulations = sim_read.audience_of(conn, principal)
+        if claim_id is not None:
+            cid = _uuid(claim_id, "claim_id")
+            vid = rows.tip_of_claim(conn, tenant, cid, when, audience_simulations)
+            mode = "tip"
+            if vid is None:
+                if _claim_erased_in_access(conn, principal, cid, audience_simulations):
+                    raise OMLError("claim.erased", "the claim was erased", 410)
+                raise not_found("claim")
+        else:
+            vid = _uuid(version_id, "version_id")
+            mode = "history"
+        loaded = rows.load_rows(conn, tenant, [vid], when, audience_simulations).get(vid)
+        read = R.ReadScope(principal, scopes, mode, audience_simulations)
+        if loaded is None or not R.visible(loaded.facts, read, "item"):
+            # Behind the simulation fence an erased version is as unknown as a missing one (404, not 410).
+            if loaded is not None and loaded.facts.claim_erased and principal.can_access(loaded.facts.path) and not sim_read.fenced(
+                    loaded.facts.provenance, loaded.facts.tainted, loaded.facts.simulation_id, audience_simulations):
+                raise OMLError("claim.erased", "the claim was erased", 410)
+            raise not_found("claim")
+        body = decrypt_version(conn, ctx.keystore, tenant, loaded.version_id)
+        item = loaded.metadata()
+        item["is_tip"] = loaded.facts.is_tip
+        item["body"] = body
+        item["source"] = body.get("source") if isinstance(body, dict) else None
+        readlog.record_read(ctx.db, rtx, principal, "fetch", claim_ids=[loaded.claim_id], workarea_ids=scope_ids)
+    return item
+
+
+def _claim_nodes(conn, tenant: str, claim_ids: list[str]) -> dict[str, Any]:
+    if not claim_ids:
+        return {}
+    return {str(r.claim_id): r for r in conn.execute(sa.text(
+        "SELECT c.claim_id, c.kind, c.erased_seq, c.simulation_id, c.workarea_id, w.path FROM claims c"
+        " JOIN workareas w ON w.tenant_id = c.tenant_id AND w.node_id = c.workarea_id"
+        " WHERE c.tenant_id = (SELECT CAST(:t AS text)) AND c.claim_id = ANY(CAST(:c AS uuid[]))"), {"t": tenant, "c": claim_ids})}
+
+
+def lineage(ctx: "Context", principal: Principal, claim_id: str, *, depth: int = LINEAGE_MAX_DEPTH,
+            audience_simulations: frozenset[str] | None = None) -> dict[str, Any]:
+    """The claim's versions and ``derived_from`` graph both ways; metadata and ids only, no bodies.
+
+    Returns ``{"claim_id", "versions": [...], "nodes": [...], "edges": [{"version_id", "claim_id",
+    "derived_from"}...], "truncated": bool}``. Raises ``claim.not_found`` (404) when the claim is
+    outside access or has nothing servable and is not erased.
+    """
+    rules.require_act(principal.role, "read")
+    if not (1 <= int(depth) <= LINEAGE_MAX_DEPTH):
+        raise invalid(f"depth must be between 1 and {LINEAGE_MAX_DEPTH}", field="depth")
+    cid = _uuid(claim_id, "claim_id")
+    tenant = principal.tenant
+    scopes = R.resolve_scope(principal, None)
+    read = R.ReadScope(principal, scopes, "history", audience_simulations or frozenset())
+
+    def in_place(node) -> bool:
+        p = node.path
+        return principal.can_access(p) or (node.kind == "steering" and any(rules.is_within(s, p) for s in scopes))
+
+    def fenced(node) -> bool:
+        return node.simulation_id is not None and str(node.simulation_id) not in audience_simulations
+
+    with ctx.db.tenant(ROLE, tenant) as conn:
+        if audience_simulations is None:
+            audience_simulations = sim_read.audience_of(conn, principal)
+            read = R.ReadScope(principal, scopes, "history", audience_simulations)
+        root = _claim_nodes(conn, tenant, [cid]).get(cid)
+        if root is None or not in_place(root) or fenced(root):
+            raise not_found("claim")
+        nodes: dict[str, dict] = {}
+        versions_of: dict[str, list[rows.Loaded]] = {}
+        edges: list[dict] = []
+        frontier = [cid]
+        seen = {cid}
+        truncated = False
+
+        def load_claims(ids: list[str]) -> None:
+            meta = _claim_nodes(conn, tenant, ids)
+            vids = [str(v) for v in conn.execute(sa.text(
+                "SELECT version_id FROM claim_versions WHERE tenant_id = (SELECT CAST(:t AS text)) AND claim_id = ANY(CAST(:c AS uuid[]))"),
+                {"t": tenant, "c": ids}).scalars()]
+            loaded = rows.load_rows(conn, tenant, vids, None, audience_simulations)
+            for c in ids:
+                m = meta.get(c)
+                if m is None or not in_place(m) or fenced(m):
+                    continue
+                if m.erased_seq is not None:
+                    nodes[c] = {"claim_id": c, "erased": True}
+                    continue
+                vis = sorted((x for x in loaded.values() if x.claim_id == c and R.visible(x.facts, read, "item")),
+                             key=lambda x: x.version_no)
+                versions_of[c] = vis
+                if not vis:
+                    nodes[c] = {"claim_id": c, "withheld": True}
+                    continue
+                tip = next((x for x in vis if x.facts.is_tip), None)
+                nodes[c] = {"claim_id": c, "kind": m.kind, "workarea": {"id": str(m.workarea_id), "path": m.path},
+                            "tip_version_id": tip.version_id if tip else None}
+
+        level = 0
+        while frontier and level <= depth:
+            load_claims(frontier)
+            nxt: list[str] = []
+            vids = [x.version_id for c in frontier for x in versions_of.get(c, [])]
+            if vids:
+                for r in conn.execute(sa.text(
+                        "SELECT version_id, claim_id, derived_from FROM claim_edges WHERE tenant_id = (SELECT CAST(:t AS text))"
+                        " AND version_id = ANY(CAST(:v AS uuid[])) ORDER BY version_id, derived_from"), {"t": tenant, "v": vids}):
+                    edges.append({"version_id": str(r.version_id), "claim_id": str(r.claim_id), "derived_from": str(r.derived_from)})
+                    nxt.append(str(r.derived_from))
+            # A tainted version's edge exists only inside its simulation's fence: outside it, never followed.
+            for r in conn.execute(sa.text(
+                    "SELECT e.version_id, e.claim_id, e.derived_from FROM claim_edges e"
+                    " JOIN claim_versions v ON v.tenant_id = e.tenant_id AND v.version_id = e.version_id WHERE e.tenant_id = (SELECT CAST(:t AS text))"
+                    " AND e.derived_from = ANY(CAST(:c AS uuid[])) AND (NOT v.tainted OR v.simulation_id = ANY(CAST(:sims AS uuid[])))"
+                    " ORDER BY e.version_id"), {"t": tenant, "c": frontier, "sims": sorted(audience_simulations)}):
+                nxt.append(str(r.claim_id))
+                edges.append({"version_id": str(r.version_id), "claim_id": str(r.claim_id), "derived_from": str(r.derived_from)})
+            level += 1
+            frontier = []
+            for c in nxt:
+                if c not in seen:
+                    if len(seen) >= LINEAGE_MAX_NODES or level > depth:
+                        truncated = True
+                        continue
+                    seen.add(c)
+                    frontier.append(c)
+        # Downstream edges were collected from every version; keep only those of versions that are
+        # themselves servable (an edge is part of its version's metadata).
+        servable = {x.version_id for vs in versions_of.values() for x in vs}
+        uniq = {(e["version_id"], e["derived_from"]): e for e in edges if e["version_id"] in servable
+                and e["claim_id"] in nodes and e["derived_from"] in nodes}
+        if root.erased_seq is None and not versions_of.get(cid):
+            raise not_found("claim")
+        out_versions = []
+        for x in versions_of.get(cid, []):
+            md = x.metadata()
+            md["is_tip"] = x.facts.is_tip
+            out_versions.append(md)
+        if root.erased_seq is not None:
+            out_versions = [{"version_id": str(v), "erased": True} for v in conn.execute(sa.text(
+                "SELECT version_id FROM claim_versions WHERE tenant_id = (SELECT CAST(:t AS text)) AND claim_id = CAST(:c AS uuid)"
+                " AND (NOT tainted OR simulation_id = ANY(CAST(:sims AS uuid[]))) ORDER BY version_no, version_id"),
+                {"t": tenant, "c": cid, "sims": sorted(audience_simulations)}).scalars()]
+        readlog.record(conn, principal, "lineage", claim_ids=sorted(nodes), workarea_ids=sorted(principal.roots))
+    return {"claim_id": cid, "erased": root.erased_seq is not None, "versions": out_versions,
+            "nodes": [nodes[c] for c in sorted(nodes)], "edges": [uniq[k] for k in sorted(uniq)], "truncated": truncated}
+
+
+def journal_page(ctx: "Context", principal: Principal, *, after_seq: int = 0, limit: int = 100) -> dict[str, Any]:
+    """Canonical journal events after ``after_seq`` for ``auditor`` keys, in the evidence row format
+    (``seq``, ``canonical`` base64, ``hash``, ``prev_hash``, ``signature`` hex, ``kid``)."""
+    rules.require_act(principal.role, "journal")
+    if not (1 <= int(limit) <= JOURNAL_PAGE_MAX):
+        raise invalid(f"limit must be between 1 and {JOURNAL_PAGE_MAX}", field="limit")
+    if int(after_seq) < 0:
+        raise invalid("after_seq must not be negative", field="after_seq")
+    tenant = principal.tenant
+    with ctx.db.tenant(ROLE, tenant) as conn:
+        got = conn.execute(sa.text(
+            "SELECT seq, canonical, hash, prev_hash, signature, kid FROM journal_events WHERE tenant_id = :t AND seq > :a"
+            " ORDER BY seq LIMIT :n"), {"t": tenant, "a": int(after_seq), "n": int(limit) + 1}).all()
+        head = conn.execute(sa.text("SELECT seq FROM chain_heads WHERE tenant_id = :t"), {"t": tenant}).scalar()
+        page = got[: int(limit)]
+        events = [{"seq": r.seq, "canonical": base64.b64encode(bytes(r.canonical)).decode(), "hash": bytes(r.hash).hex(),
+                   "prev_hash": bytes(r.prev_hash).hex(), "signature": bytes(r.signature).hex(), "kid": r.kid} for r in page]
+        readlog.record(conn, principal, "journal")
+    return {"tenant": tenant, "events": events, "head_seq": head,
+            "next_after_seq": page[-1].seq if len(got) > int(limit) else None}

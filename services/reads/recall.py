@@ -1,0 +1,684 @@
+"""Recall: steering rows first, then hits by FTS, vector distance or RRF; decrypt on serve; every read logged.
+
+The contract is seeds/retrieval.md (normative) and docs/recall.md:
+
+* Segment 1 (``steering``): every steering tip of the scope's workarea and
+  of each of its ancestors — read from the projections, not the index, so
+  an indexer lag never drops an instruction — admitted by
+  :func:`oml.domain.recall.visible` (segment ``steering``), ordered by
+  depth, then the instant each became tip, then ids. Client filters, ``k``
+  and budgets do not touch it.
+* Segment 2 (``hits``): candidates from one or two ranking legs, each a
+  bounded ``ORDER BY … LIMIT n`` so its index is used; then loaded from the
+  projections and admitted by the same predicate (segment ``hit``); then
+  ranked (one leg) or fused (:data:`oml.domain.fusion.DEFAULT`: RRF, k = 10, the vector leg at weight 0.5);
+  then cut by ``k`` and the budget. Each leg's order is its score, then a
+  tie score, then recency, never a random id alone
+  (:func:`oml.domain.recall.leg_order_key`), so equal corpora rank equally.
+* Valid time: hits must be valid at ``valid_at``, defaulting to ``as_of`` or
+  now; segment 1 applies its rows' valid time at the read's instant; what
+  valid time left out is counted (``diagnostics.valid_time``).
+* Lexical leg (``fts``): BM25 by default (``oml_bm25_search``, 61_bm25.sql,
+  :mod:`oml.services.reads.bm25`: corpus statistics over the rows the read
+  admits), or ``ts_rank`` (``oml_fts_search()``, 60_search.sql: the AND
+  query first, the OR query when AND finds fewer rows than the pool holds);
+  both SECURITY DEFINER so GIN is used under RLS, over one candidate text.
+  Lexemes come from ``to_tsvector`` on the server. No lexeme (empty, stop
+  words, punctuation) → the leg is skipped and the diagnostics say why.
+* Vector leg: the query embedded with the indexer's model on a worker
+  thread while segment 1 and the lexical leg run (``workers/index/embedding.py``,
+  ``query_embedder``). Qualifying rows (tenant, scope, tip, filters)
+  are counted up to :data:`~oml.domain.recall.EXACT_SCAN_MAX` + 1 (not
+  counted when the planner estimates over 4× that); at or
+  below the threshold the subtree is searched exactly (an ``ORDER BY``
+  expression HNSW cannot serve); above it HNSW runs with
+  ``hnsw.iterative_scan = relaxed_order`` and ``hnsw.ef_search`` set per
+  transaction, its output re-sorted from a MATERIALIZED CTE, and an exact
+  search replaces it if it still returned fewer rows than asked (said in
+  the diagnostics). ``diagnostics.approximate`` is true exactly when an
+  HNSW scan's answer was served, with its parameters in ``legs.vector``.
+  No model → the leg is skipped, said.
+
+Credentials: ``oml_server`` (the one role that reads wrapped DEKs) and the
+KeyStore's tenant X25519 private key and ``query-hmac`` key. Nothing
+decrypted is cached; query text is never logged.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import contextvars
+import dataclasses
+import datetime as dt
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import sqlalchemy as sa
+
+from oml.domain import claims as rules
+from oml.domain import fusion as fusionmod
+from oml.domain import recall as R
+from oml.domain.access import Principal
+from oml.domain.errors import OMLError, invalid
+from oml.services.reads import readlog, rows, sim_read
+from oml.services.reads.bodies import decrypt_versions
+from oml.services.reads import bm25 as bm25mod
+from oml.services.runtime.tracing import traced
+
+if TYPE_CHECKING:  # pragma: no cover
+    from oml.services.runtime.context import Context
+
+log = logging.getLogger(__name__)
+
+ROLE = "oml_server"
+
+
+@dataclass
+class RecallRequest:
+    """One recall. ``query`` is plain text (≤ 4,000 characters); ``workarea_id`` scopes it (default: the
+    key's roots); ``retriever`` is ``fts`` | ``vector`` | ``hybrid``; ``k`` 1–100 hits; ``max_chars`` /
+    ``max_tokens`` a budget that never drops steering rows; ``kinds``, ``provenances`` and ``valid_at``
+    filter hits (not steering; ``valid_at`` defaults to ``as_of``, else now: "valid now"); ``as_of`` reads the
+    tips as they were at that instant."""
+
+    query: str = ""
+    workarea_id: str | None = None
+    retriever: str = "hybrid"
+    k: int = 10
+    max_chars: int | None = None
+    max_tokens: int | None = None
+    kinds: Sequence[str] | None = None
+    provenances: Sequence[str] | None = None
+    valid_at: dt.datetime | str | None = None
+    as_of: dt.datetime | str | None = None
+
+
+@dataclass
+class _Filters:
+    scopes: tuple[str, ...]
+    as_of: dt.datetime | None
+    kinds: list[str] | None
+    provenances: list[str] | None
+    valid_at: dt.datetime | None
+    exclude: list[str]
+
+
+@dataclass
+class _Diag:
+    retriever: str
+    candidates: dict[str, int] = field(default_factory=dict)
+    degraded: list[dict[str, str]] = field(default_factory=list)
+    legs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    excluded_by_predicate: int = 0
+    excluded_by_budget: int = 0
+    unreadable: int = 0
+    approximate: bool = False
+
+    def degrade(self, retriever: str, reason: str, detail: str) -> None:
+        self.degraded.append({"retriever": retriever, "reason": reason, "detail": detail})
+
+
+def _time(value: dt.datetime | str | None, name: str) -> dt.datetime | None:
+    if value is None or isinstance(value, dt.datetime):
+        if isinstance(value, dt.datetime) and value.tzinfo is None:
+            raise invalid("must be a time with a zone", field=name)
+        return value
+    try:
+        t = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        raise invalid("must be an ISO 8601 time with a zone", field=name) from None
+    if t.tzinfo is None:
+        raise invalid("must be an ISO 8601 time with a zone", field=name)
+    return t
+
+
+def _choices(values: Sequence[str] | None, allowed: Sequence[str], name: str) -> list[str] | None:
+    if values is None:
+        return None
+    vals = sorted(set(values))
+    for v in vals:
+        if v not in allowed:
+            raise invalid(f"{name} must be among {', '.join(allowed)}", field=name)
+    return vals
+
+
+def _vector_literal(vec: Sequence[float]) -> str:
+    return "[" + ",".join(format(float(x), ".9g") for x in vec) + "]"
+
+
+# ------------------------------------------------------------------ legs
+
+def _lexemes(conn: sa.Connection, text: str) -> list[str]:
+    """Lexemes PostgreSQL's parser makes of ``text`` under :data:`FTS_CONFIG` (stop words removed)."""
+    arr = conn.execute(sa.text("SELECT tsvector_to_array(to_tsvector(CAST(:cfg AS regconfig), :q))"),
+                       {"cfg": R.FTS_CONFIG, "q": text}).scalar()
+    return list(arr or [])
+
+
+#: One row of a ranking leg: (version id, score, tie keys). The score is ts_rank (higher is better) or
+#: cosine distance (lower is better); the tie keys sort ascending (oml.domain.recall.leg_order_key).
+LegRow = tuple[str, float, tuple]
+
+
+def _fts_call(conn, tsq: str, f: _Filters, lim: int) -> list[LegRow]:
+    """The shared FTS function's rows in its order: ts_rank, then ts_rank_cd, then newer tip first."""
+    rows_ = conn.execute(sa.text(
+        "SELECT version_id, rank, rank_cd, tip_from_seq FROM oml_fts_search(CAST(:q AS tsquery), CAST(:scopes AS text[]),"
+        " CAST(:as_of AS timestamptz), CAST(:kinds AS text[]), CAST(:provs AS text[]), CAST(:valid AS timestamptz),"
+        " CAST(:excl AS uuid[]), :lim)"),
+        {"q": tsq, "scopes": list(f.scopes), "as_of": f.as_of, "kinds": f.kinds, "provs": f.provenances,
+         "valid": f.valid_at, "excl": f.exclude or None, "lim": lim}).all()
+    return [fts_row(r) for r in rows_]
+
+
+def fts_row(r: Any) -> LegRow:
+    """A row of an FTS function (shared or simulation) as a leg row; ties: ts_rank_cd, then newer tip first."""
+    return (str(r.version_id), float(r.rank), (-float(r.rank_cd), -int(r.tip_from_seq)))
+
+
+@traced("recall.fts")
+def fts_leg(conn: sa.Connection, text: str, f: _Filters, n: int, diag: _Diag) -> list[LegRow]:
+    """Up to ``n`` leg rows (version id, ts_rank, ties), best first.
+
+    AND of the query's lexemes first; when it finds fewer than ``n`` rows
+    (and there is more than one lexeme), the OR query answers instead — its
+    result contains every AND hit, ranked on the same scale, so scores within
+    the leg stay comparable (FIELD-NOTES: AND alone returns nothing for most
+    natural-language questions).
+    """
+    lex = _lexemes(conn, text)
+    info: dict[str, Any] = {"lexemes": len(lex)}
+    diag.legs["fts"] = info
+    if not lex:
+        info["mode"] = "none"
+        diag.degrade("fts", "fts.no_lexemes", "the query has no searchable words (empty, stop words or punctuation only)")
+        return []
+    hits = _fts_call(conn, R.tsquery_text(lex, "&"), f, n)
+    info["and_hits"] = len(hits)
+    info["mode"] = "and"
+    if len(hits) < n and len(set(lex)) > 1:
+        hits = _fts_call(conn, R.tsquery_text(lex, "|"), f, n)
+        info["mode"] = "or"
+    return hits
+
+
+def _vector_where(f: _Filters) -> tuple[str, dict[str, Any]]:
+    return filter_conditions(f, ["m.tenant_id = :t", "m.provenance <> 'simulation'"], {})
+
+
+def filter_conditions(f: _Filters, conds: list[str], params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The index-row filters every vector leg shares (scope, self_signed, tip or ``as_of``, kinds,
+    provenances, valid time, exclusions), appended to ``conds``; one place for shared and simulation legs
+    (and the valid-time count, which passes ``f`` without ``valid_at``)."""
+    params["scopes"] = list(f.scopes)
+    scope_terms = []
+    for i, s in enumerate(f.scopes):
+        scope_terms.append(f"(m.path = :s{i} OR starts_with(m.path, :sp{i}))")
+        params[f"s{i}"] = s
+        params[f"sp{i}"] = s + "."
+    conds.append("(" + " OR ".join(scope_terms) + ")")
+    conds.append("(NOT m.self_signed OR m.path = ANY(CAST(:scopes AS text[])))")
+    if f.as_of is None:
+        conds.append("m.tip_to_seq IS NULL")
+    else:
+        conds.append("m.tip_from_at <= :as_of AND (m.tip_to_at IS NULL OR m.tip_to_at > :as_of)")
+        params["as_of"] = f.as_of
+    if f.kinds is not None:
+        conds.append("m.kind = ANY(CAST(:kinds AS text[]))")
+        params["kinds"] = f.kinds
+    if f.provenances is not None:
+        conds.append("m.provenance = ANY(CAST(:provs AS text[]))")
+        params["provs"] = f.provenances
+    if f.valid_at is not None:
+        conds.append("(m.valid_from IS NULL OR m.valid_from <= :valid) AND (m.valid_to IS NULL OR m.valid_to > :valid)")
+        params["valid"] = f.valid_at
+    if f.exclude:
+        conds.append("m.version_id <> ALL(CAST(:excl AS uuid[]))")
+        params["excl"] = f.exclude
+    return " AND ".join(conds), params
+
+
+def vector_statement(table: str, where: str, *, exact: bool) -> str:
+    """A vector leg's statement over ``table`` (shared or simulation partitions): exact (``ORDER BY distance + 0``,
+    which no HNSW index can serve) or HNSW (``ORDER BY embedding <=> q LIMIT n`` in a MATERIALIZED CTE, re-sorted
+    outside it). Equal distances: newer tip first, then the version id (docs/recall.md, "Ties")."""
+    if exact:
+        return ("SELECT m.version_id, (m.embedding <=> CAST(:q AS vector)) AS distance, m.tip_from_seq"
+                f" FROM {table} m WHERE {where}"
+                " ORDER BY (m.embedding <=> CAST(:q AS vector)) + 0.0, m.tip_from_seq DESC, m.version_id LIMIT :n")
+    return ("WITH c AS MATERIALIZED (SELECT m.version_id, m.embedding <=> CAST(:q AS vector) AS distance, m.tip_from_seq"
+            f" FROM {table} m WHERE {where} ORDER BY m.embedding <=> CAST(:q AS vector) LIMIT :n)"
+            " SELECT version_id, distance, tip_from_seq FROM c ORDER BY distance + 0.0, tip_from_seq DESC, version_id")
+
+
+def vector_sql(f: _Filters, *, exact: bool) -> tuple[str, dict[str, Any]]:
+    """The shared vector leg's statement and parameters (:func:`vector_statement` on ``memory_embeddings``)."""
+    where, params = _vector_where(f)
+    return vector_statement("memory_embeddings", where, exact=exact), params
+
+
+def vector_rows(got: Sequence[Any]) -> list[LegRow]:
+    """Vector statement rows as leg rows; ties: newer tip first."""
+    return [(str(r.version_id), float(r.distance), (-int(r.tip_from_seq),)) for r in got]
+
+
+def count_qualifying(conn: sa.Connection, tenant: str, f: _Filters, cap: int) -> int:
+    where, params = _vector_where(f)
+    return int(conn.execute(sa.text(f"SELECT count(*) FROM (SELECT 1 FROM memory_embeddings m WHERE {where} LIMIT :cap) x"),
+                            params | {"t": tenant, "cap": cap}).scalar())
+
+
+def estimate_qualifying(conn: sa.Connection, tenant: str, f: _Filters) -> int:
+    """The planner's row estimate for the vector leg's filter (statistics only; nothing is read)."""
+    where, params = _vector_where(f)
+    plan = conn.execute(sa.text(f"EXPLAIN (FORMAT JSON) SELECT 1 FROM memory_embeddings m WHERE {where}"),
+                        params | {"t": tenant}).scalar()
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    return int(plan[0]["Plan"]["Plan Rows"])
+
+
+#: The valid-time count stops here (``truncated`` says so): it informs the caller, it does not page.
+VALID_COUNT_CAP = 1000
+NONE_OUTSIDE = {"expired": 0, "not_yet_valid": 0, "truncated": False}
+
+
+def count_outside_valid_time(conn: sa.Connection, tenant: str, f: _Filters, audience: frozenset[str] = frozenset()
+                             ) -> dict[str, int | bool]:
+    """Index rows in the read's scope that match its hit filters — not its query — but whose declared valid time
+    excludes ``f.valid_at``: ``{"expired": n, "not_yet_valid": m, "truncated": bool}``, counted up to
+    :data:`VALID_COUNT_CAP` over ``memories_fts`` (and the audience's simulation partitions). Rows, not claims:
+    an audience member's overlay tip and the default tip it shadows count once each. One statement; the
+    partial index ``memories_fts_valid_time`` (60_search.sql) keeps it to rows that declare a valid time."""
+    f0 = dataclasses.replace(f, valid_at=None)
+    outside = ["(m.valid_from IS NOT NULL OR m.valid_to IS NOT NULL)", "(m.valid_to <= :at OR m.valid_from > :at)"]
+    where, params = filter_conditions(f0, ["m.tenant_id = :t", "m.provenance <> 'simulation'"] + outside, {})
+    parts = [f"SELECT m.valid_to FROM memories_fts m WHERE {where}"]
+    if audience:
+        swhere, params = filter_conditions(f0, ["m.tenant_id = :t", "m.simulation_id = ANY(CAST(:sims AS uuid[]))"] + outside,
+                                           params | {"sims": sorted(audience)})
+        parts.append(f"SELECT m.valid_to FROM sim_memories_fts m WHERE {swhere}")
+    union = " UNION ALL ".join(parts)
+    expired, total = conn.execute(sa.text(
+        f"SELECT count(*) FILTER (WHERE x.valid_to <= :at), count(*) FROM ({union} LIMIT :cap) x"),
+        params | {"t": tenant, "at": f.valid_at, "cap": VALID_COUNT_CAP + 1}).one()
+    truncated = total > VALID_COUNT_CAP
+    total = min(total, VALID_COUNT_CAP)
+    expired = min(expired, total)
+    return {"expired": expired, "not_yet_valid": total - expired, "truncated": truncated}
+
+
+#: Skip the exact count when the planner estimates more than this many times the threshold:
+#: counting 10k wide rows costs ~12 ms at 100k claims (bench), and the choice only affects speed —
+#: the HNSW path still falls back to an exact search if it would under-return.
+ESTIMATE_MARGIN = 4
+
+
+#: pgvector's iterative scan mode on the HNSW path (relaxed order, re-sorted by the statement).
+ITERATIVE_SCAN = "relaxed_order"
+
+
+def set_hnsw(conn: sa.Connection, n: int) -> dict[str, Any]:
+    """Per-transaction HNSW settings for a filtered search of ``n`` rows, in one round trip.
+
+    Returns the scan's parameters as the diagnostics report them: ``ef_search``
+    (int), ``iterative_scan`` (str) and ``max_scan_tuples`` (int, the server's
+    ``hnsw.max_scan_tuples``: where an iterative scan gives up).
+    """
+    ef = max(R.EF_SEARCH_MIN, min(R.EF_SEARCH_MAX, 2 * n))
+    max_tuples = conn.execute(sa.text(
+        "SELECT set_config('hnsw.iterative_scan', :mode, true), set_config('hnsw.ef_search', :ef, true),"
+        " current_setting('hnsw.max_scan_tuples')"), {"mode": ITERATIVE_SCAN, "ef": str(ef)}).one()[2]
+    return {"ef_search": ef, "iterative_scan": ITERATIVE_SCAN, "max_scan_tuples": int(max_tuples)}
+
+
+#: How long a tenant's planner estimate for the vector filter is reused (seconds). It decides only whether the
+#: exact count is worth running: a stale low estimate costs a count; a stale high one (a subtree that shrank)
+#: sends reads to the HNSW path for up to this long, flagged ``approximate`` as every HNSW answer is.
+ESTIMATE_TTL_S = 60.0
+_ESTIMATES: dict[tuple, tuple[float, int]] = {}
+_ESTIMATES_MAX = 4096
+
+
+def _estimate(conn: sa.Connection, tenant: str, f: _Filters) -> int:
+    key = (conn.engine.url.render_as_string(), tenant, f.scopes, f.as_of is None, tuple(f.kinds or ()),
+           tuple(f.provenances or ()))
+    now = time.monotonic()
+    hit = _ESTIMATES.get(key)
+    if hit is not None and now - hit[0] < ESTIMATE_TTL_S:
+        return hit[1]
+    est = estimate_qualifying(conn, tenant, f)
+    if len(_ESTIMATES) >= _ESTIMATES_MAX:
+        _ESTIMATES.clear()
+    _ESTIMATES[key] = (now, est)
+    return est
+
+
+def _counted_exact(conn: sa.Connection, tenant: str, q: str, f: _Filters, n: int, cap: int) -> tuple[int, list[Any]]:
+    """The qualifying rows counted up to ``cap`` and, when there are at most ``cap - 1``, the exact top ``n`` —
+    one statement (the count fences the search: ``n.c < cap``). Returns (count, rows)."""
+    where, params = _vector_where(f)
+    exact = vector_statement("memory_embeddings", f"n.c < :cap AND {where}", exact=True)
+    got = conn.execute(sa.text(
+        f"WITH n AS MATERIALIZED (SELECT count(*) AS c FROM (SELECT 1 FROM memory_embeddings m WHERE {where} LIMIT :cap) x)"
+        f" SELECT n.c AS qualifying, r.version_id, r.distance, r.tip_from_seq FROM n LEFT JOIN LATERAL ({exact}) r ON true"),
+        params | {"t": tenant, "q": q, "n": n, "cap": cap}).all()
+    return int(got[0].qualifying), [r for r in got if r.version_id is not None]
+
+
+@traced("recall.vector")
+def vector_leg(conn: sa.Connection, tenant: str, qvec: Sequence[float], f: _Filters, n: int, diag: _Diag,
+               exact_scan_max: int = R.EXACT_SCAN_MAX) -> list[LegRow]:
+    """Up to ``n`` leg rows (version id, cosine distance, ties), never fewer than ``min(n, qualifying rows)``.
+
+    ``diag.legs["vector"]`` gets ``exact_scan_max`` and, on the HNSW path, the scan's parameters
+    (:func:`set_hnsw`); ``diag.approximate`` is set when the HNSW answer is the one returned. At or below
+    the threshold the count and the exact search are one statement (:func:`_counted_exact`); the planner's
+    estimate, which skips the count for large subtrees, is reused per tenant and filter for
+    :data:`ESTIMATE_TTL_S`."""
+    q = _vector_literal(qvec)
+    got: list[Any] | None = None
+    if _estimate(conn, tenant, f) > ESTIMATE_MARGIN * max(exact_scan_max, 1):
+        qualifying = exact_scan_max + 1
+    else:
+        qualifying, got = _counted_exact(conn, tenant, q, f, n, exact_scan_max + 1)
+    info: dict[str, Any] = {"qualifying": qualifying if qualifying <= exact_scan_max else f">{exact_scan_max}",
+                            "exact_scan_max": exact_scan_max}
+    diag.legs["vector"] = info
+    if qualifying == 0:
+        info["search"] = "none"
+        return []
+    if qualifying <= exact_scan_max:
+        info["search"] = "exact"
+        return vector_rows(got or [])
+    info["search"] = "hnsw"
+    info.update(set_hnsw(conn, n))
+    diag.approximate = True
+    sql, params = vector_sql(f, exact=False)
+    got = conn.execute(sa.text(sql), params | {"t": tenant, "q": q, "n": n}).all()
+    if len(got) < n and count_qualifying(conn, tenant, f, n) > len(got):
+        # More rows qualify than the scan returned (it stopped at hnsw.max_scan_tuples):
+        # answer exactly rather than under-return.
+        info["search"] = "hnsw+exact"
+        diag.approximate = False
+        diag.degrade("vector", "vector.approximate_short",
+                     "the approximate scan returned fewer rows than asked; answered by an exact scan")
+        sql, params = vector_sql(f, exact=True)
+        got = conn.execute(sa.text(sql), params | {"t": tenant, "q": q, "n": n}).all()
+    return vector_rows(got)
+
+
+# ------------------------------------------------------------------ the service
+
+EmbedFn = Callable[[str], Sequence[float]]
+
+
+#: Query embeddings run here, beside the read's transaction (decisions K9): at most two model runs at once per
+#: process, the rest queue; a recall that fails before it needs its vector leaves the run to finish unread.
+_EMBED_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="oml-query-embed")
+
+
+def default_embed(ctx: "Context") -> EmbedFn:
+    """The query embedding: :func:`oml.workers.index.embedding.query_embedder` — the indexer's model through ONNX
+    Runtime on one thread (same vectors, tested), or torch where onnxruntime is missing or
+    ``OML_QUERY_EMBEDDING=torch``; a per-process LRU of query vectors in front (docs/recall.md, "Query
+    embedding")."""
+
+    @traced("recall.embed")
+    def embed(text: str) -> Sequence[float]:
+        from oml.workers.index.embedding import query_embedder
+
+        return query_embedder(ctx.settings)(text)
+
+    return embed
+
+
+class Recaller:
+    """The read path for recall. ``embed`` turns query text into a vector (default: the indexer's model);
+    ``exact_scan_max`` is the exact/approximate threshold and ``rrf_k`` the fusion constant (docs/recall.md)."""
+
+    def __init__(self, ctx: "Context", *, embed: EmbedFn | None = None, exact_scan_max: int = R.EXACT_SCAN_MAX,
+                 rrf_k: int = R.RRF_K, fusion: "fusionmod.Fusion | None" = None, lexical: str | None = None,
+                 bm25: tuple[float, float] = (bm25mod.K1, bm25mod.B)) -> None:
+        lexical = lexical or ctx.settings.recall_lexical
+        if lexical not in ("ts_rank", "bm25"):
+            raise ValueError("lexical ranking must be ts_rank or bm25")
+        self.ctx = ctx
+        # The lexical leg's ranking: ts_rank through oml_fts_search, or BM25 (services/reads/bm25.py; the
+        # OML_RECALL_LEXICAL setting by default). A simulation audience's legs merge shared and simulation rows
+        # by score, and the simulation side is ts_rank, so audience reads rank the shared side by ts_rank too.
+        self.lexical = lexical
+        self.bm25 = bm25  # (k1, b) of the BM25 leg
+        # ``fusion`` (domain/fusion.py) wins over ``rrf_k``, which is kept for callers that only set the constant.
+        self.fusion = fusion or dataclasses.replace(fusionmod.DEFAULT, k=rrf_k)
+        self.rrf_k = self.fusion.k
+        self.embed = embed or default_embed(ctx)
+        self.exact_scan_max = exact_scan_max
+
+    @traced("recall")
+    def recall(self, principal: Principal, req: RecallRequest, *,
+               audience_simulations: frozenset[str] | None = None, after_lsn: str | None = None) -> dict[str, Any]:
+        """Run one recall for ``principal``; returns ``{"steering": [...], "hits": [...], "diagnostics": {...}}``.
+
+        Raises ``access.denied`` (403) unless the key may read,
+        ``workarea.not_found`` (404) for a scope outside its access,
+        ``admission.invalid`` (422) for a malformed request. Every answer is
+        logged in ``read_events`` before it is returned (in the read's own
+        transaction on the primary; on the primary in a nested transaction
+        when a hot standby served it, ``readlog.unavailable`` 503 if that
+        fails). ``after_lsn``: read no older than this primary WAL position
+        (read your writes, :meth:`Database.read`).
+        """
+        started = time.perf_counter()
+        rules.require_act(principal.role, "read")
+        text = R.check_query(req.query)
+        if req.retriever not in R.RETRIEVERS:
+            raise invalid("retriever must be fts, vector or hybrid", field="retriever")
+        if isinstance(req.k, bool) or not isinstance(req.k, int):
+            raise invalid("k must be an integer", field="k")
+        budget = R.Budget(req.k, req.max_chars, req.max_tokens)
+        as_of = _time(req.as_of, "as_of")
+        valid_at = _time(req.valid_at, "filters.valid_at")
+        # Valid time defaults to the read's instant: "valid now", or valid at as_of (docs/recall.md, "Valid time").
+        read_at = as_of or dt.datetime.now(dt.timezone.utc)
+        valid_source = "filter" if valid_at is not None else ("as_of" if as_of is not None else "now")
+        valid_at = valid_at or read_at
+        kinds = _choices(req.kinds, R.KINDS, "filters.kinds")
+        provs = _choices(req.provenances, R.PROVENANCES, "filters.provenances")
+        diag = _Diag(req.retriever)
+        searching = bool(text.strip())
+        use_fts = searching and req.retriever in ("fts", "hybrid")
+        use_vec = searching and req.retriever in ("vector", "hybrid")
+        if not searching:
+            diag.degrade(req.retriever, "query.empty", "the query is empty: steering rows only")
+
+        # The query embedding runs on a worker thread while segment 1 and the lexical leg run in PostgreSQL
+        # (docs/recall.md, "Latency"): the model and the database use different cores, and the vector leg,
+        # the only statement that needs the vector, waits for it.
+        pending = _EMBED_POOL.submit(contextvars.copy_context().run, self.embed, text) if use_vec else None
+
+        tenant = principal.tenant
+        # A hot standby serves the read when one can (docs/operations.md); the read log goes to the primary.
+        with self.ctx.db.read(ROLE, tenant, after_lsn=after_lsn) as rtx:
+            conn = rtx.conn
+            if req.workarea_id is not None:
+                wa = rows.workarea_by_id(conn, tenant, str(req.workarea_id)) if _is_uuid(req.workarea_id) else None
+                if wa is None:
+                    raise OMLError("workarea.not_found", "workarea not found", 404)
+                scopes = R.resolve_scope(principal, wa[1])
+                scope_ids = [wa[0]]
+            else:
+                scopes = R.resolve_scope(principal, None)
+                scope_ids = sorted(principal.roots)
+            if audience_simulations is None:
+                # Open simulations whose audience names the key (issue 7); empty: the shared plan only.
+                audience_simulations = sim_read.audience_of(conn, principal)
+            read = R.ReadScope(principal, scopes, "tip", audience_simulations)
+
+            # Segment 1: steering, from the projections.
+            steer_ids = rows.steering_version_ids(conn, tenant, R.steering_paths(scopes), as_of, audience_simulations)
+            loaded = rows.load_rows(conn, tenant, steer_ids, as_of, audience_simulations)
+            applicable = [x for x in loaded.values() if R.visible(x.facts, read, "steering")]
+            # An instruction out of its declared valid time at the read's instant is not in force; no client
+            # filter touches segment 1 (valid_at included).
+            steer_valid = {x.version_id: R.valid_state(x.valid_from, x.valid_to, read_at) for x in applicable}
+            steering = [x for x in applicable if steer_valid[x.version_id] == "valid"]
+            steering.sort(key=lambda x: R.steering_order_key(x.facts.path, x.tip_from_at, x.claim_id, x.version_id))
+
+            # Segment 2: hits. Applicable steering rows are segment-1 material, never hits (in force or not).
+            f = _Filters(scopes, as_of, kinds, provs, valid_at, [x.version_id for x in applicable])
+            pool = max(R.POOL_MIN, 2 * budget.k)
+            legs: dict[str, list[LegRow]] = {}
+            if use_fts:
+                if self.lexical == "bm25" and not audience_simulations:
+                    legs["fts"] = bm25mod.bm25_leg(conn, text, f, pool, diag, self.bm25)
+                else:
+                    legs["fts"] = fts_leg(conn, text, f, pool, diag)
+            qvec = None
+            if pending is not None:
+                try:
+                    qvec = pending.result()
+                except Exception as exc:  # noqa: BLE001 - any model failure degrades to FTS, said in diagnostics
+                    log.warning("recall: embedding model unavailable (%s)", type(exc).__name__)
+                    diag.degrade("vector", "vector.model_unavailable",
+                                 "the embedding model is unavailable; " + ("FTS only" if use_fts else "no hits"))
+                    use_vec = False
+            if use_vec and qvec is not None:
+                legs["vector"] = vector_leg(conn, tenant, qvec, f, pool, diag, self.exact_scan_max)
+            if audience_simulations:
+                # An audience member: the simulation query, merged leg by leg by the same score.
+                legs = sim_read.merge_legs(conn, tenant, legs, audience_simulations, text, qvec if use_vec else None,
+                                           f, pool, diag, self.exact_scan_max)
+            for name, got in legs.items():
+                diag.candidates[name] = len(got)
+            found = {row[0] for got in legs.values() for row in got}
+            cand = rows.load_rows(conn, tenant, found, as_of, audience_simulations)
+            admitted = {v for v, x in cand.items() if R.visible(x.facts, read, "hit")
+                        and R.valid_state(x.valid_from, x.valid_to, valid_at) == "valid"}
+            diag.excluded_by_predicate = len(found - admitted)
+            outside = count_outside_valid_time(conn, tenant, f, audience_simulations) if legs else dict(NONE_OUTSIDE)
+            ranked = self._rank(legs, admitted, req.retriever)
+            # FTS degraded inside hybrid: say the answer is the vector leg's alone.
+            if req.retriever == "hybrid" and "vector" in legs and diag.legs.get("fts", {}).get("mode") == "none":
+                for d in diag.degraded:
+                    if d["reason"] == "fts.no_lexemes":
+                        d["detail"] += "; hybrid answered by the vector leg only"
+
+            # Decrypt on serve, after the predicate (one round trip); then the budget, in rank order.
+            considered = ranked[: budget.k]
+            bodies = decrypt_versions(conn, self.ctx.keystore, tenant,
+                                      [x.version_id for x in steering] + [rk[0] for rk in considered])
+            steer_items, steer_chars = [], []
+            for x in steering:
+                item = self._item(x, None, bodies, diag)
+                if item is not None:
+                    steer_items.append(item)
+                    steer_chars.append(R.body_chars(json.dumps(item["body"], ensure_ascii=False)))
+            hit_items = []
+            limit = budget.char_limit
+            used = sum(steer_chars)
+            for i, rk in enumerate(considered):
+                item = self._item(cand[rk[0]], rk, bodies, diag)
+                if item is None:
+                    continue
+                c = R.body_chars(json.dumps(item["body"], ensure_ascii=False))
+                if limit is not None and used + c > limit:
+                    diag.excluded_by_budget = len(considered) - i
+                    break
+                used += c
+                hit_items.append(item)
+
+            served = [i["claim_id"] for i in steer_items + hit_items]
+            readlog.record_read(self.ctx.db, rtx, principal, "recall", claim_ids=served, workarea_ids=scope_ids,
+                                query_digest=readlog.digest_query(self.ctx.keystore, tenant, text))
+
+        return {
+            "steering": steer_items,
+            "hits": hit_items,
+            "diagnostics": {
+                "retriever": req.retriever,
+                "scope": list(scopes),
+                "as_of": None if as_of is None else as_of.isoformat(),
+                "valid_time": {
+                    "at": valid_at.isoformat(), "source": valid_source, "excluded_hits": outside,
+                    "excluded_steering": {s: sum(1 for v in steer_valid.values() if v == s) for s in R.VALID_STATES[1:]}},
+                "fusion": self.fusion.describe() if req.retriever == "hybrid" else None,
+                "approximate": diag.approximate,
+                "candidates": diag.candidates,
+                "legs": diag.legs,
+                "returned": {"steering": len(steer_items), "hits": len(hit_items)},
+                "excluded_by_budget": diag.excluded_by_budget,
+                "excluded_by_predicate": diag.excluded_by_predicate,
+                "unreadable": diag.unreadable,
+                "characters": used,
+                "degraded": diag.degraded,
+                "elapsed_ms": round((time.perf_counter() - started) * 1000, 3),
+            },
+        }
+
+    def _rank(self, legs: dict[str, list[LegRow]], admitted: set[str], retriever: str
+              ) -> list[tuple[str, float, dict[str, dict[str, float | int]]]]:
+        """``(version id, score, {retriever: {"rank", "score"|"distance"}})`` best first.
+
+        Each leg keeps its own order — FTS by ts_rank, vector by cosine
+        distance ascending, each with its ties broken by meaning (the SQL
+        orders and :func:`~oml.domain.recall.leg_order_key`). One leg: its
+        order, with ts_rank or cosine similarity (1 − distance) as the score.
+        Two legs: RRF over those orders (k = ``self.rrf_k``); the score is the
+        fused score, ties broken by the legs' orders (``fuse_rrf``).
+        """
+        per: dict[str, dict[str, dict[str, float | int]]] = {}
+        order: dict[str, list[str]] = {}
+        for name, got in legs.items():
+            seen: set[str] = set()
+            ranked = [(v, s) for v, s, _ in got if v in admitted and not (v in seen or seen.add(v))]
+            order[name] = [v for v, _ in ranked]
+            for i, (v, sc) in enumerate(ranked):
+                per.setdefault(v, {})[name] = {"rank": i + 1, ("score" if name == "fts" else "distance"): sc}
+        single = [n for n in ("fts", "vector") if n in legs]
+        if retriever != "hybrid" or len(single) == 1:
+            name = retriever if retriever != "hybrid" else single[0]
+            out = []
+            for key in order.get(name, []):
+                raw = per[key][name]
+                out.append((key, float(raw["score"]) if name == "fts" else 1.0 - float(raw["distance"]), per[key]))
+            return out
+        scores = {n: {v: (float(r[n]["score"]) if n == "fts" else 1.0 - float(r[n]["distance"]))
+                      for v, r in per.items() if n in r} for n in order}
+        return [(x.key, x.score, per[x.key]) for x in fusionmod.fuse(self.fusion, order, scores)]
+
+    @staticmethod
+    def _item(x: rows.Loaded, rk: tuple | None, bodies: dict[str, Any], diag: _Diag) -> dict | None:
+        body = bodies.get(x.version_id)
+        if not isinstance(body, dict):
+            # An erased or unreadable body is never served; counted, not fatal.
+            log.warning("recall: version not served (%s)", getattr(body, "code", "missing"))
+            diag.unreadable += 1
+            return None
+        item = x.metadata()
+        if rk is None:
+            item["score"] = None
+            item["retrievers"] = {}
+        else:
+            item["score"] = rk[1]
+            item["retrievers"] = rk[2]
+        item["body"] = body
+        item["source"] = body.get("source")
+        return item
+
+
+def _is_uuid(value: object) -> bool:
+    import uuid
+
+    try:
+        uuid.UUID(str(value))
+        return True
+    except ValueError:
+        return False
+
+
+def recall(ctx: "Context", principal: Principal, req: RecallRequest, **kw: Any) -> dict[str, Any]:
+    """Convenience: ``Recaller(ctx).recall(principal, req, **kw)``."""
+    return Recaller(ctx).recall(principal, req, **kw)

@@ -1,0 +1,314 @@
+"""Verified reads: a version's body is served only when the journal backs its projected status
+(docs/security-model.md, "Verified reads"; issue 12 item 3).
+
+:func:`refused` is called at the point where bodies are decrypted
+(:mod:`oml.services.reads.bodies`, the indexing feed). For each version it
+reads, in one statement, the projection row (``status``, ``status_seq``),
+the latest row of the append-only ``version_status_log`` and the journal row
+at ``status_seq``, then checks, in order (reason codes in
+:mod:`oml.domain.verified_read`):
+
+1. ``status_seq`` is set and is the version's latest logged status change,
+   with the same status (a status set by a later event — promoted, then
+   demoted — cannot be hidden by pointing ``status_seq`` back at the
+   promotion: the demotion's log row stays, and no workload may delete it);
+2. the journal row exists, its hash is ``chain.link(prev_hash, canonical)``,
+   its bytes parse strictly, and its signature verifies under the signing key
+   the tenant's own key events registered for that seq (:class:`KeyHistory`,
+   rooted in event 1; a ``tenant_keys`` row alone is not trusted);
+3. the event names this version with this status (:func:`verified_read.backs`).
+
+A refused version is treated by the caller as not found; the refusal is
+logged (structlog, ids and reason code only), counted in
+``integrity_events`` in its own transaction (shown by ``oml status`` and
+``/metrics``); a refusal on a hot standby (read-only) is kept in the process
+and written on the primary by its next :func:`report` (a ``/metrics``
+scrape).
+
+Cost: a verified event is cached per process by (tenant, seq, recomputed
+hash) in a bounded LRU of ids only, so a recall of k hits adds at most k
+signature checks the first time and a SHA-256 per hit afterwards; the rows
+come in one extra round trip per call. ``OML_VERIFY_READS=false`` turns the
+check off (the benchmark compares both); :func:`set_enabled` overrides it in
+a process.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Hashable, Iterable
+
+import sqlalchemy as sa
+import structlog
+
+from oml.domain import verified_read as V
+from oml.domain.chain import JournalRow, link
+from oml.domain.event_format import parse_event
+
+if TYPE_CHECKING:  # pragma: no cover
+    from oml.services.runtime.context import Context
+
+log = structlog.get_logger("oml.integrity")
+ROLE = "oml_server"
+
+CACHE_EVENTS = 65_536
+CACHE_TENANTS = 1_024
+
+
+class LRU:
+    """A small thread-safe bounded LRU map (ids and public keys only; never plaintext)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._d: OrderedDict[Hashable, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> Any:
+        with self._lock:
+            if key not in self._d:
+                return None
+            self._d.move_to_end(key)
+            return self._d[key]
+
+    def put(self, key: Hashable, value: Any) -> None:
+        with self._lock:
+            self._d[key] = value
+            self._d.move_to_end(key)
+            while len(self._d) > self.size:
+                self._d.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._d.clear()
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+
+_EVENTS = LRU(CACHE_EVENTS)   # (tenant, seq, hash) -> StatusEvent | None (a genuine event that sets no status)
+_KEYS = LRU(CACHE_TENANTS)    # tenant -> KeyHistory
+_KEYS_LOCK = threading.Lock()
+_override: bool | None = None
+_stats = {"signature_checks": 0}
+
+
+def enabled() -> bool:
+    """Whether reads are verified: :func:`set_enabled`'s value, else ``OML_VERIFY_READS`` (default on)."""
+    if _override is not None:
+        return _override
+    return os.environ.get("OML_VERIFY_READS", "true").strip().lower() not in ("0", "false", "no", "off")
+
+
+def set_enabled(value: bool | None) -> None:
+    """Override ``OML_VERIFY_READS`` in this process (None: back to the setting). For the benchmark and tests."""
+    global _override
+    _override = value
+
+
+def clear_cache(*, keys: bool = True) -> None:
+    """Forget every verified event and (``keys``) each tenant's key history: the next read re-verifies."""
+    _EVENTS.clear()
+    if keys:
+        _KEYS.clear()
+
+
+def signature_checks() -> int:
+    """Signature verifications this process has run for reads (cache misses)."""
+    return _stats["signature_checks"]
+
+
+#: What a verdict needs about one version (x.vid from ``unnest(:ids)``): its projection row, its newest status-log
+#: entry and the journal row its status names. Shared with the body read (``services/reads/bodies.py``), which
+#: adds the ciphertext and wrapped DEK to the same statement: one round trip verifies and opens.
+VERDICT_COLUMNS = ("x.vid AS version_id, v.claim_id, v.artifact_id, v.status, v.status_seq, v.self_signed,"
+                   " v.simulation_id, l.seq AS log_seq, l.status AS log_status,"
+                   " j.seq AS j_seq, j.kid, j.canonical, j.hash, j.prev_hash, j.signature")
+VERDICT_FROM = (
+    "  FROM unnest(CAST(:ids AS uuid[])) AS x(vid)"
+    "  CROSS JOIN LATERAL (SELECT v.claim_id, v.artifact_id, v.status, v.status_seq, v.self_signed, v.simulation_id"
+    "                        FROM claim_versions v"
+    "                       WHERE v.tenant_id = (SELECT CAST(:t AS text)) AND v.version_id = x.vid LIMIT 1) v"
+    "  LEFT JOIN LATERAL (SELECT l.seq, l.status FROM version_status_log l"
+    "                      WHERE l.tenant_id = (SELECT CAST(:t AS text)) AND l.version_id = x.vid ORDER BY l.seq DESC LIMIT 1) l ON true"
+    "  LEFT JOIN LATERAL (SELECT j.seq, j.kid, j.canonical, j.hash, j.prev_hash, j.signature FROM journal_events j"
+    "                      WHERE j.tenant_id = (SELECT CAST(:t AS text)) AND j.seq = v.status_seq LIMIT 1) j ON true")
+_ROWS = sa.text("SELECT " + VERDICT_COLUMNS + VERDICT_FROM)
+
+_KEY_EVENTS = sa.text(
+    "SELECT seq AS j_seq, kid, canonical, hash, prev_hash, signature FROM journal_events"
+    " WHERE tenant_id = :t AND type = ANY(CAST(:types AS text[])) AND seq > :after AND seq < :before ORDER BY seq")
+
+_RECORD = sa.text(
+    "INSERT INTO integrity_events (tenant_id, version_id, status_seq, reason, refusals) VALUES (:t, CAST(:v AS uuid), :s, :r, :n)"
+    " ON CONFLICT (tenant_id, version_id, status_seq, reason)"
+    " DO UPDATE SET refusals = integrity_events.refusals + EXCLUDED.refusals, last_at = now()")
+# Refusals that could not be written where they happened (a read on a hot standby is read-only):
+# (tenant, version, status seq, reason) -> count, written by the next report() of this process.
+PENDING_MAX = 10_000
+_PENDING: dict[tuple[str, str, int, str], int] = {}
+_PENDING_LOCK = threading.Lock()
+
+
+def _key_history(conn: sa.Connection, tenant: str, before: int) -> V.KeyHistory:
+    """The tenant's key history, extended with every key event below ``before`` (all committed: seq is commit order)."""
+    with _KEYS_LOCK:
+        hist = _KEYS.get(tenant)
+        if hist is None:
+            hist = V.KeyHistory(tenant)
+            _KEYS.put(tenant, hist)
+        if hist.upto < before - 1:
+            for r in conn.execute(_KEY_EVENTS, {"t": tenant, "types": list(V.KEY_EVENT_TYPES), "after": hist.upto,
+                                                "before": before}):
+                if not hist.add_key_event(_journal_row(r)):
+                    log.warning("integrity.key_event_unverified", tenant=tenant, seq=int(r.j_seq))
+            hist.upto = before - 1
+        return hist
+
+
+def _journal_row(r: Any) -> JournalRow:
+    return JournalRow(int(r.j_seq), bytes(r.canonical), bytes(r.hash), bytes(r.prev_hash), bytes(r.signature), r.kid)
+
+
+def _reason(conn: sa.Connection, tenant: str, r: Any) -> str | None:
+    if r.status_seq is None:
+        return V.STATUS_SEQ_MISSING
+    if r.log_seq is None or int(r.log_seq) != int(r.status_seq) or r.log_status != r.status:
+        return V.STATUS_LOG
+    if r.j_seq is None:
+        return V.JOURNAL_MISSING
+    row = _journal_row(r)
+    key = (tenant, row.seq, link(row.prev_hash, row.canonical))
+    cached = _EVENTS.get(key)
+    if cached is None:
+        hist = _key_history(conn, tenant, row.seq)
+        _stats["signature_checks"] += 1
+        try:
+            ev = V.check_event(tenant, row, hist.key_at(row.kid, row.seq))
+        except ValueError as exc:
+            return str(exc.args[0])
+        cached = (ev,)
+        _EVENTS.put(key, cached)
+    projected = V.Projected(str(r.version_id), str(r.claim_id), r.status, bool(r.self_signed),
+                            str(r.simulation_id) if r.simulation_id else None)
+    return None if V.backs(cached[0], projected) else V.NOT_BACKED
+
+
+def genuine_event(conn: sa.Connection, tenant: str, row: JournalRow) -> dict[str, Any]:
+    """The parsed event of one stored journal row, checked as a status event is (hash over its bytes, strict
+    parsing, signature under the key the chain registered for its seq); raises :class:`ValueError` whose
+    ``args[0]`` is a reason code (``journal.hash``, ``journal.format``, ``journal.key``, ``journal.signature``).
+
+    For rows that are not status events (a ``principal.created`` behind an API key, :mod:`oml.services.runtime.auth`):
+    the signature check is cached like a status event's, by (tenant, seq, recomputed hash).
+    """
+    key = ("genuine", tenant, row.seq, link(row.prev_hash, row.canonical))
+    if _EVENTS.get(key) is None:
+        hist = _key_history(conn, tenant, row.seq)
+        _stats["signature_checks"] += 1
+        V.check_event(tenant, row, hist.key_at(row.kid, row.seq))
+        _EVENTS.put(key, True)
+    return parse_event(row.canonical, seq=row.seq, tenant=tenant)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    version_id: str
+    status_seq: int | None
+    reason: str
+
+
+def refused(conn: sa.Connection, tenant: str, version_ids: Iterable[str]) -> dict[str, str]:
+    """Version id → reason code for each of ``version_ids`` the journal does not back; {} when all are (or when off).
+
+    Unknown versions are left to the caller (they are not found anyway).
+    ``conn`` is the caller's ``oml_server`` transaction bound to ``tenant``;
+    refusals are recorded in a transaction of their own, so a read that then
+    fails still leaves its integrity event.
+    """
+    ids = sorted({str(v) for v in version_ids})
+    if not ids or not enabled():
+        return {}
+    return judge(conn, tenant, conn.execute(_ROWS, {"t": tenant, "ids": ids}).all())
+
+
+def judge(conn: sa.Connection, tenant: str, rows: Iterable[Any]) -> dict[str, str]:
+    """:func:`refused` over rows already read with :data:`VERDICT_COLUMNS` / :data:`VERDICT_FROM` (any extra
+    columns ignored): version id → reason for each the journal does not back, refusals recorded; {} when off."""
+    if not enabled():
+        return {}
+    out: list[Refusal] = []
+    for r in rows:
+        why = _reason(conn, tenant, r)
+        if why is not None:
+            out.append(Refusal(str(r.version_id), None if r.status_seq is None else int(r.status_seq), why))
+    if out:
+        _record(conn.engine, tenant, out)
+    return {f.version_id: f.reason for f in out}
+
+
+def _write(engine: sa.Engine, tenant: str, counts: dict[tuple[str, int, str], int]) -> None:
+    with engine.begin() as c:
+        c.execute(sa.text("SELECT set_config('oml.tenant_id', :t, true)"), {"t": tenant})
+        c.execute(_RECORD, [{"t": tenant, "v": v, "s": s, "r": r, "n": n} for (v, s, r), n in sorted(counts.items())])
+
+
+def _record(engine: sa.Engine, tenant: str, refusals: list[Refusal]) -> None:
+    counts: dict[tuple[str, int, str], int] = {}
+    for f in refusals:
+        log.error("integrity.read_refused", tenant=tenant, version_id=f.version_id, status_seq=f.status_seq, reason=f.reason)
+        key = (f.version_id, f.status_seq or 0, f.reason)
+        counts[key] = counts.get(key, 0) + 1
+    try:
+        _write(engine, tenant, counts)
+    except sa.exc.SQLAlchemyError as exc:
+        # Counting must never turn a refusal into a 500: the refusal itself stands. On a standby (read-only)
+        # the count waits in this process for the next report(), which writes it on the primary.
+        log.warning("integrity.record_deferred", tenant=tenant, error=type(exc).__name__)
+        with _PENDING_LOCK:
+            for (v, s, r), n in counts.items():
+                if len(_PENDING) < PENDING_MAX or (tenant, v, s, r) in _PENDING:
+                    _PENDING[(tenant, v, s, r)] = _PENDING.get((tenant, v, s, r), 0) + n
+
+
+def flush(ctx: "Context") -> None:
+    """Write the refusals this process could not record where they happened (standby reads) on the primary."""
+    with _PENDING_LOCK:
+        pending = dict(_PENDING)
+        _PENDING.clear()
+    by_tenant: dict[str, dict[tuple[str, int, str], int]] = {}
+    for (t, v, s, r), n in pending.items():
+        by_tenant.setdefault(t, {})[(v, s, r)] = n
+    for t, counts in by_tenant.items():
+        try:
+            _write(ctx.db.engine(ROLE), t, counts)
+        except sa.exc.SQLAlchemyError as exc:
+            log.error("integrity.record_failed", tenant=t, error=type(exc).__name__)
+
+
+@dataclass(frozen=True)
+class Count:
+    tenant: str
+    reason: str
+    versions: int
+    refusals: int
+
+
+def report(ctx: "Context", tenant: str | None = None) -> list[Count]:
+    """Integrity events per tenant (all, or ``tenant``) and reason, read as ``oml_server``, one tenant bound at a
+    time (``oml status``, ``/metrics``)."""
+    flush(ctx)
+    out: list[Count] = []
+    with ctx.db.system(ROLE) as conn:
+        tenants = [tenant] if tenant else list(conn.execute(sa.text("SELECT tenant_id FROM tenants ORDER BY tenant_id")).scalars())
+        for t in tenants:
+            out += _counts(conn, t)
+    return out
+
+
+def _counts(conn: sa.Connection, t: str) -> list[Count]:
+    conn.execute(sa.text("SELECT set_config('oml.tenant_id', :t, true)"), {"t": t})
+    return [Count(t, r.reason, int(r.versions), int(r.refusals)) for r in conn.execute(sa.text(
+        "SELECT reason, count(DISTINCT version_id) AS versions, sum(refusals) AS refusals FROM integrity_events"
+        " WHERE tenant_id = :t GROUP BY reason ORDER BY reason"), {"t": t})]

@@ -1,0 +1,1 @@
+"""Process runtime: settings, the home, wiring, authentication, tracing, health checks."""

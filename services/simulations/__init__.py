@@ -1,0 +1,1 @@
+"""Simulations: opening, writing inside, closing, and reading a simulation's record."""

@@ -1,0 +1,1 @@
+"""Tenancy: tenants, identities, principals, workareas and their policies."""

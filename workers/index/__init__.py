@@ -1,0 +1,1 @@
+"""The indexer: full-text, vector and context-window rows, embeddings, simulations' rows."""

@@ -1,0 +1,1 @@
+"""The lake: the keyless lake-writer, the purge and the Delta table layout."""

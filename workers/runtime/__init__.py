@@ -1,0 +1,1 @@
+"""The worker runtime: Dramatiq broker and actors, the outbox relay, consumer lag."""
