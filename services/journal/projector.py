@@ -12,7 +12,7 @@ global key directory, subject HMACs) are not projections and are not rebuilt.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, Callable
 
 import sqlalchemy as sa
 
@@ -183,120 +183,247 @@ def claims_submitted(conn: sa.Connection, tenant: str, events: list[tuple[int, d
         sets.execute(conn, _EDGES, t | sets.columns(_EDGE_COLUMNS, edges, _EDGE_TYPES))
 
 
-def apply(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str, data: dict[str, Any]) -> None:
-    """Apply one journal event to the projection tables visible through ``conn``'s search path."""
+def _tenant_created(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
+                    data: dict[str, Any]) -> None:
+    """``tenant.created``."""
     p = {"t": tenant, "seq": seq, "at": at}
     x = conn.execute
-    if type == "tenant.created":
-        for purpose, key in (("signing", data["signing_key"]), ("recovery", data["recovery_key"])):
-            pub = bytes.fromhex(key)
-            x(sa.text("INSERT INTO tenant_keys (tenant_id, kid, purpose, version, public_key, registered_seq) VALUES (:t, :k, :pu, 1, :pk, :seq)"),
-              {**p, "k": _kid(pub), "pu": purpose, "pk": pub})
-        enc = bytes.fromhex(data["encryption_key"])
-        x(sa.text("INSERT INTO tenant_keys (tenant_id, kid, purpose, version, public_key, registered_seq) VALUES (:t, :k, 'encryption', 1, :pk, :seq)"),
-          {**p, "k": _kid(enc), "pk": enc})
-    elif type == "signing_key.rotated":
-        new = bytes.fromhex(data["new_key"])
-        ver = x(sa.text("SELECT max(version) FROM tenant_keys WHERE tenant_id = :t AND purpose = 'signing'"), p).scalar() or 0
-        x(sa.text("UPDATE tenant_keys SET retired_seq = :seq WHERE tenant_id = :t AND purpose = 'signing' AND retired_seq IS NULL"), p)
-        x(sa.text("INSERT INTO tenant_keys (tenant_id, kid, purpose, version, public_key, registered_seq) VALUES (:t, :k, 'signing', :v, :pk, :seq)"),
-          {**p, "k": _kid(new), "v": ver + 1, "pk": new})
-    elif type == "encryption_key.rotated":
-        new = bytes.fromhex(data["new_key"])
-        x(sa.text("UPDATE tenant_keys SET retired_seq = :seq WHERE tenant_id = :t AND purpose = 'encryption' AND retired_seq IS NULL"), p)
-        x(sa.text("INSERT INTO tenant_keys (tenant_id, kid, purpose, version, public_key, registered_seq) VALUES (:t, :k, 'encryption', :v, :pk, :seq)"),
-          {**p, "k": _kid(new), "v": data["version"], "pk": new})
-    elif type == "identity.created":
-        x(sa.text("INSERT INTO identities (tenant_id, identity_id, kind, created_seq) VALUES (:t, :i, :k, :seq)"
-                  " ON CONFLICT (tenant_id, identity_id) DO UPDATE SET kind = EXCLUDED.kind, created_seq = EXCLUDED.created_seq"),
-          {**p, "i": data["identity_id"], "k": data["kind"]})
-    elif type == "principal.created":
-        x(sa.text("INSERT INTO principals (tenant_id, principal_id, identity_id, role, roots, secret_hash, created_seq)"
-                  " VALUES (:t, :pid, :i, :r, CAST(:roots AS uuid[]), :h, :seq)"),
-          {**p, "pid": data["principal_id"], "i": data["identity_id"], "r": data["role"], "roots": data["roots"],
-           "h": bytes.fromhex(data["secret_sha256"])})
-    elif type == "principal.revoked":
-        x(sa.text("UPDATE principals SET revoked_seq = :seq WHERE tenant_id = :t AND principal_id = :pid"), {**p, "pid": data["principal_id"]})
-    elif type == "workarea.created":
-        x(sa.text("INSERT INTO workareas (tenant_id, node_id, parent_id, label, path, development, pii_policy, created_seq)"
-                  " VALUES (:t, :n, :par, :l, :path, :d, :pol, :seq)"),
-          {**p, "n": data["node_id"], "par": data["parent_id"], "l": data["label"],
-           "path": _path(conn, tenant, data["parent_id"], data["label"]), "d": data["development"], "pol": data["pii_policy"]})
-    elif type == "workarea.reparented":
-        old = x(sa.text("SELECT path, label FROM workareas WHERE tenant_id = :t AND node_id = :n"), {**p, "n": data["node_id"]}).one()
-        new_path = _path(conn, tenant, data["new_parent_id"], old.label)
-        x(sa.text("UPDATE workareas SET parent_id = :par WHERE tenant_id = :t AND node_id = :n"),
-          {**p, "par": data["new_parent_id"], "n": data["node_id"]})
-        x(sa.text("UPDATE workareas SET path = :new || substr(path, length(:old) + 1)"
-                  " WHERE tenant_id = :t AND (path = :old OR starts_with(path, :old || '.'))"),
-          {**p, "new": new_path, "old": old.path})
-    elif type == "workarea.policy_set":
-        x(sa.text("UPDATE workareas SET development = :d, pii_policy = :pol WHERE tenant_id = :t AND node_id = :n"),
-          {**p, "d": data["development"], "pol": data["pii_policy"], "n": data["node_id"]})
-    elif type == "claim.submitted":
-        claims_submitted(conn, tenant, [(seq, at, actor, data)])
-    elif type in ("claim.promoted", "claim.rejected", "claim.demoted"):
-        status = {"claim.promoted": "promoted", "claim.rejected": "rejected", "claim.demoted": "demoted"}[type]
-        v = data["version_id"]
-        c = data["claim_id"]
-        if type == "claim.promoted":
-            # A tainted version never opens a default tip interval (docs/simulations.md): the projector
-            # itself refuses, whatever event reaches it; an overlay promotion opens a simulation tip.
-            tainted = bool(x(sa.text("SELECT tainted FROM claim_versions WHERE tenant_id = :t AND version_id = :v"),
-                             {**p, "v": v}).scalar())
-            simrules.check_default_promotion(tainted=tainted, overlay=bool(data.get("overlay", False)))
-        if type == "claim.promoted" and not data.get("overlay", False):
-            _close_tip(conn, tenant, c, seq, at)
-            _open_tip(conn, tenant, c, v, seq, at)
-        elif type == "claim.promoted":
-            _close_sim_tip(conn, tenant, data["simulation_id"], c, seq, at)
-            x(sa.text("INSERT INTO sim_tip_intervals (tenant_id, simulation_id, claim_id, version_id, from_seq, from_at)"
-                      " VALUES (:t, :s, :c, :v, :seq, :at)"), {**p, "s": data["simulation_id"], "c": c, "v": v})
-        if type == "claim.demoted":
-            _demote_sim_tip(conn, tenant, c, v, seq, at)
-        if type == "claim.demoted" and current_tip(conn, tenant, c) == v:
-            _close_tip(conn, tenant, c, seq, at)
-            rows = x(sa.text("SELECT version_id, version_no, status, tainted FROM claim_versions WHERE tenant_id = :t AND claim_id = :c"),
-                     {**p, "c": c}).all()
-            nxt = rules.tip_after_demotion(
-                [rules.VersionState(str(r.version_id), r.version_no, r.status, r.tainted) for r in rows], v)
-            if nxt:
-                _open_tip(conn, tenant, c, nxt, seq, at)
-        if type == "claim.demoted":
-            _set_status(conn, p, "demoted", "version_id = :v", {"v": v})
-        else:
-            _set_status(conn, p, status, "version_id = :v",
-                        {"rp": actor["principal"], "ri": actor["identity"], "ss": data.get("self_signed", False), "v": v},
-                        ", reviewer_principal = :rp, reviewer_identity = :ri, self_signed = :ss, decided_seq = :seq")
-    elif type == "claim.erased":
-        c = data["claim_id"]
+    for purpose, key in (("signing", data["signing_key"]), ("recovery", data["recovery_key"])):
+        pub = bytes.fromhex(key)
+        x(sa.text("INSERT INTO tenant_keys (tenant_id, kid, purpose, version, public_key, registered_seq) VALUES (:t, :k, :pu, 1, :pk, :seq)"),
+          {**p, "k": _kid(pub), "pu": purpose, "pk": pub})
+    enc = bytes.fromhex(data["encryption_key"])
+    x(sa.text("INSERT INTO tenant_keys (tenant_id, kid, purpose, version, public_key, registered_seq) VALUES (:t, :k, 'encryption', 1, :pk, :seq)"),
+      {**p, "k": _kid(enc), "pk": enc})
+
+
+def _signing_key_rotated(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
+                         data: dict[str, Any]) -> None:
+    """``signing_key.rotated``."""
+    p = {"t": tenant, "seq": seq, "at": at}
+    x = conn.execute
+    new = bytes.fromhex(data["new_key"])
+    ver = x(sa.text("SELECT max(version) FROM tenant_keys WHERE tenant_id = :t AND purpose = 'signing'"), p).scalar() or 0
+    x(sa.text("UPDATE tenant_keys SET retired_seq = :seq WHERE tenant_id = :t AND purpose = 'signing' AND retired_seq IS NULL"), p)
+    x(sa.text("INSERT INTO tenant_keys (tenant_id, kid, purpose, version, public_key, registered_seq) VALUES (:t, :k, 'signing', :v, :pk, :seq)"),
+      {**p, "k": _kid(new), "v": ver + 1, "pk": new})
+
+
+def _encryption_key_rotated(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
+                            data: dict[str, Any]) -> None:
+    """``encryption_key.rotated``."""
+    p = {"t": tenant, "seq": seq, "at": at}
+    x = conn.execute
+    new = bytes.fromhex(data["new_key"])
+    x(sa.text("UPDATE tenant_keys SET retired_seq = :seq WHERE tenant_id = :t AND purpose = 'encryption' AND retired_seq IS NULL"), p)
+    x(sa.text("INSERT INTO tenant_keys (tenant_id, kid, purpose, version, public_key, registered_seq) VALUES (:t, :k, 'encryption', :v, :pk, :seq)"),
+      {**p, "k": _kid(new), "v": data["version"], "pk": new})
+
+
+def _identity_created(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
+                      data: dict[str, Any]) -> None:
+    """``identity.created``."""
+    p = {"t": tenant, "seq": seq, "at": at}
+    x = conn.execute
+    x(sa.text("INSERT INTO identities (tenant_id, identity_id, kind, created_seq) VALUES (:t, :i, :k, :seq)"
+              " ON CONFLICT (tenant_id, identity_id) DO UPDATE SET kind = EXCLUDED.kind, created_seq = EXCLUDED.created_seq"),
+      {**p, "i": data["identity_id"], "k": data["kind"]})
+
+
+def _principal_created(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
+                       data: dict[str, Any]) -> None:
+    """``principal.created``."""
+    p = {"t": tenant, "seq": seq, "at": at}
+    x = conn.execute
+    x(sa.text("INSERT INTO principals (tenant_id, principal_id, identity_id, role, roots, secret_hash, created_seq)"
+              " VALUES (:t, :pid, :i, :r, CAST(:roots AS uuid[]), :h, :seq)"),
+      {**p, "pid": data["principal_id"], "i": data["identity_id"], "r": data["role"], "roots": data["roots"],
+       "h": bytes.fromhex(data["secret_sha256"])})
+
+
+def _principal_revoked(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
+                       data: dict[str, Any]) -> None:
+    """``principal.revoked``."""
+    p = {"t": tenant, "seq": seq, "at": at}
+    x = conn.execute
+    x(sa.text("UPDATE principals SET revoked_seq = :seq WHERE tenant_id = :t AND principal_id = :pid"), {**p, "pid": data["principal_id"]})
+
+
+def _workarea_created(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
+                      data: dict[str, Any]) -> None:
+    """``workarea.created``."""
+    p = {"t": tenant, "seq": seq, "at": at}
+    x = conn.execute
+    x(sa.text("INSERT INTO workareas (tenant_id, node_id, parent_id, label, path, development, pii_policy, created_seq)"
+              " VALUES (:t, :n, :par, :l, :path, :d, :pol, :seq)"),
+      {**p, "n": data["node_id"], "par": data["parent_id"], "l": data["label"],
+       "path": _path(conn, tenant, data["parent_id"], data["label"]), "d": data["development"], "pol": data["pii_policy"]})
+
+
+def _workarea_reparented(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
+                         data: dict[str, Any]) -> None:
+    """``workarea.reparented``."""
+    p = {"t": tenant, "seq": seq, "at": at}
+    x = conn.execute
+    old = x(sa.text("SELECT path, label FROM workareas WHERE tenant_id = :t AND node_id = :n"), {**p, "n": data["node_id"]}).one()
+    new_path = _path(conn, tenant, data["new_parent_id"], old.label)
+    x(sa.text("UPDATE workareas SET parent_id = :par WHERE tenant_id = :t AND node_id = :n"),
+      {**p, "par": data["new_parent_id"], "n": data["node_id"]})
+    x(sa.text("UPDATE workareas SET path = :new || substr(path, length(:old) + 1)"
+              " WHERE tenant_id = :t AND (path = :old OR starts_with(path, :old || '.'))"),
+      {**p, "new": new_path, "old": old.path})
+
+
+def _workarea_policy_set(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
+                         data: dict[str, Any]) -> None:
+    """``workarea.policy_set``."""
+    p = {"t": tenant, "seq": seq, "at": at}
+    x = conn.execute
+    x(sa.text("UPDATE workareas SET development = :d, pii_policy = :pol WHERE tenant_id = :t AND node_id = :n"),
+      {**p, "d": data["development"], "pol": data["pii_policy"], "n": data["node_id"]})
+
+
+def _claim_submitted(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
+                     data: dict[str, Any]) -> None:
+    """``claim.submitted``."""
+    claims_submitted(conn, tenant, [(seq, at, actor, data)])
+
+
+def _claim_reviewed(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
+                    data: dict[str, Any]) -> None:
+    """``claim.promoted``, ``claim.rejected``, ``claim.demoted``."""
+    p = {"t": tenant, "seq": seq, "at": at}
+    x = conn.execute
+    status = {"claim.promoted": "promoted", "claim.rejected": "rejected", "claim.demoted": "demoted"}[type]
+    v = data["version_id"]
+    c = data["claim_id"]
+    if type == "claim.promoted":
+        # A tainted version never opens a default tip interval (docs/simulations.md): the projector
+        # itself refuses, whatever event reaches it; an overlay promotion opens a simulation tip.
+        tainted = bool(x(sa.text("SELECT tainted FROM claim_versions WHERE tenant_id = :t AND version_id = :v"),
+                         {**p, "v": v}).scalar())
+        simrules.check_default_promotion(tainted=tainted, overlay=bool(data.get("overlay", False)))
+    if type == "claim.promoted" and not data.get("overlay", False):
         _close_tip(conn, tenant, c, seq, at)
-        x(sa.text("UPDATE sim_tip_intervals SET to_seq = :seq, to_at = :at WHERE tenant_id = :t AND claim_id = :c AND to_seq IS NULL"),
-          {**p, "c": c})
-        _set_status(conn, p, "erased", "claim_id = :c", {"c": c})
-        x(sa.text("UPDATE claims SET erased_seq = :seq WHERE tenant_id = :t AND claim_id = :c"), {**p, "c": c})
-    elif type in ("claim.hold_placed", "claim.hold_released"):
-        x(sa.text("UPDATE claims SET legal_hold = :h WHERE tenant_id = :t AND claim_id = :c"),
-          {**p, "h": type == "claim.hold_placed", "c": data["claim_id"]})
-    elif type == "simulation.opened":
-        x(sa.text("INSERT INTO simulations (tenant_id, simulation_id, audience, opened_seq) VALUES (:t, :s, CAST(:a AS text[]), :seq)"),
-          {**p, "s": data["simulation_id"], "a": data["audience"]})
-    elif type == "simulation.closed":
-        x(sa.text("UPDATE simulations SET closed_seq = :seq WHERE tenant_id = :t AND simulation_id = :s"), {**p, "s": data["simulation_id"]})
-        # Closing demotes the simulation's promoted versions (the event names them) and ends its tips.
-        x(sa.text("UPDATE sim_tip_intervals SET to_seq = :seq, to_at = :at WHERE tenant_id = :t AND simulation_id = :s AND to_seq IS NULL"),
-          {**p, "s": data["simulation_id"]})
-        demoted = [d["version_id"] for d in data.get("demoted", [])]
-        if demoted:
-            _set_status(conn, p, "demoted", "simulation_id = :s AND status = 'promoted' AND version_id = ANY(CAST(:vs AS uuid[]))",
-                        {"s": data["simulation_id"], "vs": demoted})
-    elif type == "tenant.policy_set":
-        x(sa.text("INSERT INTO tenant_policies (tenant_id, phone_regions, set_seq) VALUES (:t, :r, :seq)"
-                  " ON CONFLICT (tenant_id) DO UPDATE SET phone_regions = EXCLUDED.phone_regions, set_seq = EXCLUDED.set_seq"),
-          {**p, "r": list(data["phone_regions"])})
-    elif type == "retention.policy_set":
-        x(sa.text("INSERT INTO retention_policies (tenant_id, readlog_days, set_seq) VALUES (:t, :d, :seq)"
-                  " ON CONFLICT (tenant_id) DO UPDATE SET readlog_days = EXCLUDED.readlog_days, set_seq = EXCLUDED.set_seq"),
-          {**p, "d": data["readlog_days"]})
+        _open_tip(conn, tenant, c, v, seq, at)
+    elif type == "claim.promoted":
+        _close_sim_tip(conn, tenant, data["simulation_id"], c, seq, at)
+        x(sa.text("INSERT INTO sim_tip_intervals (tenant_id, simulation_id, claim_id, version_id, from_seq, from_at)"
+                  " VALUES (:t, :s, :c, :v, :seq, :at)"), {**p, "s": data["simulation_id"], "c": c, "v": v})
+    if type == "claim.demoted":
+        _demote_sim_tip(conn, tenant, c, v, seq, at)
+    if type == "claim.demoted" and current_tip(conn, tenant, c) == v:
+        _close_tip(conn, tenant, c, seq, at)
+        rows = x(sa.text("SELECT version_id, version_no, status, tainted FROM claim_versions WHERE tenant_id = :t AND claim_id = :c"),
+                 {**p, "c": c}).all()
+        nxt = rules.tip_after_demotion(
+            [rules.VersionState(str(r.version_id), r.version_no, r.status, r.tainted) for r in rows], v)
+        if nxt:
+            _open_tip(conn, tenant, c, nxt, seq, at)
+    if type == "claim.demoted":
+        _set_status(conn, p, "demoted", "version_id = :v", {"v": v})
+    else:
+        _set_status(conn, p, status, "version_id = :v",
+                    {"rp": actor["principal"], "ri": actor["identity"], "ss": data.get("self_signed", False), "v": v},
+                    ", reviewer_principal = :rp, reviewer_identity = :ri, self_signed = :ss, decided_seq = :seq")
+
+
+def _claim_erased(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
+                  data: dict[str, Any]) -> None:
+    """``claim.erased``."""
+    p = {"t": tenant, "seq": seq, "at": at}
+    x = conn.execute
+    c = data["claim_id"]
+    _close_tip(conn, tenant, c, seq, at)
+    x(sa.text("UPDATE sim_tip_intervals SET to_seq = :seq, to_at = :at WHERE tenant_id = :t AND claim_id = :c AND to_seq IS NULL"),
+      {**p, "c": c})
+    _set_status(conn, p, "erased", "claim_id = :c", {"c": c})
+    x(sa.text("UPDATE claims SET erased_seq = :seq WHERE tenant_id = :t AND claim_id = :c"), {**p, "c": c})
+
+
+def _claim_hold(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
+                data: dict[str, Any]) -> None:
+    """``claim.hold_placed``, ``claim.hold_released``."""
+    p = {"t": tenant, "seq": seq, "at": at}
+    x = conn.execute
+    x(sa.text("UPDATE claims SET legal_hold = :h WHERE tenant_id = :t AND claim_id = :c"),
+      {**p, "h": type == "claim.hold_placed", "c": data["claim_id"]})
+
+
+def _simulation_opened(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
+                       data: dict[str, Any]) -> None:
+    """``simulation.opened``."""
+    p = {"t": tenant, "seq": seq, "at": at}
+    x = conn.execute
+    x(sa.text("INSERT INTO simulations (tenant_id, simulation_id, audience, opened_seq) VALUES (:t, :s, CAST(:a AS text[]), :seq)"),
+      {**p, "s": data["simulation_id"], "a": data["audience"]})
+
+
+def _simulation_closed(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
+                       data: dict[str, Any]) -> None:
+    """``simulation.closed``."""
+    p = {"t": tenant, "seq": seq, "at": at}
+    x = conn.execute
+    x(sa.text("UPDATE simulations SET closed_seq = :seq WHERE tenant_id = :t AND simulation_id = :s"), {**p, "s": data["simulation_id"]})
+    # Closing demotes the simulation's promoted versions (the event names them) and ends its tips.
+    x(sa.text("UPDATE sim_tip_intervals SET to_seq = :seq, to_at = :at WHERE tenant_id = :t AND simulation_id = :s AND to_seq IS NULL"),
+      {**p, "s": data["simulation_id"]})
+    demoted = [d["version_id"] for d in data.get("demoted", [])]
+    if demoted:
+        _set_status(conn, p, "demoted", "simulation_id = :s AND status = 'promoted' AND version_id = ANY(CAST(:vs AS uuid[]))",
+                    {"s": data["simulation_id"], "vs": demoted})
+
+
+def _tenant_policy_set(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
+                       data: dict[str, Any]) -> None:
+    """``tenant.policy_set``."""
+    p = {"t": tenant, "seq": seq, "at": at}
+    x = conn.execute
+    x(sa.text("INSERT INTO tenant_policies (tenant_id, phone_regions, set_seq) VALUES (:t, :r, :seq)"
+              " ON CONFLICT (tenant_id) DO UPDATE SET phone_regions = EXCLUDED.phone_regions, set_seq = EXCLUDED.set_seq"),
+      {**p, "r": list(data["phone_regions"])})
+
+
+def _retention_policy_set(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
+                          data: dict[str, Any]) -> None:
+    """``retention.policy_set``."""
+    p = {"t": tenant, "seq": seq, "at": at}
+    x = conn.execute
+    x(sa.text("INSERT INTO retention_policies (tenant_id, readlog_days, set_seq) VALUES (:t, :d, :seq)"
+              " ON CONFLICT (tenant_id) DO UPDATE SET readlog_days = EXCLUDED.readlog_days, set_seq = EXCLUDED.set_seq"),
+      {**p, "d": data["readlog_days"]})
+
+
+#: Event type → the function that projects it.
+HANDLERS: dict[str, Callable[..., None]] = {
+    "tenant.created": _tenant_created,
+    "signing_key.rotated": _signing_key_rotated,
+    "encryption_key.rotated": _encryption_key_rotated,
+    "identity.created": _identity_created,
+    "principal.created": _principal_created,
+    "principal.revoked": _principal_revoked,
+    "workarea.created": _workarea_created,
+    "workarea.reparented": _workarea_reparented,
+    "workarea.policy_set": _workarea_policy_set,
+    "claim.submitted": _claim_submitted,
+    "claim.promoted": _claim_reviewed,
+    "claim.rejected": _claim_reviewed,
+    "claim.demoted": _claim_reviewed,
+    "claim.erased": _claim_erased,
+    "claim.hold_placed": _claim_hold,
+    "claim.hold_released": _claim_hold,
+    "simulation.opened": _simulation_opened,
+    "simulation.closed": _simulation_closed,
+    "tenant.policy_set": _tenant_policy_set,
+    "retention.policy_set": _retention_policy_set,
+}
+
+
+def apply(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str, data: dict[str, Any]) -> None:
+    """Apply one journal event to the projection tables visible through ``conn``'s search path: the handler
+    :data:`HANDLERS` names for its type (a type with no projection, such as a worker's report, changes nothing)."""
+    handler = HANDLERS.get(type)
+    if handler is not None:
+        handler(conn, tenant, seq, at, actor, type, data)
     # Other events (readlog.anchored, retention.applied, reconciliation.completed,
     # evidence.exported) change no projection.
