@@ -328,14 +328,7 @@ def reconcile(ctx, tenant: str, *, from_seq: int | None = None, to_seq: int | No
         raise OMLError("reconcile.invalid_range", "to_seq must be >= from_seq", 422, {"field": "to_seq"})
 
     # 1. The lake first (see "Consistency between stores").
-    prog("lake", 0, 3)
-    hi_hint = to_seq if to_seq is not None else None
-    lj = read_lake_table(ctx.settings, "journal", tenant, stat_col="seq", lo=lo if hi_hint else None, hi=hi_hint)
-    prog("lake", 1, 3)
-    lc = read_lake_table(ctx.settings, "checkpoints", tenant, app=checkpoints_app_id(tenant))
-    prog("lake", 2, 3)
-    lb = read_lake_table(ctx.settings, "bodies", tenant, stat_col="seq", lo=lo if hi_hint else None, hi=hi_hint)
-    prog("lake", 3, 3)
+    lj, lc, lb = _read_lake(ctx, tenant, lo, to_seq, prog)
     writer_version = lj.writer_version
     at_now = now()
     scope = _Scope(writer_version, max_lag_seconds, at_now)
@@ -344,11 +337,7 @@ def reconcile(ctx, tenant: str, *, from_seq: int | None = None, to_seq: int | No
 
     res = Result(tenant, lo, to_seq or 0, started, trusted_fingerprint=anchor, lake_uri=ctx.settings.lake,
                  writer_version=writer_version, max_lag_seconds=max_lag_seconds)
-    for lt in (lj, lc, lb):
-        res.lake_tables[lt.name] = {"exists": lt.exists, "version": lt.version, "files": lt.files,
-                                    "writer_version": lt.writer_version}
-        for kind, path, detail in lt.problems:
-            res.add(Discrepancy(kind, "lake", lt.name, path, detail, "file"))
+    _record_lake_tables(res, (lj, lc, lb))
 
     # 2. One Postgres snapshot for everything else.
     eng = ctx.db.engine(ROLE)
@@ -363,67 +352,20 @@ def reconcile(ctx, tenant: str, *, from_seq: int | None = None, to_seq: int | No
         res.to_seq = hi
 
         # 2a. Chain scan from seq 1; full checks from `lo`; keep the range's rows for the lake.
-        scanner = audit.ChainScanner(tenant, anchor, verify_from=lo)
-        # The authority replay needs every act from seq 1 to know who was registered; it reports the range's.
-        acts = AuthorityReplay(tenant)
-        pg_rows: dict[int, dict[str, Any]] = {}
-        hashes: list[bytes] = []
-        journal_digests: dict[str, tuple[str, int]] = {}  # artifact id -> (sha256 hex, seq)
-        erased: set[str] = set()  # claims the journal erased (any seq): only their bodies and DEKs may be gone
-        after = 0
-        while True:
-            rows = conn.execute(sa.text(
-                "SELECT seq, event_id, type, kid, at, canonical, hash, prev_hash, signature FROM journal_events"
-                " WHERE tenant_id = :t AND seq > :a ORDER BY seq LIMIT :n"), {"t": tenant, "a": after, "n": PAGE}).mappings().all()
-            if not rows:
-                break
-            for r in rows:
-                seq = int(r["seq"])
-                jr = JournalRow(seq, bytes(r["canonical"]), bytes(r["hash"]), bytes(r["prev_hash"]), bytes(r["signature"]), r["kid"])
-                for f in scanner.add(jr):
-                    res.add(Discrepancy(f.kind, "postgres", "journal", f.seq, f.detail, f.column))
-                hashes.append(jr.hash)
-                # The strict parser's event when the bytes kept the format (json.loads would give the same object),
-                # else the replay's and the digests' own lenient reading of the bytes, as before.
-                ev = scanner.event
-                # Erasures from the signed bytes only: the type column is not signed (it is checked just below).
-                signed = ev if ev is not None else audit.parse_event(jr.canonical) or {}
-                if signed.get("type") == "claim.erased" and isinstance((signed.get("data") or {}).get("claim_id"), str):
-                    erased.add(signed["data"]["claim_id"])
-                if lo <= seq <= hi and signed and signed.get("type") != r["type"]:
-                    res.add(Discrepancy(MISMATCH, "postgres", "journal", seq, "the type column differs from the signed event's type", "type"))
-                for f in acts.add(seq, ev) if ev is not None else acts.add_bytes(seq, jr.canonical):
-                    if lo <= seq <= hi:
-                        res.add(Discrepancy(UNAUTHORISED_ACT, "chain", "journal", seq, f"{f.rule}: {f.detail}", f.rule))
-                if lo <= seq <= hi:
-                    pg_rows[seq] = dict(r)
-                    for art, dig in _artifacts_named(signed.get("type"), signed.get("data") or {}):
-                        journal_digests[art] = (dig, seq)
-            after = int(rows[-1]["seq"])
-            prog("journal", after, pg_max)
-        res.postgres_rows = len(pg_rows)
-        res.signatures_verified = scanner.signatures
-        keys = scanner.keys
-        res.anchored = keys.anchored
-        if res.head_seq > pg_max:
-            res.add(Discrepancy(TRUNCATED, "postgres", "journal", pg_max + 1,
-                                f"the chain head says seq {res.head_seq} but the journal ends at seq {pg_max}"))
-        elif res.head_seq < pg_max:
-            res.add(Discrepancy(BROKEN_LINK, "postgres", "journal", res.head_seq + 1,
-                                f"journal rows beyond the chain head (head at seq {res.head_seq}, rows to {pg_max})"))
-        elif pg_max and res.head_hash != hashes[-1]:
-            res.add(Discrepancy(MISMATCH, "postgres", "chain_heads", res.head_seq, "the chain head's hash is not the last row's hash", "hash"))
+        chain = _scan_chain(res, conn, tenant, anchor, lo, hi, pg_max, prog)
+        pg_rows, keys = chain.pg_rows, chain.keys
+        _check_head(res, pg_max, chain.hashes)
 
         # 2b. Journal: Postgres vs lake, by column.
         prog("compare", 0, None)
         _compare_journal(res, tenant, keys, pg_rows, lj, lo, hi, pg_max, scope)
 
         # 2c. Checkpoints and the frontier against the chain.
-        tree = merkle.MerkleTree(merkle.event_leaf(h) for h in hashes)
+        tree = merkle.MerkleTree(merkle.event_leaf(h) for h in chain.hashes)
         _compare_checkpoints(res, conn, tenant, keys, tree, lc, pg_max, scope_c)
 
         # 2d. Bodies: Postgres, lake and journal digests.
-        _compare_bodies(res, conn, tenant, lb, journal_digests, erased, pg_rows, lo, hi, scope_b)
+        _compare_bodies(res, conn, tenant, lb, chain.journal_digests, chain.erased, pg_rows, lo, hi, scope_b)
 
         # 2e. Projections vs replay; 2f. read log.
         if check_projections:
@@ -438,6 +380,102 @@ def reconcile(ctx, tenant: str, *, from_seq: int | None = None, to_seq: int | No
     res.duration_ms = int((time.monotonic() - t0) * 1000)
     prog("done", 1, 1)
     return res
+
+
+def _read_lake(ctx, tenant: str, lo: int, to_seq: int | None, prog: Progress):
+    """Check 1's reads: the lake's journal, checkpoints and bodies tables for ``tenant`` (range-pruned by seq
+    when ``to_seq`` bounds the run)."""
+    prog("lake", 0, 3)
+    hi_hint = to_seq if to_seq is not None else None
+    lj = read_lake_table(ctx.settings, "journal", tenant, stat_col="seq", lo=lo if hi_hint else None, hi=hi_hint)
+    prog("lake", 1, 3)
+    lc = read_lake_table(ctx.settings, "checkpoints", tenant, app=checkpoints_app_id(tenant))
+    prog("lake", 2, 3)
+    lb = read_lake_table(ctx.settings, "bodies", tenant, stat_col="seq", lo=lo if hi_hint else None, hi=hi_hint)
+    prog("lake", 3, 3)
+    return lj, lc, lb
+
+
+def _record_lake_tables(res: Result, tables) -> None:
+    """Each lake table's version and files in the result, and its storage problems as findings."""
+    for lt in tables:
+        res.lake_tables[lt.name] = {"exists": lt.exists, "version": lt.version, "files": lt.files,
+                                    "writer_version": lt.writer_version}
+        for kind, path, detail in lt.problems:
+            res.add(Discrepancy(kind, "lake", lt.name, path, detail, "file"))
+
+
+@dataclass
+class _Chain:
+    """What the chain scan keeps: the range's rows (seq → row), every row's hash, the digests the signed events
+    name (artifact id → (sha256 hex, seq)), the claims the journal erased, and the keys the chain registered."""
+
+    pg_rows: dict[int, dict[str, Any]]
+    hashes: list[bytes]
+    journal_digests: dict[str, tuple[str, int]]
+    erased: set[str]
+    keys: Any
+
+
+def _scan_chain(res: Result, conn: sa.Connection, tenant: str, anchor: str | None, lo: int, hi: int, pg_max: int,
+                prog: Progress) -> _Chain:
+    """Checks 2a: every row's link, hash and signature from seq 1 (full checks from ``lo``), the type column
+    against the signed type, and the authority replay, reported for ``lo``..``hi``."""
+    scanner = audit.ChainScanner(tenant, anchor, verify_from=lo)
+    # The authority replay needs every act from seq 1 to know who was registered; it reports the range's.
+    acts = AuthorityReplay(tenant)
+    pg_rows: dict[int, dict[str, Any]] = {}
+    hashes: list[bytes] = []
+    journal_digests: dict[str, tuple[str, int]] = {}  # artifact id -> (sha256 hex, seq)
+    erased: set[str] = set()  # claims the journal erased (any seq): only their bodies and DEKs may be gone
+    after = 0
+    while True:
+        rows = conn.execute(sa.text(
+            "SELECT seq, event_id, type, kid, at, canonical, hash, prev_hash, signature FROM journal_events"
+            " WHERE tenant_id = :t AND seq > :a ORDER BY seq LIMIT :n"), {"t": tenant, "a": after, "n": PAGE}).mappings().all()
+        if not rows:
+            break
+        for r in rows:
+            seq = int(r["seq"])
+            jr = JournalRow(seq, bytes(r["canonical"]), bytes(r["hash"]), bytes(r["prev_hash"]), bytes(r["signature"]), r["kid"])
+            for f in scanner.add(jr):
+                res.add(Discrepancy(f.kind, "postgres", "journal", f.seq, f.detail, f.column))
+            hashes.append(jr.hash)
+            # The strict parser's event when the bytes kept the format (json.loads would give the same object),
+            # else the replay's and the digests' own lenient reading of the bytes, as before.
+            ev = scanner.event
+            # Erasures from the signed bytes only: the type column is not signed (it is checked just below).
+            signed = ev if ev is not None else audit.parse_event(jr.canonical) or {}
+            if signed.get("type") == "claim.erased" and isinstance((signed.get("data") or {}).get("claim_id"), str):
+                erased.add(signed["data"]["claim_id"])
+            if lo <= seq <= hi and signed and signed.get("type") != r["type"]:
+                res.add(Discrepancy(MISMATCH, "postgres", "journal", seq, "the type column differs from the signed event's type", "type"))
+            for f in acts.add(seq, ev) if ev is not None else acts.add_bytes(seq, jr.canonical):
+                if lo <= seq <= hi:
+                    res.add(Discrepancy(UNAUTHORISED_ACT, "chain", "journal", seq, f"{f.rule}: {f.detail}", f.rule))
+            if lo <= seq <= hi:
+                pg_rows[seq] = dict(r)
+                for art, dig in _artifacts_named(signed.get("type"), signed.get("data") or {}):
+                    journal_digests[art] = (dig, seq)
+        after = int(rows[-1]["seq"])
+        prog("journal", after, pg_max)
+    res.postgres_rows = len(pg_rows)
+    res.signatures_verified = scanner.signatures
+    keys = scanner.keys
+    res.anchored = keys.anchored
+    return _Chain(pg_rows, hashes, journal_digests, erased, keys)
+
+
+def _check_head(res: Result, pg_max: int, hashes: list[bytes]) -> None:
+    """The chain head against the journal's last row: truncated, rows beyond it, or a different hash."""
+    if res.head_seq > pg_max:
+        res.add(Discrepancy(TRUNCATED, "postgres", "journal", pg_max + 1,
+                            f"the chain head says seq {res.head_seq} but the journal ends at seq {pg_max}"))
+    elif res.head_seq < pg_max:
+        res.add(Discrepancy(BROKEN_LINK, "postgres", "journal", res.head_seq + 1,
+                            f"journal rows beyond the chain head (head at seq {res.head_seq}, rows to {pg_max})"))
+    elif pg_max and res.head_hash != hashes[-1]:
+        res.add(Discrepancy(MISMATCH, "postgres", "chain_heads", res.head_seq, "the chain head's hash is not the last row's hash", "hash"))
 
 
 def _artifacts_named(etype: str | None, data: dict[str, Any]):
