@@ -435,6 +435,68 @@ def default_embed(ctx: "Context") -> EmbedFn:
     return embed
 
 
+
+@dataclass(frozen=True)
+class _Query:
+    """A recall request checked: the query text, the budget, the read's instants and its filters."""
+
+    text: str
+    budget: R.Budget
+    as_of: dt.datetime | None
+    read_at: dt.datetime
+    valid_at: dt.datetime
+    valid_source: str
+    kinds: list[str] | None
+    provenances: list[str] | None
+    searching: bool
+    use_fts: bool
+    use_vec: bool
+
+
+def _parse(req: RecallRequest) -> _Query:
+    """Check ``req``; raises ``admission.invalid`` (422) naming the field."""
+    text = R.check_query(req.query)
+    if req.retriever not in R.RETRIEVERS:
+        raise invalid("retriever must be fts, vector or hybrid", field="retriever")
+    if isinstance(req.k, bool) or not isinstance(req.k, int):
+        raise invalid("k must be an integer", field="k")
+    budget = R.Budget(req.k, req.max_chars, req.max_tokens)
+    as_of = _time(req.as_of, "as_of")
+    valid_at = _time(req.valid_at, "filters.valid_at")
+    # Valid time defaults to the read's instant: "valid now", or valid at as_of (docs/recall.md, "Valid time").
+    read_at = as_of or dt.datetime.now(dt.timezone.utc)
+    valid_source = "filter" if valid_at is not None else ("as_of" if as_of is not None else "now")
+    kinds = _choices(req.kinds, R.KINDS, "filters.kinds")
+    provs = _choices(req.provenances, R.PROVENANCES, "filters.provenances")
+    searching = bool(text.strip())
+    return _Query(text, budget, as_of, read_at, valid_at or read_at, valid_source, kinds, provs, searching,
+                  searching and req.retriever in ("fts", "hybrid"), searching and req.retriever in ("vector", "hybrid"))
+
+
+def _scope(conn: sa.Connection, principal: Principal, workarea_id: Any) -> tuple[list[str], list[str]]:
+    """The read's scope paths and the workarea ids the read log names; ``workarea.not_found`` (404) for a
+    workarea outside the key's access (or none)."""
+    if workarea_id is None:
+        return R.resolve_scope(principal, None), sorted(principal.roots)
+    wa = rows.workarea_by_id(conn, principal.tenant, str(workarea_id)) if _is_uuid(workarea_id) else None
+    if wa is None:
+        raise OMLError("workarea.not_found", "workarea not found", 404)
+    return R.resolve_scope(principal, wa[1]), [wa[0]]
+
+
+def _steering(conn: sa.Connection, tenant: str, read: R.ReadScope, scopes: Sequence[str], q: _Query):
+    """Segment 1, from the projections: ``(applicable, in force in order, version id → valid-time state)``.
+    An instruction out of its declared valid time at the read's instant is not in force; no client filter
+    touches segment 1 (valid_at included)."""
+    steer_ids = rows.steering_version_ids(conn, tenant, R.steering_paths(scopes), q.as_of, read.audience_simulations)
+    loaded = rows.load_rows(conn, tenant, steer_ids, q.as_of, read.audience_simulations)
+    applicable = [x for x in loaded.values() if R.visible(x.facts, read, "steering")]
+    steer_valid = {x.version_id: R.valid_state(x.valid_from, x.valid_to, q.read_at) for x in applicable}
+    steering = [x for x in applicable if steer_valid[x.version_id] == "valid"]
+    steering.sort(key=lambda x: R.steering_order_key(x.facts.path, x.tip_from_at, x.claim_id, x.version_id))
+    return applicable, steering, steer_valid
+
+
 class Recaller:
     """The read path for recall. ``embed`` turns query text into a vector (default: the indexer's model);
     ``exact_scan_max`` is the exact/approximate threshold and ``rrf_k`` the fusion constant (docs/recall.md)."""
@@ -473,90 +535,34 @@ class Recaller:
         """
         started = time.perf_counter()
         rules.require_act(principal.role, "read")
-        text = R.check_query(req.query)
-        if req.retriever not in R.RETRIEVERS:
-            raise invalid("retriever must be fts, vector or hybrid", field="retriever")
-        if isinstance(req.k, bool) or not isinstance(req.k, int):
-            raise invalid("k must be an integer", field="k")
-        budget = R.Budget(req.k, req.max_chars, req.max_tokens)
-        as_of = _time(req.as_of, "as_of")
-        valid_at = _time(req.valid_at, "filters.valid_at")
-        # Valid time defaults to the read's instant: "valid now", or valid at as_of (docs/recall.md, "Valid time").
-        read_at = as_of or dt.datetime.now(dt.timezone.utc)
-        valid_source = "filter" if valid_at is not None else ("as_of" if as_of is not None else "now")
-        valid_at = valid_at or read_at
-        kinds = _choices(req.kinds, R.KINDS, "filters.kinds")
-        provs = _choices(req.provenances, R.PROVENANCES, "filters.provenances")
-        diag = _Diag(req.retriever)
-        searching = bool(text.strip())
-        use_fts = searching and req.retriever in ("fts", "hybrid")
-        use_vec = searching and req.retriever in ("vector", "hybrid")
-        if not searching:
+        q = _parse(req)
+        text, diag = q.text, _Diag(req.retriever)
+        if not q.searching:
             diag.degrade(req.retriever, "query.empty", "the query is empty: steering rows only")
 
         # The query embedding runs on a worker thread while segment 1 and the lexical leg run in PostgreSQL
         # (docs/recall.md, "Latency"): the model and the database use different cores, and the vector leg,
         # the only statement that needs the vector, waits for it.
-        pending = _EMBED_POOL.submit(contextvars.copy_context().run, self.embed, text) if use_vec else None
+        pending = _EMBED_POOL.submit(contextvars.copy_context().run, self.embed, text) if q.use_vec else None
 
         tenant = principal.tenant
         # A hot standby serves the read when one can (docs/operations.md); the read log goes to the primary.
         with self.ctx.db.read(ROLE, tenant, after_lsn=after_lsn) as rtx:
             conn = rtx.conn
-            if req.workarea_id is not None:
-                wa = rows.workarea_by_id(conn, tenant, str(req.workarea_id)) if _is_uuid(req.workarea_id) else None
-                if wa is None:
-                    raise OMLError("workarea.not_found", "workarea not found", 404)
-                scopes = R.resolve_scope(principal, wa[1])
-                scope_ids = [wa[0]]
-            else:
-                scopes = R.resolve_scope(principal, None)
-                scope_ids = sorted(principal.roots)
+            scopes, scope_ids = _scope(conn, principal, req.workarea_id)
             if audience_simulations is None:
-                # Open simulations whose audience names the key (issue 7); empty: the shared plan only.
+                # Open simulations whose audience names the key; empty: the shared plan only.
                 audience_simulations = sim_read.audience_of(conn, principal)
             read = R.ReadScope(principal, scopes, "tip", audience_simulations)
-
-            # Segment 1: steering, from the projections.
-            steer_ids = rows.steering_version_ids(conn, tenant, R.steering_paths(scopes), as_of, audience_simulations)
-            loaded = rows.load_rows(conn, tenant, steer_ids, as_of, audience_simulations)
-            applicable = [x for x in loaded.values() if R.visible(x.facts, read, "steering")]
-            # An instruction out of its declared valid time at the read's instant is not in force; no client
-            # filter touches segment 1 (valid_at included).
-            steer_valid = {x.version_id: R.valid_state(x.valid_from, x.valid_to, read_at) for x in applicable}
-            steering = [x for x in applicable if steer_valid[x.version_id] == "valid"]
-            steering.sort(key=lambda x: R.steering_order_key(x.facts.path, x.tip_from_at, x.claim_id, x.version_id))
+            applicable, steering, steer_valid = _steering(conn, tenant, read, scopes, q)
 
             # Segment 2: hits. Applicable steering rows are segment-1 material, never hits (in force or not).
-            f = _Filters(scopes, as_of, kinds, provs, valid_at, [x.version_id for x in applicable])
-            pool = max(R.POOL_MIN, 2 * budget.k)
-            legs: dict[str, list[LegRow]] = {}
-            if use_fts:
-                if self.lexical == "bm25" and not audience_simulations:
-                    legs["fts"] = bm25mod.bm25_leg(conn, text, f, pool, diag, self.bm25)
-                else:
-                    legs["fts"] = fts_leg(conn, text, f, pool, diag)
-            qvec = None
-            if pending is not None:
-                try:
-                    qvec = pending.result()
-                except Exception as exc:  # noqa: BLE001 - any model failure degrades to FTS, said in diagnostics
-                    log.warning("recall: embedding model unavailable (%s)", type(exc).__name__)
-                    diag.degrade("vector", "vector.model_unavailable",
-                                 "the embedding model is unavailable; " + ("FTS only" if use_fts else "no hits"))
-                    use_vec = False
-            if use_vec and qvec is not None:
-                legs["vector"] = vector_leg(conn, tenant, qvec, f, pool, diag, self.exact_scan_max)
-            if audience_simulations:
-                # An audience member: the simulation query, merged leg by leg by the same score.
-                legs = sim_read.merge_legs(conn, tenant, legs, audience_simulations, text, qvec if use_vec else None,
-                                           f, pool, diag, self.exact_scan_max)
-            for name, got in legs.items():
-                diag.candidates[name] = len(got)
+            f = _Filters(scopes, q.as_of, q.kinds, q.provenances, q.valid_at, [x.version_id for x in applicable])
+            legs = self._legs(conn, tenant, q, f, diag, pending, audience_simulations)
             found = {row[0] for got in legs.values() for row in got}
-            cand = rows.load_rows(conn, tenant, found, as_of, audience_simulations)
+            cand = rows.load_rows(conn, tenant, found, q.as_of, audience_simulations)
             admitted = {v for v, x in cand.items() if R.visible(x.facts, read, "hit")
-                        and R.valid_state(x.valid_from, x.valid_to, valid_at) == "valid"}
+                        and R.valid_state(x.valid_from, x.valid_to, q.valid_at) == "valid"}
             diag.excluded_by_predicate = len(found - admitted)
             outside = count_outside_valid_time(conn, tenant, f, audience_simulations) if legs else dict(NONE_OUTSIDE)
             ranked = self._rank(legs, admitted, req.retriever)
@@ -566,30 +572,7 @@ class Recaller:
                     if d["reason"] == "fts.no_lexemes":
                         d["detail"] += "; hybrid answered by the vector leg only"
 
-            # Decrypt on serve, after the predicate (one round trip); then the budget, in rank order.
-            considered = ranked[: budget.k]
-            bodies = decrypt_versions(conn, self.ctx.keystore, tenant,
-                                      [x.version_id for x in steering] + [rk[0] for rk in considered])
-            steer_items, steer_chars = [], []
-            for x in steering:
-                item = self._item(x, None, bodies, diag)
-                if item is not None:
-                    steer_items.append(item)
-                    steer_chars.append(R.body_chars(json.dumps(item["body"], ensure_ascii=False)))
-            hit_items = []
-            limit = budget.char_limit
-            used = sum(steer_chars)
-            for i, rk in enumerate(considered):
-                item = self._item(cand[rk[0]], rk, bodies, diag)
-                if item is None:
-                    continue
-                c = R.body_chars(json.dumps(item["body"], ensure_ascii=False))
-                if limit is not None and used + c > limit:
-                    diag.excluded_by_budget = len(considered) - i
-                    break
-                used += c
-                hit_items.append(item)
-
+            steer_items, hit_items, used = self._serve(conn, tenant, steering, ranked[: q.budget.k], cand, q.budget, diag)
             served = [i["claim_id"] for i in steer_items + hit_items]
             readlog.record_read(self.ctx.db, rtx, principal, "recall", claim_ids=served, workarea_ids=scope_ids,
                                 query_digest=readlog.digest_query(self.ctx.keystore, tenant, text))
@@ -600,9 +583,9 @@ class Recaller:
             "diagnostics": {
                 "retriever": req.retriever,
                 "scope": list(scopes),
-                "as_of": None if as_of is None else as_of.isoformat(),
+                "as_of": None if q.as_of is None else q.as_of.isoformat(),
                 "valid_time": {
-                    "at": valid_at.isoformat(), "source": valid_source, "excluded_hits": outside,
+                    "at": q.valid_at.isoformat(), "source": q.valid_source, "excluded_hits": outside,
                     "excluded_steering": {s: sum(1 for v in steer_valid.values() if v == s) for s in R.VALID_STATES[1:]}},
                 "fusion": self.fusion.describe() if req.retriever == "hybrid" else None,
                 "approximate": diag.approximate,
@@ -617,6 +600,63 @@ class Recaller:
                 "elapsed_ms": round((time.perf_counter() - started) * 1000, 3),
             },
         }
+
+    def _legs(self, conn: sa.Connection, tenant: str, q: "_Query", f: _Filters, diag: _Diag, pending: Any,
+              audience_simulations: frozenset[str]) -> dict[str, list[LegRow]]:
+        """Each retriever's candidates (``{"fts"|"vector": [LegRow …]}``), at most a pool of ``2k`` (and at least
+        ``R.POOL_MIN``) each; a model failure degrades to the lexical leg, said in ``diag``."""
+        pool = max(R.POOL_MIN, 2 * q.budget.k)
+        use_vec = q.use_vec
+        legs: dict[str, list[LegRow]] = {}
+        if q.use_fts:
+            if self.lexical == "bm25" and not audience_simulations:
+                legs["fts"] = bm25mod.bm25_leg(conn, q.text, f, pool, diag, self.bm25)
+            else:
+                legs["fts"] = fts_leg(conn, q.text, f, pool, diag)
+        qvec = None
+        if pending is not None:
+            try:
+                qvec = pending.result()
+            except Exception as exc:  # noqa: BLE001 - any model failure degrades to FTS, said in diagnostics
+                log.warning("recall: embedding model unavailable (%s)", type(exc).__name__)
+                diag.degrade("vector", "vector.model_unavailable",
+                             "the embedding model is unavailable; " + ("FTS only" if q.use_fts else "no hits"))
+                use_vec = False
+        if use_vec and qvec is not None:
+            legs["vector"] = vector_leg(conn, tenant, qvec, f, pool, diag, self.exact_scan_max)
+        if audience_simulations:
+            # An audience member: the simulation query, merged leg by leg by the same score.
+            legs = sim_read.merge_legs(conn, tenant, legs, audience_simulations, q.text, qvec if use_vec else None,
+                                       f, pool, diag, self.exact_scan_max)
+        for name, got in legs.items():
+            diag.candidates[name] = len(got)
+        return legs
+
+    def _serve(self, conn: sa.Connection, tenant: str, steering: list, considered: list, cand: dict, budget: R.Budget,
+               diag: _Diag) -> tuple[list[dict], list[dict], int]:
+        """Decrypt on serve, after the predicate (one round trip); then the budget, in rank order. Returns the
+        steering items, the hit items and the characters they use."""
+        bodies = decrypt_versions(conn, self.ctx.keystore, tenant,
+                                  [x.version_id for x in steering] + [rk[0] for rk in considered])
+        steer_items, used = [], 0
+        for x in steering:
+            item = self._item(x, None, bodies, diag)
+            if item is not None:
+                steer_items.append(item)
+                used += R.body_chars(json.dumps(item["body"], ensure_ascii=False))
+        hit_items = []
+        limit = budget.char_limit
+        for i, rk in enumerate(considered):
+            item = self._item(cand[rk[0]], rk, bodies, diag)
+            if item is None:
+                continue
+            c = R.body_chars(json.dumps(item["body"], ensure_ascii=False))
+            if limit is not None and used + c > limit:
+                diag.excluded_by_budget = len(considered) - i
+                break
+            used += c
+            hit_items.append(item)
+        return steer_items, hit_items, used
 
     def _rank(self, legs: dict[str, list[LegRow]], admitted: set[str], retriever: str
               ) -> list[tuple[str, float, dict[str, dict[str, float | int]]]]:

@@ -64,6 +64,7 @@ from oml.services.entrypoints.http.routes_claims import review_queue
 from oml.services.reads import fetch as F
 from oml.services.reads.recall import Recaller, RecallRequest
 from oml.services.simulations import acts as sim_service
+from oml.services.tenancy import acts as tenancy_service
 from oml.services.simulations.acts import Simulations
 from oml.workers.index.indexer import catch_up
 
@@ -390,7 +391,7 @@ def test_outside_every_audience_nothing_differs(ctx, script):
     n = next(_examples)
     ids = Ids(f"example-{n}-{uuid.uuid4()}")
     with ExitStack() as stack:
-        for mod in (admission_service, sim_service):
+        for mod in (admission_service, sim_service, tenancy_service):
             stack.enter_context(mock.patch.object(mod, "new_id", ids))
         run = Run(ctx, n, ids)
         for i, (name, x, y, words) in enumerate(PREAMBLE + [("open", 0b1111, 0, [0, 0, 0])] + script):
