@@ -118,6 +118,24 @@ def submit_all(ctx, bt: BenchTenant, items: Sequence[dict[str, Any]], batch: int
     return out
 
 
+def quick_option(sized: str) -> Any:
+    """The ``--quick`` flag of a benchmark command; ``sized`` says what CI-sized means for it.
+
+    Typer reads a command's options from its own parameters, so every command declares them; the options
+    they share are built here."""
+    import typer
+
+    return typer.Option(False, "--quick", help=f"CI-sized: {sized}")
+
+
+def rounds_option(each: str) -> Any:
+    """The ``--rounds`` option of a benchmark that shows its median round; ``each`` says what one round is."""
+    import typer
+
+    return typer.Option(3, "--rounds", min=1, max=15, help=f"{each}; the round with the median ratio is shown"
+                        " (the upper middle one for an even count)")
+
+
 def run_and_emit(run: Callable[..., dict[str, Any]], render: Callable[[dict[str, Any]], list[str]], as_json: bool,
                  **kw: Any) -> None:
     """A benchmark command's body: ``run(ctx, **kw)`` in the configured context, then :func:`emit` its result."""

@@ -37,7 +37,7 @@ import sqlalchemy as sa
 import typer
 
 from oml.domain.canonical import now
-from oml_tools.bench import bench_tenant, machine, machine_line, path_table, per_second, rate, run_and_emit, stolen, submit_all
+from oml_tools.bench import bench_tenant, machine, machine_line, path_table, per_second, rate, quick_option, rounds_option, run_and_emit, stolen, submit_all
 from oml.services.entrypoints.cli.common import JSON
 
 SHARED = shared_dir()
@@ -231,14 +231,12 @@ def render(res: dict[str, Any]) -> list[str]:
 
 
 def register(bench_app: typer.Typer) -> None:
-    # Like every benchmark command (a known same-shape repeat, issue 17 item 4): typer reads a command's options
-    # from its own parameters, so each declares its own; what they share is run_and_emit.
     @bench_app.command("admission")
-    def admission(quick: bool = typer.Option(False, "--quick", help="CI-sized: 30 single, 300 batched"),
+    def admission(quick: bool = quick_option("30 single, 300 batched"),
                   single: int = typer.Option(300, "--single", min=1, help="claims submitted one per transaction"),
                   batched: int = typer.Option(3000, "--batched", min=1, help="claims submitted in group commits"),
                   batch: int = typer.Option(100, "--batch", min=1, max=500, help="claims per group commit"),
-                  rounds: int = typer.Option(3, "--rounds", min=1, max=15, help="batched rounds, admission then raw; the round with the median ratio is shown (the upper middle one for an even count)"),
+                  rounds: int = rounds_option("batched rounds, admission then raw"),
                   as_json: bool = JSON) -> None:
         """Claims/s for single and batched submits, against the same rows inserted raw."""
         if quick:

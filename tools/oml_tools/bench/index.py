@@ -29,7 +29,7 @@ from typing import Any
 import sqlalchemy as sa
 import typer
 
-from oml_tools.bench import bench_tenant, machine, machine_line, path_table, per_second, run_and_emit, submit_all
+from oml_tools.bench import bench_tenant, machine, machine_line, path_table, per_second, quick_option, run_and_emit, submit_all
 from oml.services.entrypoints.cli.common import JSON
 
 
@@ -110,7 +110,7 @@ def render(res: dict[str, Any]) -> list[str]:
 
 def register(bench_app: typer.Typer) -> None:
     @bench_app.command("index")
-    def index(quick: bool = typer.Option(False, "--quick", help="CI-sized: 50 claims"),
+    def index(quick: bool = quick_option("50 claims"),
               claims: int = typer.Option(1000, "--claims", min=1, help="claims promoted before the measurement"),
               as_json: bool = JSON) -> None:
         """Claims/s indexed (feed, tsvector, embeddings), against raw model.encode + binary COPY of the vectors."""

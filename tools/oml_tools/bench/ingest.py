@@ -39,7 +39,7 @@ from typing import Any
 import sqlalchemy as sa
 import typer
 
-from oml_tools.bench import machine, machine_line, rate, run_and_emit
+from oml_tools.bench import machine, machine_line, rate, quick_option, run_and_emit
 from oml.services.entrypoints.cli.common import JSON
 
 
@@ -242,7 +242,7 @@ def render(res: dict[str, Any]) -> list[str]:
 
 def register(bench_app: typer.Typer) -> None:
     @bench_app.command("ingest")
-    def ingest(quick: bool = typer.Option(False, "--quick", help="CI-sized: 200 claims"),
+    def ingest(quick: bool = quick_option("200 claims"),
                claims: int = typer.Option(1000, "--claims", min=1, help="claims submitted in all"),
                clients: int = typer.Option(4, "--clients", min=1, help="concurrent HTTP clients"),
                tenants: int = typer.Option(2, "--tenants", min=1, help="tenants the clients write to (client j: tenant j mod T)"),

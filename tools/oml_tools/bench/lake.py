@@ -35,7 +35,7 @@ from typing import Any
 import sqlalchemy as sa
 import typer
 
-from oml_tools.bench import bench_tenant, machine, machine_line, path_table, per_second, run_and_emit, submit_all
+from oml_tools.bench import bench_tenant, machine, machine_line, path_table, per_second, quick_option, rounds_option, run_and_emit, submit_all
 from oml.services.entrypoints.cli.common import JSON
 
 
@@ -117,13 +117,11 @@ def render(res: dict[str, Any]) -> list[str]:
 
 
 def register(bench_app: typer.Typer) -> None:
-    # Like every benchmark command (a known same-shape repeat, issue 17 item 4): typer reads a command's options
-    # from its own parameters, so each declares its own; what they share is run_and_emit.
     @bench_app.command("lake")
-    def lake(quick: bool = typer.Option(False, "--quick", help="CI-sized: 300 claims"),
+    def lake(quick: bool = quick_option("300 claims"),
              claims: int = typer.Option(5000, "--claims", min=1, help="claims submitted before the measurement"),
              batch_rows: int = typer.Option(0, "--batch-rows", min=0, help="rows per Delta commit (0: the writer's default)"),
-             rounds: int = typer.Option(3, "--rounds", min=1, max=15, help="measurements, each into fresh lakes; the round with the median ratio is shown (the upper middle one for an even count)"),
+             rounds: int = rounds_option("measurements, each into fresh lakes"),
              as_json: bool = JSON) -> None:
         """Events/s copied to Delta by the lake-writer, against a raw write_deltalake of the same Arrow data."""
         if quick:

@@ -36,7 +36,7 @@ from typing import Any
 import sqlalchemy as sa
 import typer
 
-from oml_tools.bench import bench_tenant, machine, machine_line, path_table, per_second, run_and_emit, submit_all
+from oml_tools.bench import bench_tenant, machine, machine_line, path_table, per_second, quick_option, run_and_emit, submit_all
 from oml.services.entrypoints.cli.common import JSON
 
 
@@ -112,7 +112,7 @@ def render(res: dict[str, Any]) -> list[str]:
 
 def register(bench_app: typer.Typer) -> None:
     @bench_app.command("reconcile")
-    def reconcile(quick: bool = typer.Option(False, "--quick", help="CI-sized: 300 claims"),
+    def reconcile(quick: bool = quick_option("300 claims"),
                   claims: int = typer.Option(5000, "--claims", min=1, help="claims submitted before the measurement"),
                   as_json: bool = JSON) -> None:
         """Events/s verified end to end by reconciliation, against a raw SHA-256 + Ed25519 loop over the same rows."""
