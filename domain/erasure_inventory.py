@@ -37,12 +37,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from importlib import resources
 from typing import Iterable, Mapping
 
 
-class Completion(str, Enum):
+class Completion(StrEnum):
     AT_COMMIT = "at_commit"
     AFTER_REWRITE = "after_rewrite"
     AFTER_LAKE_PURGE = "after_lake_purge"
