@@ -251,7 +251,7 @@ class PersonalDataRefused(ContentRefused):
     kinds only (:data:`PERSONAL_KINDS`).
     """
 
-    code: Final[str] = ERROR_CODE
+    code = ERROR_CODE
 
 
 class CredentialRefused(ContentRefused):
@@ -260,7 +260,7 @@ class CredentialRefused(ContentRefused):
     ``reason`` is ``"credentials"``; ``findings`` hold ``credential`` findings only.
     """
 
-    code: Final[str] = CREDENTIAL_CODE
+    code = CREDENTIAL_CODE
 
     def _head(self) -> str:
         return "credentials refused under every personal-data policy"
