@@ -106,7 +106,7 @@ def helps(env: dict[str, str], cwd: Path) -> None:
     runner = CliRunner()
     paths = list(walk(root, []))
     for path in paths:
-        r = runner.invoke(root, [*path, "--help"], env=env, catch_exceptions=True)
+        r = runner.invoke(app, [*path, "--help"], env=env, catch_exceptions=True)
         if r.exit_code != 0 or "Usage:" not in r.output:
             raise SmokeFailed(f"`oml {' '.join(path)} --help` exited {r.exit_code}: {r.output[-2000:]} {r.exception!r}")
     if len(paths) < 20:
