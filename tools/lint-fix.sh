@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUFF=${1:-.venv}/bin/ruff
-echo "automatic fixes available: $("$RUFF" check --statistics . 2>/dev/null | grep -o -E '^\[\*\] [0-9]+ fixable' | grep -o -E '[0-9]+' || echo 0)"
+n=$( { "$RUFF" check --statistics . 2>/dev/null || true; } | grep -o -E '^\[\*\] [0-9]+ fixable' | grep -o -E '[0-9]+' || true)
+echo "automatic fixes available: ${n:-0}"
 "$RUFF" check --fix --exit-zero --quiet .
 "$RUFF" check .
