@@ -1,6 +1,7 @@
 # The two set-up commands of the README:
 #   make demo  — installs into .venv and runs OML's whole job on embedded defaults
-#   make test  — installs into .venv (with test extras) and runs the test suite
+#   make test  — installs into .venv (with test extras), then: ruff and mypy, the wheel smoke suite
+#                (tools/wheel-smoke.sh: about two minutes), and the test suite
 PYTHON ?= python3.11
 VENV   ?= .venv
 BIN    := $(VENV)/bin

@@ -28,8 +28,10 @@ def wheel(tmp_path_factory) -> Path:
     given = os.environ.get("OML_WHEEL")
     if given:
         return Path(given)
+    # The sdist first, then the wheel from the unpacked sdist (as `make test` does): a build in the clone would
+    # reuse build/lib, whose leftovers could stand in for a file the source no longer ships.
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(REPO)],
+    subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(REPO)],
                    check=True, capture_output=True)
     return next(out.glob("oml-*.whl"))
 
