@@ -1,11 +1,12 @@
 # The two set-up commands of the README:
 #   make demo  — installs into .venv and runs OML's whole job on embedded defaults
-#   make test  — installs into .venv (with test extras) and runs the test suite
+#   make test  — installs into .venv (with test extras), then: ruff and mypy, the wheel smoke suite
+#                (tools/wheel-smoke.sh: about two minutes), and the test suite
 PYTHON ?= python3.11
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test install serve clean softhsm
+.PHONY: demo test install serve clean softhsm lint lint-fix typecheck smoke
 
 # The clone's own home (services/runtime/home.py): `make clean` removes it, and `oml` run anywhere
 # inside the clone finds it as the nearest .oml.
@@ -34,8 +35,27 @@ softhsm:
 	  { apt-get install -y -qq softhsm2 >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq softhsm2 >/dev/null 2>&1; }; }; } || \
 	  echo "softhsm2 is not installed: the PKCS#11 KeyStore tests will skip"
 
-test: $(VENV)/.installed softhsm
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest
+# Lint and types first (seconds), then what ships (tools/wheel-smoke.sh builds dist/ and smoke-tests the wheel in a
+# fresh virtualenv, and the image where Docker answers), then the suite; tests/unit/test_wheel_contents.py reads
+# the wheel just built.
+test: $(VENV)/.installed softhsm lint typecheck smoke
+	OML_WHEEL="$$(ls dist/oml-*.whl)" HF_HUB_OFFLINE=1 $(BIN)/python -m pytest
+
+lint: $(VENV)/.installed
+	$(BIN)/ruff check .
+
+# The automatic fixes (import order, pyupgrade): run once after a merge, then commit the result.
+lint-fix: $(VENV)/.installed
+	tools/lint-fix.sh $(VENV)
+
+# mypy needs the code under its import names (domain/ is oml.domain): links under build/typecheck.
+typecheck: $(VENV)/.installed
+	rm -rf build/typecheck && mkdir -p build/typecheck/oml
+	ln -s ../../../domain build/typecheck/oml/domain && ln -s ../../../client build/typecheck/oml/client
+	$(BIN)/mypy -p oml.domain -p oml.client
+
+smoke: $(VENV)/.installed
+	PYTHON=$(PYTHON) tools/wheel-smoke.sh $(VENV)
 
 serve: $(VENV)/.installed
 	OML_HOME=$(OML_HOME) $(BIN)/oml serve
@@ -44,4 +64,4 @@ serve: $(VENV)/.installed
 # or their postmasters outlive the files they serve.
 clean:
 	-for d in .oml/pg .oml-test/pg; do [ -f $$d/postmaster.pid ] && kill $$(head -1 $$d/postmaster.pid); done; sleep 1
-	rm -rf .oml .oml-test
+	rm -rf .oml .oml-test .smoke dist build

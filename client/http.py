@@ -130,6 +130,8 @@ def _default_parse(resp: httpx.Response) -> Any:
 class _Base(Operations):
     """Shared configuration and the retry decision; subclasses provide the I/O."""
 
+    _http: httpx.Client | httpx.AsyncClient  # set by the subclass: the one it sends with
+
     def __init__(self, base_url: str, api_key: str | None, *, timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
                  retries: int = 3, backoff: float = 0.25, max_backoff: float = 8.0,
                  headers: Mapping[str, str] | None = None, rng: random.Random | None = None) -> None:
@@ -201,6 +203,8 @@ class OMLClient(_Base):
     Use as a context manager, or call :meth:`close`.
     """
 
+    _http: httpx.Client
+
     def __init__(self, base_url: str, api_key: str | None = None, *, timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
                  retries: int = 3, backoff: float = 0.25, max_backoff: float = 8.0,
                  transport: httpx.BaseTransport | None = None, headers: Mapping[str, str] | None = None,
@@ -251,6 +255,8 @@ class AsyncOMLClient(_Base):
     Use ``async with``, or ``await aclose()``.
     """
 
+    _http: httpx.AsyncClient
+
     def __init__(self, base_url: str, api_key: str | None = None, *, timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
                  retries: int = 3, backoff: float = 0.25, max_backoff: float = 8.0,
                  transport: httpx.AsyncBaseTransport | None = None, headers: Mapping[str, str] | None = None,
@@ -269,7 +275,7 @@ class AsyncOMLClient(_Base):
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def _send(self, call: Call) -> Any:  # type: ignore[override]
+    async def _send(self, call: Call) -> Any:
         key = self._key_for(call)
         attempt = 0
         while True:

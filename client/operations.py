@@ -16,7 +16,7 @@ returns an awaitable of the same value).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Literal, Sequence, TypeVar
 
 from . import models as m
 
@@ -76,7 +76,7 @@ def _dump(model: type, value: Any) -> dict[str, Any] | None:
     """A nested request object (model or dict) as JSON, validated client-side for shape only."""
     if value is None:
         return None
-    obj = value if isinstance(value, model) else model.model_validate(value)  # type: ignore[attr-defined]
+    obj: Any = value if isinstance(value, model) else model.model_validate(value)  # type: ignore[attr-defined]
     return obj.model_dump(exclude_none=True)
 
 
@@ -376,12 +376,12 @@ class Operations:
         """One page of canonical journal events (auditor keys); continue with ``after_seq=page.next_after_seq``."""
         return self._invoke(self.journal, params={"after_seq": after_seq, "limit": limit})
 
-    def journal_events(self, *, after_seq: int = 0, limit: int = 100):
+    def journal_events(self, *, after_seq: int = 0, limit: int = 100) -> Iterator[m.JournalEvent]:
         """Iterate every journal event after ``after_seq``, page by page (sync client only)."""
         while True:
             page = self.journal(after_seq=after_seq, limit=limit)
             if hasattr(page, "__await__"):
-                page.close()  # type: ignore[union-attr]
+                page.close()  # type: ignore[attr-defined]  # an un-awaited coroutine: closed so Python does not warn
                 raise TypeError("journal_events is for OMLClient; page with `await journal(after_seq=…)` instead")
             yield from page.events
             if page.next_after_seq is None or not page.events:

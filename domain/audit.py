@@ -251,7 +251,8 @@ def check_event(
     if ev.get("kid") != row.kid:
         out.append(Finding(BROKEN_LINK, seq, "row kid differs from the event's kid", "kid"))
     etype = ev.get("type")
-    data = ev.get("data") if isinstance(ev.get("data"), dict) else {}
+    raw = ev.get("data")
+    data: dict[str, Any] = raw if isinstance(raw, dict) else {}
     if not verify_signature and etype not in KEY_EVENT_TYPES:
         return out, ev
     try:

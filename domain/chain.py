@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Any, Iterable
 
 from . import signing
 from .event_format import EventFormatError, EventIds, parse_event
@@ -133,7 +133,7 @@ class ChainVerifier:
         self.head, self.seq = row.hash, row.seq
         return True
 
-    def _pop_ok(self, data: dict) -> bool:
+    def _pop_ok(self, data: dict[str, Any]) -> bool:
         try:
             new = bytes.fromhex(data["new_key"])
             pop = bytes.fromhex(data["pop"])
@@ -142,7 +142,7 @@ class ChainVerifier:
         assert self.keys.current is not None
         return signing.verify(new, pop, signing.pop_message(self.tenant, self.keys.current, new))
 
-    def _signer_for(self, seq: int, etype: str | None, data: dict) -> bytes:
+    def _signer_for(self, seq: int, etype: str | None, data: dict[str, Any]) -> bytes:
         if seq == 1:
             if etype != "tenant.created":
                 raise ValueError("event 1 must be tenant.created")
@@ -163,7 +163,7 @@ class ChainVerifier:
         assert self.keys.current is not None
         return self.keys.current
 
-    def _apply_keys(self, seq: int, etype: str | None, data: dict) -> None:
+    def _apply_keys(self, seq: int, etype: str | None, data: dict[str, Any]) -> None:
         if etype == "tenant.created":
             key = bytes.fromhex(data["signing_key"])
             self.keys.current = key

@@ -147,7 +147,7 @@ class InclusionProof(NamedTuple):
     checkpoint exactly as embedded (not yet verified).
     """
 
-    index: int
+    index: int  # type: ignore[assignment]  # the format's field name; it shadows tuple.index
     hashes: list[bytes]
     extra: bytes
     checkpoint_note: bytes
@@ -526,7 +526,7 @@ def parse_inclusion_proof(data: bytes) -> InclusionProof:
     index_s = line[len("index ") :]
     if not _DECIMAL.fullmatch(index_s) or int(index_s) >= 1 << 64:
         raise ProofFormatError(f"tlog-proof index {index_s!r} is not a decimal without leading zeroes")
-    hashes = []
+    hashes: list[bytes] = []
     while (line := next_line()) != "":
         if len(hashes) == 64:
             raise ProofFormatError("tlog-proof has more than 64 hashes")

@@ -37,12 +37,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from importlib import resources
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 
-class Completion(str, Enum):
+class Completion(StrEnum):
     AT_COMMIT = "at_commit"
     AFTER_REWRITE = "after_rewrite"
     AFTER_LAKE_PURGE = "after_lake_purge"
@@ -75,8 +75,9 @@ def _load() -> tuple[CopyClass, ...]:
     # The classes are data, not code: one row each in erasure_inventory.json (packaged next to this module),
     # in report order, so adding a class is adding a row rather than another constructor call.
     rows = json.loads(resources.files(__package__).joinpath("erasure_inventory.json").read_text(encoding="utf-8"))
-    return tuple(CopyClass(**{k: tuple(v) if isinstance(v, list) else v for k, v in row.items()}
-                           | {"completion": Completion(row["completion"])}) for row in rows)
+    fields: list[dict[str, Any]] = [{k: tuple(v) if isinstance(v, list) else v for k, v in row.items()}
+                                    | {"completion": Completion(row["completion"])} for row in rows]
+    return tuple(CopyClass(**f) for f in fields)
 
 
 #: Every copy class, in the order the erasure report walks them.

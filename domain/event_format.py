@@ -31,7 +31,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from typing import Any
+from typing import Any, cast
 
 from . import claims
 from .canonical import MAX_SAFE_INT, canonical, parse_time
@@ -129,14 +129,14 @@ class _Bad:
         self.rule = rule
 
 
-class _Dup(dict):
+class _Dup(dict[str, Any]):
     """An object whose member ``dup`` appeared twice."""
 
     dup: str = ""
 
 
-def _pairs(pairs: list[tuple[str, Any]]) -> dict:
-    out: dict = {}
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     for k, v in pairs:
         if k in out:
             d = _Dup(out)
@@ -287,7 +287,7 @@ def _data_values(etype: str, data: dict[str, Any], seq: int | None) -> None:
             _, lo, hi = allowed
             if not isinstance(v, int) or isinstance(v, bool):
                 raise EventFormatError(seq, path, JSON_TYPE, "an integer or null")
-            if v < lo or (hi is not None and v > hi):
+            if v < int(lo) or (hi is not None and v > int(hi)):
                 raise EventFormatError(seq, path, VALUE_RANGE, f"from {lo}" + (f" to {hi}" if hi is not None else ""))
         elif not isinstance(v, str) or v not in allowed:
             raise EventFormatError(seq, path, CODE_VALUE, "one of " + ", ".join(allowed))
@@ -331,7 +331,7 @@ def check_header(event: Any, *, seq: int | None = None, tenant: str | None = Non
         raise EventFormatError(seq, "data", JSON_TYPE, "must be a JSON object")
     _data_formats(event["data"], "data", seq)
     _data_values(event["type"], event["data"], seq)
-    return event
+    return cast(dict[str, Any], event)
 
 
 def parse_event(raw: bytes, *, seq: int | None = None, tenant: str | None = None) -> dict[str, Any]:

@@ -35,7 +35,7 @@ import re
 import unicodedata
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Final, Literal, Union
+from typing import Callable, Final, Literal
 
 import phonenumbers
 from stdnum import iban as _iban
@@ -186,7 +186,7 @@ class BodyFinding:
             raise ValueError("finding span must satisfy 0 <= start < end")
 
 
-AnyFinding = Union[Finding, BodyFinding]
+AnyFinding = Finding | BodyFinding
 
 RefusalReason = Literal["findings", "undeclared", "subjects_under_deny", "credentials"]
 
@@ -251,7 +251,7 @@ class PersonalDataRefused(ContentRefused):
     kinds only (:data:`PERSONAL_KINDS`).
     """
 
-    code: Final[str] = ERROR_CODE
+    code = ERROR_CODE
 
 
 class CredentialRefused(ContentRefused):
@@ -260,7 +260,7 @@ class CredentialRefused(ContentRefused):
     ``reason`` is ``"credentials"``; ``findings`` hold ``credential`` findings only.
     """
 
-    code: Final[str] = CREDENTIAL_CODE
+    code = CREDENTIAL_CODE
 
     def _head(self) -> str:
         return "credentials refused under every personal-data policy"

@@ -20,7 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from . import merkle
 from .canonical import canonical, format_time
@@ -46,7 +46,7 @@ class ReadRow:
     claim_ids: tuple[str, ...]
     query_digest: bytes | None
 
-    def as_object(self) -> dict:
+    def as_object(self) -> dict[str, Any]:
         return {
             "tenant": self.tenant,
             "read_id": self.read_id,
@@ -85,7 +85,7 @@ def batch_root(pairs: Sequence[tuple[int, bytes]]) -> bytes:
     return merkle.root([lf for _, lf in sorted(pairs)])
 
 
-def anchor_data(batch_no: int, pairs: Sequence[tuple[int, bytes]]) -> dict:
+def anchor_data(batch_no: int, pairs: Sequence[tuple[int, bytes]]) -> dict[str, Any]:
     """``data`` of the ``readlog.anchored`` event for a batch (ids, counts and digests only)."""
     ids = [rid for rid, _ in pairs]
     blob = members_blob(pairs)
@@ -108,7 +108,7 @@ class Finding:
     batch_no: int | None
     read_id: int | None = None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "batch_no": self.batch_no, "read_id": self.read_id}
 
 

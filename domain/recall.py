@@ -36,7 +36,7 @@ import hashlib
 import hmac
 import math
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from .access import Principal
 from .claims import ancestors, is_within
@@ -218,7 +218,7 @@ def depth(path: str) -> int:
     return path.count(".") + 1
 
 
-def steering_order_key(path: str, tip_from: dt.datetime | str, claim_id: str, version_id: str) -> tuple:
+def steering_order_key(path: str, tip_from: dt.datetime | str, claim_id: str, version_id: str) -> tuple[Any, ...]:
     """Segment-1 order: shallower workareas first (root-most instructions lead), then the
     instant the version became tip (older first), then claim id and version id."""
     return (depth(path), tip_from, claim_id, version_id)
@@ -267,7 +267,7 @@ def rank_single(retriever: str, keys: Sequence[str], scores: Sequence[float], *,
     return [Ranked(k, s, {retriever: i + 1}) for i, (k, s) in enumerate(pairs)]
 
 
-def leg_order_key(score: float, tie: Sequence[float | int], key: str, *, higher_is_better: bool) -> tuple:
+def leg_order_key(score: float, tie: Sequence[float | int], key: str, *, higher_is_better: bool) -> tuple[Any, ...]:
     """Sort key of one row of a ranking leg: its score, then ``tie`` (values where smaller is better:
     a negated second score, a negated tip seq for "newer first"), then ``key`` — the last resort, reached
     only by rows equal on everything else (docs/recall.md, "Ties")."""

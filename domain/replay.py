@@ -39,7 +39,7 @@ import copy
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Literal, overload
 
 from . import authority
 from . import claims as rules
@@ -194,7 +194,7 @@ class AuthorityReplay:
         self.registry = registry if registry is not None else Registry(tenant)
         self.findings: list[Finding] = []
 
-    def add(self, seq: int, event: dict) -> list[Finding]:
+    def add(self, seq: int, event: Any) -> list[Finding]:
         """Judge and apply one event; returns its findings (also appended to :attr:`findings`). Never raises."""
         f = _Sink(seq)
         found = f.found
@@ -241,7 +241,7 @@ class AuthorityReplay:
         return self.add(seq, event)
 
     # ------------------------------------------------------------ the actor
-    def _actor(self, seq: int, etype: str, actor: Any, f) -> str | None:
+    def _actor(self, seq: int, etype: str, actor: Any, f: _Sink) -> str | None:
         """Check the actor; returns the principal id (``None`` for the system actor)."""
         if not isinstance(actor, dict) or set(actor) != {"principal", "identity"}:
             raise _Malformed("actor must be {principal, identity}")
@@ -267,12 +267,12 @@ class AuthorityReplay:
         return pid
 
     # ------------------------------------------------------------ helpers
-    def _scope(self, pid: str | None, node: str, f) -> None:
+    def _scope(self, pid: str | None, node: str, f: _Sink) -> None:
         reg = self.registry
         if pid is not None and pid in reg.principals and node in reg.workareas and not reg.in_scope(pid, node):
             f("actor.scope", f"workarea {node} is outside principal {pid}'s roots")
 
-    def _audience(self, pid: str | None, sim: str, f) -> dict[str, Any] | None:
+    def _audience(self, pid: str | None, sim: str, f: _Sink) -> dict[str, Any] | None:
         s = self.registry.simulations.get(sim)
         if s is None:
             f("simulation.unknown", f"simulation {sim}")
@@ -282,7 +282,7 @@ class AuthorityReplay:
         return s
 
 
-def _domain(f, fn: Callable[[], Any]) -> Any:
+def _domain(f: _Sink, fn: Callable[[], Any]) -> Any:
     """Run a domain rule; an ``OMLError`` becomes the finding its code maps to."""
     try:
         return fn()
@@ -291,7 +291,11 @@ def _domain(f, fn: Callable[[], Any]) -> Any:
         return None
 
 
-def _str(data: dict, key: str, *, optional: bool = False) -> str | None:
+@overload
+def _str(data: dict[str, Any], key: str, *, optional: Literal[False] = False) -> str: ...
+@overload
+def _str(data: dict[str, Any], key: str, *, optional: bool) -> str | None: ...
+def _str(data: dict[str, Any], key: str, *, optional: bool = False) -> str | None:
     v = data.get(key) if optional else data[key]
     if v is None and optional:
         return None
@@ -300,7 +304,7 @@ def _str(data: dict, key: str, *, optional: bool = False) -> str | None:
     return v
 
 
-def _int(data: dict, key: str) -> int:
+def _int(data: dict[str, Any], key: str) -> int:
     v = data[key]
     if not isinstance(v, int) or isinstance(v, bool):  # JSON true is not a number here
         raise _Malformed(f"data.{key} must be an integer")
@@ -310,7 +314,8 @@ def _int(data: dict, key: str) -> int:
 _REQUIRED = object()
 
 
-def _list(data: dict, key: str, what: str, *, item: type = str, nonempty: bool = False, default=_REQUIRED) -> list:
+def _list(data: dict[str, Any], key: str, what: str, *, item: type = str, nonempty: bool = False,
+          default: Any = _REQUIRED) -> list[Any]:
     """``data[key]`` (``default`` when absent, if given) as a list of ``item``; ``what`` says so in the finding."""
     v = data[key] if default is _REQUIRED else data.get(key, default)
     if not isinstance(v, list) or (nonempty and not v) or not all(isinstance(x, item) for x in v):
@@ -320,7 +325,7 @@ def _list(data: dict, key: str, what: str, *, item: type = str, nonempty: bool =
 
 # ---------------------------------------------------------------- handlers: tenant and keys
 
-def _tenant_created(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
+def _tenant_created(r: AuthorityReplay, seq: int, ev: dict[str, Any], data: dict[str, Any], pid: str | None, f: _Sink) -> None:
     reg = r.registry
     for purpose, member in (("signing", "signing_key"), ("recovery", "recovery_key"), ("encryption", "encryption_key")):
         pub = _str(data, member)
@@ -340,7 +345,7 @@ def _versions_of(reg: Registry, purpose: str) -> int:
     return max((k["version"] for k in reg.keys if k["purpose"] == purpose), default=0)
 
 
-def _signing_rotated(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
+def _signing_rotated(r: AuthorityReplay, seq: int, ev: dict[str, Any], data: dict[str, Any], pid: str | None, f: _Sink) -> None:
     reg = r.registry
     new = _str(data, "new_key")
     how = data.get("authorised_by")
@@ -352,7 +357,7 @@ def _signing_rotated(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
     _rotate(reg, "signing", new, _versions_of(reg, "signing") + 1, seq)
 
 
-def _encryption_rotated(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
+def _encryption_rotated(r: AuthorityReplay, seq: int, ev: dict[str, Any], data: dict[str, Any], pid: str | None, f: _Sink) -> None:
     reg = r.registry
     version = _int(data, "version")
     if version != _versions_of(reg, "encryption") + 1:
@@ -362,7 +367,7 @@ def _encryption_rotated(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
 
 # ---------------------------------------------------------------- handlers: identities, principals, workareas
 
-def _identity_created(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
+def _identity_created(r: AuthorityReplay, seq: int, ev: dict[str, Any], data: dict[str, Any], pid: str | None, f: _Sink) -> None:
     reg = r.registry
     ident = _str(data, "identity_id")
     if ident in reg.identities:
@@ -371,7 +376,7 @@ def _identity_created(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
     reg.identities[ident] = {"kind": _str(data, "kind"), "created_seq": seq}
 
 
-def _principal_created(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
+def _principal_created(r: AuthorityReplay, seq: int, ev: dict[str, Any], data: dict[str, Any], pid: str | None, f: _Sink) -> None:
     reg = r.registry
     new, ident, role = _str(data, "principal_id"), _str(data, "identity_id"), _str(data, "role")
     roots = _list(data, "roots", "a list of workarea ids")
@@ -395,8 +400,8 @@ def _principal_created(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
                            "revoked_seq": None, "authorised": not f.found}
 
 
-def _still_open(entries: dict, key: str, mark: str, unknown: Callable[[], None],
-                again: Callable[[int], None]) -> dict | None:
+def _still_open(entries: dict[str, dict[str, Any]], key: str, mark: str, unknown: Callable[[], None],
+                again: Callable[[int], None]) -> dict[str, Any] | None:
     """``entries[key]`` while it exists and its ``mark`` seq is unset (a principal is revoked once, a simulation
     closed once); otherwise ``unknown()`` or ``again(seq it was marked at)`` reports the finding and it is ``None``.
     The callers spell their finding codes out, so the rule list (test_replay) finds every one."""
@@ -410,7 +415,7 @@ def _still_open(entries: dict, key: str, mark: str, unknown: Callable[[], None],
     return None
 
 
-def _principal_revoked(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
+def _principal_revoked(r: AuthorityReplay, seq: int, ev: dict[str, Any], data: dict[str, Any], pid: str | None, f: _Sink) -> None:
     target = _str(data, "principal_id")
     p = _still_open(r.registry.principals, target, "revoked_seq", lambda: f("principal.unknown", f"principal {target}"),
                     lambda at: f("principal.revoked", f"principal {target} was revoked at seq {at}"))
@@ -418,7 +423,7 @@ def _principal_revoked(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
         p["revoked_seq"] = seq
 
 
-def _workarea_created(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
+def _workarea_created(r: AuthorityReplay, seq: int, ev: dict[str, Any], data: dict[str, Any], pid: str | None, f: _Sink) -> None:
     reg = r.registry
     node, parent, label = _str(data, "node_id"), _str(data, "parent_id", optional=True), _str(data, "label")
     if node in reg.workareas:
@@ -435,7 +440,7 @@ def _workarea_created(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
                            "pii_policy": _str(data, "pii_policy"), "created_seq": seq}
 
 
-def _workarea_reparented(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
+def _workarea_reparented(r: AuthorityReplay, seq: int, ev: dict[str, Any], data: dict[str, Any], pid: str | None, f: _Sink) -> None:
     reg = r.registry
     node, parent = _str(data, "node_id"), _str(data, "new_parent_id", optional=True)
     if node not in reg.workareas:
@@ -450,7 +455,7 @@ def _workarea_reparented(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
     reg.workareas[node]["parent"] = parent
 
 
-def _workarea_policy(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
+def _workarea_policy(r: AuthorityReplay, seq: int, ev: dict[str, Any], data: dict[str, Any], pid: str | None, f: _Sink) -> None:
     reg = r.registry
     node = _str(data, "node_id")
     if node not in reg.workareas:
@@ -461,7 +466,7 @@ def _workarea_policy(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
 
 # ---------------------------------------------------------------- handlers: claims
 
-def _submitted(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
+def _submitted(r: AuthorityReplay, seq: int, ev: dict[str, Any], data: dict[str, Any], pid: str | None, f: _Sink) -> None:
     reg = r.registry
     cid, vid, wa = _str(data, "claim_id"), _str(data, "version_id"), _str(data, "workarea_id")
     no, sup = _int(data, "version_no"), _str(data, "supersedes", optional=True)
@@ -529,7 +534,7 @@ def _submitted(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
                          "simulation": named, "supersedes": sup, "submitted_seq": seq, "decided_seq": None}
 
 
-def _reviewed(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
+def _reviewed(r: AuthorityReplay, seq: int, ev: dict[str, Any], data: dict[str, Any], pid: str | None, f: _Sink) -> None:
     reg = r.registry
     etype = ev["type"]
     decision = _DECISION[etype]
@@ -600,7 +605,7 @@ def _set_tip(tips: dict[str, str], claim: str, vid: str | None) -> None:
         tips[claim] = vid
 
 
-def _live_claim(reg: Registry, data: dict, f) -> tuple[str, dict[str, Any] | None]:
+def _live_claim(reg: Registry, data: dict[str, Any], f: _Sink) -> tuple[str, dict[str, Any] | None]:
     """The claim ``data.claim_id`` names, or ``None`` with the finding when it is unknown or erased."""
     cid = _str(data, "claim_id")
     c = reg.claims.get(cid)
@@ -612,7 +617,7 @@ def _live_claim(reg: Registry, data: dict, f) -> tuple[str, dict[str, Any] | Non
     return cid, c
 
 
-def _erased(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
+def _erased(r: AuthorityReplay, seq: int, ev: dict[str, Any], data: dict[str, Any], pid: str | None, f: _Sink) -> None:
     reg = r.registry
     cid, c = _live_claim(reg, data, f)
     if c is None:
@@ -627,7 +632,7 @@ def _erased(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
         v["status"] = "erased"
 
 
-def _hold(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
+def _hold(r: AuthorityReplay, seq: int, ev: dict[str, Any], data: dict[str, Any], pid: str | None, f: _Sink) -> None:
     cid, c = _live_claim(r.registry, data, f)
     if c is None:
         return
@@ -640,7 +645,7 @@ def _hold(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
 
 # ---------------------------------------------------------------- handlers: simulations, retention
 
-def _sim_opened(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
+def _sim_opened(r: AuthorityReplay, seq: int, ev: dict[str, Any], data: dict[str, Any], pid: str | None, f: _Sink) -> None:
     reg = r.registry
     sid = _str(data, "simulation_id")
     audience = _list(data, "audience", "a non-empty list of principal ids", nonempty=True)
@@ -654,7 +659,7 @@ def _sim_opened(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
     reg.simulations[sid] = {"audience": sorted(set(audience)), "opened_seq": seq, "closed_seq": None, "versions": []}
 
 
-def _sim_closed(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
+def _sim_closed(r: AuthorityReplay, seq: int, ev: dict[str, Any], data: dict[str, Any], pid: str | None, f: _Sink) -> None:
     reg = r.registry
     sid = _str(data, "simulation_id")
     s = _still_open(reg.simulations, sid, "closed_seq", lambda: f("simulation.unknown", f"simulation {sid}"),
@@ -671,7 +676,7 @@ def _sim_closed(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
         reg.versions[vid]["status"] = "demoted"
 
 
-def _retention_set(r: AuthorityReplay, seq, ev, data, pid, f) -> None:
+def _retention_set(r: AuthorityReplay, seq: int, ev: dict[str, Any], data: dict[str, Any], pid: str | None, f: _Sink) -> None:
     r.registry.readlog_days = _int(data, "readlog_days")
 
 
@@ -700,7 +705,7 @@ _HANDLERS: dict[str, Callable[..., None]] = {
 }
 
 
-def replay(tenant: str, events: Iterable[dict], registry: Registry | None = None) -> tuple[Registry, list[Finding]]:
+def replay(tenant: str, events: Iterable[dict[str, Any]], registry: Registry | None = None) -> tuple[Registry, list[Finding]]:
     """Replay ``events`` (decoded event objects in ``seq`` order, each carrying its ``seq``) of ``tenant``.
 
     ``registry`` continues from a snapshot (it is mutated). Returns the

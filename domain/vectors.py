@@ -127,7 +127,7 @@ def generate() -> dict[str, Any]:
         sig = key.sign(signing.event_message(h))
         out_events.append({"seq": seq, "type": etype, "kid": kid, "canonical": c.decode(), "prev_hash": prev.hex(),
                            "hash": h.hex(), "signature": sig.hex()})
-    leaves = [merkle.event_leaf(bytes.fromhex(e["hash"])) for e in out_events]
+    leaves = [merkle.event_leaf(bytes.fromhex(str(e["hash"]))) for e in out_events]
     root = merkle.root(leaves)
     origin = checkpoint.oml_origin(TENANT)
     k3 = SIGNING[2]

@@ -15,6 +15,8 @@ Pure: no I/O.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass
 
 from . import signing
@@ -67,7 +69,7 @@ class Projected:
     simulation_id: str | None
 
 
-def status_event(event: dict) -> StatusEvent | None:
+def status_event(event: dict[str, Any]) -> StatusEvent | None:
     """The :class:`StatusEvent` of a parsed event, or None when its type sets no version status."""
     etype = event["type"]
     if etype not in STATUS_OF:

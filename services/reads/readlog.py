@@ -158,7 +158,7 @@ def seal(ctx: "Context", tenant: str, *, batch_max: int = rl.BATCH_MAX) -> list[
     while True:
         pending = _Pending()
 
-        def build(conn: sa.Connection) -> dict | None:
+        def build(conn: sa.Connection, pending: _Pending = pending) -> dict | None:
             rows = conn.execute(sa.text(
                 f"SELECT {_ROW_COLS} FROM read_events WHERE tenant_id = :t AND batch_no IS NULL ORDER BY read_id LIMIT :n"),
                 {"t": tenant, "n": batch_max}).all()
@@ -178,7 +178,7 @@ def seal(ctx: "Context", tenant: str, *, batch_max: int = rl.BATCH_MAX) -> list[
             pending.data = data
             return data
 
-        def effect(conn: sa.Connection, ev) -> None:
+        def effect(conn: sa.Connection, ev, pending: _Pending = pending) -> None:
             n = conn.execute(sa.text(
                 "UPDATE read_events SET batch_no = :b WHERE tenant_id = :t AND batch_no IS NULL AND read_id = ANY(:ids)"),
                 {"b": pending.batch_no, "t": tenant, "ids": pending.ids}).rowcount

@@ -330,7 +330,13 @@ def set_hnsw(conn: sa.Connection, n: int) -> dict[str, Any]:
     ef = max(R.EF_SEARCH_MIN, min(R.EF_SEARCH_MAX, 2 * n))
     max_tuples = conn.execute(sa.text(
         "SELECT set_config('hnsw.iterative_scan', :mode, true), set_config('hnsw.ef_search', :ef, true),"
-        " current_setting('hnsw.max_scan_tuples')"), {"mode": ITERATIVE_SCAN, "ef": str(ef)}).one()[2]
+        " current_setting('hnsw.max_scan_tuples', true)"), {"mode": ITERATIVE_SCAN, "ef": str(ef)}).one()[2]
+    if max_tuples is None:
+        # pgvector defines hnsw.* when its library loads, on the connection's first use of the vector type; a
+        # connection whose row estimate came from the cache has not used it yet. A vector literal loads it, and
+        # the two settings made above as placeholders carry over.
+        max_tuples = conn.execute(sa.text(
+            "SELECT CAST('[0]' AS vector) IS NULL, current_setting('hnsw.max_scan_tuples')")).one()[1]
     return {"ef_search": ef, "iterative_scan": ITERATIVE_SCAN, "max_scan_tuples": int(max_tuples)}
 
 

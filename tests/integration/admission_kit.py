@@ -40,7 +40,6 @@ class Kit:
 def make_kit(ctx: Context, tenant: str) -> Kit:
     from oml.services.runtime.auth import authenticate
 
-    adm = ctx.admission
     t = ctx.tenancy.create_tenant(tenant)
     admin = authenticate(ctx.db, t.admin_key)
     w = ctx.tenancy.create_identity(admin, "service", "ingest")["identity_id"]

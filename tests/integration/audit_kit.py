@@ -32,7 +32,6 @@ class AuditKit:
 
 def populate(ctx, tenant: str, claims: int = 4, *, canary: bool = True) -> AuditKit:
     kit = make_kit(ctx, tenant)
-    adm = ctx.admission
     admin = authenticate(ctx.db, kit.admin_key)
     a = ctx.tenancy.create_identity(admin, "person", "auditor")["identity_id"]
     o = ctx.tenancy.create_identity(admin, "person", "operator")["identity_id"]

@@ -52,7 +52,6 @@ class EKit:
 
 
 def make_ekit(ctx: Context, tenant: str) -> EKit:
-    adm = ctx.admission
     t = ctx.tenancy.create_tenant(tenant)
     admin = authenticate(ctx.db, t.admin_key)
     wa = ctx.tenancy.create_workarea(admin, "a", t.root_workarea, pii_policy="declare")["node_id"]

@@ -40,7 +40,7 @@ def main() -> None:
             lake_writer.catch_up(ctx, tenant, batch_rows=batch)
         except Exception as exc:  # its session was ended while it was stopped
             print(type(exc).__name__, flush=True)
-            raise SystemExit(0)
+            raise SystemExit(0) from None
     elif mode == "index":
         indexer.after_write_hook = maybe_die
         indexer.catch_up(ctx, tenant, batch_events=batch)

@@ -33,7 +33,6 @@ class Env:
 
 
 def setup_tenant(ctx, tenant: str) -> Env:
-    adm = ctx.admission
     t = ctx.tenancy.create_tenant(tenant)
     admin = authenticate(ctx.db, t.admin_key)
     w = ctx.tenancy.create_identity(admin, "service", "ingest")

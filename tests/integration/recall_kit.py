@@ -43,7 +43,6 @@ class World:
 
     def key(self, role: str, *roots: str, identity: str | None = None) -> Principal:
         """A new principal with ``role`` rooted at the workarea paths ``roots`` (default: the root)."""
-        adm = self.ctx.admission
         ident = identity or self.ctx.tenancy.create_identity(self.admin, "service", f"{role}-key")["identity_id"]
         node_ids = [self.area(r) for r in (roots or (self.root_path,))]
         k = self.ctx.tenancy.create_principal(self.admin, ident, role, node_ids)["api_key"]
@@ -86,7 +85,6 @@ class World:
 
 
 def make_world(ctx: Context, tenant: str, root_label: str = "main") -> World:
-    adm = ctx.admission
     t = ctx.tenancy.create_tenant(tenant, root_label)
     admin = authenticate(ctx.db, t.admin_key)
     w_ident = ctx.tenancy.create_identity(admin, "service", "author")["identity_id"]

@@ -14,7 +14,7 @@ from admission_kit import bearer, owner, run_cli
 from audit_kit import add_claims, lake_copy, populate
 from oml.services.keys import signing_rotation
 from oml.domain import merkle
-from oml.domain.checkpoint import (parse_consistency_proof, parse_verifier_key, verify_checkpoint, verify_inclusion_proof)
+from oml.domain.checkpoint import (CheckpointError, parse_consistency_proof, parse_verifier_key, verify_checkpoint, verify_inclusion_proof)
 from oml.domain.errors import OMLError
 from oml.services.journal import proofs
 from oml.services.journal import checkpoints as cps
@@ -151,7 +151,7 @@ def test_checkpoint_after_rotation_is_signed_by_the_new_key(ctx, ak, vkey):
                                   {"t": ak.tenant, "k": rot["kid"]}).scalar())
     assert cp.kid == rot["kid"]
     verify_checkpoint(cp.note, f"oml/{ak.tenant}", [new_pub])
-    with pytest.raises(Exception):
+    with pytest.raises(CheckpointError):
         verify_checkpoint(cp.note, f"oml/{ak.tenant}", [vkey])
 
 

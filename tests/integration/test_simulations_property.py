@@ -99,7 +99,6 @@ class World:
 
 
 def build(ctx, tenant: str, ids: Ids) -> World:
-    adm = ctx.admission
     ids.at("setup")
     t = ctx.tenancy.create_tenant(tenant, "main")
     admin = authenticate(ctx.db, t.admin_key)

@@ -93,7 +93,7 @@ def test_idempotency_key_matches_the_operation(spec):
 def test_method_parameters_match_the_operation(spec):
     ops = _ops(spec)
     problems = []
-    for key, (name, s) in operations_of(OMLClient).items():
+    for key, (name, _s) in operations_of(OMLClient).items():
         if key not in ops:
             continue
         op = ops[key]

@@ -239,7 +239,7 @@ def test_compose_commands_are_entrypoint_workloads(services):
     workloads = _workloads()
     for name in set(ROLES) | {"migrate"}:
         assert services[name]["command"][0] in workloads, name
-    for name, svc in services.items():
+    for svc in services.values():
         test = (svc.get("healthcheck") or {}).get("test") or []
         if "oml-entrypoint" in test:
             assert test[test.index("oml-entrypoint") + 1] in workloads

@@ -67,7 +67,7 @@ class FakeLog:
         return row
 
     def claims(self, n: int) -> None:
-        for i in range(n):
+        for _ in range(n):
             self.append("identity.created", {"identity_id": str(uuid.uuid4()), "kind": "service"})
 
     def rotate(self, *, recovery: bool = False) -> Ed25519PrivateKey:

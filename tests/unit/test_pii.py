@@ -328,7 +328,7 @@ def test_decide_declare() -> None:
 def test_refusal_message_is_bounded_and_pickles() -> None:
     import pickle
 
-    many = [BodyFinding("/tags/%d" % i, "phone", 0, 12) for i in range(50)]
+    many = [BodyFinding(f"/tags/{i}", "phone", 0, 12) for i in range(50)]
     exc = PersonalDataRefused(many, policy="declare", reason="undeclared")
     assert "and 30 more" in str(exc)
     back = pickle.loads(pickle.dumps(exc))

@@ -266,7 +266,7 @@ def check_manifest(m: dict[str, Any]) -> None:
         files = m["files"]
         if not isinstance(files, dict):
             raise ef.EventFormatError(None, "files", ef.JSON_TYPE, "an object")
-        for name, digest in files.items():
+        for digest in files.values():
             if not isinstance(digest, str) or len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
                 raise ef.EventFormatError(None, "files.<member>", ef.HEX_FORMAT, "SHA-256 as 64 lowercase hex characters")
     except ef.EventFormatError as exc:

@@ -22,8 +22,18 @@ for plugin in entry_points(group=PLUGIN_GROUP):
     plugin.load().register(app)
 
 
+def _version(value: bool) -> None:
+    if value:
+        from oml.services.runtime.build_info import describe
+
+        typer.echo(describe())
+        raise typer.Exit()
+
+
 @app.callback()
-def _main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log at INFO level.")) -> None:
+def _main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log at INFO level."),
+          version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
+                                       help="Print the version and the git commit it was built from, and exit.")) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
 

@@ -58,7 +58,7 @@ def _recaller(ctx: Context) -> Recaller:
     r = getattr(ctx, "_oml_recaller", None)
     if r is None:
         r = Recaller(ctx)
-        setattr(ctx, "_oml_recaller", r)
+        ctx._oml_recaller = r
     return r
 
 

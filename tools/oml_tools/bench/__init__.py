@@ -99,7 +99,6 @@ def bench_tenant(ctx, prefix: str) -> BenchTenant:
 
     from oml.services.runtime.auth import authenticate
 
-    adm = ctx.admission
     t = ctx.tenancy.create_tenant(f"{prefix}-{secrets.token_hex(4)}")
     admin = authenticate(ctx.db, t.admin_key)
     ctx.tenancy.set_workarea_policy(admin, t.root_workarea, pii_policy="allow")

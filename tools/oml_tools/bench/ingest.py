@@ -55,7 +55,6 @@ class _Tenant:
 def _tenant(ctx) -> _Tenant:
     from oml.services.runtime.auth import authenticate
 
-    adm = ctx.admission
     t = ctx.tenancy.create_tenant(f"bench-ingest-{secrets.token_hex(4)}")
     admin = authenticate(ctx.db, t.admin_key)
     ctx.tenancy.set_workarea_policy(admin, t.root_workarea, pii_policy="allow")

@@ -139,7 +139,7 @@ def register(bench_app: typer.Typer) -> None:
             import mem0  # noqa: F401
         except ImportError:
             err.print("mem0 is not installed: pip install -e './tools[peers]'")
-            raise typer.Exit(2)
+            raise typer.Exit(2) from None
         with context() as ctx:
             res = run(ctx, data, conversations=conversations or None, progress=lambda m: err.print(m))
         emit(res, render, as_json)

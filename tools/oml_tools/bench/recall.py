@@ -115,7 +115,6 @@ class Population:
 def _principals(ctx, tenant: str):
     from oml.services.runtime.auth import authenticate
 
-    adm = ctx.admission
     t = ctx.tenancy.create_tenant(tenant)
     admin = authenticate(ctx.db, t.admin_key)
     keys = {}
@@ -248,7 +247,7 @@ def measure(ctx, tenant: str, reader, questions: list[str], qvecs, qtsq: list[st
     with eng.connect() as c:
         for name, stmt in (("fts", RAW_FTS), ("vector", RAW_VEC), ("hybrid", RAW_HYBRID)):
             lat, hits = [], []
-            for q, v, tq in zip(questions, qvecs, qtsq):
+            for _q, v, tq in zip(questions, qvecs, qtsq):
                 params = {"t": tenant, "k": k, "v": _vector_literal(v), "q": tq or "''"}
                 t0 = time.perf_counter()
                 got = c.execute(stmt, params).all() if (tq or name == "vector") else []

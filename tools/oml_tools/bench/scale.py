@@ -86,7 +86,6 @@ def scaled_tenant(ctx, prefix: str, areas: int) -> Scaled:
     from oml.services.runtime.auth import authenticate
 
     bt = bench_tenant(ctx, prefix)
-    adm = ctx.admission
     keys = {"writer": bt.writer}
     for role in ("reviewer", "reader"):
         ident = ctx.tenancy.create_identity(bt.admin, "service", f"bench-{role}")["identity_id"]
