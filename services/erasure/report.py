@@ -1,4 +1,4 @@
-"""The erasure report: the inventory walked for a set of erased claims, with evidence (DESIGN.md, Erasure).
+"""The erasure report: the inventory walked for a set of erased claims, with evidence (docs/design.md §Erasure).
 
 :func:`build` reads the ``claim.erased`` events of the claims and, for each
 copy class of :data:`oml.domain.erasure_inventory.INVENTORY`, what erasure

@@ -1,4 +1,4 @@
-"""The erasure inventory as declared (DESIGN.md, Erasure): exactly its copy classes, each fully described."""
+"""The erasure inventory as declared (docs/design.md §Erasure): exactly its copy classes, each fully described."""
 import datetime as dt
 
 import pytest
@@ -10,7 +10,7 @@ DESIGN_CLASSES = [
     "freed_pages_and_statistics", "subject_hmacs", "read_log", "journal", "idempotency_records",
     "outbox_and_messages", "evidence_exports", "logs", "wal_and_backups",
 ]
-# Added since DESIGN.md with the index-time context window (issue 18; docs/recall.md), next to the search index
+# Added with the index-time context window (docs/recall.md), next to the search index
 # rows it serves.
 INDEX_CONTEXT_CLASSES = ["context_threads"]
 

@@ -1,4 +1,4 @@
-"""Evidence export (auditor): one signed archive that verifies offline (DESIGN.md, Audit; docs/evidence-format.md).
+"""Evidence export (auditor): one signed archive that verifies offline (docs/design.md §Audit; docs/evidence-format.md).
 
 ``export(ctx, tenant, from_seq, to_seq, …)``:
 

@@ -1,4 +1,4 @@
-"""Offline verification of an evidence archive (DESIGN.md, Audit; docs/evidence-format.md).
+"""Offline verification of an evidence archive (docs/design.md §Audit; docs/evidence-format.md).
 
 Needs no database and no network: the standard library, ``cryptography``
 and ``oml.domain``. Trust comes only from the caller:
