@@ -68,3 +68,10 @@ def test_inventory_module_is_pure():
     names = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | {
         a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert not any(m and (m.startswith("oml.services") or m.startswith("oml.workers") or m in ("sqlalchemy", "os")) for m in names)
+
+
+def test_the_erasure_report_has_one_section_per_class():
+    """services/erasure/report.py gathers each class's evidence in a section of its own, in the inventory's order."""
+    from oml.services.erasure import report
+
+    assert list(report.SECTIONS) == [c.key for c in inv.INVENTORY]
