@@ -1,4 +1,4 @@
-"""Maps the top-level code folders onto the ``oml`` namespace (docs/design.md §Layout).
+"""Maps the top-level code folders onto the ``oml`` namespace (docs/architecture.md, Layout).
 
 ``domain/`` installs as ``oml.domain``, ``services/`` as ``oml.services``,
 ``workers/`` as ``oml.workers`` and ``client/`` as ``oml.client``; every

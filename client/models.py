@@ -10,7 +10,7 @@ problems) and the answers of routes that return bare JSON, text or bytes
 (checkpoints, proofs, evidence archives, erasures, holds, health).
 ``tests/unit/test_client_openapi.py`` fails when the two disagree.
 
-Times are strings ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (docs/design.md §Formats); ids
+Times are strings ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (docs/journal-format.md); ids
 are lowercase UUID strings, except principal ids (16 hex characters).
 """
 from __future__ import annotations

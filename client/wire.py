@@ -13,7 +13,7 @@ not see never leaks by accident. The client parses with ``extra="allow"``
 (:func:`oml.client.operations._model_parser`), so a field a newer server adds
 is kept in ``model_extra`` instead of being lost.
 
-Times are strings ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (docs/design.md §Formats); ids
+Times are strings ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (docs/journal-format.md); ids
 are lowercase UUID strings, except principal ids (16 hex characters).
 """
 from __future__ import annotations

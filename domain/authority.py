@@ -1,4 +1,4 @@
-"""Who may journal what: the one table of event type → permitted actors (docs/design.md §Tenants, §Journal).
+"""Who may journal what: the one table of event type → permitted actors (docs/design.md §Tenants, §The journal).
 
 Admission consults it before it appends an act, and the authority replay
 (``domain/replay.py``) consults it for every event it reads back, so the two

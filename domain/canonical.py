@@ -1,4 +1,4 @@
-"""Canonical encoding for everything OML hashes or signs (docs/design.md §Formats).
+"""Canonical encoding for everything OML hashes or signs (docs/journal-format.md).
 
 JSON is RFC 8785 (JCS) UTF-8 via the ``rfc8785`` library. Events contain no
 floating-point numbers and integers stay within ±(2^53−1); ``canonical``

@@ -1,4 +1,4 @@
-"""Envelope encryption of bodies (docs/design.md §Formats, §Bodies and keys).
+"""Envelope encryption of bodies (docs/design.md §Bodies and keys; docs/journal-format.md).
 
 Each artifact (a claim version's body or a note) gets its own random 256-bit
 DEK. Ciphertext is ``nonce(12) ‖ AES-256-GCM(DEK, JCS(body), aad)`` with

@@ -1,4 +1,4 @@
-"""Strict parsing of stored event bytes and archive lines (docs/design.md §Formats; docs/journal-format.md, "Strict parsing").
+"""Strict parsing of stored event bytes and archive lines (docs/journal-format.md, "Strict parsing").
 
 Every reader of the chain — ``oml journal verify`` (through
 :class:`oml.domain.chain.ChainVerifier`), reconciliation and offline
@@ -91,7 +91,7 @@ DATA_FORMATS: dict[str, Any] = {
 }
 
 
-# Values of top-level data members with a closed vocabulary or a range (docs/design.md §Claims, §Journal):
+# Values of top-level data members with a closed vocabulary or a range (docs/design.md §Claims, §The journal):
 # a tuple of allowed strings, "bool", or ("int", low, high or None). "kind" depends on the event type.
 DATA_VALUES: dict[str, Any] = {
     "reason": tuple(sorted(REASON_CODES)),

@@ -1,4 +1,4 @@
-"""Journal events: the closed list of types and the v1 envelope (docs/design.md §Formats, §Journal).
+"""Journal events: the closed list of types and the v1 envelope (docs/design.md §The journal; docs/journal-format.md).
 
 An event is exactly ``{"v":1,"tenant":T,"seq":N,"type":…,"event_id":…,
 "at":…,"actor":{"principal":…,"identity":…},"kid":K,"data":{…}}``. Data
@@ -43,7 +43,7 @@ EVENT_TYPES = frozenset(
     }
 )
 
-# Reasons are codes from a closed list (docs/design.md §Journal); free text goes to a note.
+# Reasons are codes from a closed list (docs/design.md §The journal); free text goes to a note.
 REASON_CODES = frozenset(
     {
         "accurate",

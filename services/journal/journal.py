@@ -1,4 +1,4 @@
-"""Appending to a tenant's chain inside an admission transaction (docs/design.md §Journal).
+"""Appending to a tenant's chain inside an admission transaction (docs/design.md §The journal).
 
 ``append`` must run in a transaction bound to the tenant. It locks the
 tenant's chain head (``SELECT … FOR UPDATE``) so ``seq`` order is commit
@@ -115,7 +115,7 @@ def link(
 ) -> tuple[Appended, Row]:
     """Build, hash and sign the event after ``head`` and advance ``head`` in memory; nothing is written.
 
-    The hash links to the previous event and the signature covers that hash (docs/design.md §Journal), so
+    The hash links to the previous event and the signature covers that hash (docs/design.md §The journal), so
     this runs under the head lock. ``kid`` overrides the signing key (first event, recovery rotation).
     Raises ``LookupError`` without a current signing key, ``ValueError`` for non-canonical data.
     """

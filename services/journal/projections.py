@@ -1,4 +1,4 @@
-"""Rebuild projections from the journal and compare them with the live tables (docs/design.md §Journal: Projections).
+"""Rebuild projections from the journal and compare them with the live tables (docs/design.md §The journal: Projections).
 
 ``verify_projections(conn, tenant)`` replays the tenant's journal, in ``seq``
 order, through :func:`oml.services.journal.projector.apply` into

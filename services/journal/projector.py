@@ -1,4 +1,4 @@
-"""Projections as a function of the journal (docs/design.md §Journal: Projections).
+"""Projections as a function of the journal (docs/design.md §The journal: Projections).
 
 ``apply`` updates the projection tables for one event. Statements name
 tables unqualified, so the same code serves the live tables (admission) and

@@ -1,4 +1,4 @@
-"""``oml journal verify``: recompute a tenant's chain from the database (docs/design.md §Journal, §Formats).
+"""``oml journal verify``: recompute a tenant's chain from the database (docs/design.md §The journal; docs/journal-format.md).
 
 Runs as the keyless ``oml_reconciler`` role: it reads ``journal_events`` and
 ``chain_heads`` for one tenant (bound per transaction, RLS behind the

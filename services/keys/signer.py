@@ -1,4 +1,4 @@
-"""The one signer service (docs/design.md §Formats: "One signer service in admission does all signing").
+"""The one signer service (docs/key-management.md, "What the KeyStore holds").
 
 Loads Ed25519 private keys from the KeyStore by ``kid`` and signs the
 domain-separated messages built in :mod:`oml.domain.signing`. Nothing else in

@@ -1,4 +1,4 @@
-"""Decrypt on serve: unwrap one artifact's DEK and open its body (docs/design.md §Formats, §Bodies and keys).
+"""Decrypt on serve: unwrap one artifact's DEK and open its body (docs/design.md §Bodies and keys; docs/journal-format.md).
 
 Only oml-server calls this, on a connection bound to the tenant as
 ``oml_server`` (the one database role with SELECT on ``wrapped_deks``),

@@ -1,4 +1,4 @@
-"""oml-indexer: full-text and vector index rows for promoted versions (docs/design.md §Outbox and workers; Read path).
+"""oml-indexer: full-text and vector index rows for promoted versions (docs/design.md §Outbox and workers, §Reads).
 
 Credentials: the ``oml_indexer`` database role (reads the journal and the
 claim/tip/workarea projections; writes ``memories_fts``,

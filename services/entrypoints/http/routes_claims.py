@@ -1,4 +1,4 @@
-"""HTTP routes: submit, batch submit, the review queue, review, own work (docs/design.md §Claims, §Journal).
+"""HTTP routes: submit, batch submit, the review queue, review, own work (docs/design.md §Claims, §The journal).
 
 Writes go through :class:`oml.services.claims.admission.Admission` (one
 transaction per request; a batch is one group commit, all or nothing) and

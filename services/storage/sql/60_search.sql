@@ -1,4 +1,4 @@
--- Full-text search that uses the GIN index under row-level security (docs/design.md §Read path).
+-- Full-text search that uses the GIN index under row-level security (docs/design.md §Reads).
 --
 -- Under RLS only LEAKPROOF quals may be evaluated before the policy, and the
 -- text-search match operator (ts_match_vq, behind @@) is not leakproof, so a
