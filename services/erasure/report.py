@@ -78,7 +78,7 @@ def _pg_log_settings(ctx: "Context") -> dict[str, Any]:
 class _Scope:
     """The erasures a report covers, as every section reads them."""
 
-    ctx: "Context"
+    ctx: Context
     tenant: str
     erasures: list[dict[str, Any]]
     now: dt.datetime
