@@ -1,4 +1,4 @@
-"""Typed exceptions for OML's RFC 9457 problem responses (DESIGN.md, Interfaces).
+"""Typed exceptions for OML's RFC 9457 problem responses (docs/design.md §Interfaces).
 
 Every refusal the server makes is ``application/problem+json`` with a stable
 ``code`` (``claim.not_found``, ``access.separation_of_duties`` …). The client

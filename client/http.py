@@ -11,7 +11,7 @@ call on the wire.
   ``Idempotency-Key``: the caller's, or a fresh ``uuid4`` generated once per
   method call and **reused by every retry of that call**. The server then
   answers a repeated request with the first response and appends nothing
-  (DESIGN.md, Journal: Idempotency).
+  (docs/design.md §The journal: Idempotency).
 * **Retries**: on a connection failure, a timeout or a 502/503/504, the call
   is retried up to ``retries`` more times with exponential backoff and full
   jitter (``uniform(0, min(max_backoff, backoff · 2^attempt))`` seconds, or

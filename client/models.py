@@ -2,7 +2,7 @@
 
 The response models of every route that declares one are the server's own
 (:mod:`oml.client.wire`, re-exported here): one source, so the client cannot
-drift from ``GET /openapi.json`` (issue 17.3). The client parses answers with
+drift from ``GET /openapi.json``. The client parses answers with
 ``extra="allow"``, so fields a newer server adds are kept in ``model_extra``.
 Defined here: the request models (``ClaimIn``, ``Budget``, ``Filters``: shape
 only, the server owns the range and pattern rules and answers them as
@@ -10,7 +10,7 @@ problems) and the answers of routes that return bare JSON, text or bytes
 (checkpoints, proofs, evidence archives, erasures, holds, health).
 ``tests/unit/test_client_openapi.py`` fails when the two disagree.
 
-Times are strings ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (DESIGN.md, Formats); ids
+Times are strings ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (docs/journal-format.md); ids
 are lowercase UUID strings, except principal ids (16 hex characters).
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The HTTP API's response models: one source for the server's routes and the Python client (issue 17.3).
+"""The HTTP API's response models: one source for the server's routes and the Python client.
 
 The routes under ``services/entrypoints/http/`` declare these as their ``response_model``
 (so ``GET /openapi.json`` and docs/api.md are generated from them) and the
@@ -13,7 +13,7 @@ not see never leaks by accident. The client parses with ``extra="allow"``
 (:func:`oml.client.operations._model_parser`), so a field a newer server adds
 is kept in ``model_extra`` instead of being lost.
 
-Times are strings ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (DESIGN.md, Formats); ids
+Times are strings ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (docs/journal-format.md); ids
 are lowercase UUID strings, except principal ids (16 hex characters).
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Principals and effective access (DESIGN.md, Tenants/Workareas).
+"""Principals and effective access (docs/design.md §Tenants, §Workareas).
 
 A principal is an API key bound to one identity with one role and one or
 more workarea roots. Its **effective access** is the union of the subtrees

@@ -1,4 +1,4 @@
-"""Chain scanning for audits: every finding, not only the first (DESIGN.md, Formats and Audit).
+"""Chain scanning for audits: every finding, not only the first (docs/design.md §Audit; docs/journal-format.md).
 
 :class:`oml.domain.chain.ChainVerifier` stops at the first bad row, which is
 what ``oml journal verify`` wants. Reconciliation and offline evidence

@@ -1,4 +1,4 @@
-"""Who may journal what: the one table of event type → permitted actors (DESIGN.md, Tenants/Journal).
+"""Who may journal what: the one table of event type → permitted actors (docs/design.md §Tenants, §The journal).
 
 Admission consults it before it appends an act, and the authority replay
 (``domain/replay.py``) consults it for every event it reads back, so the two
@@ -66,7 +66,7 @@ def _roles_for(event_type: str) -> frozenset[str]:
     return frozenset(role for role, acts in ROLE_ACTS.items() if rule.act in acts)
 
 
-# Both tables are constants: computed once, not at every append (admission checks each claim, issue 14).
+# Both tables are constants: computed once, not at every append (admission checks each claim).
 _ROLES_FOR = {t: _roles_for(t) for t in EVENT_RULES}
 
 

@@ -1,4 +1,4 @@
-"""Canonical encoding for everything OML hashes or signs (DESIGN.md, Formats).
+"""Canonical encoding for everything OML hashes or signs (docs/journal-format.md).
 
 JSON is RFC 8785 (JCS) UTF-8 via the ``rfc8785`` library. Events contain no
 floating-point numbers and integers stay within ±(2^53−1); ``canonical``
@@ -115,7 +115,7 @@ def canonical(value: Any) -> bytes:
 
 # The standard library's C encoder writes exactly RFC 8785 for a value :func:`_plain` accepts: the
 # same string escaper as :func:`_encode` (``encode_basestring``), ``int.__repr__`` for integers, and
-# keys sorted by code point, which is UTF-16 order when every key is ASCII (issue 14: about half the
+# keys sorted by code point, which is UTF-16 order when every key is ASCII (about half the
 # cost of :func:`_encode` on an event). Anything else -- a non-ASCII key, a subclass, a refusal --
 # takes :func:`_encode`, which also names the offending path.
 _dumps = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False,
@@ -141,7 +141,7 @@ def _plain(value: Any) -> bool:
     :data:`MAX_DEPTH` deep.
 
     A walk with its own stack, leaves checked where they are met (no call per value: this check is most of
-    what ``canonical`` costs in Python, three documents per admitted claim; issue 14)."""
+    what ``canonical`` costs in Python, three documents per admitted claim)."""
     stack = [(value, 0)]
     push, pop = stack.append, stack.pop
     while stack:
@@ -193,7 +193,7 @@ def format_time(t: dt.datetime) -> str:
     """``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (UTC, always six fraction digits)."""
     if t.tzinfo is dt.timezone.utc and t.year >= 1000:
         # The same text as the strftime below for a UTC time with a four-digit year (every event's
-        # ``at``), at a fifth of the cost: ``isoformat`` ends in "+00:00" (issue 14).
+        # ``at``), at a fifth of the cost: ``isoformat`` ends in "+00:00".
         return t.isoformat(timespec="microseconds")[:-6] + "Z"
     if t.tzinfo is None:
         raise CanonicalError("naive datetime")
@@ -207,7 +207,7 @@ TIME_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0
 def parse_time(s: str) -> dt.datetime:
     """Inverse of :func:`format_time`: ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (ASCII digits, a real date and time) and
     no other shape; raises ``ValueError`` otherwise. The checked shape is read by ``fromisoformat``, which gives
-    what ``strptime`` gave at a small part of its cost (reconciliation reads every event's time; issue 14)."""
+    what ``strptime`` gave at a small part of its cost (reconciliation reads every event's time)."""
     if type(s) is not str or not TIME_RE.fullmatch(s):
         raise ValueError("not a time of the form YYYY-MM-DDTHH:MM:SS.ffffffZ")
     return dt.datetime.fromisoformat(s[:-1]).replace(tzinfo=dt.timezone.utc)
@@ -219,7 +219,7 @@ def now() -> dt.datetime:
 
 class _Random(threading.local):
     """``os.urandom`` bytes drawn 4 KiB at a time, per thread: one ``getrandom`` system call per 256 ids rather
-    than one each (about 1.5 µs an id on the VMs measured; issue 14). Emptied in a forked child, which must not
+    than one each (about 1.5 µs an id on the VMs measured). Emptied in a forked child, which must not
     hand out its parent's next ids."""
 
     def __init__(self) -> None:
@@ -241,7 +241,7 @@ def new_id() -> str:
     """A new lowercase UUID (v4) string: 122 random bits from ``os.urandom``, as :func:`uuid.uuid4` draws them.
 
     Formatted from the bytes directly (half the cost of ``str(uuid.uuid4())``; admission draws four per
-    claim, issue 14), the bytes taken from a per-thread buffer of ``os.urandom`` output (:class:`_Random`);
+    claim), the bytes taken from a per-thread buffer of ``os.urandom`` output (:class:`_Random`);
     tests/unit/test_canonical.py checks the result is what :class:`uuid.UUID` reads as version 4, variant
     RFC 4122, and prints the same."""
     b = bytearray(_RANDOM.take(16))

@@ -1,4 +1,4 @@
-"""The per-tenant hash chain and its verifier (DESIGN.md, Formats and Journal).
+"""The per-tenant hash chain and its verifier (docs/design.md §The journal; docs/journal-format.md).
 
 ``h_0 = SHA-256("oml.genesis.v1" ‖ 0x00 ‖ UTF-8(T))`` and
 ``h_n = SHA-256("oml.journal.v1" ‖ 0x00 ‖ h_{n-1} ‖ canonical_n)``, hashes as

@@ -11,21 +11,21 @@ Formats implemented, byte for byte:
 * **tlog-checkpoint** — https://c2sp.org/tlog-checkpoint: note text
   ``"<origin>\\n<tree size>\\n<base64 root>\\n"`` plus optional extension
   lines. OML's origin is ``oml/<tenant>``, its key name equals the origin,
-  and it uses no extension lines (DESIGN.md, Formats: "Merkle tree"), so
+  and it uses no extension lines (docs/journal-format.md, "Merkle tree and checkpoints"), so
   parsing rejects them unless asked otherwise.
 * **tlog-proof@v1** — https://c2sp.org/tlog-proof: ``c2sp.org/tlog-proof@v1``,
   an optional ``extra <base64>`` line (omitted when the extra data is empty,
   as OML's always is), ``index <n>``, one base64 hash per line (leaf sibling
   first), an empty line, then the checkpoint verbatim.
-* **consistency proof file** (OML, DESIGN.md Formats): one base64 hash per
+* **consistency proof file** (OML, docs/journal-format.md): one base64 hash per
   line, each line ending in ``\\n``; the empty proof is the empty file.
 
 Base64 is standard RFC 4648 §4 with padding everywhere; parsers accept only
 the canonical encoding so that one value has exactly one byte form.
 
 Signing never touches a private key: :func:`sign_note` takes a ``sign``
-callable, so the key stays inside the signer service (DESIGN.md, Formats:
-"Signatures").
+callable, so the key stays inside the signer service
+(``services/keys/signer.py``).
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ def _check_public_key(public_key: bytes) -> bytes:
 def oml_origin(tenant: str) -> str:
     """Return OML's checkpoint origin (and note key name) ``oml/<tenant>``.
 
-    ``tenant`` is the slug ``[a-z0-9][a-z0-9-]{0,62}`` (DESIGN.md, Formats);
+    ``tenant`` is the slug ``[a-z0-9][a-z0-9-]{0,62}`` (docs/journal-format.md);
     raises :class:`ValueError` otherwise.
     """
     if not isinstance(tenant, str) or not _TENANT.fullmatch(tenant):
@@ -229,7 +229,7 @@ def verifier_key(name: str, public_key: bytes) -> str:
     """Return the signed-note verifier key string ``<name>+<hex ID>+<base64(0x01 ‖ key)>``.
 
     The hex key ID is 8 lowercase digits. OML publishes this next to the
-    key's fingerprint (DESIGN.md, Formats: "Merkle tree"). Raises
+    key's fingerprint (docs/journal-format.md, "Merkle tree and checkpoints"). Raises
     :class:`ValueError` as :func:`key_hash` does.
     """
     kid = key_hash(name, public_key)

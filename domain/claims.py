@@ -1,4 +1,4 @@
-"""Claim lifecycle rules (DESIGN.md, Claims; seeds/retrieval.md, tip resolution).
+"""Claim lifecycle rules (docs/design.md §Claims: lifecycle and tips).
 
 Pure functions over plain values so the gate can be unit-tested without a
 database. A version moves ``held`` → ``promoted`` | ``rejected``;

@@ -1,4 +1,4 @@
-"""Context windows at indexing time (issue 18 item 1; docs/recall.md, "Context at indexing time").
+"""Context windows at indexing time (docs/recall.md, "Context at indexing time").
 
 A writer may declare where a claim sits in a sequence — a dialog, a
 document's chunks — with an optional body member::

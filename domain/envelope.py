@@ -1,4 +1,4 @@
-"""Envelope encryption of bodies (DESIGN.md, Formats and Bodies and keys).
+"""Envelope encryption of bodies (docs/design.md §Bodies and keys; docs/journal-format.md).
 
 Each artifact (a claim version's body or a note) gets its own random 256-bit
 DEK. Ciphertext is ``nonce(12) ‖ AES-256-GCM(DEK, JCS(body), aad)`` with
@@ -80,14 +80,14 @@ def wrap(dek: bytes, *, info: bytes, public_key: bytes) -> bytes:
     return SUITE.encrypt(dek, X25519PublicKey.from_public_bytes(public_key), info=info)
 
 
-# ------------------------------------------------------------------ HPKE sender in two steps (issue 14)
+# ------------------------------------------------------------------ HPKE sender in two steps
 # RFC 9180 base mode for SUITE, written out as its two steps. Encap (a fresh ephemeral key pair, its X25519
 # agreement with the recipient's key, ExtractAndExpand and the key schedule's ``secret``) is everything that costs
 # and depends only on the recipient's public key; the rest of the key schedule (over the artifact's ``info``) and
 # one AES-GCM seal of the DEK is per artifact. A :class:`Wrapper` makes one Encapsulation for up to ``share``
 # DEKs of one submit (admission and its worker: ``OML_ADMISSION_WRAP_SHARE``) and wraps each under its
-# own ``info`` (docs/decisions.md T20): each DEK still gets its own key, nonce and wrapped row, and the output is
-# the ``enc || ct`` that ``SUITE.encrypt`` returns and ``SUITE.decrypt`` opens (tests/unit/test_envelope.py: RFC
+# own ``info`` (docs/adr/0002-envelope-encryption-and-hpke-sharing.md): each DEK still gets its own key,
+# nonce and wrapped row, and the output is the ``enc || ct`` that ``SUITE.encrypt`` returns and ``SUITE.decrypt`` opens (tests/unit/test_envelope.py: RFC
 # 9180 A.1 vector for the schedule, decryption by ``cryptography``).
 
 _KEM_SUITE_ID = b"KEM\x00\x20"  # DHKEM(X25519, HKDF-SHA256)
@@ -121,8 +121,8 @@ def encapsulate(public_key: bytes, *, aead_id: int = _AES_256_GCM, ephemeral: X2
     """RFC 9180 Encap to the raw X25519 ``public_key`` and the mode-independent start of the key schedule.
 
     The two X25519 scalar multiplications (RFC 7748) are libsodium's (``crypto_scalarmult_base`` for the
-    ephemeral public key: about half the cost of OpenSSL's key generation here; issue 14, T15) on a fresh
-    32-byte ``os.urandom`` private key, which X25519 clamps itself. ``ephemeral`` fixes the ephemeral key
+    ephemeral public key: about half the cost of OpenSSL's key generation here;
+    docs/adr/0001-admission-write-path.md) on a fresh 32-byte ``os.urandom`` private key, which X25519 clamps itself. ``ephemeral`` fixes the ephemeral key
     (test vectors only). Raises ``ValueError`` for a key whose agreement is all zeros (a small-order point),
     as ``cryptography`` does."""
     if type(public_key) is not bytes or len(public_key) != 32:  # checked here: the binding does not check a point's length
@@ -162,7 +162,9 @@ def wrap_encapsulated(encapsulation: Encapsulation, dek: bytes, *, info: bytes) 
 
 
 class Wrapper:
-    """Wraps DEKs to one public key, at most ``share`` under one :func:`encapsulate` (docs/decisions.md T20).
+    """Wraps DEKs to one public key, at most ``share`` under one :func:`encapsulate`.
+
+    Why one encapsulation serves several DEKs: docs/adr/0002-envelope-encryption-and-hpke-sharing.md.
 
     Owns the current encapsulation (as secret as the DEKs it wraps) and the ``info`` values it has served; a
     new one is made after ``share`` DEKs, and for an ``info`` it has served already, so no key schedule is used

@@ -1,4 +1,4 @@
-"""The erasure inventory: every place a copy of a claim can live, declared once (DESIGN.md, Erasure).
+"""The erasure inventory: every place a copy of a claim can live, declared once (docs/design.md §Erasure).
 
 Each :class:`CopyClass` says what the copy holds, what erasure does to it,
 which PostgreSQL tables, Delta tables and files it covers, and when erasure

@@ -1,4 +1,4 @@
-"""Domain errors with stable codes (DESIGN.md, Interfaces).
+"""Domain errors with stable codes (docs/design.md §Interfaces).
 
 Every refusal OML makes carries a ``code`` from a closed list and an HTTP
 status. Messages never contain submitted values: they name fields, rules,

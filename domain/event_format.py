@@ -1,4 +1,4 @@
-"""Strict parsing of stored event bytes and archive lines (DESIGN.md, Formats; docs/journal-format.md, "Strict parsing").
+"""Strict parsing of stored event bytes and archive lines (docs/journal-format.md, "Strict parsing").
 
 Every reader of the chain — ``oml journal verify`` (through
 :class:`oml.domain.chain.ChainVerifier`), reconciliation and offline
@@ -91,7 +91,7 @@ DATA_FORMATS: dict[str, Any] = {
 }
 
 
-# Values of top-level data members with a closed vocabulary or a range (DESIGN.md, Claims/Journal):
+# Values of top-level data members with a closed vocabulary or a range (docs/design.md §Claims, §The journal):
 # a tuple of allowed strings, "bool", or ("int", low, high or None). "kind" depends on the event type.
 DATA_VALUES: dict[str, Any] = {
     "reason": tuple(sorted(REASON_CODES)),
@@ -158,7 +158,7 @@ def _path(parent: str, key: str) -> str:
     return f"{parent}.{name}" if parent else name
 
 
-# The same few member names in every event (issue 14: reconciliation checks every event's data). Only the verdict on a
+# The same few member names in every event (reconciliation checks every event's data). Only the verdict on a
 # name of at most 40 characters is kept, never a path: a hostile event's nesting cannot grow what stays in memory.
 @functools.lru_cache(maxsize=1024)
 def _own_name(key: str) -> bool:

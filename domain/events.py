@@ -1,4 +1,4 @@
-"""Journal events: the closed list of types and the v1 envelope (DESIGN.md, Formats/Journal).
+"""Journal events: the closed list of types and the v1 envelope (docs/design.md §The journal; docs/journal-format.md).
 
 An event is exactly ``{"v":1,"tenant":T,"seq":N,"type":…,"event_id":…,
 "at":…,"actor":{"principal":…,"identity":…},"kid":K,"data":{…}}``. Data
@@ -43,7 +43,7 @@ EVENT_TYPES = frozenset(
     }
 )
 
-# Reasons are codes from a closed list (DESIGN.md, Journal); free text goes to a note.
+# Reasons are codes from a closed list (docs/design.md §The journal); free text goes to a note.
 REASON_CODES = frozenset(
     {
         "accurate",
@@ -105,7 +105,7 @@ def encode(event: dict[str, Any]) -> bytes:
     actor of two strings or nulls) is written from a template around ``canonical(data)``: the members in
     RFC 8785 order (actor, at, data, event_id, kid, seq, tenant, type, v; identity before principal),
     each string through the same escaper :func:`oml.domain.canonical.canonical` uses. About a third of
-    the cost of encoding the whole object generically (admission encodes one event per claim, issue 14);
+    the cost of encoding the whole object generically (admission encodes one event per claim);
     anything else is encoded generically. tests/unit/test_chain.py checks both give the same bytes.
     """
     actor = event.get("actor")

@@ -1,4 +1,4 @@
-"""How hybrid recall fuses its legs (issue 18 item 4; docs/recall.md, "Fusion").
+"""How hybrid recall fuses its legs (docs/recall.md, "Fusion methods").
 
 Two methods, both deterministic functions of the legs' orders and scores:
 
@@ -56,7 +56,7 @@ class Fusion:
 
 
 #: Recall's default: RRF k = 10 with the vector leg at half weight. Decided on the development split's decide
-#: half and confirmed on the other (docs/benchmarks.md, issue 18; decisions K8): with the BM25 lexical leg,
+#: half and confirmed on the other (docs/benchmarks.md; docs/adr/0007-recall-ranking.md): with the BM25 lexical leg,
 #: recall@10 0.744 → 0.775 (decide) and 0.714 → 0.749 (confirm) against equal weights.
 DEFAULT = Fusion(weights=(1.0, 0.5))
 

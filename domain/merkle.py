@@ -1,8 +1,8 @@
 """RFC 6962 / RFC 9162 Merkle tree hashing, proofs and proof verification.
 
-OML keeps one append-only Merkle tree per tenant over its journal (DESIGN.md,
-Formats: "Merkle tree"). Leaf ``i`` (0-based) commits to event ``seq = i + 1``
-through its chain hash: ``leaf_i = SHA-256(0x00 ‖ h_{i+1})`` (see
+OML keeps one append-only Merkle tree per tenant over its journal
+(docs/journal-format.md, "Merkle tree and checkpoints"). Leaf ``i`` (0-based)
+commits to event ``seq = i + 1`` through its chain hash: ``leaf_i = SHA-256(0x00 ‖ h_{i+1})`` (see
 :func:`event_leaf`). Interior nodes are ``SHA-256(0x01 ‖ left ‖ right)`` and
 the tree over ``n`` leaves splits at the largest power of two below ``n``
 (RFC 9162 §2.1.1), so every hash here is 32 raw bytes.
@@ -84,7 +84,7 @@ def node_hash(left: bytes, right: bytes) -> bytes:
 
 
 def event_leaf(chain_hash: bytes) -> bytes:
-    """Return OML's leaf hash for an event: ``leaf_hash(h_n)`` (DESIGN.md, Formats).
+    """Return OML's leaf hash for an event: ``leaf_hash(h_n)`` (docs/journal-format.md).
 
     ``chain_hash`` is the event's 32-byte chain hash ``h_n``; the result is
     leaf ``n - 1`` of the tenant's tree. Raises :class:`ValueError` if

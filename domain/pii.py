@@ -2,7 +2,7 @@
 
 Admission runs this over every body before anything is committed; the
 workarea's personal-data policy (``deny`` | ``declare`` | ``allow``, see
-DESIGN.md "Workareas") then decides with :func:`decide`.
+docs/design.md §Workareas) then decides with :func:`decide`.
 
 What it finds is *patterns* with checksums or strong shapes: e-mail
 addresses, phone numbers, payment cards, IBANs, national identity numbers,
@@ -88,7 +88,7 @@ KINDS: Final[frozenset[str]] = frozenset(
 
 #: Kinds that are personal data, governed by the workarea's policy. A
 #: ``credential`` is not personal data: it is refused under every policy
-#: (:data:`CREDENTIAL_CODE`, docs/decisions.md P1).
+#: (:data:`CREDENTIAL_CODE`, docs/adr/0006-personal-data-classifier.md).
 PERSONAL_KINDS: Final[frozenset[str]] = KINDS - {"credential"}
 
 #: Kinds a declared data subject may have (see :func:`normalise_subject`).
@@ -116,7 +116,7 @@ MAX_PHONE_REGIONS: Final[int] = 32
 #: Top-level body member holding declared subjects; never scanned.
 DATA_SUBJECTS_KEY: Final[str] = "data_subjects"
 
-#: Problem-details code for a personal-data refusal (DESIGN.md "Interfaces").
+#: Problem-details code for a personal-data refusal (docs/design.md §Interfaces).
 ERROR_CODE: Final[str] = "admission.personal_data"
 
 #: Problem-details code for a body carrying a credential or secret.
@@ -686,7 +686,7 @@ def _cards(text: str) -> Iterator[_Span]:
 
 # Either case: "gb82 west ..." is the same account (ISO 13616 is case-insensitive
 # on input); stdnum checks the country's length and format and the mod-97 key.
-# Groups separated by spaces, dots or dashes ("GB82-WEST-…" slipped through: hostile review X5).
+# Groups separated by spaces, dots or dashes ("GB82-WEST-…" once slipped through as dashes).
 _IBAN_RE = re.compile(r"(?<![A-Za-z0-9])[A-Za-z]{2}[0-9]{2}(?:[ .-]?[A-Za-z0-9]){11,30}(?![A-Za-z0-9])")
 _IBAN_SEPARATORS = str.maketrans("", "", " .-")
 
@@ -910,7 +910,7 @@ _JWT_RE = re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}
 _PEM_BEGIN_RE = re.compile(r"-----BEGIN ((?:[A-Z0-9]+ )*)PRIVATE KEY(?: BLOCK)?-----")
 _BEARER_RE = re.compile(r"(?i)(?<![A-Za-z0-9])bearer\s+([A-Za-z0-9._~+/-]{16,}=*)")
 _BASIC_RE = re.compile(r"(?i)authorization\s*[:=]\s*[\"']?basic\s+([A-Za-z0-9+/]{8,}={0,2})")
-# OML principal keys, DESIGN.md: oml_<key id>_<secret>.
+# OML principal keys: oml_<key id>_<secret> (docs/design.md §Tenants).
 _OML_KEY_RE = re.compile(r"(?<![A-Za-z0-9_])oml_[A-Za-z0-9-]{4,64}_([A-Za-z0-9_-]{16,256})(?![A-Za-z0-9_-])")
 _URL_USERINFO_RE = re.compile(r"(?i)\b[a-z][a-z0-9+.-]{1,20}://[^\s/:@]{1,256}:([^\s/@]{1,256})@")
 _ASSIGN_RE = re.compile(

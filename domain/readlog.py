@@ -1,4 +1,4 @@
-"""Read-log rows, batch digests and the comparison that names tampered reads (DESIGN.md, Read path).
+"""Read-log rows, batch digests and the comparison that names tampered reads (docs/design.md §Reads).
 
 A logged read is hashed as a Merkle leaf over its canonical JSON
 (RFC 8785)::

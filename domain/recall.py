@@ -1,4 +1,4 @@
-"""Read-path rules: visibility, steering order, fusion, budgets, query text (seeds/retrieval.md, normative).
+"""Read-path rules: visibility, steering order, fusion, budgets, query text (docs/recall.md).
 
 Pure functions over plain values; no I/O. The services layer loads rows,
 asks :func:`visible` about each one and serves only what it admits, so the
@@ -27,7 +27,7 @@ Contract summary (``docs/recall.md`` has the long form):
 * Full-text queries are built from lexemes PostgreSQL's own parser produced
   (``to_tsvector``); user text never reaches ``to_tsquery``. The AND of the
   lexemes runs first and the OR fills up when AND finds too few rows
-  (FIELD-NOTES, Full-text search quality).
+  (AND alone finds nothing for most questions; docs/recall.md, "Full-text queries").
 """
 from __future__ import annotations
 
@@ -56,14 +56,13 @@ RRF_K = 10
 #: The classic constant, kept for comparison runs (``oml bench locomo`` reports both).
 RRF_K_CLASSIC = 60
 #: Subtrees with at most this many qualifying vector rows are searched exactly
-#: (B-tree on ``path`` + sort) instead of through HNSW. FIELD-NOTES measured an
-#: exact search of a 10k-row (1 %) subset at p50 25.7 ms against 29 ms p50 /
-#: 57 ms p95 for HNSW with iterative scan on the same filter, so below ~10k
-#: rows exact is both correct by construction and no slower.
+#: (B-tree on ``path`` + sort) instead of through HNSW: below ~10k rows an exact
+#: search measured no slower than HNSW with iterative scan on the same filter,
+#: and it is correct by construction (docs/recall.md, "Vector search").
 EXACT_SCAN_MAX = 10_000
 #: Each ranking leg fetches at least this many candidates before fusion.
 POOL_MIN = 50
-#: HNSW candidate list; FIELD-NOTES: recall@10 0.990 at ef_search 100 on MiniLM vectors.
+#: HNSW candidate list (docs/recall.md, "Vector search").
 EF_SEARCH_MIN = 100
 EF_SEARCH_MAX = 1000
 K_MAX = 100
@@ -145,7 +144,7 @@ def _simulation_fenced(row: RowFacts, read: ReadScope) -> bool:
 def visible(row: RowFacts, read: ReadScope, segment: str = "hit") -> bool:
     """The read predicate: may ``row`` be served to ``read`` in ``segment``?
 
-    Rules, all of which must hold (seeds/retrieval.md; DESIGN.md Workareas):
+    Rules, all of which must hold (docs/recall.md, "The read predicate"; docs/design.md §Workareas):
 
     * the row is in the reader's tenant;
     * the claim is not erased and the version is ``promoted`` — except in

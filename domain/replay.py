@@ -1,4 +1,4 @@
-"""Authority replay: was each journalled act permitted when it was made? (DESIGN.md, Journal; issue 12).
+"""Authority replay: was each journalled act permitted when it was made? (docs/design.md §The journal).
 
 A signature proves who *signed* an event, not that its actor was allowed
 to act. This module rebuilds, from a tenant's events alone, the registry

@@ -1,4 +1,4 @@
-"""Ed25519 key ids, fingerprints and domain-separated signatures (DESIGN.md, Formats).
+"""Ed25519 key ids, fingerprints and domain-separated signatures (docs/journal-format.md).
 
 - ``kid``: first 16 hex characters of SHA-256 of the raw 32-byte public key.
 - fingerprint: the full 64-hex SHA-256 — the trust anchor an operator records

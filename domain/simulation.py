@@ -1,4 +1,4 @@
-"""Simulation rules: taint, overlay tips, refusals (DESIGN.md, Simulations; seeds/retrieval.md, tip resolution).
+"""Simulation rules: taint, overlay tips, refusals (docs/design.md §Simulations; docs/simulations.md, "Tips").
 
 Pure functions over plain values; no I/O. ``docs/simulations.md`` has the long form.
 

@@ -1,4 +1,4 @@
-"""Known-answer vectors for the journal formats (DESIGN.md, Formats; published in docs/journal-format.md).
+"""Known-answer vectors for the journal formats (published in docs/journal-format.md, "Known-answer vectors").
 
 Everything here is fixed: keys are SHA-256 of ASCII labels, ids and times
 are constants, the body's DEK and nonce are constants. Ed25519 is

@@ -1,4 +1,4 @@
-"""Read-log rows for an evidence export, read inside the exporter's snapshot (DESIGN.md, Read path).
+"""Read-log rows for an evidence export, read inside the exporter's snapshot (docs/design.md §Reads).
 
 The export ships the sealed batches inside the tenant's retention window,
 their reads and their anchors; verification of the live tables is

@@ -1,4 +1,4 @@
-"""Admission: claims in (submit) and their review -- every claim version passes here (docs/design.md, Claims).
+"""Admission: claims in (submit) and their review -- every claim version passes here (docs/design.md §Claims).
 
 A submit is one act (or one group commit of many) run by :class:`oml.services.journal.acts.ActRunner`: the
 chain head is locked, each item is checked, classified for personal data under its workarea's policy, placed

@@ -11,8 +11,8 @@ from a tool argument:
   a valid key are refused with 401 before they reach the MCP session, and
   each tool call re-authenticates from the request's own header. A session
   is bound to the key that opened it: a request with another key on that
-  session id is answered 404, as if the session did not exist (issue 13.3;
-  the SDK's session-owner check, fed the key as the authenticated user).
+  session id is answered 404, as if the session did not exist (the
+  SDK's session-owner check, fed the key as the authenticated user).
   Bodies above ``OML_MAX_REQUEST_BYTES`` are refused while they stream in
   (:mod:`oml.services.entrypoints.http.body_limit`).
 
@@ -22,7 +22,7 @@ remember submits a **held** claim through admission (a reviewer must promote
 it before any recall returns it). A ``remember`` without ``idempotency_key``
 gets one derived from the call's arguments and its session, so a client
 that retries an identical call in the same session gets the first answer
-and not a second claim (issue 13.6). Refusals come back as tool errors carrying
+and not a second claim. Refusals come back as tool errors carrying
 the stable OML code and a content-free detail; unexpected failures are
 reported as ``internal.error`` and logged by exception type only, so no
 query text or body reaches a log.
@@ -269,7 +269,7 @@ class BearerRequired:
 
 
 def key_user(p: Principal):
-    """The SDK's authenticated user for a key: the session manager binds each session to it (issue 13.3).
+    """The SDK's authenticated user for a key: the session manager binds each session to it.
 
     ``client_id`` is the key id (unique across tenants), ``iss`` the tenant; the token field carries the key id,
     never the secret.

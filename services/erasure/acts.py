@@ -1,4 +1,4 @@
-"""Erasure acts and the shred (DESIGN.md, Erasure; docs/erasure.md).
+"""Erasure acts and the shred (docs/design.md §Erasure; docs/erasure.md).
 
 Acts, each committed through admission's transaction machinery (the
 tenant's chain-head lock, the signed append, the projector, the outbox and

@@ -1,4 +1,4 @@
-"""Restoring a backup without resurrecting erased claims (DESIGN.md, Erasure; docs/backup-restore.md).
+"""Restoring a backup without resurrecting erased claims (docs/design.md §Erasure; docs/backup-restore.md).
 
 A database restored from a backup taken before an erasure holds that
 claim's wrapped DEKs, ciphertext and index rows again, and possibly a

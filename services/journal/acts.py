@@ -1,4 +1,4 @@
-"""The act runner: the one way a write reaches a tenant's journal (docs/design.md, Journal).
+"""The act runner: the one way a write reaches a tenant's journal (docs/design.md §The journal).
 
 An act is one transaction bound to the tenant under ``oml_admission``: lock the chain head, check the
 idempotency record, run the act's function against the head, append its signed events through the one

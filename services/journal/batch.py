@@ -1,4 +1,4 @@
-"""Group commits as sets (issue 14): a submit of N claims costs a constant number of statements.
+"""Group commits as sets: a submit of N claims costs a constant number of statements.
 
 While a :class:`Batch` is attached to the locked head (``head.batch``), admission validates each
 claim, seals its body and links its ``claim.submitted`` event in Python -- the hash chain and the
@@ -27,7 +27,7 @@ from oml.services.keys import wrapping
 from oml.services.keys.signer import Signer
 
 # Rows are sent every CHUNK events: a batch of 100 goes as two chunks. Interleaved trials of first chunks of 20-30
-# and last chunks of 10-25 were no faster (docs/decisions.md, T15 (f); T11's short last chunk is dropped).
+# and last chunks of 10-25 were no faster, nor was a short last chunk (docs/adr/0001-admission-write-path.md).
 CHUNK = 50
 # A batch of at least this many claims has a worker (fewer: starting one costs more than it saves).
 WORKER_MIN = 50
@@ -50,7 +50,7 @@ class Artifact(NamedTuple):
     """A sealed artifact's row: ciphertext and its SHA-256, the HPKE-wrapped DEK and its key version.
 
     A named tuple (not a frozen dataclass): ``_replace`` costs a fifth of ``dataclasses.replace``,
-    twice per claim in a group commit (issue 14)."""
+    twice per claim in a group commit."""
 
     artifact_id: str
     kind: str
@@ -217,7 +217,7 @@ class Batch:
 
         Item ``item``'s body as the worker sealed it ahead, when it sealed exactly this (plaintext, AAD, DEK info,
         public key); else here, under a fresh DEK wrapped by HPKE, the DEKs sealed here in one chunk sharing an
-        encapsulation (:attr:`wrapper`, docs/decisions.md T20)."""
+        encapsulation (:attr:`wrapper`, docs/adr/0002-envelope-encryption-and-hpke-sharing.md)."""
         answer = self.answers.pop(item, None) if item is not None else None
         if (answer is not None and answer.sealed is not None and answer.given.body is body
                 and answer.given[1:] == (public_key, body, plaintext, aad, info)):
@@ -261,7 +261,7 @@ class Batch:
         projector.apply_many(conn, tenant, self.events)
         write_subjects(conn, tenant, self.subjects)
         self.rows, self.events, self.artifacts, self.subjects = [], [], [], []
-        self.wrapper = None  # its encapsulation's secret lives for one chunk at most (docs/decisions.md T20)
+        self.wrapper = None  # its encapsulation's secret lives for one chunk at most
 
     def settle(self) -> None:
         """Send what is deferred and wait for every result (raises the first error of any chunk)."""

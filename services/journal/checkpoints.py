@@ -1,4 +1,4 @@
-"""Checkpoints: the tenant's Merkle tree, signed as C2SP notes (DESIGN.md, Formats: "Merkle tree").
+"""Checkpoints: the tenant's Merkle tree, signed as C2SP notes (docs/journal-format.md, "Merkle tree and checkpoints").
 
 Tree: leaf ``i`` is ``SHA-256(0x00 ‖ h_{i+1})`` over the tenant's journal
 (:func:`oml.domain.merkle.event_leaf`). Its right-hand frontier (a

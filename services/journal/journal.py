@@ -1,4 +1,4 @@
-"""Appending to a tenant's chain inside an admission transaction (DESIGN.md, Journal).
+"""Appending to a tenant's chain inside an admission transaction (docs/design.md §The journal).
 
 ``append`` must run in a transaction bound to the tenant. It locks the
 tenant's chain head (``SELECT … FOR UPDATE``) so ``seq`` order is commit
@@ -27,7 +27,7 @@ from oml.services.keys.signer import Signer
 # Data-modifying CTEs run exactly once whether or not the outer query reads them (PostgreSQL docs,
 # "Data-Modifying Statements in WITH"); the outer SELECT only sends the NOTIFY when asked to. One
 # statement for any number of events: the rows, the head moved to the last one, one outbox message each
-# (ids and seqs only), so a group commit costs what a single act does (issue 14).
+# (ids and seqs only), so a group commit costs what a single act does.
 _COLUMNS = ("seq", "event_id", "type", "kid", "at", "canonical", "hash", "prev_hash", "signature")
 _TYPES = ("bigint", "uuid", "text", "text", "timestamptz", "bytea", "bytea", "bytea", "bytea")
 _APPEND = (
@@ -115,7 +115,7 @@ def link(
 ) -> tuple[Appended, Row]:
     """Build, hash and sign the event after ``head`` and advance ``head`` in memory; nothing is written.
 
-    The hash links to the previous event and the signature covers that hash (DESIGN.md, Journal), so
+    The hash links to the previous event and the signature covers that hash (docs/design.md §The journal), so
     this runs under the head lock. ``kid`` overrides the signing key (first event, recovery rotation).
     Raises ``LookupError`` without a current signing key, ``ValueError`` for non-canonical data.
     """

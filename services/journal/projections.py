@@ -1,4 +1,4 @@
-"""Rebuild projections from the journal and compare them with the live tables (DESIGN.md, Journal: Projections).
+"""Rebuild projections from the journal and compare them with the live tables (docs/design.md §The journal: Projections).
 
 ``verify_projections(conn, tenant)`` replays the tenant's journal, in ``seq``
 order, through :func:`oml.services.journal.projector.apply` into
@@ -165,7 +165,7 @@ def guards_off(conn: sa.Connection) -> Iterator[None]:
     for table, trigger in guarded:
         conn.execute(sa.text(f"ALTER TABLE {table} ENABLE TRIGGER {trigger}"))
 _FAILURES = (sa.exc.SQLAlchemyError, OMLError, LookupError, TypeError, ValueError, AttributeError)
-_RUN = 500  # claim.submitted events projected per statement set (issue 14)
+_RUN = 500  # claim.submitted events projected per statement set (one statement per kind of row, whatever the run's size)
 
 
 class _RunFailed(sa.exc.SQLAlchemyError):

@@ -1,4 +1,4 @@
-"""Projections as a function of the journal (DESIGN.md, Journal: Projections).
+"""Projections as a function of the journal (docs/design.md §The journal: Projections).
 
 ``apply`` updates the projection tables for one event. Statements name
 tables unqualified, so the same code serves the live tables (admission) and
@@ -152,7 +152,7 @@ _VERSION_TYPES = (
     "timestamptz", "int", "uuid", "bytea", "timestamptz", "bigint", "bigint")
 _EDGE_COLUMNS, _EDGE_TYPES = ("version_id", "claim_id", "derived_from"), ("uuid", "uuid", "uuid")
 _EDGES = "INSERT INTO claim_edges " + sets.unnest(_EDGE_COLUMNS, _EDGE_TYPES)
-# Claims, versions and their status-log rows in one statement (each statement has a fixed server cost, T11):
+# Claims, versions and their status-log rows in one statement (each statement has a fixed server cost):
 # data-modifying CTEs all run, and the foreign key from a version to its claim is checked at the end of the
 # statement, when the sibling CTE's claim rows are in; the status log reads the versions' own arrays.
 _SUBMITTED = (
@@ -166,7 +166,7 @@ _SUBMITTED = (
 def claims_submitted(conn: sa.Connection, tenant: str, events: list[tuple[int, dt.datetime, dict[str, Any], dict[str, Any]]]) -> None:
     """Project ``claim.submitted`` events ``(seq, at, actor, data)``: a claim row for each first version,
     the version ``held`` at its seq, its status-log row and its lineage edges -- one statement (two with
-    edges) whatever the number of events (issue 14), the journal rows already written."""
+    edges) whatever the number of events, the journal rows already written."""
     if not events:
         return
     claims = [(d["claim_id"], d["workarea_id"], d["kind"], d.get("simulation_id"), seq)

@@ -1,4 +1,4 @@
-"""Inclusion and consistency proofs over a tenant's journal tree (DESIGN.md, Formats: "Merkle tree").
+"""Inclusion and consistency proofs over a tenant's journal tree (docs/journal-format.md, "Merkle tree and checkpoints").
 
 Leaves come from ``journal_events.hash`` (leaf ``seq - 1`` is
 ``SHA-256(0x00 ‖ h_seq)``). Proofs are built against **stored** checkpoints

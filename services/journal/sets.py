@@ -1,4 +1,4 @@
-"""Multi-row statements from parallel arrays, their parameters sent in binary (issue 14).
+"""Multi-row statements from parallel arrays, their parameters sent in binary.
 
 A group commit writes each table with one ``INSERT … SELECT … FROM unnest(%(a)b::type[], …)``. The
 parameters go in psycopg's binary format (``%(name)b``): a ``bytea[]`` of ciphertexts or canonical
@@ -139,8 +139,8 @@ def execute(conn: sa.Connection, sql: str, params: dict[str, Any]) -> None:
     """Run ``sql`` with binary parameters in ``conn``'s transaction; its result, if any, is not read.
 
     Prepared (psycopg ``prepare=True``): a set statement is the same text at every chunk of every batch, and
-    its parse and plan cost as much as writing 15-20 rows (T15); the pool keeps prepared statements
-    (``services/storage/db.py``).
+    its parse and plan cost as much as writing 15-20 rows (docs/adr/0001-admission-write-path.md); the pool
+    keeps prepared statements (``services/storage/db.py``).
 
     Raises the :class:`sqlalchemy.exc.DBAPIError` subclass SQLAlchemy would (``IntegrityError`` …),
     without the parameters (ciphertexts, bodies' digests) in its text."""

@@ -1,4 +1,4 @@
-"""``oml journal verify``: recompute a tenant's chain from the database (DESIGN.md, Journal/Formats).
+"""``oml journal verify``: recompute a tenant's chain from the database (docs/design.md §The journal; docs/journal-format.md).
 
 Runs as the keyless ``oml_reconciler`` role: it reads ``journal_events`` and
 ``chain_heads`` for one tenant (bound per transaction, RLS behind the
@@ -15,7 +15,7 @@ internally consistent (a history re-signed by someone with database write
 access passes); it is **anchored** only when the key registered by
 ``tenant.created`` has the fingerprint the operator recorded at creation.
 
-Exit statuses of the CLI (see ``docs/decisions.md``): 0 verified and
+Exit statuses of the CLI (docs/anchoring.md): 0 verified and
 anchored, 3 verified but NOT ANCHORED, 1 a bad row (or an empty or unknown
 journal), 2 a usage error.
 """

@@ -8,7 +8,7 @@ verify`` are anchored from the first run.
 
 File format: one ``<tenant> <64-hex SHA-256 fingerprint>`` per line; ``#``
 starts a comment. The fingerprint is the one ``oml tenant create`` prints
-(SHA-256 of the tenant's first signing public key, DESIGN.md, Journal).
+(SHA-256 of the tenant's first signing public key, docs/design.md §The journal).
 """
 from __future__ import annotations
 

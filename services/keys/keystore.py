@@ -1,4 +1,4 @@
-"""KeyStore: private keys outside PostgreSQL (DESIGN.md, Bodies and keys).
+"""KeyStore: private keys outside PostgreSQL (docs/design.md §Bodies and keys).
 
 Holds, per tenant: Ed25519 signing keys (``signing/<kid>``), X25519 body
 keys by version (``encryption/<n>``), the subject HMAC key

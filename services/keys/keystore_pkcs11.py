@@ -1,4 +1,4 @@
-"""A KeyStore in a hardware security module over PKCS#11 (issue 17; docs/key-management.md).
+"""A KeyStore in a hardware security module over PKCS#11 (docs/key-management.md).
 
 Configured by ``OML_KEYSTORE`` as an RFC 7512 PKCS#11 URI naming the token
 and, in its query, the module and where the user PIN is read from::

@@ -1,4 +1,4 @@
-"""Body-encryption key rotation and retirement (DESIGN.md, Bodies and keys; docs/key-management.md).
+"""Body-encryption key rotation and retirement (docs/design.md §Bodies and keys; docs/key-management.md).
 
 * :func:`rotate` — generate a new X25519 key version, store its private half
   in the KeyStore, journal ``encryption_key.rotated`` ``{"new_key", "version"}``

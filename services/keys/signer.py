@@ -1,4 +1,4 @@
-"""The one signer service (DESIGN.md, Formats: "One signer service in admission does all signing").
+"""The one signer service (docs/key-management.md, "What the KeyStore holds").
 
 Loads Ed25519 private keys from the KeyStore by ``kid`` and signs the
 domain-separated messages built in :mod:`oml.domain.signing`. Nothing else in
@@ -9,8 +9,8 @@ loaded into the process.
 A key in process memory signs through libsodium (PyNaCl's ``crypto_sign``): Ed25519 is deterministic
 (RFC 8032, 5.1.6), so libsodium and OpenSSL write the same 64 bytes for the same key and message
 (tests/unit/test_signer.py checks both, and RFC 8032's test 1), and libsodium's fixed-base scalar
-multiplication cost about half of OpenSSL's on one of the two VMs measured (no difference on the other,
-T13 (d)): admission signs one event per claim (issue 14; docs/decisions.md, T15).
+multiplication cost about half of OpenSSL's on one of the two VMs measured (no difference on the other):
+admission signs one event per claim (docs/adr/0001-admission-write-path.md).
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Classification and sealing of a group commit's claims in a worker process (issue 14; docs/decisions.md
-T7, T13, T15, T20).
+"""Classification and sealing of a group commit's claims in a worker process (docs/adr/0001-admission-write-path.md,
+docs/adr/0002-envelope-encryption-and-hpke-sharing.md).
 
 Sealing (a fresh DEK per artifact, the design's shredding unit, wrapped with HPKE) and the personal-data
 classifier are the largest costs of admitting a claim after its signature, and both are mostly Python or hold the GIL
@@ -18,7 +18,7 @@ ever here, and the worker's environment keeps none of the server's credentials (
 admission classifies and seals in-process. A worker that fails is dropped and its items are classified
 and sealed in-process. The worker wraps the DEKs of one request under one HPKE encapsulation, at most
 ``OML_ADMISSION_WRAP_SHARE`` (default 10) per encapsulation, each under its own ``info``
-(:func:`oml.domain.envelope.wrap_many`; docs/decisions.md T20).
+(:func:`oml.domain.envelope.wrap_many`; docs/adr/0002-envelope-encryption-and-hpke-sharing.md).
 """
 from __future__ import annotations
 

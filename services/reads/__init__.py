@@ -1,1 +1,1 @@
-"""oml-server: the read side. The only workload that unwraps DEKs and decrypts bodies (DESIGN.md, Bodies and keys)."""
+"""oml-server: the read side. The only workload that unwraps DEKs and decrypts bodies (docs/design.md §Bodies and keys)."""

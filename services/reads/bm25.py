@@ -1,14 +1,15 @@
-"""The BM25 lexical leg (issue 18 item 3; SQL and formula in ``services/storage/sql/61_bm25.sql``).
+"""The BM25 lexical leg (SQL and formula in ``services/storage/sql/61_bm25.sql``).
 
 Same contract as :func:`oml.services.reads.recall.fts_leg` — up to ``n``
 leg rows ``(version id, score, ties)`` best first, the query's lexemes made
 by PostgreSQL's own parser, user text never parsed as a tsquery — but the
 rows are the GIN candidates of the OR of the lexemes scored by BM25
 (k1 = :data:`K1`, b = :data:`B`) inside ``oml_bm25_search``, with N, avgdl
-and df counted over the rows this read admits (never the whole tenant:
-decisions K13). Ties: newer tip first, then the version id (the function's
-order). The SQL function's k1/b defaults are the same values; callers always
-pass them.
+and df counted over the rows this read admits (never the whole tenant,
+whose counts would tell of rows the reader may not read;
+docs/adr/0007-recall-ranking.md). Ties: newer tip first, then the version id
+(the function's order). The SQL function's k1/b defaults are the same
+values; callers always pass them.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Decrypt on serve: unwrap one artifact's DEK and open its body (DESIGN.md, Formats and Bodies and keys).
+"""Decrypt on serve: unwrap one artifact's DEK and open its body (docs/design.md §Bodies and keys; docs/journal-format.md).
 
 Only oml-server calls this, on a connection bound to the tenant as
 ``oml_server`` (the one database role with SELECT on ``wrapped_deks``),
@@ -43,7 +43,7 @@ def _gone(erased: bool) -> OMLError:
 
 
 def _check_digest(row) -> None:
-    """Raise ``ValueError`` unless the ciphertext is the one admission stored (hostile review X2).
+    """Raise ``ValueError`` unless the ciphertext is the one admission stored.
 
     The AAD and the HPKE wrap bind nothing secret: whoever may write ``artifacts.ciphertext`` and
     ``wrapped_deks`` (admission, to shred) can seal a body of their own to the tenant's public key. The

@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import uuid
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -139,6 +140,117 @@ def _claim_nodes(conn, tenant: str, claim_ids: list[str]) -> dict[str, Any]:
         " WHERE c.tenant_id = (SELECT CAST(:t AS text)) AND c.claim_id = ANY(CAST(:c AS uuid[]))"), {"t": tenant, "c": claim_ids})}
 
 
+@dataclass
+class _LineageWalk:
+    """The breadth-first walk of a claim's ``derived_from`` graph as one reader sees it, inside one transaction.
+
+    ``nodes``: claim id → its node (tombstone, withheld or served); ``versions_of``: claim id → the versions the
+    read admits, oldest first; ``edges``: every edge met both ways (filtered by :meth:`served_edges`).
+    """
+
+    conn: Any
+    tenant: str
+    principal: Principal
+    scopes: tuple[str, ...]
+    read: R.ReadScope
+    audience: frozenset[str]
+    nodes: dict[str, dict] = field(default_factory=dict)
+    versions_of: dict[str, list[rows.Loaded]] = field(default_factory=dict)
+    edges: list[dict] = field(default_factory=list)
+    truncated: bool = False
+
+    def in_place(self, node) -> bool:
+        p = node.path
+        return self.principal.can_access(p) or (node.kind == "steering" and any(rules.is_within(s, p) for s in self.scopes))
+
+    def fenced(self, node) -> bool:
+        return node.simulation_id is not None and str(node.simulation_id) not in self.audience
+
+    def load_claims(self, ids: list[str]) -> None:
+        """Each claim's node and admitted versions; claims outside access or behind the fence are left out."""
+        conn, tenant = self.conn, self.tenant
+        meta = _claim_nodes(conn, tenant, ids)
+        vids = [str(v) for v in conn.execute(sa.text(
+            "SELECT version_id FROM claim_versions WHERE tenant_id = (SELECT CAST(:t AS text)) AND claim_id = ANY(CAST(:c AS uuid[]))"),
+            {"t": tenant, "c": ids}).scalars()]
+        loaded = rows.load_rows(conn, tenant, vids, None, self.audience)
+        for c in ids:
+            m = meta.get(c)
+            if m is None or not self.in_place(m) or self.fenced(m):
+                continue
+            if m.erased_seq is not None:
+                self.nodes[c] = {"claim_id": c, "erased": True}
+                continue
+            vis = sorted((x for x in loaded.values() if x.claim_id == c and R.visible(x.facts, self.read, "item")),
+                         key=lambda x: x.version_no)
+            self.versions_of[c] = vis
+            if not vis:
+                self.nodes[c] = {"claim_id": c, "withheld": True}
+                continue
+            tip = next((x for x in vis if x.facts.is_tip), None)
+            self.nodes[c] = {"claim_id": c, "kind": m.kind, "workarea": {"id": str(m.workarea_id), "path": m.path},
+                             "tip_version_id": tip.version_id if tip else None}
+
+    def neighbours(self, frontier: list[str]) -> list[str]:
+        """The claims one edge away from ``frontier``, upstream then downstream; their edges are kept."""
+        conn, tenant = self.conn, self.tenant
+        nxt: list[str] = []
+        vids = [x.version_id for c in frontier for x in self.versions_of.get(c, [])]
+        if vids:
+            for r in conn.execute(sa.text(
+                    "SELECT version_id, claim_id, derived_from FROM claim_edges WHERE tenant_id = (SELECT CAST(:t AS text))"
+                    " AND version_id = ANY(CAST(:v AS uuid[])) ORDER BY version_id, derived_from"), {"t": tenant, "v": vids}):
+                self.edges.append({"version_id": str(r.version_id), "claim_id": str(r.claim_id), "derived_from": str(r.derived_from)})
+                nxt.append(str(r.derived_from))
+        # A tainted version's edge exists only inside its simulation's fence: outside it, never followed.
+        for r in conn.execute(sa.text(
+                "SELECT e.version_id, e.claim_id, e.derived_from FROM claim_edges e"
+                " JOIN claim_versions v ON v.tenant_id = e.tenant_id AND v.version_id = e.version_id WHERE e.tenant_id = (SELECT CAST(:t AS text))"
+                " AND e.derived_from = ANY(CAST(:c AS uuid[])) AND (NOT v.tainted OR v.simulation_id = ANY(CAST(:sims AS uuid[])))"
+                " ORDER BY e.version_id"), {"t": tenant, "c": frontier, "sims": sorted(self.audience)}):
+            nxt.append(str(r.claim_id))
+            self.edges.append({"version_id": str(r.version_id), "claim_id": str(r.claim_id), "derived_from": str(r.derived_from)})
+        return nxt
+
+    def walk(self, cid: str, depth: int) -> None:
+        """Breadth first from ``cid`` to ``depth`` levels, at most :data:`LINEAGE_MAX_NODES` claims (else ``truncated``)."""
+        frontier, seen, level = [cid], {cid}, 0
+        while frontier and level <= depth:
+            self.load_claims(frontier)
+            nxt = self.neighbours(frontier)
+            level += 1
+            frontier = []
+            for c in nxt:
+                if c not in seen:
+                    if len(seen) >= LINEAGE_MAX_NODES or level > depth:
+                        self.truncated = True
+                        continue
+                    seen.add(c)
+                    frontier.append(c)
+
+    def served_edges(self) -> list[dict]:
+        """Downstream edges were collected from every version; keep only those of versions that are themselves
+        servable (an edge is part of its version's metadata), between nodes shown, once each."""
+        servable = {x.version_id for vs in self.versions_of.values() for x in vs}
+        uniq = {(e["version_id"], e["derived_from"]): e for e in self.edges if e["version_id"] in servable
+                and e["claim_id"] in self.nodes and e["derived_from"] in self.nodes}
+        return [uniq[k] for k in sorted(uniq)]
+
+    def root_versions(self, root, cid: str) -> list[dict]:
+        """The root claim's admitted versions with ``is_tip``; for an erased root, every version id as a tombstone."""
+        if root.erased_seq is not None:
+            return [{"version_id": str(v), "erased": True} for v in self.conn.execute(sa.text(
+                "SELECT version_id FROM claim_versions WHERE tenant_id = (SELECT CAST(:t AS text)) AND claim_id = CAST(:c AS uuid)"
+                " AND (NOT tainted OR simulation_id = ANY(CAST(:sims AS uuid[]))) ORDER BY version_no, version_id"),
+                {"t": self.tenant, "c": cid, "sims": sorted(self.audience)}).scalars()]
+        out = []
+        for x in self.versions_of.get(cid, []):
+            md = x.metadata()
+            md["is_tip"] = x.facts.is_tip
+            out.append(md)
+        return out
+
+
 def lineage(ctx: "Context", principal: Principal, claim_id: str, *, depth: int = LINEAGE_MAX_DEPTH,
             audience_simulations: frozenset[str] | None = None) -> dict[str, Any]:
     """The claim's versions and ``derived_from`` graph both ways; metadata and ids only, no bodies.
@@ -153,100 +265,21 @@ def lineage(ctx: "Context", principal: Principal, claim_id: str, *, depth: int =
     cid = _uuid(claim_id, "claim_id")
     tenant = principal.tenant
     scopes = R.resolve_scope(principal, None)
-    read = R.ReadScope(principal, scopes, "history", audience_simulations or frozenset())
-
-    def in_place(node) -> bool:
-        p = node.path
-        return principal.can_access(p) or (node.kind == "steering" and any(rules.is_within(s, p) for s in scopes))
-
-    def fenced(node) -> bool:
-        return node.simulation_id is not None and str(node.simulation_id) not in audience_simulations
-
     with ctx.db.tenant(ROLE, tenant) as conn:
         if audience_simulations is None:
             audience_simulations = sim_read.audience_of(conn, principal)
-            read = R.ReadScope(principal, scopes, "history", audience_simulations)
+        w = _LineageWalk(conn, tenant, principal, scopes, R.ReadScope(principal, scopes, "history", audience_simulations),
+                         audience_simulations)
         root = _claim_nodes(conn, tenant, [cid]).get(cid)
-        if root is None or not in_place(root) or fenced(root):
+        if root is None or not w.in_place(root) or w.fenced(root):
             raise not_found("claim")
-        nodes: dict[str, dict] = {}
-        versions_of: dict[str, list[rows.Loaded]] = {}
-        edges: list[dict] = []
-        frontier = [cid]
-        seen = {cid}
-        truncated = False
-
-        def load_claims(ids: list[str]) -> None:
-            meta = _claim_nodes(conn, tenant, ids)
-            vids = [str(v) for v in conn.execute(sa.text(
-                "SELECT version_id FROM claim_versions WHERE tenant_id = (SELECT CAST(:t AS text)) AND claim_id = ANY(CAST(:c AS uuid[]))"),
-                {"t": tenant, "c": ids}).scalars()]
-            loaded = rows.load_rows(conn, tenant, vids, None, audience_simulations)
-            for c in ids:
-                m = meta.get(c)
-                if m is None or not in_place(m) or fenced(m):
-                    continue
-                if m.erased_seq is not None:
-                    nodes[c] = {"claim_id": c, "erased": True}
-                    continue
-                vis = sorted((x for x in loaded.values() if x.claim_id == c and R.visible(x.facts, read, "item")),
-                             key=lambda x: x.version_no)
-                versions_of[c] = vis
-                if not vis:
-                    nodes[c] = {"claim_id": c, "withheld": True}
-                    continue
-                tip = next((x for x in vis if x.facts.is_tip), None)
-                nodes[c] = {"claim_id": c, "kind": m.kind, "workarea": {"id": str(m.workarea_id), "path": m.path},
-                            "tip_version_id": tip.version_id if tip else None}
-
-        level = 0
-        while frontier and level <= depth:
-            load_claims(frontier)
-            nxt: list[str] = []
-            vids = [x.version_id for c in frontier for x in versions_of.get(c, [])]
-            if vids:
-                for r in conn.execute(sa.text(
-                        "SELECT version_id, claim_id, derived_from FROM claim_edges WHERE tenant_id = (SELECT CAST(:t AS text))"
-                        " AND version_id = ANY(CAST(:v AS uuid[])) ORDER BY version_id, derived_from"), {"t": tenant, "v": vids}):
-                    edges.append({"version_id": str(r.version_id), "claim_id": str(r.claim_id), "derived_from": str(r.derived_from)})
-                    nxt.append(str(r.derived_from))
-            # A tainted version's edge exists only inside its simulation's fence: outside it, never followed.
-            for r in conn.execute(sa.text(
-                    "SELECT e.version_id, e.claim_id, e.derived_from FROM claim_edges e"
-                    " JOIN claim_versions v ON v.tenant_id = e.tenant_id AND v.version_id = e.version_id WHERE e.tenant_id = (SELECT CAST(:t AS text))"
-                    " AND e.derived_from = ANY(CAST(:c AS uuid[])) AND (NOT v.tainted OR v.simulation_id = ANY(CAST(:sims AS uuid[])))"
-                    " ORDER BY e.version_id"), {"t": tenant, "c": frontier, "sims": sorted(audience_simulations)}):
-                nxt.append(str(r.claim_id))
-                edges.append({"version_id": str(r.version_id), "claim_id": str(r.claim_id), "derived_from": str(r.derived_from)})
-            level += 1
-            frontier = []
-            for c in nxt:
-                if c not in seen:
-                    if len(seen) >= LINEAGE_MAX_NODES or level > depth:
-                        truncated = True
-                        continue
-                    seen.add(c)
-                    frontier.append(c)
-        # Downstream edges were collected from every version; keep only those of versions that are
-        # themselves servable (an edge is part of its version's metadata).
-        servable = {x.version_id for vs in versions_of.values() for x in vs}
-        uniq = {(e["version_id"], e["derived_from"]): e for e in edges if e["version_id"] in servable
-                and e["claim_id"] in nodes and e["derived_from"] in nodes}
-        if root.erased_seq is None and not versions_of.get(cid):
+        w.walk(cid, depth)
+        if root.erased_seq is None and not w.versions_of.get(cid):
             raise not_found("claim")
-        out_versions = []
-        for x in versions_of.get(cid, []):
-            md = x.metadata()
-            md["is_tip"] = x.facts.is_tip
-            out_versions.append(md)
-        if root.erased_seq is not None:
-            out_versions = [{"version_id": str(v), "erased": True} for v in conn.execute(sa.text(
-                "SELECT version_id FROM claim_versions WHERE tenant_id = (SELECT CAST(:t AS text)) AND claim_id = CAST(:c AS uuid)"
-                " AND (NOT tainted OR simulation_id = ANY(CAST(:sims AS uuid[]))) ORDER BY version_no, version_id"),
-                {"t": tenant, "c": cid, "sims": sorted(audience_simulations)}).scalars()]
-        readlog.record(conn, principal, "lineage", claim_ids=sorted(nodes), workarea_ids=sorted(principal.roots))
-    return {"claim_id": cid, "erased": root.erased_seq is not None, "versions": out_versions,
-            "nodes": [nodes[c] for c in sorted(nodes)], "edges": [uniq[k] for k in sorted(uniq)], "truncated": truncated}
+        versions = w.root_versions(root, cid)
+        readlog.record(conn, principal, "lineage", claim_ids=sorted(w.nodes), workarea_ids=sorted(principal.roots))
+    return {"claim_id": cid, "erased": root.erased_seq is not None, "versions": versions,
+            "nodes": [w.nodes[c] for c in sorted(w.nodes)], "edges": w.served_edges(), "truncated": w.truncated}
 
 
 def journal_page(ctx: "Context", principal: Principal, *, after_seq: int = 0, limit: int = 100) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The server's indexing feed: plaintext of claim versions for the oml-indexer (DESIGN.md, Outbox and workers).
+"""The server's indexing feed: plaintext of claim versions for the oml-indexer (docs/design.md §Outbox and workers).
 
 The indexer holds no key. It asks this feed, authorised by an ``indexer``
 principal of the tenant, for the versions it must index; the feed runs as

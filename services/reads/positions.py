@@ -1,4 +1,4 @@
-"""Read-your-writes positions: an opaque token for "read after this write" (issue 16; docs/operations.md).
+"""Read-your-writes positions: an opaque token for "read after this write" (docs/operations.md, "Recall from hot standbys").
 
 After a write, the primary's WAL write position (``pg_current_wal_lsn()``)
 tells a hot standby when it has caught up with that write. The position is

@@ -1,4 +1,4 @@
-"""The read log: who read what, when — ids and keyed query digests only (DESIGN.md, Read path; docs/readlog.md).
+"""The read log: who read what, when — ids and keyed query digests only (docs/design.md §Reads; docs/readlog.md).
 
 Writing: every read path calls :func:`record` on its own ``oml_server``
 transaction, so the log row commits with the read or not at all. Rows carry

@@ -1,6 +1,6 @@
 """Recall: steering rows first, then hits by FTS, vector distance or RRF; decrypt on serve; every read logged.
 
-The contract is seeds/retrieval.md (normative) and docs/recall.md:
+The contract is docs/recall.md:
 
 * Segment 1 (``steering``): every steering tip of the scope's workarea and
   of each of its ancestors — read from the projections, not the index, so
@@ -185,7 +185,7 @@ def fts_leg(conn: sa.Connection, text: str, f: _Filters, n: int, diag: _Diag) ->
     AND of the query's lexemes first; when it finds fewer than ``n`` rows
     (and there is more than one lexeme), the OR query answers instead — its
     result contains every AND hit, ranked on the same scale, so scores within
-    the leg stay comparable (FIELD-NOTES: AND alone returns nothing for most
+    the leg stay comparable (AND alone returns nothing for most
     natural-language questions).
     """
     lex = _lexemes(conn, text)
@@ -421,8 +421,8 @@ def vector_leg(conn: sa.Connection, tenant: str, qvec: Sequence[float], f: _Filt
 EmbedFn = Callable[[str], Sequence[float]]
 
 
-#: Query embeddings run here, beside the read's transaction (decisions K9): at most two model runs at once per
-#: process, the rest queue; a recall that fails before it needs its vector leaves the run to finish unread.
+#: Query embeddings run here, beside the read's transaction, not before it (docs/adr/0007-recall-ranking.md):
+#: at most two model runs at once per process, the rest queue; a recall that fails before it needs its vector leaves the run to finish unread.
 _EMBED_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="oml-query-embed")
 
 

@@ -8,7 +8,7 @@ from the derived index tables, which may lag — so a version demoted or
 erased since it was indexed is refused here even if the index still names it.
 
 All statements name the tenant (``tenant_id = :t``, or ``(SELECT :t)`` as explained below) besides RLS
-(DESIGN.md, Tenants).
+(docs/design.md §Tenants).
 """
 from __future__ import annotations
 

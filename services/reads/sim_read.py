@@ -1,5 +1,5 @@
 """The read side of simulations: audience lookup, overlay tips, and the simulation query merged into recall
-(seeds/retrieval.md, the simulation read predicate and tip resolution; docs/simulations.md).
+(docs/simulations.md, "Tips" and "The read path").
 
 Only an audience member's read ever calls into this module: every read path
 (recall, fetch, lineage) first asks :func:`audience_of` which open

@@ -1,5 +1,5 @@
 """Verified reads: a version's body is served only when the journal backs its projected status
-(docs/security-model.md, "Verified reads"; issue 12 item 3).
+(docs/security-model.md, "Verified reads").
 
 :func:`refused` is called at the point where bodies are decrypted
 (:mod:`oml.services.reads.bodies`, the indexing feed). For each version it

@@ -7,7 +7,7 @@ keys all get the same ``access.unauthenticated`` answer — after the same
 work: an unknown key id still runs the principal lookup (under no tenant, so
 RLS shows no row) and compares the secret against a dummy hash, and a
 revoked key still compares its secret, so the answer's timing does not tell
-a known key id from an unknown one (issue 13.9).
+a known key id from an unknown one.
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ _PRINCIPAL = sa.text(
 
 
 def _require_journalled(conn: sa.Connection, tenant: str, row: sa.Row) -> None:
-    """Refuse a key whose row is not the projection of a genuine ``principal.created`` event (hostile review X1).
+    """Refuse a key whose row is not the projection of a genuine ``principal.created`` event.
 
     A row is not trusted to say who may act: a stolen workload credential can append an unsigned event and
     a row naming it (the guard in ``97_authority_guards.sql`` checks values, not signatures), and the

@@ -1,4 +1,4 @@
-"""Keep the cyclic garbage collector off what a long-running process loaded at start (docs/decisions.md, K12).
+"""Keep the cyclic garbage collector off what a long-running process loaded at start (docs/adr/0011-runtime-memory-and-gc.md).
 
 With the embedding models, torch and the libraries in memory the heap holds hundreds of thousands of tracked
 objects, and a full (generation 2) collection scans every one of them on whichever request happened to

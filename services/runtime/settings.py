@@ -64,7 +64,7 @@ class Settings(BaseSettings):
     # Recall's query embedding (workers/index/embedding.py, query_embedder; docs/recall.md, "Query embedding"):
     # onnx, torch, or auto (unset: onnx when onnxruntime imports, else torch). The indexer stays on torch.
     query_embedding: str | None = None
-    # The ONNX session's intra-op threads for one query (1: the better tail on a loaded host; decisions E2).
+    # The ONNX session's intra-op threads for one query (1: the better tail on a loaded host).
     query_embedding_threads: int = 1
     # Query vectors kept per process, keyed by the normalised query text (0: off). Memory only, never persisted.
     query_vector_cache: int = 1024
@@ -75,7 +75,7 @@ class Settings(BaseSettings):
     # indexed afterwards: run oml index rebuild.
     index_context_before: int = 1
     # The lexical leg's ranking: bm25 (services/storage/sql/61_bm25.sql) or ts_rank (oml_fts_search);
-    # docs/recall.md, "BM25"; decisions K6, K8.
+    # docs/recall.md, "BM25"; docs/adr/0007-recall-ranking.md.
     recall_lexical: str = "bm25"
     # Admission's worker processes (services/keys/wrapping.py, which reads them from the environment itself:
     # the worker is a child process). Declared here so a bad value stops `oml` at start, not a batch later.

@@ -1,4 +1,4 @@
-"""OpenTelemetry tracing, off by default (issue 17, item 5; docs/operations.md, "Tracing").
+"""OpenTelemetry tracing, off by default (docs/operations.md, "Tracing").
 
 ``OML_TRACING`` chooses: ``off`` (default: no span is ever created, the
 decorated functions run as they are), ``otlp`` (OTLP over HTTP to the

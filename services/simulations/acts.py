@@ -1,5 +1,5 @@
 """Simulation acts: open, write inside, supersede inside, review, close, and reading a simulation's record
-(DESIGN.md, Simulations; seeds/retrieval.md, the simulation read predicate; docs/simulations.md).
+(docs/design.md §Simulations; docs/simulations.md).
 
 Every act is one journalled admission transaction (chain-head lock, signed
 append, projector, outbox, idempotency record):

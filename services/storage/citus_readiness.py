@@ -1,4 +1,4 @@
-"""Is the schema ready to distribute by ``tenant_id``? A catalog walk, without Citus (issue 16, item 2).
+"""Is the schema ready to distribute by ``tenant_id``? A catalog walk, without Citus (docs/operations.md).
 
 Citus distributes a table by one column and requires that every primary key
 and unique constraint of a distributed table include it, and that a foreign

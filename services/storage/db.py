@@ -5,13 +5,14 @@ Each workload connects as its own non-owner login role (``oml_admission``,
 ``oml_relay``); the owner URL is used only for migrations and for the
 ``SECURITY DEFINER`` maintenance functions' owner. The tenant is bound per
 transaction with ``set_config('oml.tenant_id', T, true)`` — psycopg binds
-parameters server-side and ``SET LOCAL`` cannot take them (FIELD-NOTES,
-Tenancy). Every pooled connection is reset when checked out (:data:`RESET`:
+parameters server-side and ``SET LOCAL`` cannot take them (``SET LOCAL
+oml.tenant_id = $1`` is a syntax error). Every pooled connection is reset
+when checked out (:data:`RESET`:
 what ``DISCARD ALL`` does but for dropping prepared statements and cached
 plans), so no setting, role, temporary table, cursor, listener or advisory
 lock left by one borrower reaches the next (SQLAlchemy's own reset on return
 is a ROLLBACK only); the same round trip is the liveness check (a connection
-that fails it is replaced), so there is no separate pre-ping (issue 14: one
+that fails it is replaced), so there is no separate pre-ping (one
 round trip per transaction fewer); for admission it also opens the transaction
 (:data:`BEGIN_AT_CHECKOUT`, one more fewer). The prepared statements that survive are
 admission's own, prepared on purpose: its set statements (``prepare=True`` in
@@ -19,9 +20,9 @@ admission's own, prepared on purpose: its set statements (``prepare=True`` in
 ``prepare``; the tenant binding is not one); nothing is prepared automatically: OML's SQL
 text with no data in it, whose parameters are bound at each execution and
 whose row-level security reads the transaction's tenant binding when it runs
-(docs/decisions.md, T15, T16).
+(docs/adr/0001-admission-write-path.md).
 
-Reads may go to hot standbys (``replica_urls``, issue 16): :meth:`Database.read`
+Reads may go to hot standbys (``replica_urls``): :meth:`Database.read`
 opens a read-only, tenant-bound transaction on a standby, or on the primary
 when none is configured, none answers, or the standby has not yet replayed
 the position the caller asked to read after (docs/operations.md, "Recall
@@ -52,7 +53,7 @@ log = logging.getLogger(__name__)
 # prepared statements made with SQL's PREPARE; one simple query. psycopg prepares through the protocol (from_sql
 # false), so a statement from SQL is one a borrower planted, perhaps under psycopg's own name to be run by the
 # next borrower in its place: then every prepared statement goes (DEALLOCATE ALL, which psycopg sees and
-# forgets its own; found by a hostile review, T15 (b)).
+# forgets its own; docs/adr/0001-admission-write-path.md).
 RESET = ("CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; RESET ALL; UNLISTEN *; SELECT pg_advisory_unlock_all();"
          " DISCARD TEMP; DISCARD SEQUENCES; SELECT count(*) FROM pg_prepared_statements WHERE from_sql")
 _BIND = "SELECT set_config('oml.tenant_id', %(t)s, true)"
@@ -62,7 +63,7 @@ WORKLOAD_ROLES = ("oml_admission", "oml_server", "oml_lake_writer", "oml_reconci
 
 # Admission's connections come out of the pool inside a transaction, opened in the reset's round trip: psycopg
 # sends its own BEGIN, and waits for it, even in pipeline mode, so this is one round trip fewer in every act
-# (docs/decisions.md T17). The reset's steps run and commit in a transaction of their own, as the plain reset's do
+# (docs/adr/0001-admission-write-path.md). The reset's steps run and commit in a transaction of their own, as the plain reset's do
 # (UNLISTEN takes effect at that COMMIT; a later rollback cannot bring back what they removed), then the act's
 # transaction opens; both BEGINs state their level, so a default a borrower planted (default_transaction_isolation,
 # default_transaction_read_only, default_transaction_deferrable) starts neither. The count of planted statements
@@ -108,7 +109,7 @@ def _reset(dbapi_connection, connection_record, connection_proxy, *, begin: bool
 # A group commit's chunk (services/journal/batch.py) sends 93-97 KB of parameters in pipeline mode (LoCoMo
 # turns, a scratch count); the default send buffer of a Unix-domain socket (net.core.wmem_default, 208 KB of
 # kernel accounting, which counts more than the payload) fills, and admission then blocks until PostgreSQL is
-# scheduled to read it (a reading while developing: write_artifacts ~25 -> ~7 µs a claim; T15). TCP sockets keep the kernel's auto-tuning, which setting the
+# scheduled to read it (a reading while developing: write_artifacts ~25 -> ~7 µs a claim). TCP sockets keep the kernel's auto-tuning, which setting the
 # option would turn off. The kernel caps the value at net.core.wmem_max.
 SEND_BUFFER = 1 << 20
 
@@ -188,7 +189,7 @@ class Database:
                     max_overflow=self.pool_size * 2,
                     pool_reset_on_return="rollback",
                     # Nothing is prepared automatically (a generic plan could ignore an index a
-                    # recall needs, FIELD-NOTES); a statement executed with prepare=True is.
+                    # recall needs, such as a tenant partition's HNSW); a statement executed with prepare=True is.
                     connect_args={"prepare_threshold": 2**31 - 1},
                     # Parameters carry plaintext (the indexer's text, a subject under erasure): never
                     # in SQLAlchemy's INFO log nor in a StatementError's message (docs/erasure.md, Logs).

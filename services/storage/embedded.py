@@ -44,7 +44,7 @@ def start(home: Path) -> str:
 
 
 # PostgreSQL logs must never carry statement text, parameters or error detail
-# (DESIGN.md, Erasure: application and PostgreSQL logs). An external server
+# (docs/erasure.md, "Logs"). An external server
 # must set the same (docs/erasure.md).
 LOG_SETTINGS = {
     "log_statement": "none",

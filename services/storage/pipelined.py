@@ -1,4 +1,4 @@
-"""Several statements in one round trip, inside a SQLAlchemy connection's transaction (issue 14).
+"""Several statements in one round trip, inside a SQLAlchemy connection's transaction.
 
 A transaction's opening lookups (the tenant binding, the chain head's lock, the signing key, the
 idempotency record, the workareas and keys a submit will read) each cost a round trip when sent one

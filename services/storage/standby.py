@@ -1,10 +1,9 @@
-"""A PostgreSQL hot standby of the embedded server, built with its own binaries (issue 16).
+"""A PostgreSQL hot standby of the embedded server, built with its own binaries.
 
 For tests and benchmarks of recall from streaming replicas: ``pg_basebackup
 -D DIR -R -X stream`` against the primary's socket (``-R`` writes
 ``standby.signal`` and ``primary_conninfo``), then ``postgres`` on its own
-port and socket directory (FIELD-NOTES.md, "A hot standby from the embedded
-server's binaries"). The backup creates a replication slot on the primary
+port and socket directory. The backup creates a replication slot on the primary
 (``-C -S``, written into ``primary_slot_name`` by ``-R``): without one, a
 primary busy with other writes recycled the WAL segment the standby needed
 between the end of the backup and the start of streaming, and the standby

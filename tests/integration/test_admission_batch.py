@@ -1,4 +1,4 @@
-"""Group commits as sets (issue 14; services/journal/batch.py).
+"""Group commits as sets (services/journal/batch.py).
 
 A batch of N claims costs the same number of statements whatever N; a refused item anywhere in a batch
 commits nothing (no journal row, outbox message, artifact or projection) and the refusal names it; a

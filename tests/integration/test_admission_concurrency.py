@@ -1,4 +1,4 @@
-"""Concurrent appends and a killed writer (issue 2, Must show: no fork, no gap; all or none).
+"""Concurrent appends and a killed writer (no fork, no gap; all or none).
 
 32 threads, each on its own connection, append to one tenant; then four
 tenants take 8 threads each at once. Afterwards every tenant's journal is

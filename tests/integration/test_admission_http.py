@@ -1,4 +1,4 @@
-"""Admission over HTTP against the real database (issue 2: HTTP API, claims, review, isolation, bad input).
+"""Admission over HTTP against the real database (HTTP API, claims, review, isolation, bad input).
 
 Every refusal is a problem+json with a stable code and appends nothing; the
 journal length is checked around each one.
@@ -153,7 +153,7 @@ BAD = [
     ("unknown workarea", "writer", "/v1/claims", {"workarea_id": "00000000-0000-4000-8000-000000000000", "body": {"statement": "x"}}, 404, "workarea.not_found"),
     ("foreign workarea", "writer", "/v1/claims", {"workarea_id": "B", "body": {"statement": "x"}}, 404, "workarea.not_found"),
     ("outside the key's subtree", "narrow", "/v1/claims", {"workarea_id": "SIB", "body": {"statement": "x"}}, 404, "workarea.not_found"),
-    # any case is accepted and normalised (issue 15.4): an unknown id in capitals is just unknown
+    # any case is accepted and normalised: an unknown id in capitals is just unknown
     ("uppercase uuid", "writer", "/v1/claims", {"workarea_id": "ABCDEF00-0000-4000-8000-000000000000", "body": {"statement": "x"}}, 404, "workarea.not_found"),
     ("personal data under deny", "writer", "/v1/claims", {"body": {"statement": "call +44 20 7946 0958 re " + CANARY}}, 422, "admission.personal_data"),
     ("revoked key", "revoked", "/v1/claims", {"body": {"statement": "x"}}, 401, "access.unauthenticated"),

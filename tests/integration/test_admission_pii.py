@@ -1,4 +1,4 @@
-"""Personal data and credentials at admission (issue 13 item 2), over HTTP against the real database.
+"""Personal data and credentials at admission, over HTTP against the real database.
 
 Evasions (format characters, fullwidth forms, thin spaces) are refused under
 ``deny``; identifiers that look like phone numbers are admitted; national

@@ -1,4 +1,4 @@
-"""``oml projections rebuild --verify`` (issue 2, Journal: Projections).
+"""``oml projections rebuild --verify`` (docs/design.md §The journal: Projections).
 
 A replay of the journal into temporary tables reproduces the live tables
 after every kind of act; a status flipped, a reviewer forged, a tip interval

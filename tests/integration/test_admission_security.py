@@ -1,4 +1,4 @@
-"""Containment by construction (issue 2, Must show): no plaintext at rest, keyless roles, RLS, pool reset.
+"""Containment by construction: no plaintext at rest, keyless roles, RLS, pool reset.
 
 - A canary string submitted in bodies and notes appears in no column of any
   table (every column cast to text, bytea searched with ``position()``);
@@ -84,7 +84,7 @@ def _scan(ctx, tenant: str, needles_text: list[str], needles_bytes: list[bytes])
 
 def test_canary_appears_in_no_column(ctx, kit):
     found = _scan(ctx, kit.tenant, [CANARY, DISPLAY], [CANARY.encode(), DISPLAY.encode()])
-    # The display name is operator-supplied and stored in clear (docs/decisions.md): the scan sees it.
+    # The display name is operator-supplied and stored in clear (docs/security-model.md): the scan sees it.
     assert found == ["identities.display_name"]
 
 
@@ -180,9 +180,9 @@ def role_temporary_tables(ctx, role):
         yield
 
 
-@pytest.mark.parametrize("role", ["oml_server", "oml_admission"])  # admission's reset also opens its transaction (T17)
+@pytest.mark.parametrize("role", ["oml_server", "oml_admission"])  # admission's reset also opens its transaction
 def test_pooled_connection_reset_keeps_only_prepared_statements(db_url, kit, role, role_temporary_tables):
-    """The checkout reset is DISCARD ALL but for prepared statements (services/storage/db.py, T15): a temporary
+    """The checkout reset is DISCARD ALL but for prepared statements (services/storage/db.py): a temporary
     table (the role allowed them here, as where 98_public_privileges.sql could not run), a held cursor, a listener, a
     session advisory lock and a session setting are gone for the next borrower; a statement prepared on purpose is
     still there, sees nothing with no tenant bound, and sees the tenant's rows only in a transaction bound to it."""
@@ -225,8 +225,8 @@ def test_pooled_connection_reset_keeps_only_prepared_statements(db_url, kit, rol
 def test_a_statement_planted_under_psycopgs_name_does_not_reach_the_next_borrower(db_url, ctx, kit):
     """A borrower with SQL on admission's pooled connection swaps admission's prepared claims statement (psycopg's
     _pg3_N) for a no-op of the same parameter types. The next checkout sees a statement made with SQL's PREPARE and
-    drops every prepared statement (psycopg forgets its own): the next submit writes its claim rows (found by a
-    hostile review; before, it returned its items and wrote none)."""
+    drops every prepared statement (psycopg forgets its own): the next submit writes its claim rows (before, it
+    returned its items and wrote none)."""
     from oml.services.claims.admission import Submission
     from oml.services.runtime.auth import authenticate
     from oml.services.runtime.context import Context
@@ -276,7 +276,7 @@ def test_a_dead_pooled_connection_is_replaced_at_checkout(db_url, kit, role):
 
 @pytest.mark.parametrize("role", ["oml_admission"])
 def test_admission_checks_out_inside_a_read_committed_transaction(db_url, ctx, kit, role, role_temporary_tables):
-    """Admission's connections leave the pool inside a transaction opened in the reset's own round trip (T17), at
+    """Admission's connections leave the pool inside a transaction opened in the reset's own round trip, at
     READ COMMITTED, read-write, whatever defaults a borrower planted in the session, with the reset committed before
     it: a planted setting, session tenant binding, temporary table (admission allowed them here), held cursor and
     listener are gone in that transaction and stay gone after a rollback on the same checkout; other roles'
@@ -321,7 +321,7 @@ def test_admission_checks_out_inside_a_read_committed_transaction(db_url, ctx, k
 
 def test_the_prepared_opening_lookups_read_only_the_bound_tenant(db_url, ctx, kit):
     """A submit's opening lookups (head lock, signing and encryption keys, workarea, phone regions) are prepared on
-    the connection and kept across checkouts (T16). On one pooled connection, after a submit
+    the connection and kept across checkouts. On one pooled connection, after a submit
     into this tenant, another tenant's writer naming this tenant's root workarea is refused as not found: the kept
     workarea lookup runs under the other tenant's binding, which RLS applies when it runs; and that tenant's own
     submit lands in its own chain."""

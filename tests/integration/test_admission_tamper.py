@@ -1,4 +1,4 @@
-"""Tampering with the stored journal, re-signing it, and key rotations (issue 2, Must show).
+"""Tampering with the stored journal, re-signing it, and key rotations.
 
 Each change is made the way an attacker with database write access would:
 as the schema owner, directly in SQL. ``oml journal verify`` must then fail

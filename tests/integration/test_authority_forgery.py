@@ -1,4 +1,4 @@
-"""Forging authority directly in PostgreSQL (issue 12, items 1 and 4; Must show).
+"""Forging authority directly in PostgreSQL (docs/security-model.md, Authority).
 
 Each forgery is tried as every workload role and as the schema owner. A
 workload role is refused by the database (grants, ``97_authority_guards.sql``);
@@ -115,7 +115,7 @@ def test_an_unregistered_actor_is_refused_to_workloads_and_reported_for_the_owne
     client = TestClient(create_app(ctx))
     r = client.post("/v1/principals", json={"identity_id": kit.dual_identity, "role": "admin", "roots": [kit.root]},
                     headers=bearer(f"oml_{pid}_{secret}"))
-    # The row names a genuine event that is not its principal.created: the key is refused (X1).
+    # The row names a genuine event that is not its principal.created: the key is refused.
     assert r.status_code == 401 and r.json()["code"] == "access.unauthenticated", r.text
     # Had anything authenticated it (an older server), admission would journal a signed admin key:
     forged = Principal(kit.tenant, pid, kit.dual_identity, "admin", (kit.root,), ("main",))
@@ -206,7 +206,7 @@ def test_a_status_flipped_in_a_projection(ctx):
 
 
 def test_forged_versions_inserted_as_a_set_are_refused_by_name(ctx):
-    """The insert guard checks a statement's new versions as one set (issue 14): a statement of held rows, each a
+    """The insert guard checks a statement's new versions as one set: a statement of held rows, each a
     copy of a genuine version under a new id (so the event at its submitted_seq names another version), or one
     naming the event of a different author, is refused whole, and the refusal names a forged row."""
     kit = make_kit(ctx, "forge-version-set")
@@ -384,7 +384,7 @@ def test_an_event_that_does_not_replay_is_named_not_a_crash(ctx):
     assert [(f.seq, f.rule) for f in rep.findings] == [(seq, "workarea.unknown")]
 
 
-# ---------------------------------------------------------------- hostile review X1, X2: a stolen admission credential
+# ---------------------------------------------------------------- a stolen admission credential
 
 class _ForeignSigner:
     """Signs with a key of the attacker's own under the tenant's kid (an admission credential holds no signing key)."""
@@ -397,7 +397,7 @@ class _ForeignSigner:
 
 
 def test_a_key_behind_a_mis_signed_principal_event_is_refused(ctx):
-    """X1: as oml_admission, append a mis-signed principal.created and the row it projects to (the guard checks
+    """As oml_admission, append a mis-signed principal.created and the row it projects to (the guard checks
     values, not signatures); the key it names must not authenticate, so it cannot mint a genuine admin key."""
     kit = make_kit(ctx, "forge-missigned-principal")
     admin = authenticate(ctx.db, kit.admin_key)
@@ -424,7 +424,7 @@ def test_a_key_behind_a_mis_signed_principal_event_is_refused(ctx):
 
 
 def test_a_body_resealed_to_the_tenant_key_is_not_served(ctx):
-    """X2: as oml_admission (UPDATE on artifacts.ciphertext and DELETE/INSERT on wrapped_deks, for shredding), seal a
+    """As oml_admission (UPDATE on artifacts.ciphertext and DELETE/INSERT on wrapped_deks, for shredding), seal a
     body of the attacker's own to the tenant's public encryption key in place of a promoted one."""
     kit = make_kit(ctx, "forge-reseal")
     writer, reviewer = authenticate(ctx.db, kit.writer_key), authenticate(ctx.db, kit.reviewer_key)
@@ -452,7 +452,7 @@ def test_a_body_resealed_to_the_tenant_key_is_not_served(ctx):
 
 
 def test_a_workarea_policy_or_tree_changed_around_the_journal_is_refused(ctx):
-    """X3: as oml_admission, a workarea's development flag (self-promotion), pii_policy (the personal-data gate)
+    """As oml_admission, a workarea's development flag (self-promotion), pii_policy (the personal-data gate)
     or place in the tree (access scope) cannot be changed without the journal event that sets it; a mis-signed
     event appended for the purpose is named by `oml journal verify` for good."""
     kit = make_kit(ctx, "forge-workarea")
@@ -491,7 +491,7 @@ def test_a_workarea_policy_or_tree_changed_around_the_journal_is_refused(ctx):
 
 
 def test_a_tenant_policy_changed_around_the_journal_is_refused(ctx):
-    """X3: as oml_admission, fewer phone regions (national numbers past the gate), an older genuine policy's seq,
+    """As oml_admission, fewer phone regions (national numbers past the gate), an older genuine policy's seq,
     or a shorter read-log retention cannot be written without the latest journal event that sets them."""
     kit = make_kit(ctx, "forge-policy")
     admin = authenticate(ctx.db, kit.admin_key)
@@ -511,7 +511,7 @@ def test_a_tenant_policy_changed_around_the_journal_is_refused(ctx):
 
 
 def test_a_legal_hold_or_erasure_changed_around_the_journal_is_refused(ctx):
-    """X6: as oml_admission, clearing a claim's legal hold in the row (so that a genuinely signed erasure shreds a
+    """As oml_admission, clearing a claim's legal hold in the row (so that a genuinely signed erasure shreds a
     held claim) or marking a claim erased needs the journal event that does it."""
     from oml.services.erasure.acts import erasure_service
 

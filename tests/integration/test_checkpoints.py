@@ -1,4 +1,4 @@
-"""Checkpoints, the incremental Merkle frontier, inclusion and consistency proofs (issue 5, item 2).
+"""Checkpoints, the incremental Merkle frontier, inclusion and consistency proofs.
 
 Real PostgreSQL, real admission signer, real lake-writer. Proofs fetched
 over HTTP and the CLI are verified with :mod:`oml.domain.checkpoint` against

@@ -1,4 +1,4 @@
-"""The schema is ready to distribute by tenant_id, checked from the catalog without Citus (issue 16, item 2).
+"""The schema is ready to distribute by tenant_id, checked from the catalog without Citus.
 
 The checker (services/storage/citus_readiness.py) must pass on the migrated
 schema and must fail, naming the table, when a tenant table breaks a rule.

@@ -1,4 +1,4 @@
-"""The first hour of a new user (issue 15): anchoring exit statuses, keys written 0600, errors a person can act on,
+"""The first hour of a new user: anchoring exit statuses, keys written 0600, errors a person can act on,
 list commands, and the embedding model loaded before `oml serve` / `oml mcp` report ready."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Erasure acts and the shred against the real database (issue 6: acts, shred, legal hold, subject erasure, report).
+"""Erasure acts and the shred against the real database (acts, shred, legal hold, subject erasure, report).
 
 Everything here runs through admission's transaction machinery as an
 ``operator`` key; the index rows are written as the indexer role would

@@ -1,4 +1,4 @@
-"""The canary test (issue 6): after erasure, a unique token is nowhere — and the scan is shown to find it first.
+"""The canary test: after erasure, a unique token is nowhere — and the scan is shown to find it first.
 
 Claims carrying unique canary tokens are written, promoted, indexed by the
 real oml-indexer (real model), copied to the lake by the real lake-writer —

@@ -1,4 +1,4 @@
-"""Erasure under concurrent writes and reads on the same tenant (issue 6).
+"""Erasure under concurrent writes and reads on the same tenant.
 
 Readers fetch and recall the claims being erased, a snapshot reader checks
 every copy of a claim at once, writers keep submitting and promoting, and

@@ -1,4 +1,4 @@
-"""Every PostgreSQL table and every Delta table of the schema is in the erasure inventory (DESIGN.md, Erasure).
+"""Every PostgreSQL table and every Delta table of the schema is in the erasure inventory (docs/design.md §Erasure).
 
 A new table fails this test until ``oml.domain.erasure_inventory`` maps it
 to a copy class, i.e. until someone decided what erasure does to it.

@@ -1,4 +1,4 @@
-"""Lake purge on real Delta tables on disk (issue 6: delete, vacuum, prove by listing storage).
+"""Lake purge on real Delta tables on disk (delete, vacuum, prove by listing storage).
 
 The lake is written by the real lake-writer (``workers/lake/writer.catch_up``);
 the purge runs keyless. A vacuum that reports success while deleting
@@ -110,7 +110,7 @@ def test_cli_lake_purge(ctx, kit):
 
 
 def test_force_purge_of_one_tenant_leaves_other_tenants_files_and_time_travel(ctx, kit):
-    """Issue 13 item 5: ``--force-now`` once vacuumed table-wide with retention 0, deleting another tenant's removed file."""
+    """``--force-now`` once vacuumed table-wide with retention 0, deleting another tenant's removed file."""
     other = make_ekit(ctx, "lake-purge-other")
     kept, removed = other.claim("the other tenant keeps this"), other.claim("the other tenant erases this")
     mine = kit.claim("force-purged by its own tenant")

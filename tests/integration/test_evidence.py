@@ -1,4 +1,4 @@
-"""Evidence exports from a real database, verified offline (issue 5, items 3 and 4).
+"""Evidence exports from a real database, verified offline.
 
 Exports go through HTTP (auditor key) and the CLI; verification runs the
 CLI's ``evidence verify`` (no database) and, for the worked example of
@@ -79,7 +79,7 @@ def test_http_export_verifies_offline_and_is_journalled(ctx, ak, client):
 
 
 def test_http_export_without_to_seq_runs_to_the_head(ctx, ak, client):
-    """As the CLI (issue 15.5): no to_seq means the chain head; no from_seq means 1."""
+    """As the CLI: no to_seq means the chain head; no from_seq means 1."""
     r = client.post("/v1/evidence/export", json={}, headers=bearer(ak.auditor_key))
     assert r.status_code == 200, r.text
     manifest = json.loads(files_of(r.content)[fmt.MANIFEST])
@@ -253,7 +253,7 @@ def test_archive_members_are_what_the_format_lists(ctx, ak):
 
 
 def test_an_act_by_an_unregistered_actor_fails_evidence_verify_in_and_before_the_range(ctx):
-    """Issue 12: an act signed by the tenant's real key whose actor no principal.created registered.
+    """An act signed by the tenant's real key whose actor no principal.created registered.
 
     The schema owner (who can reach the keystore) journals it directly; every hash and signature is
     good, so only the offline authority replay can name it — in range, and before a range that starts

@@ -1,4 +1,4 @@
-"""Errors a person can act on, over HTTP (issue 15 item 4), against the real database.
+"""Errors a person can act on, over HTTP, against the real database.
 
 Each test fails on the code before the fix: malformed JSON named a character
 position as the field, a form body got no Content-Type hint, upper-case UUIDs
@@ -131,7 +131,7 @@ def test_other_closed_lists_list_their_values(env):
 
 
 def test_an_unknown_member_is_named_by_where_it_was_not_its_name(env, ctx):
-    """Hostile review X4: an unknown member's name is submitted text (it may be personal data); the refusal names
+    """An unknown member's name is submitted text (it may be personal data); the refusal names
     the object it was found in and the rule, never the name."""
     k = env["k"]
     before = journal_len(ctx, k.tenant)

@@ -1,4 +1,4 @@
-"""Hostile-review faults at the HTTP edge (issue 13): the streamed size limit and the 401 paths' equal work.
+"""Faults at the HTTP edge: the streamed size limit and the 401 paths' equal work.
 
 The size test runs a real uvicorn server in this process and measures the
 process's peak resident memory (``VmHWM`` in ``/proc/self/status``, reset

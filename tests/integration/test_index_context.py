@@ -1,4 +1,4 @@
-"""Context windows at indexing time (issue 18 item 1): indexed with the claim, never served, erased with the neighbour.
+"""Context windows at indexing time: indexed with the claim, never served, erased with the neighbour.
 
 Real PostgreSQL + pgvector, the real model, the real indexing feed and the
 real erasure. Each claim declares ``{"thread", "position"}``; the indexer

@@ -1,4 +1,4 @@
-"""Body-encryption key rotation and retirement (issue 6: a DEK saved before erasure is unusable afterwards)."""
+"""Body-encryption key rotation and retirement (a DEK saved before erasure is unusable afterwards)."""
 from __future__ import annotations
 
 import datetime as dt

@@ -1,4 +1,4 @@
-"""The KeyStore contract, run against every implementation: local files and a PKCS#11 token (issue 17, item 2).
+"""The KeyStore contract, run against every implementation: local files and a PKCS#11 token.
 
 The PKCS#11 store runs against a real SoftHSM2 token (tests/integration/hsm_kit.py);
 without SoftHSM2 those cases skip and say why. The last tests run OML end to

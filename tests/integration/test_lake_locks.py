@@ -1,4 +1,4 @@
-"""The lake-writer's per-tenant lock when its holder is lost or stalled (issue 13, items 4 and 11).
+"""The lake-writer's per-tenant lock when its holder is lost or stalled.
 
 Real PostgreSQL, real Delta tables on disk, a real worker process stopped
 with SIGSTOP. What must hold: a writer whose session died between planning

@@ -77,7 +77,7 @@ def test_stdio_tools_with_the_sdk_client(world, ctx):
                                                                 "workarea_id": world.workareas["main.team"],
                                                                 "source_uri": "https://chat/123", "idempotency_key": "m1"}))
             assert again["claim_id"] == mem["claim_id"]
-            # Without a key, an identical retry on this connection is the first answer too (issue 13.6).
+            # Without a key, an identical retry on this connection is the first answer too.
             args = {"statement": "Retros are on the last Thursday.", "workarea_id": world.workareas["main.team"]}
             first = payload(await client.call_tool("remember", args))
             assert payload(await client.call_tool("remember", args))["claim_id"] == first["claim_id"]
@@ -105,7 +105,7 @@ def test_stdio_tools_with_the_sdk_client(world, ctx):
 
 
 def test_stdio_handshake_session_dedupes_a_retried_remember(world, ctx):
-    """Issue 13.6 over stdio with the initialize handshake (the big stdio test above speaks the 2026 protocol): the
+    """A retried remember over stdio with the initialize handshake (the big stdio test above speaks the 2026 protocol): the
     SDK makes a new ServerSession per request, and the retry is still the first answer on one connection; a
     second connection is a session of its own."""
     params = StdioServerParameters(command=sys.executable, args=["-m", "oml.services.entrypoints.cli.main", "mcp", "--transport", "stdio"],
@@ -190,7 +190,7 @@ def _http_client(url: str, key: str, mode: str = "legacy"):
 
 
 def test_http_session_is_bound_to_the_key_that_opened_it(world, http_server):
-    """Issue 13.3: tenant B's key on a session tenant A's key opened is answered 404, as if there were no session."""
+    """Tenant B's key on a session tenant A's key opened is answered 404, as if there were no session."""
     other_reader = world.other.keys[world.other.key("reader").principal_id]
 
     async def run():
@@ -219,7 +219,7 @@ def test_http_session_is_bound_to_the_key_that_opened_it(world, http_server):
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 def test_remember_without_a_key_is_deduplicated_per_session(world, http_server, mode):
-    """Issue 13.6: a retried identical ``remember`` in one session makes one claim; another session makes its own.
+    """A retried identical ``remember`` in one session makes one claim; another session makes its own.
 
     The sessionless 2026 protocol has no session: the key is the scope, so a later connection replays too.
     """

@@ -1,4 +1,4 @@
-"""The ONNX query embedding (workers/index/onnx_embedding.py; issue 18 item 5): the real bundled model, exported with the
+"""The ONNX query embedding (workers/index/onnx_embedding.py): the real bundled model, exported with the
 installed torch, against sentence-transformers on real LoCoMo text; the export cache; the query LRU."""
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def test_export_is_cached_and_redone_when_the_sidecar_digest_differs(onnx, cache
 
 def test_a_changed_or_truncated_model_file_is_exported_again_not_loaded(onnx, cache):
     # The sidecar names the exported file's own SHA-256: a file edited after it was written (another process, a
-    # shared cache, a disk error) is never loaded as the query model (hostile review, wave 2).
+    # shared cache, a disk error) is never loaded as the query model.
     model = embedding.model_path(None)
     target = cache / ox.ONNX_NAME
     good = target.read_bytes()

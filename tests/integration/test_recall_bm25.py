@@ -1,4 +1,4 @@
-"""The BM25 lexical leg (issue 18 item 3): the same ids, in the same order, as a plain BM25 computed here.
+"""The BM25 lexical leg: the same ids, in the same order, as a plain BM25 computed here.
 
 Real PostgreSQL, the real indexer and the real read path (``Recaller(lexical="bm25")``). The reference
 takes each document's lexemes and positions from PostgreSQL's own parser (``to_tsvector('english', …)``,
@@ -95,7 +95,7 @@ def test_bm25_function_refuses_without_a_tenant(ctx, kit):
 def test_bm25_scores_ignore_rows_outside_the_readers_scope(ctx):
     """N, avgdl and df come from the rows the read admits (61_bm25.sql): a reader rooted at main.eng cannot tell from
     its scores which words occur in main.hr. Two visible rows that tie on their own words still tie after rows it may
-    not read gain one of the words (hostile review, wave 2: with tenant-wide statistics they stopped tying)."""
+    not read gain one of the words (with tenant-wide statistics they stopped tying)."""
     w = make_world(ctx, "bm25-scope")
     a = w.remember("main.eng", "zephyr plans")
     b = w.remember("main.eng", "kestrel plans")

@@ -1,4 +1,4 @@
-"""Deterministic, meaningful ranking (issue 18 item 2): two ingestions of one corpus rank identically.
+"""Deterministic, meaningful ranking: two ingestions of one corpus rank identically.
 
 ``ts_rank`` gives few distinct scores, and ties used to fall to the random
 version id, so the same corpus ingested twice (here: into two tenants, in

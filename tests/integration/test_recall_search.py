@@ -177,7 +177,7 @@ def test_hnsw_whole_tenant_is_close_to_brute_force(ctx, pop):
 
 
 def test_approximate_answers_are_flagged_with_their_scan(ctx, pop):
-    # Issue 13 item 8: the HNSW path served (threshold forced to 100) says so, with the scan's parameters.
+    # The HNSW path served (threshold forced to 100) says so, with the scan's parameters.
     q = pop["q"]
     _, diag = vector_ids(ctx, pop["dense_reader"], q, 10, exact_scan_max=100)
     vec = diag["legs"]["vector"]

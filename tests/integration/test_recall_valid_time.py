@@ -1,4 +1,4 @@
-"""Valid time on the read path (issue 13 item 7): a default recall answers "valid now".
+"""Valid time on the read path: a default recall answers "valid now".
 
 A claim whose declared ``valid_to`` has passed, or whose ``valid_from`` lies
 ahead, is not served by a recall that names no ``valid_at`` — over HTTP and

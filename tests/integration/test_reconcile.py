@@ -1,4 +1,4 @@
-"""Reconciliation: every tamper case of issue 5 is found and named (real PostgreSQL, real Delta lake).
+"""Reconciliation: every tamper case is found and named (real PostgreSQL, real Delta lake).
 
 Each tamper is what someone with write access to one store can do: the
 schema owner editing Postgres rows (``owner``), or rewriting a tenant's
@@ -436,7 +436,7 @@ def test_scheduled_reconciliation_through_dramatiq(ctx, clean, tmp_path, caplog)
         worker.stop()
     reports = list(tmp_path.glob(f"reconcile-{clean.tenant}-*.json"))
     assert len(reports) == 1
-    # A scheduled run says that it started, its verdict and where its report is (issue 15.7).
+    # A scheduled run says that it started, its verdict and where its report is.
     said = [r.getMessage() for r in caplog.records if r.name == "oml.workers.reconcile.reconciler"]
     assert f"reconcile: tenant {clean.tenant}: started" in said
     assert any(m.startswith(f"reconcile: tenant {clean.tenant}: OK") and str(reports[0]) in m for m in said), said

@@ -1,4 +1,4 @@
-"""Reads from a real PostgreSQL hot standby (issue 16, item 1).
+"""Reads from a real PostgreSQL hot standby.
 
 The standby is built by the test from the test server with its own
 ``pg_basebackup`` and runs as a second postmaster. Covered here: reads go to

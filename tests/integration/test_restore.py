@@ -1,4 +1,4 @@
-"""Restoring a dump taken before an erasure (issue 6: refuses reads until `oml restore reapply-erasures`, then serves nothing of the claim).
+"""Restoring a dump taken before an erasure (it refuses reads until `oml restore reapply-erasures`, then serves nothing of the claim).
 
 The "backup" is ``pg_dump -Fc`` of the test database with the embedded
 server's own binaries (or ``CREATE DATABASE … TEMPLATE`` on a server without

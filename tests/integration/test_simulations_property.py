@@ -1,4 +1,4 @@
-"""Property: a simulation is invisible outside its audience (seeds/retrieval.md, the simulation read predicate).
+"""Property: a simulation is invisible outside its audience (docs/simulations.md, "The read path").
 
 For random interleavings of real acts (submit, promote, reject, supersede,
 derive, demote, erase) and simulated acts (open with a random audience,

@@ -1,4 +1,4 @@
-"""The test-backend switch (issue 17 item 1): ``OML_TEST_BACKEND=containers`` and its embedded fallback.
+"""The test-backend switch: ``OML_TEST_BACKEND=containers`` and its embedded fallback.
 
 The switch's own tests run on any machine: with no Docker engine the
 session falls back to the embedded servers and says why (report header and

@@ -1,4 +1,4 @@
-"""OpenTelemetry spans across HTTP → admission → journal and recall → SQL legs → decrypt (issue 17, item 5).
+"""OpenTelemetry spans across HTTP → admission → journal and recall → SQL legs → decrypt.
 
 Spans go to the SDK's in-memory exporter through OML's own provider
 (services/runtime/tracing.py); the test checks the span names, their parent links,

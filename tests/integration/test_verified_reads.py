@@ -1,4 +1,4 @@
-"""Verified reads (issue 12 item 3; docs/security-model.md, "Verified reads").
+"""Verified reads (docs/security-model.md, "Verified reads").
 
 A status forged directly in PostgreSQL is first refused by the authority
 guard (97_authority_guards.sql), as ``oml_admission`` (which holds UPDATE on

@@ -1,4 +1,4 @@
-"""The fast RFC 8785 encoder agrees byte for byte with the ``rfc8785`` library (issue 14, item 2).
+"""The fast RFC 8785 encoder agrees byte for byte with the ``rfc8785`` library.
 
 A Hypothesis differential test over the JSON subset OML writes — strings
 (including non-BMP code points, escapes and control characters), integers up

@@ -1,4 +1,4 @@
-"""The chain verifier against tampering, re-signing and bad rotations (DESIGN.md, Formats/Journal).
+"""The chain verifier against tampering, re-signing and bad rotations (docs/design.md §The journal; docs/journal-format.md).
 
 Pure: rows come from the known-answer vectors (domain/vectors.py) and are
 altered in memory; tests/integration/test_admission_tamper.py does the same

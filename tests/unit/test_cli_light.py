@@ -1,4 +1,4 @@
-"""Fast start (issue 15.2): importing the CLI and ``oml --help`` load no torch, sentence-transformers, ONNX Runtime, deltalake or FastAPI.
+"""Fast start: importing the CLI and ``oml --help`` load no torch, sentence-transformers, ONNX Runtime, deltalake or FastAPI.
 
 Checked in a fresh interpreter by module presence, not by timing.
 """

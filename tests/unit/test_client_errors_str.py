@@ -1,4 +1,4 @@
-"""`str(exc)` of the Python client names the field(s) a problem points at (issue 15.4), never a value."""
+"""`str(exc)` of the Python client names the field(s) a problem points at, never a value."""
 from oml.client.errors import InvalidRequest, OMLProblem
 
 

@@ -1,4 +1,4 @@
-"""The HPKE sender in two steps (domain/envelope.py: encapsulate + wrap_encapsulated; issue 14)."""
+"""The HPKE sender in two steps (domain/envelope.py: encapsulate + wrap_encapsulated)."""
 from __future__ import annotations
 
 import os
@@ -68,7 +68,7 @@ def test_a_small_order_public_key_is_refused():
 
 @pytest.mark.parametrize("share", [1, 3, 10])
 def test_wrap_many_shares_an_encapsulation_and_each_dek_opens_under_its_own_info(share):
-    """wrap_many (docs/decisions.md T20): each wrap is RFC 9180 output that cryptography's HPKE opens with its own
+    """wrap_many: each wrap is RFC 9180 output that cryptography's HPKE opens with its own
     info and no other; at most ``share`` wraps share an enc, consecutive ones, and with 1 none do."""
     recipient = X25519PrivateKey.generate()
     pub, sk = envelope.x25519_public_raw(recipient), recipient.private_bytes_raw()

@@ -1,4 +1,4 @@
-"""The erasure inventory as declared (DESIGN.md, Erasure): exactly its copy classes, each fully described."""
+"""The erasure inventory as declared (docs/design.md §Erasure): exactly its copy classes, each fully described."""
 import datetime as dt
 
 import pytest
@@ -10,7 +10,7 @@ DESIGN_CLASSES = [
     "freed_pages_and_statistics", "subject_hmacs", "read_log", "journal", "idempotency_records",
     "outbox_and_messages", "evidence_exports", "logs", "wal_and_backups",
 ]
-# Added since DESIGN.md with the index-time context window (issue 18; docs/recall.md), next to the search index
+# Added with the index-time context window (docs/recall.md), next to the search index
 # rows it serves.
 INDEX_CONTEXT_CLASSES = ["context_threads"]
 
@@ -68,3 +68,10 @@ def test_inventory_module_is_pure():
     names = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | {
         a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert not any(m and (m.startswith("oml.services") or m.startswith("oml.workers") or m in ("sqlalchemy", "os")) for m in names)
+
+
+def test_the_erasure_report_has_one_section_per_class():
+    """services/erasure/report.py gathers each class's evidence in a section of its own, in the inventory's order."""
+    from oml.services.erasure import report
+
+    assert list(report.SECTIONS) == [c.key for c in inv.INVENTORY]

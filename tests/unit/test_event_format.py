@@ -1,6 +1,6 @@
-"""Strict parsing of stored event bytes (domain/event_format.py; issue 12, item 2).
+"""Strict parsing of stored event bytes (domain/event_format.py).
 
-Each rule of DESIGN.md's Formats section has a mutation here that the
+Each rule of docs/journal-format.md, "Strict parsing", has a mutation here that the
 parser refuses, naming seq, field and rule; and the chain verifier used by
 ``oml journal verify`` (and ``oml restore``) refuses the same bytes even
 when they are hashed and signed by the tenant's real key, which the old
@@ -199,7 +199,7 @@ def test_kind_is_checked_by_event_type():
 
 def test_hostile_member_names_leave_nothing_behind():
     """Paths named in findings are built on demand; only short member names' verdicts are cached, so deep nesting
-    under long names (a forged event read by a long-running reconciler) does not stay in memory (hostile review)."""
+    under long names (a forged event read by a long-running reconciler) does not stay in memory."""
     import tracemalloc
 
     from oml.domain import event_format as ef

@@ -1,4 +1,4 @@
-"""Mutations of genuine evidence archives, re-signed with the key the auditor trusts (issue 12, "Must show").
+"""Mutations of genuine evidence archives, re-signed with the key the auditor trusts.
 
 Each mutation breaks one rule of strict parsing or of authority and then
 rebuilds *everything* an insider holding the tenant's signing key would:

@@ -1,4 +1,4 @@
-"""summary.html reads as prose (issue 15.6): no Python "None", and "1 key event", not "1 key events"."""
+"""summary.html reads as prose: no Python "None", and "1 key event", not "1 key events"."""
 from oml.services.audit.evidence.summary import render
 
 

@@ -1,4 +1,4 @@
-"""Home discovery (issue 15.1): OML_HOME, else the nearest .oml up the tree, else the per-user data dir; never silent."""
+"""Home discovery: OML_HOME, else the nearest .oml up the tree, else the per-user data dir; never silent."""
 from __future__ import annotations
 
 import subprocess

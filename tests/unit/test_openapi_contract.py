@@ -1,4 +1,4 @@
-"""The OpenAPI document declares the error contract, and the app keeps it (issue 13.10).
+"""The OpenAPI document declares the error contract, and the app keeps it.
 
 Runs without PostgreSQL: the app is built on a context that never connects,
 and every request here is refused before any route touches the database.

@@ -14,7 +14,7 @@ def test_every_operation_is_rendered():
     for must in ("POST /v1/claims:batch", "GET /v1/review-queue", "POST /v1/keys/rotate", "POST /v1/principals/{principal_id}/revoke"):
         assert f"### `{must}`" in md
     assert "Unknown fields are refused." in md and "Idempotency-Key" in md
-    # The error contract (issue 13.10) and the retry rule for raw callers (issue 13.6) are stated.
+    # The error contract and the retry rule for raw callers are stated.
     for status in ("401", "403", "404", "409", "413", "422", "default"):
         assert f"| {status} |" in md
     assert "security scheme `bearer`" in md and "Without the header a retry is a second write" in md

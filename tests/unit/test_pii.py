@@ -96,7 +96,7 @@ def test_multiple_findings_sorted_by_offset() -> None:
 
 def test_phone_regions() -> None:
     text = "ring 020 7946 0958"
-    # Regression (issue 13): the default used to be the US alone, so this UK number was admitted.
+    # Regression: the default used to be the US alone, so this UK number was admitted.
     assert spans(text) == [("phone", "020 7946 0958")]
     assert spans(text, phone_regions=["US"]) == []  # national UK format is not a valid US number
     assert spans(text, phone_regions=["GB"]) == [("phone", "020 7946 0958")]
@@ -380,7 +380,7 @@ def test_classify_body_never_raises(body: dict[str, object]) -> None:
         assert f.kind in KINDS and 0 <= f.start < f.end
 
 
-# ---------------------------------------------------------------- issue 13: evasion and false alarms
+# ---------------------------------------------------------------- evasion and false alarms
 # Each row: text, the exact ORIGINAL substring the finding must cover, kind.
 # Offsets are into the text as submitted, not into the normalised view.
 
@@ -409,7 +409,7 @@ EVASIONS = [
      "\uff14\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11", "payment_card"),
     ("pay gb82 west 1234 5698 7654 32 now", "gb82 west 1234 5698 7654 32", "iban"),  # lower case
     ("pay GB82\u2009WEST\u20091234\u20095698\u20097654\u200932 now", "GB82\u2009WEST\u20091234\u20095698\u20097654\u200932", "iban"),
-    ("pay GB82-WEST-1234-5698-7654-32 now", "GB82-WEST-1234-5698-7654-32", "iban"),  # hostile review X5
+    ("pay GB82-WEST-1234-5698-7654-32 now", "GB82-WEST-1234-5698-7654-32", "iban"),  # dashes
     ("pay GB82.WEST.1234.5698.7654.32 now", "GB82.WEST.1234.5698.7654.32", "iban"),
     ("ssn 536\u201190\u20114399 here", "536\u201190\u20114399", "national_id"),
     ("ssn 536\u00ad-90-4399 here", "536\u00ad-90-4399", "national_id"),
@@ -473,7 +473,7 @@ PER_KIND_POSITIVE = [
 ]
 
 PER_KIND_NEGATIVE = [
-    # identifiers, not phones (issue 13 false alarms)
+    # identifiers, not phones (false alarms)
     "Incident INC-4155550134 resolved",
     "Order 4155550134 shipped.",
     "order #4155550134 shipped",
@@ -560,7 +560,7 @@ def test_normalised_view_offsets_property_on_hostile_mix() -> None:
         assert text[f.start] != "\u200b" and text[f.end - 1] != "\u200b"
 
 
-# ---- the cheap gates change no result (issue 14) -------------------------------
+# ---- the cheap gates change no result -------------------------------
 
 
 def _min_digits(parsed) -> int:

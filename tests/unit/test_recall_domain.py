@@ -329,7 +329,7 @@ def test_locomo_evidence_ids_are_normalised():
 
 
 def test_every_read_path_statement_names_the_tenant():
-    """Besides RLS, every statement on a tenant table names tenant_id (partition pruning, DESIGN.md)."""
+    """Besides RLS, every statement on a tenant table names tenant_id (partition pruning under RLS)."""
     import pathlib
     import re
 

@@ -1,4 +1,4 @@
-"""Admission's signer signs through libsodium; the signatures are OpenSSL's, byte for byte (issue 14, T15)."""
+"""Admission's signer signs through libsodium; the signatures are OpenSSL's, byte for byte."""
 from __future__ import annotations
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey

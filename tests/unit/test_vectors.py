@@ -1,4 +1,4 @@
-"""Known-answer vectors (DESIGN.md, Formats): fixed keys, ids and times give fixed bytes.
+"""Known-answer vectors (docs/journal-format.md): fixed keys, ids and times give fixed bytes.
 
 The literals below were produced once by ``python -m oml.domain.vectors``;
 they pin the formats so a change to canonical encoding, chain linking,

@@ -1,4 +1,4 @@
-"""Context windows in the oml-indexer (issue 18 item 1; rules in ``domain/context_window.py``).
+"""Context windows in the oml-indexer (rules in ``domain/context_window.py``; docs/recall.md).
 
 A claim whose current tip declares ``{"thread", "position"}`` gets a row in
 ``index_threads`` (31_index_context.sql): the thread's digest, the position,

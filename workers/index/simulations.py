@@ -1,4 +1,4 @@
-"""oml-indexer, simulation part: per-simulation FTS and vector rows (DESIGN.md, Simulations; docs/simulations.md).
+"""oml-indexer, simulation part: per-simulation FTS and vector rows (docs/design.md §Simulations; docs/simulations.md).
 
 Credentials: exactly the indexer's (``workers/index/indexer.py``): the
 ``oml_indexer`` database role (reads the journal, ``claims``,

@@ -1,4 +1,4 @@
-"""Lake purge: erased ciphertext out of the Delta ``bodies`` table, proved by listing storage (DESIGN.md, Erasure).
+"""Lake purge: erased ciphertext out of the Delta ``bodies`` table, proved by listing storage (docs/design.md §Erasure).
 
 Credentials: the ``oml_lake_writer`` database role (SELECT on ``artifacts``
 ids, digests and ``purged_seq``, on the journal, and its cursor rows) and

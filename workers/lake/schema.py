@@ -1,4 +1,4 @@
-"""Delta table layout of the lake (DESIGN.md, Outbox and workers; docs/lake.md).
+"""Delta table layout of the lake (docs/design.md §Outbox and workers; docs/lake.md).
 
 Three tables under the lake URI, each partitioned by ``tenant_id``, written
 only by the lake-writer and read by the reconciler, erasure and any Delta

@@ -1,4 +1,4 @@
-"""lake-writer: journal rows, checkpoints and body ciphertext, verbatim, into Delta Lake (DESIGN.md, Outbox and workers).
+"""lake-writer: journal rows, checkpoints and body ciphertext, verbatim, into Delta Lake (docs/design.md §Outbox and workers).
 
 Credentials: the ``oml_lake_writer`` database role (SELECT on the journal,
 checkpoints, chain heads and artifacts; its own cursor and poison rows) and
@@ -31,7 +31,7 @@ delta-rs' conflict check sees the other writer's commit carrying the same
 application-transaction id and refuses ours (``CommitFailedError``,
 "Concurrent transaction"), and the writer re-reads the record instead of
 committing again (measured: 0 duplicates; committing by URI re-read the
-newest version and copied 4 rows twice; FIELD-NOTES.md, Delta Lake).
+newest version and copied 4 rows twice; docs/lake.md).
 
 A stalled writer cannot stall its tenant. The lock is a lease: the holder
 sets ``idle_in_transaction_session_timeout`` to ``lake_lease_s``
@@ -254,7 +254,7 @@ class Batch(NamedTuple):
 
 def _arrow(schema: pa.Schema, rows: list[tuple]) -> pa.Table:
     """``rows`` (tuples in ``schema``'s column order) as an Arrow table: one array per column, built from the
-    transposed rows (a Python dict per row cost more than the Delta commit; issue 14)."""
+    transposed rows (a Python dict per row cost more than the Delta commit)."""
     return pa.Table.from_arrays([pa.array(col, type=f.type) for col, f in zip(zip(*rows), schema)], schema=schema)
 
 
@@ -296,7 +296,7 @@ def record_lock_wait(ctx: "Context", tenant: str) -> None:
 
 def _fetch(conn: sa.Connection, sql: str, params: dict[str, Any]) -> list[tuple]:
     """``sql``'s rows as plain tuples, read in ``conn``'s transaction on its driver connection with binary results:
-    bytea arrives as its bytes (not hex text) and no SQLAlchemy row is built per row (issue 14)."""
+    bytea arrives as its bytes (not hex text) and no SQLAlchemy row is built per row."""
     with pipelined.wrapped(sql), conn.connection.driver_connection.cursor(binary=True) as cur:
         cur.execute(sql, params)
         return cur.fetchall()

@@ -1,4 +1,4 @@
-"""Reconciler: proves PostgreSQL, the lake and the chain agree (DESIGN.md, Audit: Reconciliation).
+"""Reconciler: proves PostgreSQL, the lake and the chain agree (docs/design.md §Audit: Reconciliation).
 
 **Credentials.** Connects to PostgreSQL as ``oml_reconciler`` only: SELECT on
 the journal, chain heads, checkpoints, the Merkle frontier, the projection

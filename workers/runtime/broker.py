@@ -1,4 +1,4 @@
-"""Dramatiq broker for the outbox workers (DESIGN.md, Outbox and workers; docs/workers.md).
+"""Dramatiq broker for the outbox workers (docs/design.md §Outbox and workers; docs/workers.md).
 
 ``OML_REDIS_URL`` set → :class:`dramatiq.brokers.redis.RedisBroker` (shared by
 every ``oml worker`` process); unset → an in-process

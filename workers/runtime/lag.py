@@ -1,4 +1,4 @@
-"""How far each outbox consumer is behind each tenant's journal head (DESIGN.md, Outbox and workers; docs/workers.md).
+"""How far each outbox consumer is behind each tenant's journal head (docs/design.md §Outbox and workers; docs/workers.md).
 
 ``lag = chain head seq − consumer cursor seq`` per (consumer, tenant). For
 the indexer the cursor moves in the same transaction as its rows, so the lag

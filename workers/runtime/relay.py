@@ -1,4 +1,4 @@
-"""The outbox relay: undispatched outbox rows → Dramatiq wake-ups (DESIGN.md, Outbox and workers).
+"""The outbox relay: undispatched outbox rows → Dramatiq wake-ups (docs/design.md §Outbox and workers).
 
 Credentials: the ``oml_relay`` database role only (SELECT/UPDATE/DELETE on
 ``outbox`` across tenants — ids and seqs only — and the tenant list) and the
@@ -13,7 +13,7 @@ fails rolls the claim back, so the rows are retried; a commit that fails
 after sending re-sends later: delivery is at least once, and consumers treat
 a message as a wake-up only. Claiming by ``dispatched_at IS NULL`` rather
 than ``id > last`` is what keeps a row whose id was taken before a later
-row committed from being skipped across tenants (FIELD-NOTES, Outbox).
+row committed from being skipped across tenants (docs/workers.md, "Ordering").
 
 The relay sleeps on ``LISTEN oml_outbox`` (admission NOTIFYs in the append
 transaction) with a polling fallback, and periodically deletes dispatched

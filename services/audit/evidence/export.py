@@ -1,4 +1,4 @@
-"""Evidence export (auditor): one signed archive that verifies offline (DESIGN.md, Audit; docs/evidence-format.md).
+"""Evidence export (auditor): one signed archive that verifies offline (docs/design.md §Audit; docs/evidence-format.md).
 
 ``export(ctx, tenant, from_seq, to_seq, …)``:
 
@@ -213,55 +213,19 @@ def assemble(*, tenant: str, from_seq: int, to_seq: int, rows: list[JournalRow],
         raise ValueError("assemble: a registry snapshot is needed exactly when from_seq > 1")
     cp = parse_checkpoint(checkpoint_note)
     prev = parse_checkpoint(previous_checkpoint) if previous_checkpoint is not None else None
-    keys = audit.KeyHistory(tenant)
-    for r in key_rows:
-        found, ev = audit.check_event(tenant, r, keys)
-        if found or ev is None:
-            raise OMLError("proof.chain_mismatch", "a key event in the journal does not verify", 409, {"seq": r.seq})
-        keys.register(r.seq, ev["type"], ev.get("data") or {})
-
+    keys = _key_history(tenant, key_rows)
     signer_key = keys.checkpoint_key(cp.size)
     if signer_key is None or audit.check_checkpoint(tenant, checkpoint_note, keys)[1] is not None:
         raise OMLError("proof.chain_mismatch", "the pinned checkpoint is not signed by the key current at its size", 409)
-    anchor_seqs = sorted(r.seq for r in anchor_rows)
-    files: dict[str, bytes] = {}
-    files[fmt.CHECKPOINT] = checkpoint_note
-    files[fmt.JOURNAL] = b"".join(fmt.row_line(r) for r in rows)
-    files[fmt.KEY_EVENTS] = b"".join(fmt.row_line(r) for r in key_rows)
-    files[fmt.KEYS] = canonical(keys.describe())
-    for k in keys.keys:
-        files[fmt.key_pem_name(k.kid)] = fmt.public_key_pem(k.public_key)
-    if keys.recovery is not None:
-        files[fmt.key_pem_name(signing.kid(keys.recovery))] = fmt.public_key_pem(keys.recovery)
     registry_rows = registry.rows if registry is not None else []
-    for seq in sorted({r.seq for r in rows} | {r.seq for r in key_rows} | set(anchor_seqs) | {r.seq for r in registry_rows}):
+    files = _journal_files(checkpoint_note, rows, key_rows, keys)
+    for seq in sorted({r.seq for r in rows} | {r.seq for r in key_rows} | {r.seq for r in anchor_rows} | {r.seq for r in registry_rows}):
         files[fmt.proof_name(seq)] = format_inclusion_proof(seq - 1, tree.inclusion_proof(seq - 1, cp.size), checkpoint_note)
-
-    prev_json = None
-    if prev is not None:
-        key = keys.checkpoint_key(prev.size)
-        found = audit.check_checkpoint(tenant, previous_checkpoint, keys)[1]
-        if found is not None or key is None:
-            raise OMLError("evidence.previous_checkpoint_invalid",
-                           "the previous checkpoint is not signed by the key this chain registered for its size", 422)
-        if prev.size == 0 or tree.root(prev.size) != prev.root:
-            raise OMLError("evidence.previous_checkpoint_inconsistent", "the chain does not extend the previous checkpoint", 409,
-                           {"previous_size": prev.size})
-        files[fmt.PREVIOUS] = bytes(previous_checkpoint)
-        files[fmt.CONSISTENCY] = format_consistency_proof(tree.consistency_proof(prev.size, cp.size))
-        prev_json = {"file": fmt.PREVIOUS, "tree_size": prev.size, "root": prev.root.hex(), "consistency_file": fmt.CONSISTENCY}
-
+    prev_json = _previous(files, tenant, previous_checkpoint, prev, keys, tree, cp.size) if prev is not None else None
     recon, erasures = fmt.outcome_records(rows)
     files[fmt.RECONCILIATIONS] = canonical(recon)
     files[fmt.ERASURES] = canonical(erasures)
-
-    files[fmt.READLOG_BATCHES] = fmt.jsonl([{
-        "batch_no": b.batch_no, "first_read_id": b.first_read_id, "last_read_id": b.last_read_id, "count": b.count,
-        "digest": b.digest.hex(), "anchored_seq": b.anchored_seq, "members": base64.b64encode(b.members).decode("ascii"),
-        "first_at": format_time(b.first_at) if b.first_at else None, "last_at": format_time(b.last_at) if b.last_at else None,
-    } for b in readlog_batches])
-    files[fmt.READLOG_EVENTS] = fmt.jsonl([{"batch_no": bno, **row.as_object()} for bno, row in readlog_reads])
-    files[fmt.READLOG_ANCHORS] = b"".join(fmt.row_line(r) for r in anchor_rows)
+    _readlog_files(files, readlog_batches, readlog_reads, anchor_rows)
     registry_json = None
     if registry is not None:
         files[fmt.REGISTRY] = canonical(registry.registry.to_json())
@@ -286,6 +250,71 @@ def assemble(*, tenant: str, from_seq: int, to_seq: int, rows: list[JournalRow],
         "files": {},
     }
     files[fmt.SUMMARY] = summary.render(manifest, rows, keys.describe(), recon, erasures, readlog_batches).encode("utf-8")
+    manifest_bytes = _seal(files, manifest, signer_key, sign)
+    return archive.pack(files), manifest, manifest_bytes
+
+
+def _key_history(tenant: str, key_rows: list[JournalRow]) -> audit.KeyHistory:
+    """The tenant's signing keys from its key events, each verified; ``proof.chain_mismatch`` (409) if one does not."""
+    keys = audit.KeyHistory(tenant)
+    for r in key_rows:
+        found, ev = audit.check_event(tenant, r, keys)
+        if found or ev is None:
+            raise OMLError("proof.chain_mismatch", "a key event in the journal does not verify", 409, {"seq": r.seq})
+        keys.register(r.seq, ev["type"], ev.get("data") or {})
+    return keys
+
+
+def _journal_files(checkpoint_note: bytes, rows: list[JournalRow], key_rows: list[JournalRow],
+                   keys: audit.KeyHistory) -> dict[str, bytes]:
+    """The pinned checkpoint, the events in range, the key events and the keys they register."""
+    files: dict[str, bytes] = {}
+    files[fmt.CHECKPOINT] = checkpoint_note
+    files[fmt.JOURNAL] = b"".join(fmt.row_line(r) for r in rows)
+    files[fmt.KEY_EVENTS] = b"".join(fmt.row_line(r) for r in key_rows)
+    files[fmt.KEYS] = canonical(keys.describe())
+    for k in keys.keys:
+        files[fmt.key_pem_name(k.kid)] = fmt.public_key_pem(k.public_key)
+    if keys.recovery is not None:
+        files[fmt.key_pem_name(signing.kid(keys.recovery))] = fmt.public_key_pem(keys.recovery)
+    return files
+
+
+def _previous(files: dict[str, bytes], tenant: str, previous_checkpoint: bytes, prev, keys: audit.KeyHistory,
+              tree: merkle.MerkleTree, size: int) -> dict[str, Any]:
+    """Add the auditor's previous checkpoint (``prev``, parsed) and the consistency proof from it to ``size`` to
+    ``files``; returns its manifest entry.
+
+    Raises ``evidence.previous_checkpoint_invalid`` (422) for a checkpoint this chain's keys did not sign, and
+    ``evidence.previous_checkpoint_inconsistent`` (409) for one the chain does not extend."""
+    key = keys.checkpoint_key(prev.size)
+    found = audit.check_checkpoint(tenant, previous_checkpoint, keys)[1]
+    if found is not None or key is None:
+        raise OMLError("evidence.previous_checkpoint_invalid",
+                       "the previous checkpoint is not signed by the key this chain registered for its size", 422)
+    if prev.size == 0 or tree.root(prev.size) != prev.root:
+        raise OMLError("evidence.previous_checkpoint_inconsistent", "the chain does not extend the previous checkpoint", 409,
+                       {"previous_size": prev.size})
+    files[fmt.PREVIOUS] = bytes(previous_checkpoint)
+    files[fmt.CONSISTENCY] = format_consistency_proof(tree.consistency_proof(prev.size, size))
+    return {"file": fmt.PREVIOUS, "tree_size": prev.size, "root": prev.root.hex(), "consistency_file": fmt.CONSISTENCY}
+
+
+def _readlog_files(files: dict[str, bytes], batches: list, reads: list, anchor_rows: list[JournalRow]) -> None:
+    """Add the read-log batches, their reads and their anchor events to ``files``."""
+    files[fmt.READLOG_BATCHES] = fmt.jsonl([{
+        "batch_no": b.batch_no, "first_read_id": b.first_read_id, "last_read_id": b.last_read_id, "count": b.count,
+        "digest": b.digest.hex(), "anchored_seq": b.anchored_seq, "members": base64.b64encode(b.members).decode("ascii"),
+        "first_at": format_time(b.first_at) if b.first_at else None, "last_at": format_time(b.last_at) if b.last_at else None,
+    } for b in batches])
+    files[fmt.READLOG_EVENTS] = fmt.jsonl([{"batch_no": bno, **row.as_object()} for bno, row in reads])
+    files[fmt.READLOG_ANCHORS] = b"".join(fmt.row_line(r) for r in anchor_rows)
+
+
+def _seal(files: dict[str, bytes], manifest: dict[str, Any], signer_key, sign: Callable[[str, bytes], bytes]) -> bytes:
+    """Digest every file into ``SHA256SUMS`` and the manifest, sign the manifest and add both; the manifest's bytes.
+
+    Raises ``evidence.signing_failed`` (500) when the signature does not verify under the signer's key."""
     digests = {n: fmt.sha256_hex(d) for n, d in files.items()}
     files[fmt.SUMS] = fmt.sums_text(digests)
     digests[fmt.SUMS] = fmt.sha256_hex(files[fmt.SUMS])
@@ -296,4 +325,4 @@ def assemble(*, tenant: str, from_seq: int, to_seq: int, rows: list[JournalRow],
         raise OMLError("evidence.signing_failed", "the signer's manifest signature does not verify", 500)
     files[fmt.MANIFEST] = manifest_bytes
     files[fmt.MANIFEST_SIG] = base64.b64encode(sig) + b"\n"
-    return archive.pack(files), manifest, manifest_bytes
+    return manifest_bytes

@@ -1,7 +1,7 @@
 """Byte formats inside an evidence archive (docs/evidence-format.md). Pure: standard library + ``oml.domain``.
 
 Journal lines (``journal.jsonl``, ``key-events.jsonl``, ``readlog/anchors.jsonl``)
-follow DESIGN.md, Formats, "Evidence archive rows": one JCS object per line,
+follow docs/evidence-format.md: one JCS object per line,
 ``\\n``-terminated, with exactly the members ``seq`` (integer),
 ``canonical`` (standard base64 of the stored event bytes), ``hash`` and
 ``prev_hash`` (lowercase hex of the 32-byte chain hashes), ``signature``

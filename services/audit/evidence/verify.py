@@ -1,4 +1,4 @@
-"""Offline verification of an evidence archive (DESIGN.md, Audit; docs/evidence-format.md).
+"""Offline verification of an evidence archive (docs/design.md §Audit; docs/evidence-format.md).
 
 Needs no database and no network: the standard library, ``cryptography``
 and ``oml.domain``. Trust comes only from the caller:
@@ -108,20 +108,81 @@ def verify(data: bytes, *, trusted_key: str | None = None, previous_checkpoint: 
     return rep
 
 
+@dataclass
+class _Archive:
+    """One run of the checks: the archive, the caller's trust, and what each check established for the next."""
+
+    rep: Report
+    data: bytes
+    anchor: str | None
+    prev_note: bytes | None
+    files: dict[str, bytes] = field(default_factory=dict)
+    mbytes: bytes = b""
+    manifest: dict[str, Any] = field(default_factory=dict)
+    tenant: str = ""
+    lo: int = 0
+    hi: int = 0
+    size: int = 0
+    cpm: dict[str, Any] = field(default_factory=dict)
+    ids: EventIds = field(default_factory=EventIds)  # event_id is unique across every row the archive holds
+    keys: audit.KeyHistory | None = None
+    key_rows: list[JournalRow] = field(default_factory=list)
+    signer: Any = None
+    note: bytes = b""
+    cp: Any = None
+    rows: list[JournalRow] = field(default_factory=list)
+    recon: list = field(default_factory=list)
+    erased: list = field(default_factory=list)
+    anchors: list[str] = field(default_factory=list)
+
+    def ok(self, line: str) -> None:
+        self.rep.checks.append(line)
+
+    def receipt(self, r: JournalRow, where: str) -> None:
+        """Check the inclusion receipt of row ``r`` (from file ``where``) against the pinned checkpoint."""
+        name = fmt.proof_name(r.seq)
+        body = self.files.get(name)
+        if body is None:
+            raise Failure(f"{name} (receipt for {where} seq {r.seq}) is missing")
+        try:
+            p = parse_inclusion_proof(body)
+        except ProofFormatError as exc:
+            raise Failure(f"{name}: {exc}") from None
+        if p.checkpoint_note != self.note:
+            raise Failure(f"{name}: the embedded checkpoint is not the pinned checkpoint")
+        if p.index != r.seq - 1 or p.extra:
+            raise Failure(f"{name}: index must be {r.seq - 1} and extra empty")
+        try:
+            merkle.verify_inclusion(merkle.event_leaf(r.hash), p.index, self.size, p.hashes, self.cp.root)
+        except ProofError as exc:
+            raise Failure(f"{name}: {exc}") from None
+
+
 def _verify(rep: Report, data: bytes, anchor: str | None, prev_note: bytes | None) -> None:
-    ok = rep.checks.append
-    if anchor is not None and (len(anchor) != 64 or any(c not in "0123456789abcdef" for c in anchor)):
+    """Run the checks in order; the first failure raises :class:`Failure` and stops the run."""
+    a = _Archive(rep, data, anchor, prev_note)
+    for check in (_trusted_key, _container, _range, _key_history, _manifest_signature, _pinned_checkpoint, _events,
+                  _receipts, _authority, _previous_checkpoints, _read_log, _outcomes, _counts):
+        check(a)
+    rep.anchored, rep.anchors = bool(a.anchors), a.anchors
+
+
+def _trusted_key(a: _Archive) -> None:
+    if a.anchor is not None and (len(a.anchor) != 64 or any(c not in "0123456789abcdef" for c in a.anchor)):
         raise Failure("--trusted-key must be a 64-hex SHA-256 fingerprint")
-    # -- container and digests
+
+
+def _container(a: _Archive) -> None:
+    """The tar is canonical, the manifest strict and complete, and every other file has its listed SHA-256."""
     try:
-        members = archive.read(data)
+        members = archive.read(a.data)
     except archive.ArchiveError as exc:
         raise Failure(f"archive: {exc}") from None
-    files = {m.name: m.data for m in members}
+    files = a.files = {m.name: m.data for m in members}
     if [m.name for m in members[:2]] != [fmt.MANIFEST, fmt.MANIFEST_SIG]:
         raise Failure("archive: manifest.json and manifest.sig must be the first two members")
-    mbytes = files[fmt.MANIFEST]
-    manifest = _json(mbytes, "manifest.json")
+    a.mbytes = files[fmt.MANIFEST]
+    manifest = _json(a.mbytes, "manifest.json")
     if not isinstance(manifest, dict):
         raise Failure("manifest.json is not a JSON object")
     if manifest.get("format") != fmt.FORMAT:
@@ -130,6 +191,7 @@ def _verify(rep: Report, data: bytes, anchor: str | None, prev_note: bytes | Non
         fmt.check_manifest(manifest)
     except fmt.FormatError as exc:
         raise Failure(f"manifest.json: {exc}") from None
+    a.manifest = manifest
     listed = manifest.get("files")
     if not isinstance(listed, dict):
         raise Failure("manifest.json has no files object")
@@ -146,29 +208,37 @@ def _verify(rep: Report, data: bytes, anchor: str | None, prev_note: bytes | Non
             raise Failure(f"{name} is listed in the manifest but missing from the archive")
     if files.get(fmt.SUMS) != fmt.sums_text({n: d for n, d in listed.items() if n != fmt.SUMS}):
         raise Failure(f"{fmt.SUMS} does not list exactly the manifest's files and digests")
-    ok(f"archive canonical; {len(listed)} files match the manifest's SHA-256 digests")
+    a.ok(f"archive canonical; {len(listed)} files match the manifest's SHA-256 digests")
 
+
+def _range(a: _Archive) -> None:
+    """The manifest's tenant, origin, range and checkpoint size are consistent."""
+    manifest = a.manifest
     tenant = manifest.get("tenant")
     rng = manifest.get("range") or {}
-    cpm = manifest.get("checkpoint") or {}
+    a.cpm = manifest.get("checkpoint") or {}
     try:
         from oml.domain.checkpoint import oml_origin
 
         origin = oml_origin(tenant)
-        lo, hi, size = int(rng["from_seq"]), int(rng["to_seq"]), int(cpm["tree_size"])
+        lo, hi, size = int(rng["from_seq"]), int(rng["to_seq"]), int(a.cpm["tree_size"])
     except (KeyError, TypeError, ValueError):
         raise Failure("manifest.json: tenant, range or checkpoint is malformed") from None
     if manifest.get("origin") != origin or not 1 <= lo <= hi <= size:
         raise Failure("manifest.json: origin or range is inconsistent (need 1 <= from_seq <= to_seq <= checkpoint size)")
-    rep.tenant, rep.from_seq, rep.to_seq, rep.tree_size = tenant, lo, hi, size
+    a.tenant, a.lo, a.hi, a.size = tenant, lo, hi, size
+    a.rep.tenant, a.rep.from_seq, a.rep.to_seq, a.rep.tree_size = tenant, lo, hi, size
 
-    # -- key history from the anchor
+
+def _key_history(a: _Archive) -> None:
+    """``key-events.jsonl`` from tenant.created (hashes, signatures, proofs of possession, the trusted anchor), and
+    ``keys.json`` and ``keys/*.pem`` agree with it."""
+    files, tenant, size = a.files, a.tenant, a.size
     try:
-        key_rows = fmt.parse_rows(files.get(fmt.KEY_EVENTS, b""), fmt.KEY_EVENTS)
+        key_rows = a.key_rows = fmt.parse_rows(files.get(fmt.KEY_EVENTS, b""), fmt.KEY_EVENTS)
     except fmt.FormatError as exc:
         raise Failure(str(exc)) from None
-    keys = audit.KeyHistory(tenant, anchor)
-    ids = EventIds()  # event_id is unique across every row the archive holds
+    keys = a.keys = audit.KeyHistory(tenant, a.anchor)
     last = 0
     for r in key_rows:
         if r.seq <= last or r.seq > size:
@@ -176,7 +246,7 @@ def _verify(rep: Report, data: bytes, anchor: str | None, prev_note: bytes | Non
         last = r.seq
         if r.seq == 1 and r.prev_hash != genesis(tenant):
             raise Failure(f"{fmt.KEY_EVENTS} seq 1: prev_hash is not the genesis hash of {tenant}")
-        found, ev = audit.check_event(tenant, r, keys, event_ids=ids)
+        found, ev = audit.check_event(tenant, r, keys, event_ids=a.ids)
         if found:
             raise Failure(f"{fmt.KEY_EVENTS} seq {r.seq}: {found[0].detail}")
         if ev is None or ev.get("type") not in audit.KEY_EVENT_TYPES:
@@ -195,48 +265,58 @@ def _verify(rep: Report, data: bytes, anchor: str | None, prev_note: bytes | Non
     extra_pems = [n for n in files if n.startswith("keys/") and n[5:-4] not in pems]
     if extra_pems:
         raise Failure(f"{extra_pems[0]} is a key the chain never registered")
-    ok(f"key history: {len(keys.keys)} signing key(s) registered from tenant.created"
-       + (", first key matches the trusted fingerprint" if anchor else ""))
+    a.ok(f"key history: {len(keys.keys)} signing key(s) registered from tenant.created"
+         + (", first key matches the trusted fingerprint" if a.anchor else ""))
 
-    # -- manifest signature and pinned checkpoint
-    signer = keys.checkpoint_key(size)
-    sk = manifest.get("signing_key") or {}
+
+def _manifest_signature(a: _Archive) -> None:
+    """``manifest.sig`` verifies under the key current at the pinned checkpoint."""
+    signer = a.signer = a.keys.checkpoint_key(a.size)
+    sk = a.manifest.get("signing_key") or {}
     if signer is None or sk.get("kid") != signer.kid or sk.get("public_key") != signer.public_key.hex():
-        known = keys.by_kid(str(sk.get("kid")))
+        known = a.keys.by_kid(str(sk.get("kid")))
         raise Failure("manifest.sig: the manifest names signing key "
                       f"{sk.get('kid')!r}, " + ("which the chain never registered" if known is None else
                                                 f"but the key current at the pinned checkpoint is {signer.kid if signer else None}"))
     try:
-        sig = base64.b64decode(files[fmt.MANIFEST_SIG].rstrip(b"\n"), validate=True)
+        sig = base64.b64decode(a.files[fmt.MANIFEST_SIG].rstrip(b"\n"), validate=True)
     except (binascii.Error, ValueError):
         raise Failure("manifest.sig is not base64") from None
-    if files[fmt.MANIFEST_SIG] != base64.b64encode(sig) + b"\n" or len(sig) != 64:
+    if a.files[fmt.MANIFEST_SIG] != base64.b64encode(sig) + b"\n" or len(sig) != 64:
         raise Failure("manifest.sig must be the canonical base64 of a 64-byte signature and one newline")
-    if not signing.verify(signer.public_key, sig, signing.manifest_message(mbytes)):
+    if not signing.verify(signer.public_key, sig, signing.manifest_message(a.mbytes)):
         raise Failure(f"manifest.sig: the signature does not verify under key {signer.kid}")
-    ok(f"manifest signature by key {signer.kid}")
-    note = files.get(fmt.CHECKPOINT)
+    a.ok(f"manifest signature by key {signer.kid}")
+
+
+def _pinned_checkpoint(a: _Archive) -> None:
+    """``checkpoint.txt`` is signed by that key and is the checkpoint the manifest names."""
+    note = a.files.get(fmt.CHECKPOINT)
     if note is None:
         raise Failure(f"{fmt.CHECKPOINT} is missing")
-    cp, finding = audit.check_checkpoint(tenant, note, keys)
+    cp, finding = audit.check_checkpoint(a.tenant, note, a.keys)
     if finding is not None:
         raise Failure(f"{fmt.CHECKPOINT}: {finding.detail}")
-    if cp.size != size or cp.root.hex() != cpm.get("root") or cpm.get("kid") != signer.kid:
+    if cp.size != a.size or cp.root.hex() != a.cpm.get("root") or a.cpm.get("kid") != a.signer.kid:
         raise Failure(f"{fmt.CHECKPOINT}: tree size, root or kid differs from the manifest")
-    ok(f"pinned checkpoint: size {size}, signed by key {signer.kid}")
+    a.note, a.cp = note, cp
+    a.ok(f"pinned checkpoint: size {a.size}, signed by key {a.signer.kid}")
 
-    # -- events in range
+
+def _events(a: _Archive) -> None:
+    """Every event in range: strict parsing, hash, link, header, kid, signature; key events as in the key history."""
+    lo, hi = a.lo, a.hi
     try:
-        rows = fmt.parse_rows(files.get(fmt.JOURNAL, b""), fmt.JOURNAL)
+        rows = a.rows = fmt.parse_rows(a.files.get(fmt.JOURNAL, b""), fmt.JOURNAL)
     except fmt.FormatError as exc:
         raise Failure(str(exc)) from None
     if [r.seq for r in rows] != list(range(lo, hi + 1)):
         first_bad = next((i + lo for i, r in enumerate(rows) if r.seq != i + lo), lo + len(rows))
         raise Failure(f"{fmt.JOURNAL}: rows must be seq {lo}..{hi} in order; seq {first_bad} is missing or out of place")
-    scanner = audit.ChainScanner(tenant, anchor, keys=keys)
-    scanner.event_ids = ids
-    scanner.start_at(lo, genesis(tenant) if lo == 1 else rows[0].prev_hash)
-    key_by_seq = {r.seq: r for r in key_rows}
+    scanner = audit.ChainScanner(a.tenant, a.anchor, keys=a.keys)
+    scanner.event_ids = a.ids
+    scanner.start_at(lo, genesis(a.tenant) if lo == 1 else rows[0].prev_hash)
+    key_by_seq = {r.seq: r for r in a.key_rows}
     for r in rows:
         found = scanner.add(r)
         if found:
@@ -244,72 +324,62 @@ def _verify(rep: Report, data: bytes, anchor: str | None, prev_note: bytes | Non
         ev = audit.parse_event(r.canonical) or {}
         if ev.get("type") in audit.KEY_EVENT_TYPES and key_by_seq.get(r.seq) != r:
             raise Failure(f"{fmt.JOURNAL} seq {r.seq}: a key event that {fmt.KEY_EVENTS} does not hold identically")
-    ok(f"{len(rows)} events: strict format, hashes, links, headers and signatures")
+    a.ok(f"{len(rows)} events: strict format, hashes, links, headers and signatures")
 
-    # -- receipts
-    def receipt(r: JournalRow, where: str) -> None:
-        name = fmt.proof_name(r.seq)
-        body = files.get(name)
-        if body is None:
-            raise Failure(f"{name} (receipt for {where} seq {r.seq}) is missing")
-        try:
-            p = parse_inclusion_proof(body)
-        except ProofFormatError as exc:
-            raise Failure(f"{name}: {exc}") from None
-        if p.checkpoint_note != note:
-            raise Failure(f"{name}: the embedded checkpoint is not the pinned checkpoint")
-        if p.index != r.seq - 1 or p.extra:
-            raise Failure(f"{name}: index must be {r.seq - 1} and extra empty")
-        try:
-            merkle.verify_inclusion(merkle.event_leaf(r.hash), p.index, size, p.hashes, cp.root)
-        except ProofError as exc:
-            raise Failure(f"{name}: {exc}") from None
 
-    for r in rows:
-        receipt(r, fmt.JOURNAL)
-    for r in key_rows:
-        receipt(r, fmt.KEY_EVENTS)
+def _receipts(a: _Archive) -> None:
+    """Every event and key event has its inclusion receipt against the pinned checkpoint."""
+    for r in a.rows:
+        a.receipt(r, fmt.JOURNAL)
+    for r in a.key_rows:
+        a.receipt(r, fmt.KEY_EVENTS)
     # A key event inside the range is in both lists and has one receipt.
-    ok(f"{len({r.seq for r in rows} | {r.seq for r in key_rows})} inclusion receipts against the pinned checkpoint")
+    a.ok(f"{len({r.seq for r in a.rows} | {r.seq for r in a.key_rows})} inclusion receipts against the pinned checkpoint")
 
-    # -- authority: replay who was allowed to do what, from the registry at the range's start
-    registry = _registry(files, manifest.get("registry"), tenant, lo, keys, key_rows, ids, receipt)
-    replay = AuthorityReplay(tenant, registry)
-    for r in rows:
+
+def _authority(a: _Archive) -> None:
+    """Replay who was allowed to do what, from the registry at the range's start."""
+    registry = _registry(a.files, a.manifest.get("registry"), a.tenant, a.lo, a.keys, a.key_rows, a.ids, a.receipt)
+    replay = AuthorityReplay(a.tenant, registry)
+    for r in a.rows:
         found = replay.add(r.seq, audit.parse_event(r.canonical))
         if found:
             raise Failure(f"{fmt.JOURNAL} seq {found[0].seq}: authority: {found[0].rule}: {found[0].detail}")
-    ok(f"authority replay: every act in {lo}..{hi} was permitted when it was made"
-       + (f" (registry at seq {lo - 1} from {fmt.REGISTRY})" if lo > 1 else ""))
+    a.ok(f"authority replay: every act in {a.lo}..{a.hi} was permitted when it was made"
+         + (f" (registry at seq {a.lo - 1} from {fmt.REGISTRY})" if a.lo > 1 else ""))
 
-    # -- previous checkpoint
-    anchors: list[str] = []
-    if anchor:
-        anchors.append(f"tenant.created registers the key with trusted fingerprint {anchor}")
-    pm = manifest.get("previous_checkpoint")
+
+def _previous_checkpoints(a: _Archive) -> None:
+    """The archive's previous checkpoint and the caller's, each extended by the pinned one; these and the trusted
+    key are what anchor the archive."""
+    if a.anchor:
+        a.anchors.append(f"tenant.created registers the key with trusted fingerprint {a.anchor}")
+    pm = a.manifest.get("previous_checkpoint")
     if pm is not None:
-        _check_previous(files, files.get(fmt.PREVIOUS), pm, tenant, keys, cp, "the archive's previous checkpoint")
-        ok(f"consistency from the export's previous checkpoint (size {pm.get('tree_size')}) to size {size}")
-    if prev_note is not None:
-        _check_user_previous(files, pm, prev_note, tenant, keys, cp)
-        pcp = parse_checkpoint(prev_note)
-        anchors.append(f"the pinned checkpoint extends your previous checkpoint (size {pcp.size})")
-        ok("your previous checkpoint is signed by this chain's key and extended by the pinned checkpoint")
+        _check_previous(a.files, a.files.get(fmt.PREVIOUS), pm, a.tenant, a.keys, a.cp, "the archive's previous checkpoint")
+        a.ok(f"consistency from the export's previous checkpoint (size {pm.get('tree_size')}) to size {a.size}")
+    if a.prev_note is not None:
+        _check_user_previous(a.files, pm, a.prev_note, a.tenant, a.keys, a.cp)
+        pcp = parse_checkpoint(a.prev_note)
+        a.anchors.append(f"the pinned checkpoint extends your previous checkpoint (size {pcp.size})")
+        a.ok("your previous checkpoint is signed by this chain's key and extended by the pinned checkpoint")
 
-    # -- read log
-    _check_readlog(files, tenant, keys, note, cp, size, receipt, ok, ids)
 
-    # -- reconciliations and erasures
-    recon, erased = fmt.outcome_records(rows)
-    if _json(files.get(fmt.RECONCILIATIONS, b"null"), fmt.RECONCILIATIONS) != recon:
+def _outcomes(a: _Archive) -> None:
+    """The reconciliation and erasure lists are exactly those events in range."""
+    a.recon, a.erased = fmt.outcome_records(a.rows)
+    if _json(a.files.get(fmt.RECONCILIATIONS, b"null"), fmt.RECONCILIATIONS) != a.recon:
         raise Failure(f"{fmt.RECONCILIATIONS} does not list exactly the reconciliation.completed events in range")
-    if _json(files.get(fmt.ERASURES, b"null"), fmt.ERASURES) != erased:
+    if _json(a.files.get(fmt.ERASURES, b"null"), fmt.ERASURES) != a.erased:
         raise Failure(f"{fmt.ERASURES} does not list exactly the claim.erased events in range")
-    ok(f"{len(recon)} reconciliation result(s) and {len(erased)} erasure record(s) match the journal")
+    a.ok(f"{len(a.recon)} reconciliation result(s) and {len(a.erased)} erasure record(s) match the journal")
 
-    # -- manifest counts against what the files hold
-    held = {"events": len(rows), "key_events": len(key_rows), "receipts": sum(1 for n in files if n.startswith("proofs/")),
-            "reconciliations": len(recon), "erasures": len(erased)}
+
+def _counts(a: _Archive) -> None:
+    """The manifest's counts equal what the files hold."""
+    files, manifest = a.files, a.manifest
+    held = {"events": len(a.rows), "key_events": len(a.key_rows), "receipts": sum(1 for n in files if n.startswith("proofs/")),
+            "reconciliations": len(a.recon), "erasures": len(a.erased)}
     for k, n in held.items():
         if manifest["counts"][k] != n:
             raise Failure(f"manifest.json: counts.{k}: {fmt.COUNT} (the archive holds {n})")
@@ -318,8 +388,7 @@ def _verify(rep: Report, data: bytes, anchor: str | None, prev_note: bytes | Non
         n = len(fmt.parse_jsonl(files.get(name, b""), name))
         if rl[k] != n:
             raise Failure(f"manifest.json: readlog.{k}: {fmt.COUNT} (the archive holds {n})")
-    ok("manifest counts equal what the files hold")
-    rep.anchored, rep.anchors = bool(anchors), anchors
+    a.ok("manifest counts equal what the files hold")
 
 
 def _registry(files: dict[str, bytes], rm: dict | None, tenant: str, lo: int, keys, key_rows, ids: EventIds,
@@ -412,7 +481,9 @@ def _check_user_previous(files, pm: dict | None, prev_note: bytes, tenant: str, 
                       f"consistency proof from it (size {pcp.size}); ask for an export with --previous-checkpoint")
 
 
-def _check_readlog(files, tenant: str, keys, note: bytes, cp, size: int, receipt, ok, ids: EventIds) -> None:
+def _read_log(a: _Archive) -> None:
+    """Every read-log batch against its journalled anchor."""
+    files, tenant, keys, size, receipt, ok, ids = a.files, a.tenant, a.keys, a.size, a.receipt, a.ok, a.ids
     try:
         anchor_rows = fmt.parse_rows(files.get(fmt.READLOG_ANCHORS, b""), fmt.READLOG_ANCHORS)
         batches = fmt.parse_jsonl(files.get(fmt.READLOG_BATCHES, b""), fmt.READLOG_BATCHES)

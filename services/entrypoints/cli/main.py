@@ -1,4 +1,4 @@
-"""``oml``: every operator, auditor and developer command (docs/design.md, Interfaces)."""
+"""``oml``: every operator, auditor and developer command (docs/design.md §Interfaces)."""
 from __future__ import annotations
 
 import logging

@@ -1,8 +1,8 @@
 """CLI: ``oml serve`` — the HTTP API (and, on the embedded default, the workers in-process).
 
 With no ``OML_REDIS_URL`` the relay, lake-writer and indexer run as threads of
-this process (DESIGN.md, Interfaces: "with no OML_REDIS_URL, workers run
-in-process"); with Redis they run as separate ``oml worker`` processes and
+this process (docs/design.md §Interfaces: with no settings, in-process workers);
+with Redis they run as separate ``oml worker`` processes and
 ``serve`` only serves, unless ``--workers`` asks for both.
 """
 from __future__ import annotations

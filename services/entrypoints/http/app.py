@@ -26,13 +26,13 @@ ROUTERS = (routes_admin, routes_claims, routes_recall, routes_audit, routes_eras
 
 
 def create_app(ctx: Context) -> FastAPI:
-    # No /docs or /redoc: FastAPI's pages load Swagger UI from a CDN and are blank offline (issue 15.6);
+    # No /docs or /redoc: FastAPI's pages load Swagger UI from a CDN and are blank offline;
     # the contract is /openapi.json (docs/api.md).
     app = FastAPI(title="OML", version="0.1.0", description="Governed memory for AI agents.", docs_url=None, redoc_url=None)
     app.state.ctx = ctx
     problems.install(app)
 
-    # A pure ASGI middleware, not @app.middleware("http"): it must count the body as it streams (issue 13.1).
+    # A pure ASGI middleware, not @app.middleware("http"): it must count the body as it streams.
     app.add_middleware(BodyLimit, limit=ctx.settings.max_request_bytes)
     # Added last, so outermost: a refused request (413, 401) is a span too. A no-op while tracing is off.
     app.add_middleware(tracing.TraceRequests)

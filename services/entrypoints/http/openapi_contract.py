@@ -1,4 +1,4 @@
-"""The error half of the HTTP contract, declared in the OpenAPI document (issue 13.10).
+"""The error half of the HTTP contract, declared in the OpenAPI document (docs/api.md).
 
 FastAPI documents the 200 answers and a 422 with its own
 ``HTTPValidationError`` body, which OML never sends. :func:`install` makes

@@ -117,7 +117,7 @@ def _invalid(w) -> None:
     w("Each area answers malformed input with its own code; the Python client raises a subclass of `InvalidRequest` "
       "for each (client/errors.py), so `except InvalidRequest` catches them all. Callers matching the code text should "
       "match the `.invalid` suffix (or status 422): reads, exports, erasures and reviews answered `admission.invalid` "
-      "before (issue 15.4), and a body refused before routing (not UTF-8, NUL) still is. Members of `errors[i]`: "
+      "before, and a body refused before routing (not UTF-8, NUL) still is. Members of `errors[i]`: "
       "`field` (`claims[0].body.statement` in a batch, `body.statement` on a one-claim route; `body` for the body as "
       "a whole), `rule` (pydantic's error type, or `json_invalid` with `position`, `line` and `column` for malformed "
       "JSON, or `content_type` with `expected: application/json` for a body sent as another media type), `message`, "

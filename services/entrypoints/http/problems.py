@@ -30,7 +30,7 @@ log = logging.getLogger("oml.http")
 PROBLEM = "application/problem+json"
 ADMISSION_INVALID = "admission.invalid"
 
-# The invalid-input code of each router (its OpenAPI tag), then per-path exceptions (issue 15.4).
+# The invalid-input code of each router (its OpenAPI tag), then per-path exceptions.
 AREA_CODES = {"admin": ADMISSION_INVALID, "claims": ADMISSION_INVALID, "recall": "recall.invalid",
               "audit": "evidence.invalid", "erasure": "erasure.invalid", "simulations": "simulation.invalid",
               "indexing": "indexing.invalid"}
@@ -105,7 +105,7 @@ def _not_json(request: Request) -> str | None:
 def _error(e: dict) -> dict:
     rule = e.get("type", "invalid")
     loc = tuple(e.get("loc", ()))
-    # An unknown member's name is submitted text (hostile review X4): name the object it was found in.
+    # An unknown member's name is submitted text, perhaps personal data: name the object it was found in.
     field = _field(loc[:-1] if rule == "extra_forbidden" and len(loc) > 1 else loc)
     if rule in ("literal_error", "enum"):
         allowed = _QUOTED.findall(str((e.get("ctx") or {}).get("expected", "")))

@@ -1,10 +1,11 @@
-"""HTTP routes: admin acts — identities, API keys, workareas, signing-key rotation (DESIGN.md, Tenants/Workareas).
+"""HTTP routes: admin acts — identities, API keys, workareas, signing-key rotation (docs/design.md §Tenants, §Workareas).
 
 Every write is one journalled act through :class:`oml.services.claims.admission.Admission`
 and takes an optional ``Idempotency-Key`` header: the same key with the same
 body returns the first response (``replayed: true``) and appends nothing;
 the same key with another body is ``idempotency.conflict`` (409). Tenants
-are created by the operator with ``oml tenant create`` (docs/decisions.md),
+are created by the operator with ``oml tenant create`` (its output
+carries secrets shown once; docs/adr/0013-admission-api.md),
 not over HTTP. Admin keys act tenant-wide: their workarea roots do not limit
 admin acts.
 """

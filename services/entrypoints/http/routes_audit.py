@@ -1,4 +1,4 @@
-"""HTTP routes: checkpoints, proofs and evidence exports (DESIGN.md, Audit; docs/auditor-guide.md).
+"""HTTP routes: checkpoints, proofs and evidence exports (docs/design.md §Audit; docs/auditor-guide.md).
 
 * ``GET /v1/checkpoints/latest`` — the newest signed checkpoint (auditor, operator).
 * ``POST /v1/checkpoints`` — issue one at the chain head now (operator).

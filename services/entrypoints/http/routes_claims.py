@@ -1,4 +1,4 @@
-"""HTTP routes: submit, batch submit, the review queue, review, own work (DESIGN.md, Claims/Journal).
+"""HTTP routes: submit, batch submit, the review queue, review, own work (docs/design.md §Claims, §The journal).
 
 Writes go through :class:`oml.services.claims.admission.Admission` (one
 transaction per request; a batch is one group commit, all or nothing) and
@@ -73,7 +73,7 @@ def _check_sizes(ctx: Context, claims: list[ClaimIn]) -> None:
 @contextmanager
 def single_claim() -> Iterator[None]:
     """Refusals of a one-claim route name fields as its request does (``body.statement``), not as the
-    batch's ``claims[0].body.statement``; a refusal of the item as a whole names no field (issue 15.4)."""
+    batch's ``claims[0].body.statement``; a refusal of the item as a whole names no field."""
     try:
         yield
     except OMLError as exc:
@@ -135,8 +135,8 @@ CURSOR_DOC = ("opaque cursor: the `next_after` of the previous page. It names th
               " a journal position, so it reveals nothing a key outside a simulation's audience could not see")
 
 
-# The versions a key may list: under its roots, and a simulation's rows only for its audience (DESIGN.md,
-# Simulations). Used for the listed rows and for resolving the cursor, so a cursor naming a version the key
+# The versions a key may list: under its roots, and a simulation's rows only for its audience (docs/design.md
+# §Simulations). Used for the listed rows and for resolving the cursor, so a cursor naming a version the key
 # cannot see is refused exactly like one naming no version.
 _VISIBLE = (
     "EXISTS (SELECT 1 FROM unnest(CAST(:roots AS text[])) r WHERE {w}.path = r OR starts_with({w}.path, r || '.'))"

@@ -1,4 +1,4 @@
-"""HTTP routes: erasure and legal hold (DESIGN.md, Erasure; docs/erasure.md). Role: operator.
+"""HTTP routes: erasure and legal hold (docs/design.md §Erasure; docs/erasure.md). Role: operator.
 
 * ``POST /v1/erasures/claims/{claim_id}`` — erase one claim.
 * ``POST /v1/erasures/subject`` — erase every claim that declared a data

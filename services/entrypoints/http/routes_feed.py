@@ -1,4 +1,4 @@
-"""HTTP route: the server's indexing feed, for an oml-indexer in another process (DESIGN.md, Outbox and workers).
+"""HTTP route: the server's indexing feed, for an oml-indexer in another process (docs/design.md §Outbox and workers).
 
 ``POST /v1/indexing-feed`` with ``{"version_ids": [...]}`` (at most 1,000)
 answers the plaintext fields the indexer needs — statement, subject, tags —

@@ -1,4 +1,4 @@
-"""Request-model building blocks: strict, closed, bounded, NUL-free (DESIGN.md, Interfaces).
+"""Request-model building blocks: strict, closed, bounded, NUL-free (docs/design.md §Interfaces).
 
 Every request model derives from :class:`Closed` (``extra="forbid"``,
 ``strict=True``: no coercion, so ``"1"`` is not an integer and ``1`` is not

@@ -1,4 +1,4 @@
--- Per-workload login roles (DESIGN.md, Tenants/identities/principals/roles).
+-- Per-workload login roles (docs/design.md §Tenants).
 -- Roles are cluster-wide, so creation is idempotent across databases.
 DO $$
 DECLARE r text;

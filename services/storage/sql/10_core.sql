@@ -1,4 +1,4 @@
--- Tenants, the chain, the journal and public keys (DESIGN.md, Formats/Journal).
+-- Tenants, the chain, the journal and public keys (docs/design.md §The journal; docs/journal-format.md).
 CREATE TABLE tenants (
   tenant_id   text PRIMARY KEY CHECK (tenant_id ~ '^[a-z0-9][a-z0-9-]{0,62}$'),
   created_at  timestamptz NOT NULL DEFAULT now()

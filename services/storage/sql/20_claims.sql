@@ -1,4 +1,4 @@
--- Claims, versions, tips, bodies and keys (DESIGN.md, Claims/Bodies and keys).
+-- Claims, versions, tips, bodies and keys (docs/design.md §Claims, §Bodies and keys).
 CREATE TABLE claims (
   tenant_id      text NOT NULL,
   claim_id       uuid NOT NULL,

@@ -1,4 +1,4 @@
--- Serving indexes, plaintext-derived (DESIGN.md, Read path; seeds/retrieval.md).
+-- Serving indexes, plaintext-derived (docs/design.md §Reads; docs/recall.md).
 -- LIST-partitioned by tenant; partitions are created with the tenant by
 -- oml_create_tenant_partitions(), each with its own GIN / HNSW index.
 ALTER TABLE tenants ADD COLUMN tenant_no serial UNIQUE;

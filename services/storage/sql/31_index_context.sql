@@ -1,4 +1,4 @@
--- Context windows at indexing time (issue 18 item 1; docs/recall.md, "Context at indexing time").
+-- Context windows at indexing time (docs/recall.md, "Context at indexing time").
 -- One row per claim whose current indexed tip declares a context ({"thread", "position"} in its
 -- body): which thread (a SHA-256 digest of tenant NUL name, never the name), where in it, and
 -- which neighbour claims' statements went into its memories_fts / memory_embeddings rows.

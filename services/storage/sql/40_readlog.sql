@@ -1,4 +1,4 @@
--- Read log (DESIGN.md, Read path): ids and keyed query digests only, never text.
+-- Read log (docs/design.md §Reads): ids and keyed query digests only, never text.
 CREATE TABLE read_events (
   tenant_id      text NOT NULL,
   read_id        bigserial,

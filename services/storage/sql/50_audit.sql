@@ -1,4 +1,4 @@
--- Checkpoints and the incremental Merkle frontier (DESIGN.md, Formats/Audit).
+-- Checkpoints and the incremental Merkle frontier (docs/design.md §Audit; docs/journal-format.md).
 CREATE TABLE checkpoints (
   tenant_id   text NOT NULL,
   tree_size   bigint NOT NULL,

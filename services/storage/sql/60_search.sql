@@ -1,9 +1,9 @@
--- Full-text search that uses the GIN index under row-level security (DESIGN.md, Read path).
+-- Full-text search that uses the GIN index under row-level security (docs/design.md §Reads).
 --
 -- Under RLS only LEAKPROOF quals may be evaluated before the policy, and the
 -- text-search match operator (ts_match_vq, behind @@) is not leakproof, so a
 -- query run as oml_server never turns `tsv @@ q` into a GIN index condition:
--- it scans every row of the tenant's partition (FIELD-NOTES, Tenancy).
+-- it scans every row of the tenant's partition (docs/recall.md, "GIN under row-level security").
 --
 -- The way round it keeps containment structural:
 --   * oml_search is a NOLOGIN role that owns nothing but the functions below

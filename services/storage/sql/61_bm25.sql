@@ -1,4 +1,4 @@
--- A BM25-scored lexical leg inside PostgreSQL (issue 18 item 3; docs/recall.md, "BM25").
+-- A BM25-scored lexical leg inside PostgreSQL (docs/recall.md, "BM25").
 --
 -- score(d, q) = Σ_{t ∈ q} idf(t) · tf(t,d)·(k1+1) / (tf(t,d) + k1·(1 − b + b·dl(d)/avgdl)),
 -- idf(t) = ln(1 + (N − df(t) + 0.5) / (df(t) + 0.5))   (Robertson and Zaragoza 2009; Lucene's idf)
@@ -10,7 +10,7 @@
 -- exclusions) and df(t) over those of them that contain t -- which are all among the candidates, the admitted
 -- rows matching the OR of the lexemes (oml_fts_candidates_sql(), the ts_rank leg's own text), so df is
 -- counted from the candidates' own lexemes. Statistics over the whole tenant would let a score tell a reader
--- how often a word occurs in rows it may not read (hostile review, wave 2). Nothing lexical is stored beside
+-- how often a word occurs in rows it may not read. Nothing lexical is stored beside
 -- the tsvector, so erasure has no document-frequency table to find.
 -- SECURITY DEFINER as oml_search, like oml_fts_search (60_search.sql explains why): the tenant comes from
 -- the transaction's binding, never from an argument; only ids and scores leave it.

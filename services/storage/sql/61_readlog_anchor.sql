@@ -1,4 +1,4 @@
--- Read-log batch members (DESIGN.md, Read path; domain/readlog.py).
+-- Read-log batch members (docs/design.md §Reads; domain/readlog.py).
 -- `members` is read_id (8 bytes, big-endian) ‖ leaf hash (32 bytes) per sealed
 -- read, in read_id order; its SHA-256 and Merkle root are journalled in the
 -- batch's readlog.anchored event, so verification can name the read that was

@@ -1,4 +1,4 @@
--- Simulations (DESIGN.md, Simulations; seeds/retrieval.md, tip resolution; docs/simulations.md):
+-- Simulations (docs/design.md §Simulations; docs/simulations.md):
 -- simulation tips, version numbering, per-simulation index partitions and their search function.
 
 -- A promoted simulation-tainted version is a tip inside its simulation's fence

@@ -1,5 +1,5 @@
 -- Simulation search (docs/simulations.md; docs/recall.md). Re-runnable: migration 0004 applies it again
--- to a database migrated before the ranking's tie keys (issue 18).
+-- to a database migrated before the ranking's tie keys.
 -- Full-text search over simulation partitions, with the GIN index used under
 -- RLS: the same construction as oml_fts_search (60_search.sql). The function
 -- is SECURITY DEFINER as oml_search, takes the tenant from the binding, names
@@ -12,7 +12,7 @@ DROP POLICY IF EXISTS search_definer ON sim_memories_fts;
 CREATE POLICY search_definer ON sim_memories_fts FOR SELECT TO oml_search USING (true);
 
 -- Ranked and tie-broken exactly as oml_fts_search (60_search.sql), so a merged leg has one order. Its text is
--- written out rather than derived from oml_fts_search_sql() (a known repeat, issue 17 item 4): the planner must
+-- written out rather than derived from oml_fts_search_sql() (a known repeat): the planner must
 -- see sim_memories_fts and its simulation predicate, which prune to the audience's partitions, as plain text, and
 -- the plan tests inspect exactly this text. The tenant guard below is inline for the reasons in 60_search.sql.
 -- $1 tsquery, $2 scope paths, $3 as_of, $4 kinds, $5 provenances, $6 valid_at,

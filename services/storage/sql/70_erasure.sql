@@ -1,4 +1,4 @@
--- Erasure (DESIGN.md, Erasure; docs/erasure.md): rewrite bookkeeping, the
+-- Erasure (docs/design.md §Erasure; docs/erasure.md): rewrite bookkeeping, the
 -- rewrite function, the guard on index rows of erased claims, the restore fence.
 
 -- Subject erasure finds claims by HMAC (primary key); the shred deletes by claim.

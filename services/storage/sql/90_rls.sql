@@ -1,4 +1,4 @@
--- Tenant isolation (DESIGN.md, Tenants): FORCE ROW LEVEL SECURITY on every
+-- Tenant isolation (docs/design.md §Tenants): FORCE ROW LEVEL SECURITY on every
 -- table carrying tenant_id, with a policy that fails closed when no tenant is
 -- bound. Partitions get the same policy so that addressing one by name does
 -- not bypass it.

@@ -1,4 +1,4 @@
--- Per-workload grants (DESIGN.md, Tenants/identities/principals/roles).
+-- Per-workload grants (docs/design.md §Tenants).
 -- Nothing is granted to PUBLIC; partitions are reachable through their parents only.
 REVOKE ALL ON ALL TABLES IN SCHEMA public FROM PUBLIC;
 GRANT USAGE ON SCHEMA public TO oml_admission, oml_server, oml_lake_writer, oml_reconciler, oml_indexer, oml_relay;

@@ -1,5 +1,5 @@
 -- Grants for the outbox workers, lag reporting and the indexing feed
--- (DESIGN.md, Outbox and workers; docs/workers.md). Ids and seqs only.
+-- (docs/design.md §Outbox and workers; docs/workers.md). Ids and seqs only.
 
 -- oml status and /metrics run with the server's role: they show poison
 -- records (tenant, consumer, seq, reason code) next to the lag.

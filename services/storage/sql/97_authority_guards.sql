@@ -1,4 +1,4 @@
--- Authority guards (docs/security-model.md, Authority; issue 12 item 4).
+-- Authority guards (docs/security-model.md, Authority).
 --
 -- Rows that only a journalled act may create cannot be written around the journal by a workload
 -- credential: a principal, a tenant key and a claim version's status must each be the projection of
@@ -10,7 +10,7 @@
 -- Every function here runs with search_path = public, pg_temp (as the SECURITY DEFINER functions do): a
 -- trigger runs in the writer's session, every role may create temporary tables, and pg_temp is searched
 -- first for a table named without a schema, so a temporary journal_events made by a workload would otherwise
--- be the journal its own writes are checked against (hostile review of issue 14's guard; migration 0012).
+-- be the journal its own writes are checked against (migration 0012).
 
 -- ------------------------------------------------------------------ narrower grants for admission
 -- Admission never deletes an identity, workarea, principal, claim, version, tip or edge (erasure
@@ -148,16 +148,16 @@ BEGIN
   RETURN NEW;
 END $$;
 
--- New rows, after each statement as one set (issue 14: a group commit inserts a chunk's versions in one
--- statement, and a row trigger's call, lookup and parse per row were its largest part: docs/decisions.md T19): the same
--- two checks as a status change, the status event looked up only for a row not held at its own submission
+-- New rows, after each statement as one set (a group commit inserts a chunk's versions in one statement, and a
+-- row trigger's call, lookup and parse per row were its largest part: docs/adr/0001-admission-write-path.md): the
+-- same two checks as a status change, the status event looked up only for a row not held at its own submission
 -- (every admission insert is; restore and rebuild are not). The statement fails as a whole on the first bad row.
 CREATE OR REPLACE FUNCTION oml_guard_claim_versions_added() RETURNS trigger
   LANGUAGE plpgsql SET search_path = public, pg_temp
   AS $$
 DECLARE bad record;
 BEGIN
-  -- Shaped for the plan (FIELD-NOTES, RLS and indexes): a join lets the planner, blind to a new tenant's journal,
+  -- Shaped for the plan: a join lets the planner, blind to a new tenant's journal,
   -- scan its claim.submitted rows by type once per version; a scalar subquery on (tenant_id, seq) alone is
   -- one primary-key probe per row, and OFFSET 0 keeps the event parsed once, not once per member read.
   SELECT a.version_id, a.submitted_seq AS seq INTO bad FROM added a,
@@ -205,7 +205,7 @@ BEGIN
   END IF;
 END $$;
 
--- workareas (hostile review X3): a node's tree and policy decide access scope, self-signed promotion and the
+-- workareas: a node's tree and policy decide access scope, self-signed promotion and the
 -- personal-data gate, so a row may hold only what the journal last said for its node: created_seq names its
 -- workarea.created (same node and label); parent_id is the latest workarea.reparented's new parent, else
 -- the created one's; development and pii_policy the latest workarea.policy_set's, else the created one's.
@@ -284,7 +284,7 @@ DROP TRIGGER IF EXISTS oml_guard_path_update ON workareas;
 CREATE TRIGGER oml_guard_path_update AFTER UPDATE ON workareas REFERENCING OLD TABLE AS previous NEW TABLE AS changed
   FOR EACH STATEMENT EXECUTE FUNCTION oml_guard_workarea_path();
 
--- tenant_policies, retention_policies (hostile review X3): set_seq names the tenant's latest event of the
+-- tenant_policies, retention_policies: set_seq names the tenant's latest event of the
 -- policy's type and the row carries its values (fewer phone regions let national numbers past the gate).
 CREATE OR REPLACE FUNCTION oml_guard_policies() RETURNS trigger
   LANGUAGE plpgsql SET search_path = public, pg_temp
@@ -315,7 +315,7 @@ BEGIN
   END LOOP;
 END $$;
 
--- claims (hostile review X6): legal_hold is what the claim's latest hold event says (a hold cleared in the row
+-- claims: legal_hold is what the claim's latest hold event says (a hold cleared in the row
 -- let a genuinely signed erasure shred a held claim), and erased_seq names this claim's claim.erased, for ever.
 -- Inserts are not checked here: a claim row serves nothing without a version, which is guarded.
 CREATE OR REPLACE FUNCTION oml_guard_claims() RETURNS trigger

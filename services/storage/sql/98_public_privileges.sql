@@ -1,5 +1,5 @@
--- What PUBLIC may do in OML's database (decisions X7). Triggers and RLS run in the writer's own session, so a
--- workload must not be able to put an object of its own where they would find it:
+-- What PUBLIC may do in OML's database (docs/adr/0003-authority-replay-and-grants.md). Triggers and RLS run
+-- in the writer's own session, so a workload must not be able to put an object of its own where they would find it:
 --   * temporary tables: only the reconciler, which replays a tenant's journal into them to compare with its
 --     projections (services/journal/projections.py), and the owner may create any, so no workload can have a temporary
 --     table stand in for one a trigger reads (the guard functions fix their search_path too, 97_authority_guards.sql);

@@ -1,4 +1,4 @@
-"""``oml bench admission``: claims/s through admission vs. the same rows inserted raw (issue 2).
+"""``oml bench admission``: claims/s through admission vs. the same rows inserted raw.
 
 Measures, on one tenant, sequentially from one client:
 
@@ -18,7 +18,7 @@ table is dropped afterwards, the tenant is kept (the journal is append-only).
 The batched paths run in ``--rounds`` rounds (default 3), admission then raw in each, and the round with the
 median ratio is the one reported (each round's ratio is printed too): one sample of either is a second or
 less, and on a shared machine each moves on its own from one second to the next. Before the rounds, one
-group commit starts admission's worker, timed and printed on its own (docs/decisions.md, T15 (g)).
+group commit starts admission's worker, timed and printed on its own (docs/adr/0014-benchmark-method.md).
 Prints each rate and raw/admission ratios; ``--quick`` is CI-sized.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``oml bench embed``: the query embedding on torch vs ONNX Runtime, per query and in batches (issue 18 item 5).
+"""``oml bench embed``: the query embedding on torch vs ONNX Runtime, per query and in batches.
 
 No database. Setup (not timed): the torch model loaded; LoCoMo questions and
 turns read from ``--data`` (default ``../shared/data/locomo/locomo-dev.json``).

@@ -1,4 +1,4 @@
-"""``oml bench ingest``: claims/s through the HTTP API with concurrent clients, and end-to-end freshness (issue 14, item 5).
+"""``oml bench ingest``: claims/s through the HTTP API with concurrent clients, and end-to-end freshness.
 
 Setup (not timed): ``--tenants`` tenants ``bench-ingest-<hex>``, each with a writer and a reviewer key
 on its root workarea (personal-data policy ``allow``: LoCoMo turns name people), and ``--servers`` real

@@ -1,4 +1,4 @@
-"""``oml bench locomo --data PATH``: evidence recall of OML's recall on LoCoMo conversations (issue 4).
+"""``oml bench locomo --data PATH``: evidence recall of OML's recall on LoCoMo conversations.
 
 What it does, end to end through the product:
 
@@ -61,7 +61,7 @@ RETRIEVERS = ("fts", "vector", "hybrid")
 # Comparison row: hybrid fused with the classic RRF constant 60 instead of OML's 10 (domain/recall.py).
 CLASSIC = "hybrid-rrf60"
 CUTOFFS = (5, 10, 25)
-# Issue 18: choices are made on these conversations and confirmed on the rest of the development split.
+# Choices are made on these conversations and confirmed on the rest of the development split.
 DECIDE = ("conv-26", "conv-30", "conv-41")
 # LoCoMo paper (Maharana et al., ACL 2024), Table 3: DRAGON over dialog turns, all ten conversations.
 DRAGON_TURNS = {5: 0.567, 10: 0.662, 25: 0.767}
@@ -257,7 +257,7 @@ def oml_rows(ctx, fusions: Mapping[str, Any] | None = None, *, lexical: str = "t
         "fts": (ts_rank, "fts"), "bm25": (Recaller(ctx, lexical="bm25"), "fts"), "vector": (ts_rank, "vector"),
         # what a recall gets by default (the settings' lexical leg, domain.fusion.DEFAULT)
         "hybrid": (Recaller(ctx), "hybrid"),
-        # the default before issue 18's fusion decision (K8), and BM25 with equal weights
+        # the default before BM25 and the weighted fusion (docs/adr/0007-recall-ranking.md), and BM25 with equal weights
         "hybrid-ts_rank": (ts_rank, "hybrid"),
         "hybrid-bm25": (Recaller(ctx, lexical="bm25", fusion=equal), "hybrid"),
         CLASSIC: (Recaller(ctx, fusion=Fusion("rrf", k=RRF_K_CLASSIC), lexical="ts_rank"), "hybrid")}
@@ -317,7 +317,7 @@ def run(ctx, data: Path, *, conversations: str | int | None = None, retrievers: 
     """Ingest, promote, index and evaluate; returns the measurements (see the module docstring).
 
     ``decide`` names the conversations choices are made on; the others form the ``confirm`` group, and both
-    groups' overall recall is reported per row (issue 18: decide on one half, confirm on the other)."""
+    groups' overall recall is reported per row (decide on one half, confirm on the other)."""
     import os
 
     say = progress or (lambda _m: None)

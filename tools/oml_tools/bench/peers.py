@@ -1,4 +1,4 @@
-"""``oml bench peers --data PATH``: OML's recall and mem0's search side by side, in one run (issue 18 item 6).
+"""``oml bench peers --data PATH``: OML's recall and mem0's search side by side, in one run.
 
 What it does:
 

@@ -1,4 +1,4 @@
-"""``oml bench recall``: recall latency at 10k and 100k claims in one tenant, next to raw SQL top-k (issue 4).
+"""``oml bench recall``: recall latency at 10k and 100k claims in one tenant, next to raw SQL top-k.
 
 Population (bench-only, see tools/oml_tools/bench/population.py): a tenant
 ``bench-recall-<hex>`` with 20 workareas, grown to each size in turn, plus
@@ -11,8 +11,8 @@ of the corpus swapped in to make every row distinct; each row's vector is
 its base turn's all-MiniLM-L6-v2 embedding plus small noise, renormalised.
 Without the data set, synthetic sentences and clustered random vectors are
 used (said in the output). After each load the tenant partition's HNSW
-index is rebuilt (drop + create, ``maintenance_work_mem`` 512MB) — the
-bulk-load practice FIELD-NOTES recommends — and the tables are vacuumed and
+index is rebuilt (drop + create, ``maintenance_work_mem`` 512MB) — pgvector's
+bulk-load practice — and the tables are vacuumed and
 analysed.
 
 Measured per size, over the same ``--queries`` questions (LoCoMo questions,

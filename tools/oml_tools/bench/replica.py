@@ -1,4 +1,4 @@
-"""``oml bench recall --replica``: recall served by a hot standby next to the primary, in the same run (issue 16).
+"""``oml bench recall --replica``: recall served by a hot standby next to the primary, in the same run.
 
 On the embedded database (no ``OML_DATABASE_URL``) a standby of the bench's
 own server is built with its ``pg_basebackup`` under ``<home>/standby-<hex>``

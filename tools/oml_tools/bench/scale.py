@@ -1,4 +1,4 @@
-"""``oml bench scale``: how admission, recall, index build, reconcile and export grow on one machine (issue 16).
+"""``oml bench scale``: how admission, recall, index build, reconcile and export grow on one machine.
 
 Two populations, because the cheap one cannot serve every measurement:
 

@@ -1,4 +1,4 @@
-"""Recall ranking and valid time (docs/recall.md, "Ties" and "Valid time"; issue 13 item 7, issue 18 item 2).
+"""Recall ranking and valid time (docs/recall.md, "Ties" and "Valid time").
 
 The FTS search functions now return their tie keys (``rank_cd``, ``tip_from_seq``) and order by them, and
 ``memories_fts_valid_time`` (a partial index) serves the valid-time count. New databases get both from

@@ -1,4 +1,4 @@
-"""Tenant classifier policy (docs/personal-data.md; issue 13 item 2): the ``tenant_policies`` projection.
+"""Tenant classifier policy (docs/personal-data.md): the ``tenant_policies`` projection.
 
 New databases get the table from ``22_tenant_policies.sql`` through 0001; a database migrated before it gets
 the same re-runnable file, the tenant-isolation policy ``90_rls.sql`` gives every tenant table, and the grants.

@@ -1,4 +1,4 @@
-"""Context windows at indexing time and the BM25 leg (docs/recall.md; issue 18 items 1 and 3).
+"""Context windows at indexing time and the BM25 leg (docs/recall.md).
 
 New databases get ``index_threads`` and ``oml_lock_window_claims`` from ``31_index_context.sql``, and
 ``oml_bm25_search`` from ``61_bm25.sql``, through 0001 (the ``bm25_stats`` table this revision once created

@@ -1,4 +1,4 @@
-"""The authority guard on claim_versions also checks status changes (issue 12, item 4; docs/security-model.md).
+"""The authority guard on claim_versions also checks status changes (docs/security-model.md, Authority).
 
 A version's status may change only to what the journal event at its new ``status_seq`` gives this version,
 and never back to an earlier event. New databases get it from ``97_authority_guards.sql`` through 0001; this

@@ -1,5 +1,5 @@
-"""The authority guards on workareas, tenant and retention policies and claims (hostile review X3, X6;
-docs/security-model.md, Authority).
+"""The authority guards on workareas, tenant and retention policies and claims (docs/security-model.md,
+Authority; docs/adr/0003-authority-replay-and-grants.md).
 
 A workarea's parent, path, development flag and personal-data policy, a tenant's phone regions and read-log
 retention, and a claim's legal hold and erasure mark must be what the journal last said. New databases get it from ``97_authority_guards.sql`` through 0001; this re-applies the same

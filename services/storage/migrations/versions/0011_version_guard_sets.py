@@ -1,4 +1,4 @@
-"""The claim_versions guard checks new rows once per statement, as a set (issue 14; docs/decisions.md, T19, where the
+"""The claim_versions guard checks new rows once per statement, as a set (docs/adr/0001-admission-write-path.md, where the
 cost of the row trigger it replaces is measured): a group commit's chunk of versions is one INSERT. Status changes
 stay guarded row by row. New databases get it from
 ``97_authority_guards.sql`` through 0001; this re-applies the same re-runnable file to a database migrated

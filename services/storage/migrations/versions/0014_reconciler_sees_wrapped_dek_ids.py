@@ -1,7 +1,7 @@
 """The reconciler may see which artifacts still have a wrapped DEK (``tenant_id``, ``artifact_id``; never ``wrapped``
 nor ``key_version``), so the projection comparison reports a DEK deleted without a journalled erasure, which
 ``oml_admission`` can do (it holds DELETE on ``wrapped_deks`` to shred) and reads had taken for an erasure
-(docs/decisions.md T21 (f)). The line is also in ``95_grants.sql`` for new databases.
+(docs/adr/0004-verified-reads.md). The line is also in ``95_grants.sql`` for new databases.
 """
 from alembic import op
 
