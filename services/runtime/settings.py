@@ -115,6 +115,15 @@ class Settings(BaseSettings):
             raise ValueError(f"must be a whole number, not {value!r}")
         return value
 
+    @field_validator("master_key", mode="before")
+    @classmethod
+    def _master_key_shape(cls, value: object) -> object:
+        # Checked when the settings load, so `oml` stops in one line at start instead of a traceback at the first
+        # key read; the message never repeats the value (it is a secret, even when malformed).
+        if isinstance(value, str) and value.strip() and re.fullmatch(r"\s*[0-9a-fA-F]{64}\s*", value) is None:
+            raise ValueError("must be 64 hex characters (32 bytes; `openssl rand -hex 32` makes one)")
+        return value
+
     @field_validator("replica_urls", mode="before")
     @classmethod
     def _split_urls(cls, value: object) -> object:

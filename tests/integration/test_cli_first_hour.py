@@ -6,6 +6,7 @@ import json
 import os
 import socket
 import stat
+from importlib.metadata import entry_points
 
 import pytest
 
@@ -185,13 +186,53 @@ def test_mcp_stdio_with_an_unknown_key_names_the_database_before_loading_the_mod
     assert "embedding model loaded" not in r.stderr
 
 
-@pytest.mark.parametrize("args", [["lake", "catch-up"], ["lake", "status"], ["lake", "compact"], ["index", "catch-up"],
-                                  ["index", "rebuild"], ["index", "enroll"], ["status"]])
-def test_an_unknown_tenant_is_not_found_not_nothing_to_do(ctx, args):
-    """A mistyped --tenant is tenant.not_found (exit 2), as reconcile answers, not "0 rows appended" (fresh-user run)."""
-    r = run_cli(ctx, [*args, "--tenant", "no-such-tenant"])
+# Every command that names a tenant, with the other arguments it requires.
+TENANT_COMMANDS = {
+    "checkpoint issue": [], "checkpoint show": [], "erase report": ["00000000-0000-4000-8000-000000000001"],
+    "erase rewrite": [], "evidence export": ["-o", "never-written.tar"], "index catch-up": [], "index enroll": [],
+    "index rebuild": [], "journal verify": [], "keys encryption-versions": [], "keys retire": [], "keys rewrap": [],
+    "keys rotate": [], "keys rotate-encryption": [], "lake catch-up": [], "lake compact": [], "lake purge": [],
+    "lake status": [], "projections rebuild": [], "proof consistency": ["--from", "1"], "proof inclusion": ["--seq", "1"],
+    "readlog seal": [], "readlog verify": [], "reconcile": ["--no-record"], "restore reapply-erasures": [],
+    "retention apply": [], "status": [],
+}
+
+
+def _commands_with_a_tenant_option() -> set[str]:
+    import typer
+
+    from oml.services.entrypoints.cli.main import PLUGIN_GROUP, app
+
+    plugins = {e.name for e in entry_points(group=PLUGIN_GROUP)}
+    found = set()
+
+    def walk(cmd, ctx, path):
+        if hasattr(cmd, "list_commands"):  # a group (typer carries its own click)
+            for name in cmd.list_commands(ctx):
+                sub = cmd.get_command(ctx, name)
+                if not sub.hidden:
+                    walk(sub, type(ctx)(sub, parent=ctx, info_name=name), [*path, name])
+        elif any("--tenant" in p.opts for p in cmd.params):
+            found.add(" ".join(path))
+
+    root = typer.main.get_command(app)
+    walk(root, root.make_context("oml", [], resilient_parsing=True), [])
+    return {c for c in found if c.split()[0] not in plugins}  # `oml bench`, `oml demo`: tools/, not the wheel
+
+
+def test_every_command_that_names_a_tenant_is_checked_below():
+    assert _commands_with_a_tenant_option() == set(TENANT_COMMANDS)
+
+
+@pytest.mark.parametrize("command", sorted(TENANT_COMMANDS))
+def test_an_unknown_tenant_is_not_found_not_nothing_to_do(ctx, command, tmp_path, monkeypatch):
+    """A mistyped --tenant is tenant.not_found (exit 2), as reconcile answers, not "0 rows appended", a purge
+    reported clean or a traceback (fresh-user runs)."""
+    monkeypatch.chdir(tmp_path)
+    r = run_cli(ctx, [*command.split(), *TENANT_COMMANDS[command], "--tenant", "no-such-tenant"], env={"OML_API_KEY": ""})
     assert r.exit_code == 2, r.output
-    assert "tenant.not_found" in r.stderr
+    assert "tenant.not_found" in r.stderr and "Traceback" not in r.output
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_lake_status_shows_a_long_tenant_id_whole(ctx):
@@ -204,3 +245,28 @@ def test_lake_status_shows_a_long_tenant_id_whole(ctx):
     assert "…" not in r.stdout
     first_cells = [line.split("│")[1].strip() for line in r.stdout.splitlines() if line.startswith("│")]
     assert "".join(first_cells) == long_id
+
+
+def test_a_wrong_or_malformed_master_key_is_one_line_not_a_traceback(ctx, tenant, capsys):
+    """Another home's master key used to give integrity.body warnings and a traceback ending in InvalidTag."""
+    wrong = run_cli(ctx, ["checkpoint", "issue", "-t", "fh-t"], env={"OML_MASTER_KEY": "ab" * 32})
+    assert wrong.exit_code == 2, wrong.output
+    assert "keys.master_key_mismatch" in wrong.stderr and str(ctx.settings.keys) in wrong.stderr
+    assert "Traceback" not in wrong.output and "InvalidTag" not in wrong.output
+    from oml.services.entrypoints.cli.main import main
+
+    for bad in ("abc", "zz" * 32):
+        with pytest.raises(SystemExit) as exit_:
+            _run_main(main, ["checkpoint", "issue", "-t", "fh-t"], {"OML_MASTER_KEY": bad})
+        assert exit_.value.code == 2
+        said = capsys.readouterr().err
+        assert "OML_MASTER_KEY: must be 64 hex characters" in said and bad not in said and "Traceback" not in said
+
+
+def _run_main(main, args, env):
+    """``main()`` (the console script, which turns a bad setting into one line) with argv and environment set."""
+    import sys
+    from unittest import mock
+
+    with mock.patch.object(sys, "argv", ["oml", *args]), mock.patch.dict(os.environ, env):
+        main()

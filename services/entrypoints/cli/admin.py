@@ -28,7 +28,7 @@ from rich.markup import escape
 from oml.services.keys import signing_rotation
 from oml.domain.events import Actor
 
-from oml.services.entrypoints.cli.common import JSON, TENANT, context, emit as _emit, err, fail, key_file_option, principal, read_secret, require_tenant, verdict_exit
+from oml.services.entrypoints.cli.common import JSON, TENANT, context, emit as _emit, err, fail, key_file_option, principal, read_secret, verdict_exit
 
 tenant_app = typer.Typer(no_args_is_help=True, help="Create and list tenants (operator bootstrap).")
 identity_app = typer.Typer(no_args_is_help=True, help="Identities: people and services (admin key).")
@@ -251,12 +251,11 @@ def journal_verify(tenant: str = TENANT,
 
     if trusted_key is not None and not is_fingerprint(trusted_key):
         fail("--trusted-key must be a 64-hex fingerprint")
-    with context() as ctx:
+    with context(tenant) as ctx:
         try:
             anchor = trust_anchor_for(ctx.settings, tenant, trusted_key)
         except ValueError as exc:
             fail(str(exc))
-        require_tenant(ctx, tenant)
         rep = verify_journal(ctx.db, tenant, anchor)
     r = rep.result
     _emit({"tenant": tenant, "ok": rep.ok, "anchored": r.anchored, "last_seq": r.last_seq, "head": r.head.hex(),
@@ -277,7 +276,7 @@ def projections_rebuild(tenant: str = TENANT,
     """
     from oml.services.journal import projections
 
-    with context() as ctx:
+    with context(tenant) as ctx:
         diffs = projections.repair_projections(ctx.db, tenant) if apply else projections.verify_tenant(ctx.db, tenant)
     verdict = "repaired" if apply and diffs else ("differences" if diffs else "identical")
     _emit({"tenant": tenant, "verdict": verdict, "differences": [d.as_json() for d in diffs],
@@ -295,7 +294,7 @@ def keys_rotate(tenant: str = TENANT,
                 as_json: bool = JSON) -> None:
     """Rotate the tenant's signing key (signed by the current key, or by the recovery key)."""
     recovery = read_secret(recovery_key_file, "the recovery private key (hex)", "--recovery-key-file") if recovery_key_file else None
-    with context() as ctx:
+    with context(tenant) as ctx:
         out = signing_rotation.rotate_signing_key(ctx.acts, ctx.keystore, tenant, actor=Actor(None, None), recovery_private_key=recovery)
     _emit(out, as_json, [f"signing key rotated at seq {out['seq']}: kid {out['kid']}",
                          f"new fingerprint: {out['fingerprint']}",

@@ -59,7 +59,7 @@ def reconcile_cmd(
 
     from oml.services.keys.anchors import trust_anchor_for
 
-    with context() as ctx:
+    with context(tenant) as ctx:
         try:
             trust_anchor_for(ctx.settings, tenant, trusted_key)  # a malformed anchors file: a message, not a traceback
         except ValueError as exc:
@@ -108,7 +108,7 @@ def checkpoint_issue(tenant: str = TENANT) -> None:
     """Issue (or return) the checkpoint at the chain head and print the signed note."""
     from oml.services.journal.checkpoints import issue_checkpoint
 
-    with context() as ctx:
+    with context(tenant) as ctx:
         cp = issue_checkpoint(ctx, tenant)
     sys.stdout.write(cp.note.decode("utf-8"))
 
@@ -119,7 +119,7 @@ def checkpoint_show(tenant: str = TENANT, size: Optional[int] = typer.Option(Non
     """Print a stored checkpoint note (newest by default)."""
     from oml.services.journal import checkpoints as cps
 
-    with context() as ctx:
+    with context(tenant) as ctx:
         with ctx.db.tenant("oml_server", tenant) as conn:
             cp = cps.load(conn, tenant, size)
     if cp is None:
@@ -136,7 +136,7 @@ def proof_inclusion(tenant: str = TENANT, seq: int = typer.Option(..., "--seq", 
     """Print the tlog-proof@v1 receipt of event SEQ against a stored checkpoint."""
     from oml.services.journal import proofs
 
-    with context() as ctx:
+    with context(tenant) as ctx:
         data = proofs.inclusion_proof(ctx, tenant, seq, tree_size=size)
     _out(data, output)
 
@@ -148,7 +148,7 @@ def proof_consistency(tenant: str = TENANT, from_size: int = typer.Option(..., "
     """Print the consistency proof between two stored checkpoints (one base64 hash per line)."""
     from oml.services.journal import proofs
 
-    with context() as ctx:
+    with context(tenant) as ctx:
         data, _, _ = proofs.consistency_proof(ctx, tenant, from_size, to_size)
     _out(data, output)
 
@@ -172,7 +172,7 @@ def evidence_export(
     # Optional here: without a key the export is the local operator's act (so no "key required" exit).
     key = api_key(key_file, "the auditor API key") if key_file or os.environ.get("OML_API_KEY", "").strip() else ""
     prev = previous_checkpoint.read_bytes() if previous_checkpoint else None
-    with context() as ctx:
+    with context(tenant) as ctx:
         principal = authenticate(ctx.db, key) if key else None
         with err.status(f"exporting events {from_seq}..{to_seq or 'head'} of {escape(tenant)} (receipts, key history, read log)…"):
             ex = export(ctx, tenant, from_seq, to_seq, previous_checkpoint=prev, principal=principal)

@@ -81,11 +81,16 @@ def print_problem(exc: OMLError, ctx: "Optional[Context]" = None) -> None:
 
 
 @contextmanager
-def context() -> "Iterator[Context]":
+def context(*tenants: Optional[str]) -> "Iterator[Context]":
+    """The invocation's context; each tenant named (``None`` skipped) must exist (:func:`require_tenant`), so every
+    command that takes ``--tenant`` answers a mistyped one the same way. A refusal prints its code, exit 2."""
     from oml.services.runtime.context import open_context
 
     ctx = open_context()
     try:
+        for tenant in tenants:
+            if tenant is not None:
+                require_tenant(ctx, tenant)
         yield ctx
     except OMLError as exc:
         print_problem(exc, ctx)

@@ -103,7 +103,7 @@ def readlog_seal(tenant: Optional[str] = typer.Option(None, "--tenant", "-t", he
     """Seal unsealed reads into batches and journal each batch's digest (`readlog.anchored`)."""
     from oml.services.reads import readlog
 
-    with context() as ctx:
+    with context(tenant) as ctx:
         out = readlog.seal_all(ctx, [tenant] if tenant else None)
     if as_json:
         typer.echo(json.dumps(out, indent=2))
@@ -121,7 +121,7 @@ def readlog_verify(tenant: str = TENANT,
     """Recompute every anchor inside the retention window; name each edited, inserted or deleted read (exit 1)."""
     from oml.services.reads import readlog
 
-    with context() as ctx:
+    with context(tenant) as ctx:
         out = readlog.verify(ctx, tenant)
     if as_json:
         typer.echo(json.dumps(out, indent=2))
@@ -152,7 +152,7 @@ def retention_apply(tenant: Optional[str] = typer.Option(None, "--tenant", "-t",
     """Seal, then retire the batches older than the window; journals `retention.applied`."""
     from oml.services.reads import readlog
 
-    with context() as ctx:
+    with context(tenant) as ctx:
         if tenant:
             out = readlog.apply_retention(ctx, tenant)
         else:
