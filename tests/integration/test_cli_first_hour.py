@@ -270,3 +270,19 @@ def _run_main(main, args, env):
 
     with mock.patch.object(sys, "argv", ["oml", *args]), mock.patch.dict(os.environ, env):
         main()
+
+
+def test_apikey_create_out_writes_the_key_alone_for_key_file(ctx, tenant, tmp_path):
+    """The auditor guide's `auditor.key`: written 0600 by `--out`, never printed, refused when it exists."""
+    env = {"OML_API_KEY": tenant["admin_key"]}
+    root = json.loads(run_cli(ctx, ["workarea", "list", "--json"], env=env).stdout)["items"][0]["node_id"]
+    out = tmp_path / "auditor.key"
+    args = ["apikey", "create", "--identity", tenant["admin_identity"], "--role", "auditor", "--root", root, "--out", str(out)]
+    r = run_cli(ctx, args, env=env)
+    assert r.exit_code == 0, r.output
+    key = out.read_text().strip()
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o600 and key.startswith("oml_") and key not in r.output
+    again = run_cli(ctx, args, env=env)
+    assert again.exit_code == 2 and "the file exists" in again.stderr and out.read_text().strip() == key
+    r = run_cli(ctx, ["evidence", "export", "-t", "fh-t", "--key-file", str(out), "-o", str(tmp_path / "ev.tar")])
+    assert r.exit_code == 0 and "local operator" not in r.stderr, r.output

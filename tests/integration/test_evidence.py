@@ -118,12 +118,26 @@ def test_cli_export_and_verify_exit_codes(ctx, ak, tmp_path):
     bad[off] ^= 0x20
     (tmp_path / "bad.tar").write_bytes(bytes(bad))
     r = run_cli(ctx, ["evidence", "verify", str(tmp_path / "bad.tar"), "--trusted-key", ak.kit.fingerprint])
-    assert r.exit_code == 1 and r.output.startswith("FAILED: ") and r.output.startswith("FAILED: journal.jsonl: SHA-256 is ")
-    # The operator's CLI without a key records the export as a local act.
+    assert r.exit_code == 1 and r.output.splitlines()[-1].startswith("FAILED: journal.jsonl: SHA-256 is ")
+    # The verdict is the last line, after the checks that passed; a malformed fingerprint is a usage error (2).
+    r = run_cli(ctx, ["evidence", "verify", str(out), "--trusted-key", "ab" * 32])
+    lines = r.output.splitlines()
+    assert r.exit_code == 1 and lines[-1].startswith("FAILED: ") and lines[0].startswith("  passed: "), r.output
+    r = run_cli(ctx, ["evidence", "verify", str(out), "--trusted-key", "abc"])
+    assert r.exit_code == 2 and "64-hex" in r.stderr
+    # An existing file is never overwritten (as `tenant create --out`), and nothing is journalled for the refusal.
+    before = last_event(ctx, ak.tenant)[0]
+    r = run_cli(ctx, ["evidence", "export", "--tenant", ak.tenant, "--from-seq", "1", "--to-seq", "2", "-o", str(out)],
+                env={"OML_API_KEY": ""})
+    assert r.exit_code == 2 and "the file exists" in r.stderr and last_event(ctx, ak.tenant)[0] == before
+    out.unlink()
+    # The operator's CLI without a key records the export as a local act, and says so (docs/auditor-guide.md).
     r = run_cli(ctx, ["evidence", "export", "--tenant", ak.tenant, "--from-seq", "1", "--to-seq", "2", "-o", str(out)],
                 env={"OML_API_KEY": ""})
     assert r.exit_code == 0, r.output
+    assert "local operator's act" in r.stderr
     assert last_event(ctx, ak.tenant)[1]["actor"] == {"principal": None, "identity": None}
+    out.unlink()
     # Without --to-seq the export runs to the head; a range from seq 1 holds tenant.created, a key event
     # that is also a journal row: one receipt, counted once.
     r = run_cli(ctx, ["evidence", "export", "--tenant", ak.tenant, "--from-seq", "1", "-o", str(out)], env={"OML_API_KEY": ""})

@@ -28,7 +28,7 @@ from rich.markup import escape
 from oml.services.keys import signing_rotation
 from oml.domain.events import Actor
 
-from oml.services.entrypoints.cli.common import JSON, TENANT, context, emit as _emit, err, fail, key_file_option, principal, read_secret, verdict_exit
+from oml.services.entrypoints.cli.common import JSON, TENANT, context, emit as _emit, err, fail, key_file_option, principal, read_secret, refuse_existing, verdict_exit
 
 tenant_app = typer.Typer(no_args_is_help=True, help="Create and list tenants (operator bootstrap).")
 identity_app = typer.Typer(no_args_is_help=True, help="Identities: people and services (admin key).")
@@ -65,8 +65,7 @@ def tenant_create(tenant: str = typer.Argument(..., help=escape("tenant slug [a-
     """Create a tenant: its signing, body-encryption and recovery keys, a root workarea and a bootstrap admin key."""
     from oml.services.keys.anchors import record_anchor
 
-    if out is not None and out.exists():
-        fail(f"--out {out}: the file exists; OML does not overwrite a file that may hold another tenant's keys")
+    refuse_existing(out, "--out")
     with context() as ctx:
         t = ctx.tenancy.create_tenant(tenant, root_label)
         try:
@@ -160,11 +159,18 @@ def identity_list(key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> N
 def key_create(identity: str = typer.Option(..., "--identity", help="identity id"),
                role: str = typer.Option(..., "--role", help="writer, reviewer, reader, auditor, operator, admin or indexer"),
                root: List[str] = typer.Option(..., "--root", help="workarea node id (repeatable)"),
+               out_file: Optional[Path] = typer.Option(None, "--out", help="write the key alone to this new file (mode 0600) "
+                                                       "instead of printing it, e.g. auditor.key for --key-file"),
                key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> None:
-    """Create an API key; the key is printed once."""
+    """Create an API key; the key is printed once (or written to --out, never both)."""
+    refuse_existing(out_file, "--out")
     with context() as ctx:
         out = ctx.tenancy.create_principal(_admin(ctx, key_file), identity, role, list(root))
-    _emit(out, as_json, [f"principal: {out['principal_id']} (seq {out['seq']})", f"api key (shown once): {out['api_key']}"])
+    if out_file is not None:
+        _write_private(out_file, out.pop("api_key") + "\n")
+        err.print(escape(f"wrote {out_file} (mode 0600): the API key, for --key-file {out_file}"))
+    shown = [f"api key (shown once): {out['api_key']}"] if "api_key" in out else []
+    _emit(out, as_json, [f"principal: {out['principal_id']} (seq {out['seq']})", *shown])
 
 
 @key_app.command("revoke")

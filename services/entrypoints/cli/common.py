@@ -65,6 +65,13 @@ def fail(message: str, code: int = EXIT_USAGE) -> None:
     raise typer.Exit(code)
 
 
+def refuse_existing(path: "Optional[os.PathLike[str] | str]", option: str) -> None:
+    """Exit 2 when ``path`` (an output file) exists: no command overwrites a file silently; it may hold keys or an
+    archive an auditor still needs. ``-`` (standard output) and ``None`` pass."""
+    if path is not None and str(path) != "-" and os.path.lexists(path):
+        fail(f"{option} {path}: the file exists; OML does not overwrite it (remove it or choose another name)")
+
+
 def print_problem(exc: OMLError, ctx: "Optional[Context]" = None) -> None:
     """``code: detail`` on stderr; an unknown key also says which database was asked (the usual cause)."""
     # Scalar extras (field, head, allowed codes …) are content-free by the errors' own rule (domain/errors.py).
