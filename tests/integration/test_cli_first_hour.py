@@ -77,7 +77,7 @@ def test_missing_or_empty_key_file_is_a_message_not_a_traceback(ctx, tmp_path):
 
 
 def test_an_unknown_key_says_which_database_was_asked(ctx):
-    r = run_cli(ctx, ["workarea", "list"], env={"OML_API_KEY": "oml_0123456789abcdef_" + "x" * 43})
+    r = run_cli(ctx, ["workarea", "list"], env={"OML_API_KEY": "oml_0123456789abcdef_" + "0" * 64})
     assert r.exit_code == 2
     assert "access.unauthenticated" in r.stderr
     name = ctx.db.owner_url.database
@@ -180,7 +180,7 @@ def test_a_malformed_anchors_file_is_named_not_a_traceback(ctx, tenant, tmp_path
 
 
 def test_mcp_stdio_with_an_unknown_key_names_the_database_before_loading_the_model(ctx):
-    r = run_cli(ctx, ["mcp"], env={"OML_API_KEY": "oml_0123456789abcdef_" + "x" * 43})
+    r = run_cli(ctx, ["mcp"], env={"OML_API_KEY": "oml_0123456789abcdef_" + "0" * 64})
     assert r.exit_code == 2
     assert "access.unauthenticated" in r.stderr and "asked the database" in r.stderr
     assert "embedding model loaded" not in r.stderr
@@ -288,3 +288,25 @@ def test_apikey_create_out_writes_the_key_alone_for_key_file(ctx, tenant, tmp_pa
     assert again.exit_code == 2 and "the file exists" in again.stderr and out.read_text().strip() == key
     r = run_cli(ctx, ["evidence", "export", "-t", "fh-t", "--key-file", str(out), "-o", str(tmp_path / "ev.tar")])
     assert r.exit_code == 0 and "local operator" not in r.stderr, r.output
+
+
+def test_mcp_with_keys_of_two_tenants_refuses_at_start(ctx, tenant):
+    """It used to start, report ready and fail every call."""
+    other = json.loads(run_cli(ctx, ["tenant", "create", "fh-mcp2", "--json"]).stdout)
+    r = run_cli(ctx, ["mcp"], env={"OML_API_KEY": f"{tenant['admin_key']},{other['admin_key']}"})
+    assert r.exit_code == 2, r.output
+    assert "mcp.keys_of_several_tenants" in r.stderr and "embedding model loaded" not in r.stderr
+    assert tenant["admin_key"] not in r.output
+
+
+def test_a_malformed_key_is_called_malformed_not_from_another_home(ctx):
+    r = run_cli(ctx, ["workarea", "list"], env={"OML_API_KEY": "hunter2"})
+    assert r.exit_code == 2 and "access.unauthenticated" in r.stderr
+    assert "not an OML API key" in r.stderr and "another home" not in r.stderr and "hunter2" not in r.output
+
+
+def test_a_proof_beyond_the_head_says_the_seq_does_not_exist(ctx, tenant):
+    assert run_cli(ctx, ["checkpoint", "issue", "-t", "fh-t"]).exit_code == 0
+    r = run_cli(ctx, ["proof", "inclusion", "-t", "fh-t", "--seq", "50000"])
+    assert r.exit_code == 2 and "proof.invalid_range" in r.stderr and "no such event" in r.stderr
+    assert "issue a checkpoint" not in r.stderr

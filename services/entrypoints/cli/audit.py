@@ -25,7 +25,7 @@ import typer
 
 from rich.markup import escape
 
-from oml.services.entrypoints.cli.common import TENANT, api_key, console, context, err, fail, refuse_existing, verdict_exit
+from oml.services.entrypoints.cli.common import TENANT, api_key, authenticate_key, console, context, err, fail, refuse_existing, verdict_exit
 
 checkpoint_app = typer.Typer(no_args_is_help=True, help="Signed C2SP checkpoints of a tenant's journal tree.")
 proof_app = typer.Typer(no_args_is_help=True, help="Inclusion (tlog-proof@v1) and consistency proofs.")
@@ -171,7 +171,6 @@ def evidence_export(
                                                                      "(docs/auditor-guide.md, Who may export)"),
 ) -> None:
     """Export a signed evidence archive for events FROM..TO (no plaintext body, ever)."""
-    from oml.services.runtime.auth import authenticate
     from oml.services.audit.evidence.export import export
 
     refuse_existing(output, "-o")
@@ -183,7 +182,7 @@ def evidence_export(
                   "--key-file or sets OML_API_KEY")
     prev = previous_checkpoint.read_bytes() if previous_checkpoint else None
     with context(tenant) as ctx:
-        principal = authenticate(ctx.db, key) if key else None
+        principal = authenticate_key(ctx, key) if key else None
         with err.status(f"exporting events {from_seq}..{to_seq or 'head'} of {escape(tenant)} (receipts, key history, read log)…"):
             ex = export(ctx, tenant, from_seq, to_seq, previous_checkpoint=prev, principal=principal)
     output.write_bytes(ex.data)

@@ -82,6 +82,8 @@ def print_problem(exc: OMLError, ctx: "Optional[Context]" = None) -> None:
     if exc.code == "access.unauthenticated" and ctx is not None:
         from oml.services.runtime.home import database_label, explain
 
+        if (exc.extra or {}).get("reason") == "malformed_key":
+            return  # no database could know it: do not send the user looking for another home
         err.print(escape(f"asked {database_label(ctx.settings)}; home {ctx.settings.home} "
                          f"({explain(ctx.settings.home)}). A key made in another home is unknown here: "
                          "set OML_HOME (or OML_DATABASE_URL) to the one that issued it."))
@@ -156,11 +158,23 @@ def api_key(key_file: Optional[str], what: str = "the API key") -> str:
     return key.split(",")[0].strip()
 
 
-def principal(ctx: "Context", key_file: Optional[str], what: str = "the API key"):
-    """Authenticate :func:`api_key` against ``ctx``'s database (``access.unauthenticated`` is printed by :func:`context`)."""
+def authenticate_key(ctx: "Context", key: str):
+    """The key's principal in ``ctx``'s database. ``access.unauthenticated`` either way; a value that is not an API
+    key at all (a typo, a password pasted) says so (``reason: malformed_key``) instead of suggesting another home.
+    The value is never printed."""
+    from oml.domain.access import parse_api_key
     from oml.services.runtime.auth import authenticate
 
-    return authenticate(ctx.db, api_key(key_file, what))
+    if parse_api_key(key) is None:
+        raise OMLError("access.unauthenticated", "the key given is not an OML API key: one has the form "
+                       "oml_<16 hex key id>_<64 hex secret>, as `oml tenant create` or `oml apikey create` printed it",
+                       401, {"reason": "malformed_key"})
+    return authenticate(ctx.db, key)
+
+
+def principal(ctx: "Context", key_file: Optional[str], what: str = "the API key"):
+    """Authenticate :func:`api_key` against ``ctx``'s database (``access.unauthenticated`` is printed by :func:`context`)."""
+    return authenticate_key(ctx, api_key(key_file, what))
 
 
 def key_file_option(what: str = "API key"):

@@ -17,7 +17,7 @@ import typer
 
 from rich.markup import escape
 
-from oml.services.entrypoints.cli.common import JSON, TENANT, console, context, err, fail, key_file_option, principal
+from oml.services.entrypoints.cli.common import JSON, TENANT, authenticate_key, console, context, err, fail, key_file_option, principal
 
 readlog_app = typer.Typer(no_args_is_help=True, help="The read log: seal batches into the journal, verify anchors.")
 retention_app = typer.Typer(no_args_is_help=True, help="The read log's per-tenant retention window (operator key).")
@@ -189,8 +189,9 @@ def mcp_cmd(transport: str = typer.Option("stdio", "--transport", help="stdio | 
         fail("oml mcp: set OML_API_KEY (one key, or comma-separated keys of one tenant)")  # before the model loads
     else:
         # A host that starts `oml mcp` from another folder finds another home: say which database refused the key.
+        # Every key is checked, and that they share a tenant: otherwise every call would fail after "ready".
         with context() as ctx:
-            principal(ctx, None)
+            mcp_server.one_tenant([authenticate_key(ctx, k) for k in mcp_server.stdio_keys_from_env()])
     warm_model()
     if transport == "http":
         err.print(escape(f"oml mcp: listening on http://{host}:{port}{path} (streamable HTTP; a bearer API key per request)"))
