@@ -310,3 +310,22 @@ def test_a_proof_beyond_the_head_says_the_seq_does_not_exist(ctx, tenant):
     r = run_cli(ctx, ["proof", "inclusion", "-t", "fh-t", "--seq", "50000"])
     assert r.exit_code == 2 and "proof.invalid_range" in r.stderr and "no such event" in r.stderr
     assert "issue a checkpoint" not in r.stderr
+
+
+def test_recall_at_80_columns_keeps_statements_readable(ctx):
+    """A seven-column table gave the statement one word per line at 80 columns."""
+    from recall_kit import make_world
+
+    w = make_world(ctx, "fh-recall")
+    statement = "The backup of the orders database runs every night at two and is checked by the on-call engineer."
+    w.remember("main", statement, source={"uri": "https://wiki.example/backups"})
+    w.index()
+    reader = w.key("reader")
+    r = run_cli(ctx, ["recall", "orders database backup", "--retriever", "fts"],
+                env={"OML_API_KEY": w.keys[reader.principal_id], "COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert any(line.startswith("1.  hit") and "main" in line for line in lines), r.stdout
+    words = [line for line in lines if line.strip() and " " not in line.strip()]
+    assert words == [], r.stdout  # no line of one word
+    assert " ".join(" ".join(lines).split()).count(statement) == 1 and "source: https://wiki.example/backups" in r.stdout

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Iterator, Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
-from typer.core import TyperGroup
+from typer.core import TyperGroup, TyperOption
 
 from oml.domain.errors import OMLError
 
@@ -41,6 +41,18 @@ def verdict_exit(ok: bool, anchored: bool) -> int:
     if not ok:
         return EXIT_FAILED
     return EXIT_OK if anchored else EXIT_NOT_ANCHORED
+
+
+_option_type = TyperOption.display_type_rich
+
+
+def _no_type_for_flags(self: TyperOption, ctx) -> Optional[str]:
+    """Typer's help prints a flag as ``--verbose -v <bool>``, as if it took a value: a flag's type column stays
+    empty (typer.core.TyperOption.display_type_rich, patched once here for every command)."""
+    return None if self.is_flag else _option_type(self, ctx)
+
+
+TyperOption.display_type_rich = _no_type_for_flags  # type: ignore[method-assign]
 
 
 class SortedGroup(TyperGroup):

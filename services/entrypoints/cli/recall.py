@@ -59,19 +59,18 @@ def recall_cmd(
     if as_json:
         typer.echo(json.dumps(out, indent=2, ensure_ascii=False))
         return
-    from rich.table import Table
-
-    table = Table(title="recall", show_lines=False)
-    for col in ("#", "segment", "score", "workarea", "kind", "statement", "source"):
-        table.add_column(col)
-    # Stored text may hold "[...]": escaped, or Rich would read it as markup and drop it.
-    for i, it in enumerate(out["steering"], 1):
-        table.add_row(str(i), "steering", "", escape(it["workarea"]["path"]), it["kind"],
-                      escape(str(it["body"].get("statement", ""))), escape(_source(it)))
-    for i, it in enumerate(out["hits"], 1):
-        table.add_row(str(i), "hit", f"{it['score']:.4f}", escape(it["workarea"]["path"]), it["kind"],
-                      escape(str(it["body"].get("statement", ""))), escape(_source(it)))
-    console.print(table)
+    # One block per row rather than a seven-column table: at 80 columns the statement column got a word per line.
+    # The statement wraps under its row's heading at any width and stays whole (never cut).
+    rows = [("steering", "", it) for it in out["steering"]] + [("hit", f"{it['score']:.4f}", it) for it in out["hits"]]
+    for i, (segment, score, it) in enumerate(rows, 1):
+        head = "  ".join(x for x in (f"{i}.", segment, score, it["workarea"]["path"], it["kind"]) if x)
+        console.print(escape(head), style="bold", highlight=False)
+        # Stored text may hold "[...]": escaped, or Rich would read it as markup and drop it.
+        console.print(escape(str(it["body"].get("statement", ""))), highlight=False, soft_wrap=False)
+        if _source(it):
+            console.print(escape(f"source: {_source(it)}"), style="dim", highlight=False)
+    if not rows:
+        console.print("no steering rows and no hits")
     console.print(_footer(out["diagnostics"]))
     for deg in out["diagnostics"]["degraded"]:
         console.print("[yellow]degraded[/yellow] " + escape(f"{deg['retriever']}: {deg['reason']} — {deg['detail']}"))
