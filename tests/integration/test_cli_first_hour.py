@@ -329,3 +329,16 @@ def test_recall_at_80_columns_keeps_statements_readable(ctx):
     words = [line for line in lines if line.strip() and " " not in line.strip()]
     assert words == [], r.stdout  # no line of one word
     assert " ".join(" ".join(lines).split()).count(statement) == 1 and "source: https://wiki.example/backups" in r.stdout
+
+
+@pytest.mark.parametrize("args", [["tenant", "list"], ["status"], ["journal", "verify", "-t", "acme"], ["workarea", "list"],
+                                  ["mcp"]])
+def test_a_typod_home_is_not_created_by_a_command_that_only_reads(ctx, tmp_path, args):
+    """A typo in OML_HOME (or a command run from another folder) used to create a home and leave a new embedded
+    PostgreSQL running; only `tenant create`, `serve` and `worker` may create one."""
+    typo = tmp_path / "oml-hmoe"
+    r = run_cli(ctx, args, env={"OML_HOME": str(typo), "OML_DATABASE_URL": "", "OML_KEY_DIR": "",
+                                "OML_API_KEY": "oml_0123456789abcdef_" + "0" * 64})
+    assert r.exit_code == 2, r.output
+    assert "home.not_found" in r.stderr and str(typo) in r.stderr and "OML_HOME is set" in r.stderr
+    assert not typo.exists()

@@ -66,7 +66,7 @@ def tenant_create(tenant: str = typer.Argument(..., help=escape("tenant slug [a-
     from oml.services.keys.anchors import record_anchor
 
     refuse_existing(out, "--out")
-    with context() as ctx:
+    with context(new_home=True) as ctx:
         t = ctx.tenancy.create_tenant(tenant, root_label)
         try:
             anchors, replaced = record_anchor(ctx.settings, t.tenant, t.fingerprint)

@@ -101,12 +101,32 @@ def print_problem(exc: OMLError, ctx: "Optional[Context]" = None) -> None:
                          "set OML_HOME (or OML_DATABASE_URL) to the one that issued it."))
 
 
-@contextmanager
-def context(*tenants: Optional[str]) -> "Iterator[Context]":
-    """The invocation's context; each tenant named (``None`` skipped) must exist (:func:`require_tenant`), so every
-    command that takes ``--tenant`` answers a mistyped one the same way. A refusal prints its code, exit 2."""
-    from oml.services.runtime.context import open_context
+def require_home(settings) -> None:
+    """``home.not_found`` (exit 2) when the embedded database's home does not exist yet: a command that can only
+    find something in an existing home (every one but ``tenant create``, ``serve`` and ``worker``) must not create
+    one, and leave a new PostgreSQL server running, because ``OML_HOME`` has a typo or it ran from another folder."""
+    from pathlib import Path
 
+    from oml.services.runtime.home import explain
+
+    home = Path(settings.home).resolve()
+    if not settings.database_url and not (home / "pg").exists():
+        print_problem(OMLError("home.not_found", f"no OML home at {home} ({explain(home)}): nothing here to read or "
+                               "act on. Check OML_HOME, or run from the folder that holds your .oml; `oml tenant create` "
+                               "makes a new home", 404))
+        raise typer.Exit(EXIT_USAGE)
+
+
+@contextmanager
+def context(*tenants: Optional[str], new_home: bool = False) -> "Iterator[Context]":
+    """The invocation's context; each tenant named (``None`` skipped) must exist (:func:`require_tenant`), so every
+    command that takes ``--tenant`` answers a mistyped one the same way. A refusal prints its code, exit 2. Only a
+    command passing ``new_home`` may create the embedded home (:func:`require_home`)."""
+    from oml.services.runtime.context import open_context
+    from oml.services.runtime.settings import get_settings
+
+    if not new_home:
+        require_home(get_settings())
     ctx = open_context()
     try:
         for tenant in tenants:

@@ -70,7 +70,7 @@ def worker_cmd(
         err.print(f"--consumer must be one of {', '.join(CONSUMER_QUEUES)}")
         raise typer.Exit(2)
     consumers = () if relay_only else (tuple(consumer) if consumer else None)
-    with context() as ctx:
+    with context(new_home=True) as ctx:
         if consumers is None or indexer.CONSUMER in consumers:
             indexer.embedder_for(ctx)  # load the model and check its dimension against the schema before consuming
         rt = WorkerRuntime(ctx, relay=not no_relay, worker_threads=threads, poll_seconds=poll, sweep_seconds=sweep,

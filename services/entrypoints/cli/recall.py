@@ -17,7 +17,7 @@ import typer
 
 from rich.markup import escape
 
-from oml.services.entrypoints.cli.common import JSON, TENANT, authenticate_key, console, context, err, fail, key_file_option, principal
+from oml.services.entrypoints.cli.common import JSON, TENANT, authenticate_key, console, context, err, fail, key_file_option, principal, require_home
 
 readlog_app = typer.Typer(no_args_is_help=True, help="The read log: seal batches into the journal, verify anchors.")
 retention_app = typer.Typer(no_args_is_help=True, help="The read log's per-tenant retention window (operator key).")
@@ -182,6 +182,9 @@ def mcp_cmd(transport: str = typer.Option("stdio", "--transport", help="stdio | 
     if print_config:
         typer.echo(json.dumps(desktop_config(), indent=2))
         return
+    from oml.services.runtime.settings import get_settings
+
+    require_home(get_settings())  # keys exist only in an existing home: a typo'd OML_HOME must not start a server
     if transport == "http":
         check_port(host, port)
     elif not mcp_server.stdio_keys_from_env():
