@@ -23,7 +23,9 @@ from oml.services.runtime.home import default_home
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="OML_", extra="ignore")
+    # hide_input_in_errors: a refused value (a malformed OML_MASTER_KEY, a URL with a password) never appears in the
+    # ValidationError's text, wherever it is printed or logged.
+    model_config = SettingsConfigDict(env_prefix="OML_", extra="ignore", hide_input_in_errors=True)
 
     home: Path = Field(default_factory=default_home)
     # Owner URL: runs migrations and owns tables; workloads connect as their own roles.
