@@ -15,10 +15,14 @@ returns an awaitable of the same value).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Literal, Sequence, TypeVar
 
+from pydantic import ValidationError
+
 from . import models as m
+from .errors import problem_class
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -72,12 +76,36 @@ def _body(**fields: Any) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if v is not None}
 
 
-def _dump(model: type, value: Any) -> dict[str, Any] | None:
-    """A nested request object (model or dict) as JSON, validated client-side for shape only."""
+def _validated(model: type, value: Any, code: str = "admission.invalid") -> Any:
+    """``value`` (a dict, or already a ``model``) as ``model``. A shape the server would refuse raises the same
+    ``InvalidRequest`` subclass its answer would (``code``, status 422, ``errors: [{field, rule, message}]``), with
+    ``extra['client_side'] = True``, instead of pydantic's ``ValidationError``: callers catch one exception type
+    (docs/api.md, Errors). Like the server's, the errors never repeat the value."""
+    if isinstance(value, model):
+        return value
+    try:
+        return model.model_validate(value)  # type: ignore[attr-defined]
+    except ValidationError as exc:
+        errors = [_error(e) for e in exc.errors()]
+        raise problem_class(code, 422)(code, 422, "the request does not match the schema (checked before sending)",
+                                       extra={"errors": errors, "client_side": True}) from None
+
+
+def _error(e: Any) -> dict[str, Any]:
+    """One pydantic error in the server's ``errors[i]`` shape; a closed list names its values as ``allowed``."""
+    out: dict[str, Any] = {"field": ".".join(str(part) for part in e["loc"]) or "body", "rule": e["type"],
+                           "message": e["msg"] if "'" not in e["msg"] else e["type"]}
+    if e["type"] in ("literal_error", "enum"):
+        out["allowed"] = re.findall(r"'([^']*)'", str((e.get("ctx") or {}).get("expected", "")))
+        out["message"] = "must be one of the allowed values (see allowed)"
+    return out
+
+
+def _dump(model: type, value: Any, code: str = "admission.invalid") -> dict[str, Any] | None:
+    """A nested request object (model or dict) as JSON, validated client-side for shape only (:func:`_validated`)."""
     if value is None:
         return None
-    obj: Any = value if isinstance(value, model) else model.model_validate(value)  # type: ignore[attr-defined]
-    return obj.model_dump(exclude_none=True)
+    return _validated(model, value, code).model_dump(exclude_none=True)
 
 
 def _text(resp: Any) -> str:
@@ -182,15 +210,15 @@ class Operations:
         Raises ``PersonalDataRefused`` (kinds and offsets in ``findings``), ``NotFound``
         (``workarea.not_found`` also for a workarea outside the key's access), ``InvalidRequest``.
         """
-        claim = m.ClaimIn(workarea_id=workarea_id, body=body, kind=kind, provenance=provenance, claim_id=claim_id,
-                          supersedes=supersedes, derived_from=list(derived_from), valid_from=valid_from,
-                          valid_to=valid_to, confidence=confidence)
+        claim = _validated(m.ClaimIn, dict(workarea_id=workarea_id, body=body, kind=kind, provenance=provenance,
+                                           claim_id=claim_id, supersedes=supersedes, derived_from=list(derived_from),
+                                           valid_from=valid_from, valid_to=valid_to, confidence=confidence))
         return self._invoke(self.submit, json=claim.payload(), idempotency_key=idempotency_key)
 
     @operation("POST", "/v1/claims:batch", idempotent=True, returns=m.BatchAdmitted)
     def submit_batch(self, claims: Sequence[m.ClaimIn | dict[str, Any]], *, idempotency_key: str | None = None) -> m.BatchAdmitted:
         """Submit many claim versions in one group commit: all are admitted, or none (the refusal names ``claims[i]``)."""
-        items = [(c if isinstance(c, m.ClaimIn) else m.ClaimIn.model_validate(c)).payload() for c in claims]
+        items = [_validated(m.ClaimIn, c).payload() for c in claims]
         return self._invoke(self.submit_batch, json={"claims": items}, idempotency_key=idempotency_key)
 
     @operation("POST", "/v1/versions/{version_id}/review", idempotent=True, returns=m.Reviewed)
@@ -352,7 +380,7 @@ class Operations:
         ``as_of`` reads the tips as they were at that instant. Each call is read-logged (the query as a keyed digest).
         """
         body = _body(query=query, workarea_id=workarea_id, retriever=retriever, k=k, as_of=as_of,
-                     budget=_dump(m.Budget, budget), filters=_dump(m.Filters, filters))
+                     budget=_dump(m.Budget, budget, "recall.invalid"), filters=_dump(m.Filters, filters, "recall.invalid"))
         return self._invoke(self.recall, json=body)
 
     @operation("GET", "/v1/claims/{claim_id}", returns=m.Fetched)
@@ -420,9 +448,9 @@ class Operations:
                              idempotency_key: str | None = None) -> m.AdmittedOne:
         """Submit one held claim version inside a simulation (recorded with provenance ``simulation``).
         Role: writer in the audience. ``SimulationTipRefused`` if it is ever promoted to a default tip."""
-        claim = m.ClaimIn(workarea_id=workarea_id, body=body, kind=kind, provenance=provenance, claim_id=claim_id,
-                          supersedes=supersedes, derived_from=list(derived_from), valid_from=valid_from,
-                          valid_to=valid_to, confidence=confidence)
+        claim = _validated(m.ClaimIn, dict(workarea_id=workarea_id, body=body, kind=kind, provenance=provenance,
+                                           claim_id=claim_id, supersedes=supersedes, derived_from=list(derived_from),
+                                           valid_from=valid_from, valid_to=valid_to, confidence=confidence))
         return self._invoke(self.submit_in_simulation, path_params={"simulation_id": simulation_id},
                             json=claim.payload(), idempotency_key=idempotency_key)
 
@@ -430,7 +458,7 @@ class Operations:
     def submit_batch_in_simulation(self, simulation_id: str, claims: Sequence[m.ClaimIn | dict[str, Any]], *,
                                    idempotency_key: str | None = None) -> m.BatchAdmitted:
         """Many claim versions inside a simulation in one group commit, all or nothing."""
-        items = [(c if isinstance(c, m.ClaimIn) else m.ClaimIn.model_validate(c)).payload() for c in claims]
+        items = [_validated(m.ClaimIn, c).payload() for c in claims]
         return self._invoke(self.submit_batch_in_simulation, path_params={"simulation_id": simulation_id},
                             json={"claims": items}, idempotency_key=idempotency_key)
 

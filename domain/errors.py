@@ -7,6 +7,7 @@ content.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,3 +40,17 @@ def not_found(what: str, code: str = "claim.not_found") -> OMLError:
 
 def denied(detail: str = "the key's role or scope does not allow this act") -> OMLError:
     return OMLError("access.denied", detail, 403)
+
+
+_UUID = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}")
+WORKAREA_BY_ID = ("a workarea is named by its id (a UUID), not by its path such as main.ops: `oml workarea list` "
+                  "or GET /v1/workareas lists each path with its id")
+
+
+def workarea_not_found(given: object = None) -> OMLError:
+    """``workarea.not_found`` (404). When ``given`` is not a UUID (most often a path, which every listing prints), the
+    detail says where the id is found; the value itself is never repeated. Paths are not accepted as names: a
+    reparent changes them, while acts and the journal name the id (docs/api.md, "Workarea ids, not paths")."""
+    if given is not None and not _UUID.fullmatch(str(given).strip("{}")):
+        return OMLError("workarea.not_found", f"workarea not found: {WORKAREA_BY_ID}", 404)
+    return not_found("workarea", "workarea.not_found")

@@ -64,6 +64,23 @@ REASON_CODES = frozenset(
 )
 
 
+# The reasons an erasure or a legal hold may give: why data must go (or must stay). A review's verdicts
+# (`accurate`, `duplicate`, `superseded` …) say nothing of that and are refused there (docs/erasure.md).
+ERASURE_REASONS = frozenset(
+    {
+        "data_subject_request",
+        "legal_request",
+        "retention",
+        "security_incident",
+        "policy_violation",
+        "inaccurate",
+        "out_of_scope",
+        "other",
+    }
+)
+assert ERASURE_REASONS <= REASON_CODES
+
+
 @dataclass(frozen=True)
 class Actor:
     principal: str | None

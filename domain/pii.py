@@ -490,6 +490,48 @@ def _emails(text: str) -> Iterator[_Span]:
         yield ("email", local_start, dom_end)
 
 
+# Addresses written out to keep them from scrapers: "oncall [at] example [dot] com", "oncall(at)example.com",
+# "oncall at example dot com", "oncall @ example . com". The at-sign is a bracketed "at" ([at] (at) {at} <at>), a
+# spaced "@", or the word "at"; the dots are bracketed or spaced "dot", or ".". A bare word "at" is everyday
+# English ("look at github.com"), so it counts only with a written-out "dot" after it; a spaced "." only after a
+# spaced "@" ("see you [at] home. Then" has no address). Measured on ordinary text by `oml bench pii-fp`.
+_B_AT = r"\s*[\[({<]\s*at\s*[\])}>]\s*"
+_B_DOT = r"\s*[\[({<]\s*dot\s*[\])}>]\s*"
+_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+_LOCAL = r"(?<![\w.%+-])[\w%+-]+(?:\.[\w%+-]+)*"
+_WORD_DOT = r"\s+dot\s+"
+
+
+def _written(at: str, dot: str) -> re.Pattern[str]:
+    return re.compile(rf"(?i){_LOCAL}(?:{at})(?:{_LABEL}(?:{dot}))+{_LABEL}(?![\w-])")
+
+
+_WRITTEN_EMAIL_RES = (
+    _written(_B_AT, rf"{_B_DOT}|{_WORD_DOT}|\.(?=[a-z0-9])"),    # [at]: any dot
+    _written(r"\s+at\s+", rf"{_B_DOT}|{_WORD_DOT}"),             # the word at: a written-out dot
+    _written(r"\s+@\s+", rf"{_B_DOT}|{_WORD_DOT}|\s*\.\s*"),      # a spaced @: a spaced . too
+)
+_WRITTEN_AT_SPLIT_RE = re.compile(rf"(?i){_B_AT}|\s+at\s+|\s+@\s+")
+_WRITTEN_DOT_SPLIT_RE = re.compile(rf"(?i){_B_DOT}|{_WORD_DOT}|\s*\.\s*")
+# Gate of :func:`_written_emails`, on lower-cased text (the ASCII short cut uses it too).
+_WRITTEN_AT_GATE_RE = re.compile(r"[\[({<]\s*at\s*[\])}>]|\bat\s[^\n]{0,200}?\bdot\b|\s@\s")
+_NOT_LABELS = frozenset({"at", "dot"})
+
+
+def _written_emails(text: str) -> Iterator[_Span]:
+    seen: set[tuple[int, int]] = set()
+    for pattern in _WRITTEN_EMAIL_RES:
+        for m in pattern.finditer(text):
+            labels = _WRITTEN_DOT_SPLIT_RE.split(_WRITTEN_AT_SPLIT_RE.split(m.group(), maxsplit=1)[1])
+            tld = labels[-1]
+            if not (tld.isalpha() and 2 <= len(tld) <= 24) or _NOT_LABELS & {lb.lower() for lb in labels}:
+                continue
+            if tld.lower() in _NOT_TLDS or m.span() in seen:
+                continue
+            seen.add(m.span())
+            yield ("email", m.start(), m.end())
+
+
 # ---- phone ----------------------------------------------------------------
 
 # A digit run with the separators phone numbers are written with (the view has
@@ -522,6 +564,13 @@ def _glued(c: str, inside: str = "") -> bool:
     return bool(c) and (c.isalnum() or c == "_" or c in inside)
 
 
+def _dotted_name(text: str, start: int, end: int) -> bool:
+    # A run between dots with letters or digits on both sides is a part of a file or version name
+    # ("image.rev.1613000755.jpg"), not a number written on its own.
+    return (start >= 2 and text[start - 1] == "." and text[start - 2].isalnum()
+            and end + 1 < len(text) and text[end] == "." and text[end + 1].isalnum())
+
+
 def _phone_windows(view: _View, taken: Sequence[_Span]) -> list[tuple[int, int]]:
     text = view.text
     out = []
@@ -548,6 +597,8 @@ def _phone_windows(view: _View, taken: Sequence[_Span]) -> list[tuple[int, int]]
             if _glued(view.before(start), "-#/") and _glued(text[start - 1] if start else "", "-#/"):
                 continue
             if _glued(view.after(end)) and _glued(text[end : end + 1]):
+                continue
+            if _dotted_name(text, start, end):
                 continue
             if run.isdigit() and _ID_NOUN_RE.search(text, max(0, start - 40), start):
                 continue
@@ -578,6 +629,8 @@ def _phones(view: _View, regions: Sequence[str], taken: Sequence[_Span] = ()) ->
             except Exception:  # noqa: BLE001 -- a parser hiccup must not abort admission
                 continue
             for start, end in matches:
+                if _local_only(text[start:end], region):
+                    continue
                 hit = {w for w in group if start < w[1] and w[0] < end}
                 if hit:
                     pending -= hit
@@ -588,6 +641,31 @@ def _phones(view: _View, regions: Sequence[str], taken: Sequence[_Span] = ()) ->
             found = _plus_prefix(text, *w)
             if found is not None:
                 yield ("phone", w[0], found)
+
+
+# A national-format number shorter than this, written without its region's trunk prefix ("0" in DE, GB, FR …),
+# is at most a local subscriber number with no area code, which text cannot tell from a count, a score or a page
+# range: phonenumbers accepts "1640 0" and "164-458" as German numbers, so "par 1640 0" was refused. Every default
+# region's number with its area code has at least this many digits (docs/personal-data.md, measured by
+# `oml bench pii-fp`).
+_MIN_LOCAL_DIGITS: Final[int] = 7
+_TRUNK_PREFIX: dict[str, str | None] = {}
+
+
+def _local_only(raw: str, region: str | None) -> bool:
+    """True when the matcher's ``raw`` (found reading ``region``'s national format) is too short to be more than a
+    local number written without the trunk prefix: no "+", fewer than :data:`_MIN_LOCAL_DIGITS` digits, and the
+    region has a trunk prefix that ``raw`` does not start with. Regions without one (e.g. SH) are not affected."""
+    if region is None or "+" in raw:
+        return False
+    digits = "".join(c for c in raw if c.isdigit())
+    if len(digits) >= _MIN_LOCAL_DIGITS:
+        return False
+    if region not in _TRUNK_PREFIX:
+        meta = phonenumbers.PhoneMetadata.metadata_for_region(region)
+        _TRUNK_PREFIX[region] = meta.national_prefix if meta is not None else None
+    trunk = _TRUNK_PREFIX[region]
+    return bool(trunk) and not digits.startswith(trunk)
 
 
 _PHONE_SEPARATORS: Final[str] = " ()./[]~-"
@@ -1063,6 +1141,8 @@ def _spans(view: _View, regions: Sequence[str]) -> Iterator[_Span]:
     yield from structured
     if "@" in text:
         yield from _emails(text)
+    if _WRITTEN_AT_GATE_RE.search(text.lower()):
+        yield from _written_emails(text)
     if digits >= _MIN_PHONE_DIGITS:
         yield from _phones(view, regions, structured)
     if _ip_gate(text, digits):
@@ -1073,7 +1153,7 @@ def _spans(view: _View, regions: Sequence[str]) -> Iterator[_Span]:
 
 # Every detector above runs only on a digit, an "@" or its credential gate (:func:`_spans`); an ASCII text
 # with none of them is answered without building its view (most member names, most sentences).
-_ANY_TRIGGER_LOWER_RE = re.compile(r"[0-9@]|" + _CREDENTIAL_GATE_LOWER_RE.pattern)
+_ANY_TRIGGER_LOWER_RE = re.compile(r"[0-9@]|" + _WRITTEN_AT_GATE_RE.pattern + "|" + _CREDENTIAL_GATE_LOWER_RE.pattern)
 
 
 def _may_find(text: str, digits: int) -> bool:
@@ -1081,7 +1161,7 @@ def _may_find(text: str, digits: int) -> bool:
     For ASCII text, whose view differs only in collapsed blanks (no gate counts them; a length only shrinks)."""
     return (digits >= 13 or (digits >= 2 and (len(text) >= _MIN_IBAN_LEN or any(
                 digits >= r.needs and len(text) >= r.min_len for r in _ID_RULES)))
-            or "@" in text or digits >= _MIN_PHONE_DIGITS or _ip_gate(text, digits) or _credential_gate(text))
+            or "@" in text or _WRITTEN_AT_GATE_RE.search(text.lower()) is not None or digits >= _MIN_PHONE_DIGITS or _ip_gate(text, digits) or _credential_gate(text))
 
 
 def _classify(text: str, regions: Sequence[str]) -> list[Finding]:

@@ -113,9 +113,7 @@ class KeySource:
             keys = [token.strip()] if scheme.lower() == "bearer" and token.strip() else []
         if not keys:
             raise UNAUTHENTICATED
-        principals = [authenticate(self.ctx.db, k) for k in keys]
-        if len({p.tenant for p in principals}) > 1:
-            raise OMLError("access.denied", "the configured keys belong to different tenants", 403)
+        principals = one_tenant([authenticate(self.ctx.db, k) for k in keys])
         act = ACTS[tool]
         for p in principals:
             if act in rules.ROLE_ACTS.get(p.role, set()):
@@ -289,6 +287,15 @@ def http_app(ctx: "Context", *, path: str = "/mcp", host: str = "127.0.0.1"):
     limit = ctx.settings.max_request_bytes
     app = server.streamable_http_app(streamable_http_path=path, host=host, max_request_body_size=limit)
     return BodyLimit(BearerRequired(app, ctx), limit)
+
+
+def one_tenant(principals: list[Principal]) -> list[Principal]:
+    """``principals`` when they share one tenant; ``mcp.keys_of_several_tenants`` (400) otherwise. `oml mcp` checks
+    this at start (exit 2), so a server whose every call would fail never reports ready."""
+    if len({p.tenant for p in principals}) > 1:
+        raise OMLError("mcp.keys_of_several_tenants", "the keys in OML_API_KEY belong to different tenants; one oml mcp "
+                       "serves one tenant: start one server per tenant, each with that tenant's keys", 400)
+    return principals
 
 
 def stdio_keys_from_env() -> list[str]:

@@ -37,7 +37,7 @@ import sqlalchemy as sa
 from oml.domain import claims as rules
 from oml.domain.access import Principal
 from oml.domain.errors import OMLError, invalid, not_found
-from oml.domain.events import REASON_CODES, Actor
+from oml.domain.events import ERASURE_REASONS, Actor
 from oml.services.journal import journal
 from oml.services.storage.db import Database
 from oml.workers.index import context as context_index
@@ -75,8 +75,11 @@ def _uuid(value: str, field: str) -> str:
 
 
 def _reason(reason: str) -> str:
-    if reason not in REASON_CODES:
-        raise invalid("reason must be a code from the closed list", field="reason", allowed=sorted(REASON_CODES))
+    """``erasure.invalid`` (422) for a reason not in :data:`ERASURE_REASONS`: the code the HTTP schema answers too,
+    so the CLI and HTTP name a bad reason alike."""
+    if reason not in ERASURE_REASONS:
+        raise OMLError("erasure.invalid", "reason must be an erasure reason code from the closed list", 422,
+                       {"field": "reason", "allowed": sorted(ERASURE_REASONS)})
     return reason
 
 

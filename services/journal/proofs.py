@@ -77,6 +77,10 @@ def inclusion_proof(ctx, tenant: str, seq: int, *, tree_size: int | None = None,
     with ctx.db.tenant(role, tenant) as conn:
         cp = _checkpoint(conn, tenant, tree_size)
         if seq > cp.tree_size:
+            head = int(conn.execute(sa.text("SELECT seq FROM chain_heads WHERE tenant_id = :t"), {"t": tenant}).scalar() or 0)
+            if seq > head:  # no checkpoint will ever cover it: the event does not exist
+                raise OMLError("proof.invalid_range", "seq is beyond the chain head: the journal has no such event", 422,
+                               {"field": "seq", "head": head})
             raise OMLError("proof.not_checkpointed", "the newest checkpoint does not cover this seq yet; issue a checkpoint", 409,
                            {"seq": seq, "tree_size": cp.tree_size})
         tree = tree_for(conn, tenant, cp)

@@ -20,7 +20,10 @@ import secrets
 from pathlib import Path
 from typing import Protocol
 
+from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from oml.domain.errors import OMLError
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +85,15 @@ class LocalKeyStore:
             blob = p.read_bytes()
         except FileNotFoundError:
             raise KeyNotFound(f"{tenant}/{name}") from None
-        return self._aead.decrypt(blob[:12], blob[12:], self._aad(tenant, name))
+        try:
+            return self._aead.decrypt(blob[:12], blob[12:], self._aad(tenant, name))
+        except InvalidTag:
+            # Almost always the wrong master key (another home's OML_MASTER_KEY or master.key), not tampering with
+            # the stored bodies: say so, rather than let callers report each body as failing authentication.
+            raise OMLError("keys.master_key_mismatch",
+                           f"the master key (OML_MASTER_KEY, or <home>/master.key when it is unset) does not open the "
+                           f"key store {self.dir}: it is not the key that sealed it, or the file {p.name} is damaged",
+                           500) from None
 
     def exists(self, tenant: str, name: str) -> bool:
         return self._path(tenant, name).exists()

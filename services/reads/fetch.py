@@ -34,7 +34,7 @@ import sqlalchemy as sa
 from oml.domain import claims as rules
 from oml.domain import recall as R
 from oml.domain.access import Principal
-from oml.domain.errors import OMLError, invalid, not_found
+from oml.domain.errors import OMLError, invalid, not_found, workarea_not_found
 from oml.services.reads import readlog, rows, sim_read
 from oml.services.reads.bodies import decrypt_version
 from oml.services.runtime.tracing import traced
@@ -58,6 +58,14 @@ def _uuid(value: object, name: str) -> str:
         raise invalid("must be a UUID", field=name) from None
 
 
+def _is_uuid(value: object) -> bool:
+    try:
+        uuid.UUID(str(value))
+    except (ValueError, TypeError, AttributeError):
+        return False
+    return True
+
+
 def _time(value: dt.datetime | str | None, name: str) -> dt.datetime | None:
     from oml.services.reads.recall import _time as parse
 
@@ -67,9 +75,9 @@ def _time(value: dt.datetime | str | None, name: str) -> dt.datetime | None:
 def _scopes(conn, principal: Principal, workarea_id: str | None) -> tuple[tuple[str, ...], list[str]]:
     if workarea_id is None:
         return R.resolve_scope(principal, None), sorted(principal.roots)
-    wa = rows.workarea_by_id(conn, principal.tenant, _uuid(workarea_id, "workarea_id"))
+    wa = rows.workarea_by_id(conn, principal.tenant, str(uuid.UUID(workarea_id))) if _is_uuid(workarea_id) else None
     if wa is None:
-        raise OMLError("workarea.not_found", "workarea not found", 404)
+        raise workarea_not_found(workarea_id)
     return R.resolve_scope(principal, wa[1]), [wa[0]]
 
 

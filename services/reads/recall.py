@@ -61,7 +61,7 @@ from oml.domain import claims as rules
 from oml.domain import fusion as fusionmod
 from oml.domain import recall as R
 from oml.domain.access import Principal
-from oml.domain.errors import OMLError, invalid
+from oml.domain.errors import OMLError, invalid, workarea_not_found
 from oml.services.reads import readlog, rows, sim_read
 from oml.services.reads.bodies import decrypt_versions
 from oml.services.reads import bm25 as bm25mod
@@ -486,7 +486,7 @@ def _scope(conn: sa.Connection, principal: Principal, workarea_id: Any) -> tuple
         return R.resolve_scope(principal, None), sorted(principal.roots)
     wa = rows.workarea_by_id(conn, principal.tenant, str(workarea_id)) if _is_uuid(workarea_id) else None
     if wa is None:
-        raise OMLError("workarea.not_found", "workarea not found", 404)
+        raise workarea_not_found(workarea_id)
     return R.resolve_scope(principal, wa[1]), [wa[0]]
 
 

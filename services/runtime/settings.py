@@ -23,7 +23,9 @@ from oml.services.runtime.home import default_home
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="OML_", extra="ignore")
+    # hide_input_in_errors: a refused value (a malformed OML_MASTER_KEY, a URL with a password) never appears in the
+    # ValidationError's text, wherever it is printed or logged.
+    model_config = SettingsConfigDict(env_prefix="OML_", extra="ignore", hide_input_in_errors=True)
 
     home: Path = Field(default_factory=default_home)
     # Owner URL: runs migrations and owns tables; workloads connect as their own roles.
@@ -113,6 +115,15 @@ class Settings(BaseSettings):
         # what int() reads, so "1.0", which pydantic's lax integer takes, stops `oml` at start rather than a batch.
         if isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]+\s*", value) is None:
             raise ValueError(f"must be a whole number, not {value!r}")
+        return value
+
+    @field_validator("master_key", mode="before")
+    @classmethod
+    def _master_key_shape(cls, value: object) -> object:
+        # Checked when the settings load, so `oml` stops in one line at start instead of a traceback at the first
+        # key read; the message never repeats the value (it is a secret, even when malformed).
+        if isinstance(value, str) and value.strip() and re.fullmatch(r"\s*[0-9a-fA-F]{64}\s*", value) is None:
+            raise ValueError("must be 64 hex characters (32 bytes; `openssl rand -hex 32` makes one)")
         return value
 
     @field_validator("replica_urls", mode="before")

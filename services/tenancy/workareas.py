@@ -7,7 +7,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from oml.domain.access import Principal
-from oml.domain.errors import not_found
+from oml.domain.errors import not_found, workarea_not_found
 from oml.services.storage import pipelined
 
 _CANONICAL_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
@@ -32,7 +32,7 @@ def get(conn: sa.Connection, tenant: str, node_id: str, rows: list | None = None
     if rows is None:
         (rows,) = pipelined.fetch(conn, [lookup(tenant, node_id)]) if is_uuid(node_id) else ([],)
     if not rows:
-        raise not_found("workarea", "workarea.not_found")
+        raise workarea_not_found(node_id)
     return rows[0]
 
 

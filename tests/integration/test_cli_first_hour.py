@@ -6,6 +6,7 @@ import json
 import os
 import socket
 import stat
+from importlib.metadata import entry_points
 
 import pytest
 
@@ -76,7 +77,7 @@ def test_missing_or_empty_key_file_is_a_message_not_a_traceback(ctx, tmp_path):
 
 
 def test_an_unknown_key_says_which_database_was_asked(ctx):
-    r = run_cli(ctx, ["workarea", "list"], env={"OML_API_KEY": "oml_0123456789abcdef_" + "x" * 43})
+    r = run_cli(ctx, ["workarea", "list"], env={"OML_API_KEY": "oml_0123456789abcdef_" + "0" * 64})
     assert r.exit_code == 2
     assert "access.unauthenticated" in r.stderr
     name = ctx.db.owner_url.database
@@ -179,19 +180,59 @@ def test_a_malformed_anchors_file_is_named_not_a_traceback(ctx, tenant, tmp_path
 
 
 def test_mcp_stdio_with_an_unknown_key_names_the_database_before_loading_the_model(ctx):
-    r = run_cli(ctx, ["mcp"], env={"OML_API_KEY": "oml_0123456789abcdef_" + "x" * 43})
+    r = run_cli(ctx, ["mcp"], env={"OML_API_KEY": "oml_0123456789abcdef_" + "0" * 64})
     assert r.exit_code == 2
     assert "access.unauthenticated" in r.stderr and "asked the database" in r.stderr
     assert "embedding model loaded" not in r.stderr
 
 
-@pytest.mark.parametrize("args", [["lake", "catch-up"], ["lake", "status"], ["lake", "compact"], ["index", "catch-up"],
-                                  ["index", "rebuild"], ["index", "enroll"], ["status"]])
-def test_an_unknown_tenant_is_not_found_not_nothing_to_do(ctx, args):
-    """A mistyped --tenant is tenant.not_found (exit 2), as reconcile answers, not "0 rows appended" (fresh-user run)."""
-    r = run_cli(ctx, [*args, "--tenant", "no-such-tenant"])
+# Every command that names a tenant, with the other arguments it requires.
+TENANT_COMMANDS = {
+    "checkpoint issue": [], "checkpoint show": [], "erase report": ["00000000-0000-4000-8000-000000000001"],
+    "erase rewrite": [], "evidence export": ["-o", "never-written.tar"], "index catch-up": [], "index enroll": [],
+    "index rebuild": [], "journal verify": [], "keys encryption-versions": [], "keys retire": [], "keys rewrap": [],
+    "keys rotate": [], "keys rotate-encryption": [], "lake catch-up": [], "lake compact": [], "lake purge": [],
+    "lake status": [], "projections rebuild": [], "proof consistency": ["--from", "1"], "proof inclusion": ["--seq", "1"],
+    "readlog seal": [], "readlog verify": [], "reconcile": ["--no-record"], "restore reapply-erasures": [],
+    "retention apply": [], "status": [],
+}
+
+
+def _commands_with_a_tenant_option() -> set[str]:
+    import typer
+
+    from oml.services.entrypoints.cli.main import PLUGIN_GROUP, app
+
+    plugins = {e.name for e in entry_points(group=PLUGIN_GROUP)}
+    found = set()
+
+    def walk(cmd, ctx, path):
+        if hasattr(cmd, "list_commands"):  # a group (typer carries its own click)
+            for name in cmd.list_commands(ctx):
+                sub = cmd.get_command(ctx, name)
+                if not sub.hidden:
+                    walk(sub, type(ctx)(sub, parent=ctx, info_name=name), [*path, name])
+        elif any("--tenant" in p.opts for p in cmd.params):
+            found.add(" ".join(path))
+
+    root = typer.main.get_command(app)
+    walk(root, root.make_context("oml", [], resilient_parsing=True), [])
+    return {c for c in found if c.split()[0] not in plugins}  # `oml bench`, `oml demo`: tools/, not the wheel
+
+
+def test_every_command_that_names_a_tenant_is_checked_below():
+    assert _commands_with_a_tenant_option() == set(TENANT_COMMANDS)
+
+
+@pytest.mark.parametrize("command", sorted(TENANT_COMMANDS))
+def test_an_unknown_tenant_is_not_found_not_nothing_to_do(ctx, command, tmp_path, monkeypatch):
+    """A mistyped --tenant is tenant.not_found (exit 2), as reconcile answers, not "0 rows appended", a purge
+    reported clean or a traceback (fresh-user runs)."""
+    monkeypatch.chdir(tmp_path)
+    r = run_cli(ctx, [*command.split(), *TENANT_COMMANDS[command], "--tenant", "no-such-tenant"], env={"OML_API_KEY": ""})
     assert r.exit_code == 2, r.output
-    assert "tenant.not_found" in r.stderr
+    assert "tenant.not_found" in r.stderr and "Traceback" not in r.output
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_lake_status_shows_a_long_tenant_id_whole(ctx):
@@ -204,3 +245,100 @@ def test_lake_status_shows_a_long_tenant_id_whole(ctx):
     assert "…" not in r.stdout
     first_cells = [line.split("│")[1].strip() for line in r.stdout.splitlines() if line.startswith("│")]
     assert "".join(first_cells) == long_id
+
+
+def test_a_wrong_or_malformed_master_key_is_one_line_not_a_traceback(ctx, tenant, capsys):
+    """Another home's master key used to give integrity.body warnings and a traceback ending in InvalidTag."""
+    assert run_cli(ctx, ["tenant", "create", "fh-mk"]).exit_code == 0
+    # Its first checkpoint must be signed: the signing key is read from the key store.
+    wrong = run_cli(ctx, ["checkpoint", "issue", "-t", "fh-mk"], env={"OML_MASTER_KEY": "ab" * 32})
+    assert wrong.exit_code == 2, wrong.output
+    assert "keys.master_key_mismatch" in wrong.stderr and str(ctx.settings.keys) in wrong.stderr
+    assert "Traceback" not in wrong.output and "InvalidTag" not in wrong.output
+    from oml.services.entrypoints.cli.main import main
+
+    for bad in ("abc", "zz" * 32):
+        with pytest.raises(SystemExit) as exit_:
+            _run_main(main, ["checkpoint", "issue", "-t", "fh-t"], {"OML_MASTER_KEY": bad})
+        assert exit_.value.code == 2
+        said = capsys.readouterr().err
+        assert "OML_MASTER_KEY: must be 64 hex characters" in said and bad not in said and "Traceback" not in said
+
+
+def _run_main(main, args, env):
+    """``main()`` (the console script, which turns a bad setting into one line) with argv and environment set."""
+    import sys
+    from unittest import mock
+
+    with mock.patch.object(sys, "argv", ["oml", *args]), mock.patch.dict(os.environ, env):
+        main()
+
+
+def test_apikey_create_out_writes_the_key_alone_for_key_file(ctx, tenant, tmp_path):
+    """The auditor guide's `auditor.key`: written 0600 by `--out`, never printed, refused when it exists."""
+    env = {"OML_API_KEY": tenant["admin_key"]}
+    root = json.loads(run_cli(ctx, ["workarea", "list", "--json"], env=env).stdout)["items"][0]["node_id"]
+    out = tmp_path / "auditor.key"
+    args = ["apikey", "create", "--identity", tenant["admin_identity"], "--role", "auditor", "--root", root, "--out", str(out)]
+    r = run_cli(ctx, args, env=env)
+    assert r.exit_code == 0, r.output
+    key = out.read_text().strip()
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o600 and key.startswith("oml_") and key not in r.output
+    again = run_cli(ctx, args, env=env)
+    assert again.exit_code == 2 and "the file exists" in again.stderr and out.read_text().strip() == key
+    r = run_cli(ctx, ["evidence", "export", "-t", "fh-t", "--key-file", str(out), "-o", str(tmp_path / "ev.tar")])
+    assert r.exit_code == 0 and "local operator" not in r.stderr, r.output
+
+
+def test_mcp_with_keys_of_two_tenants_refuses_at_start(ctx, tenant):
+    """It used to start, report ready and fail every call."""
+    other = json.loads(run_cli(ctx, ["tenant", "create", "fh-mcp2", "--json"]).stdout)
+    r = run_cli(ctx, ["mcp"], env={"OML_API_KEY": f"{tenant['admin_key']},{other['admin_key']}"})
+    assert r.exit_code == 2, r.output
+    assert "mcp.keys_of_several_tenants" in r.stderr and "embedding model loaded" not in r.stderr
+    assert tenant["admin_key"] not in r.output
+
+
+def test_a_malformed_key_is_called_malformed_not_from_another_home(ctx):
+    r = run_cli(ctx, ["workarea", "list"], env={"OML_API_KEY": "hunter2"})
+    assert r.exit_code == 2 and "access.unauthenticated" in r.stderr
+    assert "not an OML API key" in r.stderr and "another home" not in r.stderr and "hunter2" not in r.output
+
+
+def test_a_proof_beyond_the_head_says_the_seq_does_not_exist(ctx, tenant):
+    assert run_cli(ctx, ["checkpoint", "issue", "-t", "fh-t"]).exit_code == 0
+    r = run_cli(ctx, ["proof", "inclusion", "-t", "fh-t", "--seq", "50000"])
+    assert r.exit_code == 2 and "proof.invalid_range" in r.stderr and "no such event" in r.stderr
+    assert "issue a checkpoint" not in r.stderr
+
+
+def test_recall_at_80_columns_keeps_statements_readable(ctx):
+    """A seven-column table gave the statement one word per line at 80 columns."""
+    from recall_kit import make_world
+
+    w = make_world(ctx, "fh-recall")
+    statement = "The backup of the orders database runs every night at two and is checked by the on-call engineer."
+    w.remember("main", statement, source={"uri": "https://wiki.example/backups"})
+    w.index()
+    reader = w.key("reader")
+    r = run_cli(ctx, ["recall", "orders database backup", "--retriever", "fts"],
+                env={"OML_API_KEY": w.keys[reader.principal_id], "COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert any(line.startswith("1.  hit") and "main" in line for line in lines), r.stdout
+    words = [line for line in lines if line.strip() and " " not in line.strip()]
+    assert words == [], r.stdout  # no line of one word
+    assert " ".join(" ".join(lines).split()).count(statement) == 1 and "source: https://wiki.example/backups" in r.stdout
+
+
+@pytest.mark.parametrize("args", [["tenant", "list"], ["status"], ["journal", "verify", "-t", "acme"], ["workarea", "list"],
+                                  ["mcp"]])
+def test_a_typod_home_is_not_created_by_a_command_that_only_reads(ctx, tmp_path, args):
+    """A typo in OML_HOME (or a command run from another folder) used to create a home and leave a new embedded
+    PostgreSQL running; only `tenant create`, `serve` and `worker` may create one."""
+    typo = tmp_path / "oml-hmoe"
+    r = run_cli(ctx, args, env={"OML_HOME": str(typo), "OML_DATABASE_URL": "", "OML_KEY_DIR": "",
+                                "OML_API_KEY": "oml_0123456789abcdef_" + "0" * 64})
+    assert r.exit_code == 2, r.output
+    assert "home.not_found" in r.stderr and str(typo) in r.stderr and "OML_HOME is set" in r.stderr
+    assert not typo.exists()

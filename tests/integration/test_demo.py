@@ -89,6 +89,10 @@ def test_demo_writes_its_reports_and_keys(demo_run):
     keys = _summary_path(home).with_name("keys.env")
     assert stat.S_IMODE(keys.stat().st_mode) == 0o600
     assert "OML_READER_KEY=oml_" in keys.read_text()
+    # No live key on the screen: the summary's `oml mcp` line reads it from keys.env.
+    secrets_in_file = [line.split("=", 1)[1] for line in keys.read_text().splitlines() if line.startswith("OML_") and "_KEY=" in line]
+    assert secrets_in_file and not any(k in p.stdout or k in p.stderr for k in secrets_in_file)
+    assert "OML_READER_KEY=" in p.stdout and str(keys) in p.stdout
     # The trust anchor is recorded outside the database, where `oml reconcile` looks by default.
     assert f"{s['tenant']} {s['trust_anchor']}" in (home / "trust-anchors").read_text()
     # The summary tells how to keep serving and how to point an agent at it.
@@ -131,3 +135,34 @@ def test_demo_exits_1_naming_the_step_that_failed(tmp_path):
     p = subprocess.run([sys.executable, "-m", "oml.services.entrypoints.cli.main", "demo", "--data", str(bad), "--home", str(tmp_path)],
                        env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert p.returncode == 1 and "demo FAILED" in p.stderr and "read the input" in p.stderr
+
+
+def test_ctrl_c_stops_the_demo_without_a_traceback_or_an_anchor(pg_server, template_db, tmp_path):
+    """Ctrl-C printed a KeyboardInterrupt traceback and left the half-made tenant in the trust anchors."""
+    import signal
+
+    url = fresh_database(pg_server, template_db)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OML_")}
+    env.update(OML_DATABASE_URL=url, OML_MASTER_KEY=secrets.token_hex(32), OML_SHARED_DIR=str(SHARED),
+               HF_HUB_OFFLINE="1", COLUMNS="160", OML_HTTP_PORT="8798", PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, "-m", "oml.services.entrypoints.cli.main", "demo", "--conversations", "1", "--turns", "5",
+           "--questions", "1", "--home", str(tmp_path), "--tenant", "demo-interrupted"]
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        seen = []
+        for line in p.stdout:  # interrupt once the tenant exists, as a user would mid-run
+            seen.append(line)
+            if "trust anchor (signing key fingerprint)" in line:
+                p.send_signal(signal.SIGINT)
+                break
+        out, err = p.communicate(timeout=300)
+    finally:
+        if p.poll() is None:
+            p.kill()
+        drop_database(pg_server, url)
+    text = "".join(seen) + out + err
+    assert p.returncode == 130, text[-3000:]
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-3000:]
+    assert "interrupted" in err and "demo-interrupted" in err
+    anchors = tmp_path / "trust-anchors"
+    assert not anchors.exists() or "demo-interrupted" not in anchors.read_text()

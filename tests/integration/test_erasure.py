@@ -165,7 +165,7 @@ def test_only_operators_erase_and_hold(ctx, kit):
         assert exc.value.code == "access.denied"
     with pytest.raises(OMLError) as exc:
         Erasure(ctx).erase_claim(kit.operator, c["claim_id"], "because I said so")
-    assert exc.value.code == "admission.invalid"
+    assert exc.value.code == "erasure.invalid"  # as HTTP answers (docs/erasure.md)
     with pytest.raises(OMLError) as exc:
         Erasure(ctx).erase_subject(kit.operator, "email", "not-an-address", "other")
     assert exc.value.code == "admission.invalid" and "not-an-address" not in exc.value.detail

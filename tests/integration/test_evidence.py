@@ -118,12 +118,26 @@ def test_cli_export_and_verify_exit_codes(ctx, ak, tmp_path):
     bad[off] ^= 0x20
     (tmp_path / "bad.tar").write_bytes(bytes(bad))
     r = run_cli(ctx, ["evidence", "verify", str(tmp_path / "bad.tar"), "--trusted-key", ak.kit.fingerprint])
-    assert r.exit_code == 1 and r.output.startswith("FAILED: ") and r.output.startswith("FAILED: journal.jsonl: SHA-256 is ")
-    # The operator's CLI without a key records the export as a local act.
+    assert r.exit_code == 1 and r.output.splitlines()[-1].startswith("FAILED: journal.jsonl: SHA-256 is ")
+    # The verdict is the last line, after the checks that passed; a malformed fingerprint is a usage error (2).
+    r = run_cli(ctx, ["evidence", "verify", str(out), "--trusted-key", "ab" * 32])
+    lines = r.output.splitlines()
+    assert r.exit_code == 1 and lines[-1].startswith("FAILED: ") and lines[0].startswith("  passed: "), r.output
+    r = run_cli(ctx, ["evidence", "verify", str(out), "--trusted-key", "abc"])
+    assert r.exit_code == 2 and "64-hex" in r.stderr
+    # An existing file is never overwritten (as `tenant create --out`), and nothing is journalled for the refusal.
+    before = last_event(ctx, ak.tenant)[0]
+    r = run_cli(ctx, ["evidence", "export", "--tenant", ak.tenant, "--from-seq", "1", "--to-seq", "2", "-o", str(out)],
+                env={"OML_API_KEY": ""})
+    assert r.exit_code == 2 and "the file exists" in r.stderr and last_event(ctx, ak.tenant)[0] == before
+    out.unlink()
+    # The operator's CLI without a key records the export as a local act, and says so (docs/auditor-guide.md).
     r = run_cli(ctx, ["evidence", "export", "--tenant", ak.tenant, "--from-seq", "1", "--to-seq", "2", "-o", str(out)],
                 env={"OML_API_KEY": ""})
     assert r.exit_code == 0, r.output
+    assert "local operator's act" in r.stderr
     assert last_event(ctx, ak.tenant)[1]["actor"] == {"principal": None, "identity": None}
+    out.unlink()
     # Without --to-seq the export runs to the head; a range from seq 1 holds tenant.created, a key event
     # that is also a journal row: one receipt, counted once.
     r = run_cli(ctx, ["evidence", "export", "--tenant", ak.tenant, "--from-seq", "1", "-o", str(out)], env={"OML_API_KEY": ""})
@@ -151,8 +165,8 @@ def test_worked_example_with_openssl(ctx, tmp_path):
     assert r.stdout.count("Signature Verified Successfully") == 1 + 1 + 8 + 1
     assert "0 rotation(s), 8 event(s) from seq 2" in r.stdout
     assert "verified: digests" in r.stdout
-    # The same commands reject a wrong anchor and a tampered signature.
-    shutil.rmtree(tmp_path / "ev")
+    # The same commands reject a wrong anchor and a tampered signature (run again in the same folder: it works in a
+    # fresh temporary one each time).
     r = subprocess.run(["bash", "-c", block], cwd=tmp_path, env=env | {"ANCHOR": "00" * 32}, capture_output=True, text=True)
     assert r.returncode != 0
     bad = dict(files_of(ex.data))
@@ -160,7 +174,6 @@ def test_worked_example_with_openssl(ctx, tmp_path):
     sig[0] ^= 1
     bad[fmt.MANIFEST_SIG] = base64.b64encode(bytes(sig)) + b"\n"
     (tmp_path / "export.tar").write_bytes(archive.pack(bad))
-    shutil.rmtree(tmp_path / "ev")
     r = subprocess.run(["bash", "-c", block], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert r.returncode != 0 and "Signature Verification Failure" in r.stdout + r.stderr
 

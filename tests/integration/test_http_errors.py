@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from oml.domain.events import REASON_CODES
+from oml.domain.events import ERASURE_REASONS, REASON_CODES
 from oml.services.entrypoints.http.app import create_app
 
 from admission_kit import bearer, journal_len, make_kit
@@ -108,17 +108,20 @@ def test_each_area_answers_invalid_input_with_its_own_code(env, method, path, ke
     assert r.json()["type"].endswith("/" + code)
 
 
-@pytest.mark.parametrize("path,key,payload", [
-    ("/v1/versions/00000000-0000-4000-8000-000000000000/review", "reviewer_key", {"decision": "promote", "reason": CANARY}),
-    ("/v1/erasures/claims/00000000-0000-4000-8000-000000000000", "admin_key", {"reason": CANARY}),
-    ("/v1/erasures/subject", "admin_key", {"kind": "email", "value": "a@b.example", "reason": CANARY}),
+@pytest.mark.parametrize("path,key,payload,codes", [
+    ("/v1/versions/00000000-0000-4000-8000-000000000000/review", "reviewer_key", {"decision": "promote", "reason": CANARY},
+     REASON_CODES),
+    ("/v1/erasures/claims/00000000-0000-4000-8000-000000000000", "admin_key", {"reason": CANARY}, ERASURE_REASONS),
+    ("/v1/erasures/subject", "admin_key", {"kind": "email", "value": "a@b.example", "reason": CANARY}, ERASURE_REASONS),
+    # A review's verdict is not a reason to erase (it used to be accepted).
+    ("/v1/erasures/claims/00000000-0000-4000-8000-000000000000", "admin_key", {"reason": "accurate"}, ERASURE_REASONS),
 ])
-def test_a_reason_outside_the_closed_list_lists_the_allowed_codes(env, path, key, payload):
+def test_a_reason_outside_the_closed_list_lists_the_allowed_codes(env, path, key, payload, codes):
     r = _post(env, path, getattr(env["k"], key), json=payload)
     assert r.status_code == 422
     [e] = [e for e in r.json()["errors"] if e["field"] == "reason"]
     assert e["rule"] == "literal_error" and "closed list" in e["message"]
-    assert set(e["allowed"]) == set(REASON_CODES)
+    assert set(e["allowed"]) == set(codes)
     assert CANARY not in r.text and "a@b.example" not in r.text
 
 
@@ -145,3 +148,53 @@ def test_an_unknown_member_is_named_by_where_it_was_not_its_name(env, ctx):
         assert r.status_code == 422 and CANARY not in r.text, (path, r.text)
         assert {(e["field"], e["rule"]) for e in r.json()["errors"]} >= {(where, "extra_forbidden")}, (path, r.text)
     assert journal_len(ctx, k.tenant) == before
+
+
+def test_an_erasure_reason_is_refused_alike_by_the_cli_and_the_service(env, ctx, tmp_path):
+    """`accurate` (a review verdict) used to erase; the CLI said admission.invalid where HTTP said erasure.invalid."""
+    from admission_kit import run_cli
+
+    key = tmp_path / "operator.key"
+    key.write_text(env["operator_key"])
+    r = run_cli(ctx, ["erase", "claim", "00000000-0000-4000-8000-000000000000", "--reason", "accurate",
+                      "--key-file", str(key)])
+    assert r.exit_code == 2 and "erasure.invalid" in r.stderr and "allowed data_subject_request" in r.stderr, r.output
+
+
+def test_a_rule_checked_past_the_schema_answers_errors_too(env, ctx):
+    k = env["k"]
+    before = journal_len(ctx, k.tenant)
+    r = _post(env, "/v1/claims", k.writer_key, json={"workarea_id": k.root, "body": {"statement": "   "}})
+    assert (r.status_code, r.json()["code"]) == (422, "admission.invalid")
+    [e] = r.json()["errors"]
+    assert e["field"] == "body.statement" and e["message"] == r.json()["detail"]
+    assert journal_len(ctx, k.tenant) == before
+
+
+def test_a_body_that_is_not_utf8_gets_the_routes_code(env):
+    k = env["k"]
+    for path, code in (("/v1/recall", "recall.invalid"), ("/v1/claims", "admission.invalid")):
+        r = _post(env, path, k.writer_key, content=b'{"query": "\xff\xfe"}', headers={"content-type": "application/json"})
+        assert (r.status_code, r.json()["code"]) == (422, code), r.text
+
+
+def test_a_workarea_path_where_an_id_belongs_says_where_the_id_is(env, ctx):
+    """Listings print `main` beside the id; every input wants the id (docs/api.md, "Workarea ids, not paths")."""
+    from admission_kit import run_cli
+
+    k = env["k"]
+    r = _post(env, "/v1/claims", k.writer_key, json={"workarea_id": "main", "body": {"statement": "by path"}})
+    [e] = r.json()["errors"]
+    assert e["field"] == "workarea_id" and "GET /v1/workareas" in e["message"]
+    r = _post(env, "/v1/workareas", k.admin_key, json={"label": "ops", "parent_id": "main"})
+    assert "oml workarea list" in r.json()["errors"][0]["message"]
+    # The service layer (CLI, MCP) says the same in workarea.not_found's detail.
+    r = run_cli(ctx, ["workarea", "create", "ops", "--parent", "main"], env={"OML_API_KEY": k.admin_key})
+    assert r.exit_code == 2 and "workarea.not_found" in r.stderr and "oml workarea list" in r.stderr
+    from oml.domain.errors import OMLError
+    from oml.services.claims.admission import Submission
+    from oml.services.runtime.auth import authenticate
+
+    with pytest.raises(OMLError) as exc:
+        ctx.admission.submit(authenticate(ctx.db, k.writer_key), [Submission("main", {"statement": "by path"})])
+    assert exc.value.code == "workarea.not_found" and "oml workarea list" in exc.value.detail

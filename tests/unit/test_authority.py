@@ -90,3 +90,21 @@ def test_admission_checks_the_table_at_its_append_point():
     src = (ROOT / "services/journal/acts.py").read_text()
     body = src[src.index("    def append("):src.index("    def idempotency_lookup(")]
     assert "authority.require(type, self.role_of(head, actor))" in body
+
+
+def test_the_published_act_role_table_is_the_codes():
+    """docs/journal-format.md publishes the event type → act → roles → system table for verifiers written from the
+    docs alone; it must say exactly what domain/authority.py enforces."""
+    import re
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "journal-format.md").read_text()
+    block = re.search(r"<!-- authority-table:begin -->\n(.*?)<!-- authority-table:end -->", doc, re.S).group(1)
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in block.splitlines()[2:] if line.strip()]
+    published = {}
+    for etype, act, roles, system in rows:
+        published[etype.strip("`")] = (None if act == "—" else act.strip("`"),
+                                       frozenset() if roles == "—" else frozenset(r.strip().strip("`") for r in roles.split(",")),
+                                       {"yes": True, "no": False}[system])
+    code = {t: (r.act, authority.roles_for(t), r.system) for t, r in authority.EVENT_RULES.items()}
+    assert published == code
+    assert set(published) == set(EVENT_TYPES)

@@ -102,3 +102,24 @@ def test_closed_settings_accept_any_case():
 
     s = Settings(recall_lexical="BM25", query_embedding=" ONNX ")
     assert (s.recall_lexical, s.query_embedding) == ("bm25", "onnx")
+
+
+def test_flags_show_no_value_type_in_help():
+    """Typer printed `--verbose -v <bool>`, as if a flag took a value; options that take one keep their type."""
+    from typer.testing import CliRunner
+
+    from oml.services.entrypoints.cli.main import app
+
+    top = CliRunner().invoke(app, ["--help"]).output
+    purge = CliRunner().invoke(app, ["lake", "purge", "--help"]).output
+    assert "--verbose" in top and "<bool>" not in top
+    assert "--force-now" in purge and "<bool>" not in purge and "<str>" in purge
+
+
+def test_the_service_quickstart_reads_the_port_from_oml_http_port():
+    """It hardcoded 127.0.0.1:8765 in six places; `oml serve` listens on OML_HTTP_PORT."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "quickstart-service.md").read_text()
+    assert "127.0.0.1:8765" not in text
+    assert 'export OML_URL="http://127.0.0.1:${OML_HTTP_PORT:-8765}"' in text and text.count('os.environ["OML_URL"]') >= 5

@@ -205,3 +205,22 @@ def test_async_client_same_behaviour():
 
     assert asyncio.run(go()) == {"ok": 1}
     assert len({r.headers["idempotency-key"] for r in s.requests}) == 1 and len(s.requests) == 2
+
+
+def test_a_shape_the_server_would_refuse_is_the_documented_invalid_request_not_pydantic():
+    """`submit(kind="Fact")` raised pydantic's ValidationError; docs/api.md promises InvalidRequest. Nothing is sent."""
+    from oml.client.errors import RecallInvalid
+
+    sent = []
+    transport = httpx.MockTransport(lambda request: sent.append(request) or httpx.Response(500))
+    with OMLClient("http://oml.test", "oml_0123456789abcdef_" + "x" * 43, transport=transport) as c:
+        with pytest.raises(InvalidRequest) as exc:
+            c.submit("00000000-0000-4000-8000-000000000000", {"statement": "s"}, kind="Fact")
+        assert exc.value.code == "admission.invalid" and exc.value.client_side
+        assert exc.value.errors == [{"field": "kind", "rule": "literal_error", "allowed": ["fact", "steering"],
+                                     "message": "must be one of the allowed values (see allowed)"}]
+        with pytest.raises(InvalidRequest):
+            c.submit_batch([{"workarea_id": "00000000-0000-4000-8000-000000000000", "body": {}, "provenance": "rumour"}])
+        with pytest.raises(RecallInvalid):
+            c.recall("q", budget={"max_chars": "many"})
+    assert sent == []

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import io
+import json
 import random
 import tarfile
 import uuid
@@ -397,12 +398,10 @@ def test_the_checkpoint_before_a_recovery_rotation_is_signed_by_the_retiring_key
 def _worked_example(tmp_path, data: bytes, anchor: str):
     import pathlib
     import re
-    import shutil
     import subprocess
 
     doc = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "evidence-format.md").read_text()
     block = re.search(r"<!-- worked-example:begin -->\n```sh\n(.*?)```\n<!-- worked-example:end -->", doc, re.S).group(1)
-    shutil.rmtree(tmp_path / "ev", ignore_errors=True)
     (tmp_path / "export.tar").write_bytes(data)
     env = {"ARCHIVE": str(tmp_path / "export.tar"), "ANCHOR": anchor, "PATH": "/usr/bin:/bin:/usr/local/bin"}
     return subprocess.run(["bash", "-c", block], cwd=tmp_path, env=env, capture_output=True, text=True)
@@ -473,3 +472,92 @@ def test_summary_counts_a_malformed_type_as_unknown_instead_of_crashing():
                 "readlog": {"reads": 0, "batches": 0, "window_start": None}}
     html = render(manifest, rows, [], [], [], [])
     assert "<td>?</td>" in html and "claim.submitted" in html
+
+
+def _last_step(r) -> int:
+    """The number of the last `step N ok` line the by-hand block printed (0: none)."""
+    import re
+
+    return max((int(n) for n in re.findall(r"^step (\d) ok", r.stdout, re.M)), default=0)
+
+
+def test_by_hand_block_stops_at_the_step_that_fails(tmp_path) -> None:
+    """docs/evidence-format.md's block, on a genuine archive (twice in one folder) and on one archive per step that is
+    consistent up to that step and wrong there: each stops at its step. Step 4's case passed by hand before, when
+    the kid check was the left side of `&&` under `set -e`: a recovery rotation signed by the current key."""
+    import subprocess
+
+    probe = subprocess.run(["openssl", "pkeyutl", "-help"], capture_output=True, text=True)
+    if "-rawin" not in probe.stdout + probe.stderr:
+        pytest.skip("this openssl has no pkeyutl -rawin (needs OpenSSL >= 3.0)")
+
+    lg = FakeLog()
+    lg.claims(2)
+    lg.rotate(recovery=True)    # seq 4, inside the range
+    lg.claims(2)
+    data = lg.export(2, 6)
+    for _ in range(2):  # the same folder twice
+        r = _worked_example(tmp_path, data, lg.fingerprint)
+        assert r.returncode == 0 and _last_step(r) == 6, r.stdout + r.stderr
+    assert list(tmp_path.iterdir()) == [tmp_path / "export.tar"]  # it leaves no folder behind
+
+    def tampered_journal_byte() -> bytes:
+        raw = bytearray(data)
+        raw[next(m for m in archive.read(data) if m.name == fmt.JOURNAL).data_offset + 3] ^= 0x20
+        return bytes(raw)
+
+    def checkpoint_signature(files, manifest):
+        lines = files[fmt.CHECKPOINT].decode().splitlines(keepends=True)
+        head, _, sig = lines[-1].rpartition(" ")
+        raw = bytearray(base64.b64decode(sig))
+        raw[-1] ^= 1
+        lines[-1] = f"{head} {base64.b64encode(bytes(raw)).decode()}\n"
+        files[fmt.CHECKPOINT] = "".join(lines).encode()
+
+    def event_signed_by_a_retired_key(files, manifest):
+        lines = files[fmt.JOURNAL].splitlines(keepends=True)
+        row = json.loads(lines[-1])  # seq 6, after the rotation
+        row.update(kid=signing.kid(signing.raw_public(lg.sk)),
+                   signature=lg.sk.sign(signing.event_message(bytes.fromhex(row["hash"]))).hex())
+        lines[-1] = canonical(row) + b"\n"
+        files[fmt.JOURNAL] = b"".join(lines)
+
+    def recovery_rotation_signed_by_the_current_key(files, manifest):
+        """Seq 4 keeps authorised_by "recovery" but is signed by the key current before it; the rows after it are
+        re-linked and re-signed, so every other check still holds."""
+        rot = json.loads(files[fmt.KEY_EVENTS].splitlines()[1])
+        ev = json.loads(base64.b64decode(rot["canonical"]))
+        assert ev["type"] == "signing_key.rotated" and ev["data"]["authorised_by"] == "recovery"
+        ev["kid"] = signing.kid(signing.raw_public(lg.sk))
+        body = encode(ev)
+        new_rows, prev = {}, None
+        for line in files[fmt.JOURNAL].splitlines():
+            row = json.loads(line)
+            if row["seq"] == ev["seq"]:
+                row.update(canonical=base64.b64encode(body).decode(), kid=ev["kid"])
+            if row["seq"] >= ev["seq"]:
+                row["prev_hash"] = prev or row["prev_hash"]
+                h = chain.link(bytes.fromhex(row["prev_hash"]), base64.b64decode(row["canonical"]))
+                row.update(hash=h.hex(), signature=lg.keys[row["kid"]].sign(signing.event_message(h)).hex())
+            prev = row["hash"]
+            new_rows[row["seq"]] = canonical(row) + b"\n"
+        files[fmt.JOURNAL] = b"".join(new_rows.values())
+        keyed = files[fmt.KEY_EVENTS].splitlines(keepends=True)
+        keyed[1] = new_rows[ev["seq"]]
+        files[fmt.KEY_EVENTS] = b"".join(keyed)
+
+    other = FakeLog()
+    other.claims(4)
+    forged_data = rebuild(data, lg.current, recovery_rotation_signed_by_the_current_key)
+    cases = {
+        1: (tampered_journal_byte(), lg.fingerprint),                                    # a digest no longer matches
+        2: (rebuild(data, Ed25519PrivateKey.generate(), lambda f, m: None), lg.fingerprint),  # manifest signed by another key
+        3: (other.export(2, 5), lg.fingerprint),                                          # a history re-signed under another key
+        4: (forged_data, lg.fingerprint),                                                 # the forged recovery rotation
+        5: (rebuild(data, lg.current, event_signed_by_a_retired_key), lg.fingerprint),
+        6: (rebuild(data, lg.current, checkpoint_signature), lg.fingerprint),
+    }
+    for step, (archive_bytes, anchor) in cases.items():
+        r = _worked_example(tmp_path, archive_bytes, anchor)
+        assert r.returncode != 0 and _last_step(r) == step - 1, (step, r.stdout[-2000:], r.stderr[-2000:])
+    assert verify(forged_data, trusted_key=lg.fingerprint).exit_code == EXIT_FAILED  # the product refuses it too

@@ -431,6 +431,17 @@ PER_KIND_POSITIVE = [
     ("連絡 用户@例子.广告 まで", "用户@例子.广告", "email"),
     ("राम संपर्क@उदाहरण.भारत पर", "संपर्क@उदाहरण.भारत", "email"),
     ("راسلني على مستخدم@مثال.شبكة", "مستخدم@مثال.شبكة", "email"),
+    # e-mail written out to keep it from scrapers (docs/personal-data.md)
+    ("page oncall [at] example [dot] com now", "oncall [at] example [dot] com", "email"),
+    ("page oncall[at]example[dot]com now", "oncall[at]example[dot]com", "email"),
+    ("page oncall (at) example (dot) com now", "oncall (at) example (dot) com", "email"),
+    ("page oncall(at)example.com.", "oncall(at)example.com", "email"),
+    ("page oncall at example dot com now", "oncall at example dot com", "email"),
+    ("page oncall AT example DOT co DOT uk now", "oncall AT example DOT co DOT uk", "email"),
+    ("page oncall {at} example {dot} com now", "oncall {at} example {dot} com", "email"),
+    ("page oncall <at> example <dot> com now", "oncall <at> example <dot> com", "email"),
+    ("page first.last [at] mail.example.org now", "first.last [at] mail.example.org", "email"),
+    ("page oncall @ example . com now", "oncall @ example . com", "email"),
     # phones by region, national formats (default regions) and + forms
     ("Call 020 7946 0958 for escalations.", "020 7946 0958", "phone"),  # GB
     ("Ruf 030 12345678 an", "030 12345678", "phone"),  # DE
@@ -473,6 +484,20 @@ PER_KIND_POSITIVE = [
 ]
 
 PER_KIND_NEGATIVE = [
+    # ordinary numbers phonenumbers reads as short German numbers (no trunk 0, under 7 digits)
+    "Finished the round at par 1640 0 after a long day.",
+    "Read chapter 75, pages 164-458, before Monday.",
+    "A batch of 3625 48 units shipped on the 8th.",
+    "We finished in the top 75 of 16947 entrants.",
+    "They won 337-488 in the end.",
+    # a run between dots of a file or version name
+    "see 150_Dance_main_image.rev.1613000755.jpg above",
+    # the word "at" and everyday dots are not an address
+    "look at github.com for the code",
+    "see you [at] home. Then we left",
+    "I was at home dot dot dot",
+    "meet @ 5pm at the cafe",
+    "we met at the park, then had lunch at noon",
     # identifiers, not phones (false alarms)
     "Incident INC-4155550134 resolved",
     "Order 4155550134 shipped.",
@@ -686,3 +711,12 @@ def test_the_ip_gate_holds_on_the_normalised_view(text: str) -> None:
     view = pii._view(text)
     digits = sum(c in "0123456789" for c in view.text)
     assert pii._ip_gate(view.text, digits) or not list(pii._ips(view.text))
+
+
+def test_short_local_numbers_stay_phones_where_the_region_has_no_trunk_prefix() -> None:
+    """The under-7-digit rule applies only to regions with a trunk prefix: a region without one writes its short
+    numbers as they are."""
+    from oml.domain import pii
+
+    assert pii._local_only("1640 0", "DE") and not pii._local_only("030 1234", "DE")
+    assert not pii._local_only("22158", "SH") and not pii._local_only("+49 16400", "DE")

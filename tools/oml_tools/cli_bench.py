@@ -29,4 +29,7 @@ def register(app: typer.Typer) -> None:
     from oml_tools.bench import embed
 
     embed.register(bench_app)
+    from oml_tools.bench import pii_fp
+
+    pii_fp.register(bench_app)
     app.add_typer(bench_app, name="bench")

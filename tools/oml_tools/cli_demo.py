@@ -6,7 +6,9 @@ Honours the usual settings: ``OML_HOME`` (or ``--home``; default: the home
 rule of :mod:`oml.services.runtime.home`),
 ``OML_DATABASE_URL`` (default: the embedded PostgreSQL under the home),
 ``OML_MASTER_KEY``, ``OML_LAKE_URI``. Exit statuses: 0 every step did what
-it should; 1 a step failed (its name and the reason are printed); 2 usage.
+it should; 1 a step failed (its name and the reason are printed); 2 usage;
+130 interrupted (Ctrl-C): no traceback, and no trust anchor recorded for the
+half-made tenant, which stays in the database (docs/demo.md).
 """
 from __future__ import annotations
 
@@ -50,7 +52,10 @@ def demo_cmd(
                               tenant=tenant, keep=keep), console)
     except DemoFailed as exc:
         err.print(f"[red]demo FAILED[/red] — {escape(str(exc))}")
-        raise typer.Exit(1) from None
+        raise typer.Exit(130 if exc.interrupted else 1) from None
+    except KeyboardInterrupt:  # a second Ctrl-C while the run was cleaning up: no traceback either
+        err.print("demo interrupted")
+        raise typer.Exit(130) from None
 
 
 def register(app: typer.Typer) -> None:

@@ -78,10 +78,11 @@ class Report:
         return EXIT_OK if self.anchored else EXIT_NOT_ANCHORED
 
     def lines(self) -> list[str]:
+        # The verdict comes last, where a reader of a long output (or `tail -1`) looks for it.
         if not self.ok:
-            return [f"FAILED: {self.failure}"] + [f"  passed: {c}" for c in self.checks]
-        head = (f"VERIFIED: tenant {self.tenant}, events {self.from_seq}..{self.to_seq}, pinned checkpoint size {self.tree_size}")
-        out = [head] + [f"  ok: {c}" for c in self.checks]
+            return [f"  passed: {c}" for c in self.checks] + [f"FAILED: {self.failure}"]
+        out = [f"  ok: {c}" for c in self.checks]
+        out.append(f"VERIFIED: tenant {self.tenant}, events {self.from_seq}..{self.to_seq}, pinned checkpoint size {self.tree_size}")
         if self.anchored:
             out.append("ANCHORED: " + "; ".join(self.anchors))
         else:

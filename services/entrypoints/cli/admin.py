@@ -28,7 +28,7 @@ from rich.markup import escape
 from oml.services.keys import signing_rotation
 from oml.domain.events import Actor
 
-from oml.services.entrypoints.cli.common import JSON, TENANT, context, emit as _emit, err, fail, key_file_option, principal, read_secret, require_tenant, verdict_exit
+from oml.services.entrypoints.cli.common import JSON, TENANT, context, emit as _emit, err, fail, key_file_option, principal, read_secret, refuse_existing, verdict_exit
 
 tenant_app = typer.Typer(no_args_is_help=True, help="Create and list tenants (operator bootstrap).")
 identity_app = typer.Typer(no_args_is_help=True, help="Identities: people and services (admin key).")
@@ -65,9 +65,8 @@ def tenant_create(tenant: str = typer.Argument(..., help=escape("tenant slug [a-
     """Create a tenant: its signing, body-encryption and recovery keys, a root workarea and a bootstrap admin key."""
     from oml.services.keys.anchors import record_anchor
 
-    if out is not None and out.exists():
-        fail(f"--out {out}: the file exists; OML does not overwrite a file that may hold another tenant's keys")
-    with context() as ctx:
+    refuse_existing(out, "--out")
+    with context(new_home=True) as ctx:
         t = ctx.tenancy.create_tenant(tenant, root_label)
         try:
             anchors, replaced = record_anchor(ctx.settings, t.tenant, t.fingerprint)
@@ -160,11 +159,18 @@ def identity_list(key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> N
 def key_create(identity: str = typer.Option(..., "--identity", help="identity id"),
                role: str = typer.Option(..., "--role", help="writer, reviewer, reader, auditor, operator, admin or indexer"),
                root: List[str] = typer.Option(..., "--root", help="workarea node id (repeatable)"),
+               out_file: Optional[Path] = typer.Option(None, "--out", help="write the key alone to this new file (mode 0600) "
+                                                       "instead of printing it, e.g. auditor.key for --key-file"),
                key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> None:
-    """Create an API key; the key is printed once."""
+    """Create an API key; the key is printed once (or written to --out, never both)."""
+    refuse_existing(out_file, "--out")
     with context() as ctx:
         out = ctx.tenancy.create_principal(_admin(ctx, key_file), identity, role, list(root))
-    _emit(out, as_json, [f"principal: {out['principal_id']} (seq {out['seq']})", f"api key (shown once): {out['api_key']}"])
+    if out_file is not None:
+        _write_private(out_file, out.pop("api_key") + "\n")
+        err.print(escape(f"wrote {out_file} (mode 0600): the API key, for --key-file {out_file}"))
+    shown = [f"api key (shown once): {out['api_key']}"] if "api_key" in out else []
+    _emit(out, as_json, [f"principal: {out['principal_id']} (seq {out['seq']})", *shown])
 
 
 @key_app.command("revoke")
@@ -251,12 +257,11 @@ def journal_verify(tenant: str = TENANT,
 
     if trusted_key is not None and not is_fingerprint(trusted_key):
         fail("--trusted-key must be a 64-hex fingerprint")
-    with context() as ctx:
+    with context(tenant) as ctx:
         try:
             anchor = trust_anchor_for(ctx.settings, tenant, trusted_key)
         except ValueError as exc:
             fail(str(exc))
-        require_tenant(ctx, tenant)
         rep = verify_journal(ctx.db, tenant, anchor)
     r = rep.result
     _emit({"tenant": tenant, "ok": rep.ok, "anchored": r.anchored, "last_seq": r.last_seq, "head": r.head.hex(),
@@ -277,7 +282,7 @@ def projections_rebuild(tenant: str = TENANT,
     """
     from oml.services.journal import projections
 
-    with context() as ctx:
+    with context(tenant) as ctx:
         diffs = projections.repair_projections(ctx.db, tenant) if apply else projections.verify_tenant(ctx.db, tenant)
     verdict = "repaired" if apply and diffs else ("differences" if diffs else "identical")
     _emit({"tenant": tenant, "verdict": verdict, "differences": [d.as_json() for d in diffs],
@@ -295,7 +300,7 @@ def keys_rotate(tenant: str = TENANT,
                 as_json: bool = JSON) -> None:
     """Rotate the tenant's signing key (signed by the current key, or by the recovery key)."""
     recovery = read_secret(recovery_key_file, "the recovery private key (hex)", "--recovery-key-file") if recovery_key_file else None
-    with context() as ctx:
+    with context(tenant) as ctx:
         out = signing_rotation.rotate_signing_key(ctx.acts, ctx.keystore, tenant, actor=Actor(None, None), recovery_private_key=recovery)
     _emit(out, as_json, [f"signing key rotated at seq {out['seq']}: kid {out['kid']}",
                          f"new fingerprint: {out['fingerprint']}",

@@ -25,7 +25,7 @@ import typer
 
 from rich.markup import escape
 
-from oml.services.entrypoints.cli.common import TENANT, api_key, console, context, err, fail, verdict_exit
+from oml.services.entrypoints.cli.common import TENANT, api_key, authenticate_key, console, context, err, fail, refuse_existing, verdict_exit
 
 checkpoint_app = typer.Typer(no_args_is_help=True, help="Signed C2SP checkpoints of a tenant's journal tree.")
 proof_app = typer.Typer(no_args_is_help=True, help="Inclusion (tlog-proof@v1) and consistency proofs.")
@@ -33,6 +33,7 @@ evidence_app = typer.Typer(no_args_is_help=True, help="Evidence archives: export
 
 
 def _out(data: bytes, output: Optional[Path]) -> None:
+    """Write to ``-o`` (refused before any work when it exists, by the caller) or standard output."""
     if output is None or str(output) == "-":
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
@@ -59,7 +60,7 @@ def reconcile_cmd(
 
     from oml.services.keys.anchors import trust_anchor_for
 
-    with context() as ctx:
+    with context(tenant) as ctx:
         try:
             trust_anchor_for(ctx.settings, tenant, trusted_key)  # a malformed anchors file: a message, not a traceback
         except ValueError as exc:
@@ -108,7 +109,7 @@ def checkpoint_issue(tenant: str = TENANT) -> None:
     """Issue (or return) the checkpoint at the chain head and print the signed note."""
     from oml.services.journal.checkpoints import issue_checkpoint
 
-    with context() as ctx:
+    with context(tenant) as ctx:
         cp = issue_checkpoint(ctx, tenant)
     sys.stdout.write(cp.note.decode("utf-8"))
 
@@ -119,7 +120,8 @@ def checkpoint_show(tenant: str = TENANT, size: Optional[int] = typer.Option(Non
     """Print a stored checkpoint note (newest by default)."""
     from oml.services.journal import checkpoints as cps
 
-    with context() as ctx:
+    refuse_existing(output, "-o")
+    with context(tenant) as ctx:
         with ctx.db.tenant("oml_server", tenant) as conn:
             cp = cps.load(conn, tenant, size)
     if cp is None:
@@ -136,7 +138,8 @@ def proof_inclusion(tenant: str = TENANT, seq: int = typer.Option(..., "--seq", 
     """Print the tlog-proof@v1 receipt of event SEQ against a stored checkpoint."""
     from oml.services.journal import proofs
 
-    with context() as ctx:
+    refuse_existing(output, "-o")
+    with context(tenant) as ctx:
         data = proofs.inclusion_proof(ctx, tenant, seq, tree_size=size)
     _out(data, output)
 
@@ -148,7 +151,8 @@ def proof_consistency(tenant: str = TENANT, from_size: int = typer.Option(..., "
     """Print the consistency proof between two stored checkpoints (one base64 hash per line)."""
     from oml.services.journal import proofs
 
-    with context() as ctx:
+    refuse_existing(output, "-o")
+    with context(tenant) as ctx:
         data, _, _ = proofs.consistency_proof(ctx, tenant, from_size, to_size)
     _out(data, output)
 
@@ -163,17 +167,22 @@ def evidence_export(
                                                        help="your last checkpoint note; the archive proves the log extends it"),
     output: Path = typer.Option(..., "-o", "--output", help="archive file (.tar)"),
     key_file: Optional[str] = typer.Option(None, "--key-file", help="auditor API key file ('-' for stdin); default $OML_API_KEY; "
-                                                                     "without one the export is journalled as a local operator act"),
+                                                                     "without one the export is journalled as the local operator's act "
+                                                                     "(docs/auditor-guide.md, Who may export)"),
 ) -> None:
     """Export a signed evidence archive for events FROM..TO (no plaintext body, ever)."""
-    from oml.services.runtime.auth import authenticate
     from oml.services.audit.evidence.export import export
 
-    # Optional here: without a key the export is the local operator's act (so no "key required" exit).
+    refuse_existing(output, "-o")
+    # Optional here: without a key the export is the local operator's act, journalled with a null actor
+    # (docs/auditor-guide.md, "Who may export" gives the reason).
     key = api_key(key_file, "the auditor API key") if key_file or os.environ.get("OML_API_KEY", "").strip() else ""
+    if not key:
+        err.print("no API key: the export is journalled as the local operator's act (actor null); an auditor passes "
+                  "--key-file or sets OML_API_KEY")
     prev = previous_checkpoint.read_bytes() if previous_checkpoint else None
-    with context() as ctx:
-        principal = authenticate(ctx.db, key) if key else None
+    with context(tenant) as ctx:
+        principal = authenticate_key(ctx, key) if key else None
         with err.status(f"exporting events {from_seq}..{to_seq or 'head'} of {escape(tenant)} (receipts, key history, read log)…"):
             ex = export(ctx, tenant, from_seq, to_seq, previous_checkpoint=prev, principal=principal)
     output.write_bytes(ex.data)
@@ -188,8 +197,12 @@ def evidence_verify(
     previous_checkpoint: Optional[Path] = typer.Option(None, "--previous-checkpoint", exists=True, dir_okay=False,
                                                        help="a checkpoint note you kept from before"),
 ) -> None:
-    """Verify an archive offline: exit 0 verified+anchored, 1 failed, 3 NOT ANCHORED."""
+    """Verify an archive offline: exit 0 verified+anchored, 1 failed, 3 NOT ANCHORED, 2 a usage error."""
     from oml.services.audit.evidence.verify import verify
+    from oml.services.keys.anchors import is_fingerprint
+
+    if trusted_key is not None and not is_fingerprint(trusted_key.strip().lower()):
+        fail("--trusted-key must be a 64-hex fingerprint (the one `oml tenant create` printed)")  # not a failed check
 
     rep = verify(archive.read_bytes(), trusted_key=trusted_key,
                  previous_checkpoint=previous_checkpoint.read_bytes() if previous_checkpoint else None)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Iterator, Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
-from typer.core import TyperGroup
+from typer.core import TyperGroup, TyperOption
 
 from oml.domain.errors import OMLError
 
@@ -43,6 +43,18 @@ def verdict_exit(ok: bool, anchored: bool) -> int:
     return EXIT_OK if anchored else EXIT_NOT_ANCHORED
 
 
+_option_type = TyperOption.display_type_rich
+
+
+def _no_type_for_flags(self: TyperOption, ctx) -> Optional[str]:
+    """Typer's help prints a flag as ``--verbose -v <bool>``, as if it took a value: a flag's type column stays
+    empty (typer.core.TyperOption.display_type_rich, patched once here for every command)."""
+    return None if self.is_flag else _option_type(self, ctx)
+
+
+TyperOption.display_type_rich = _no_type_for_flags  # type: ignore[method-assign]
+
+
 class SortedGroup(TyperGroup):
     """A command group whose ``--help`` lists its commands alphabetically."""
 
@@ -65,6 +77,13 @@ def fail(message: str, code: int = EXIT_USAGE) -> None:
     raise typer.Exit(code)
 
 
+def refuse_existing(path: "Optional[os.PathLike[str] | str]", option: str) -> None:
+    """Exit 2 when ``path`` (an output file) exists: no command overwrites a file silently; it may hold keys or an
+    archive an auditor still needs. ``-`` (standard output) and ``None`` pass."""
+    if path is not None and str(path) != "-" and os.path.lexists(path):
+        fail(f"{option} {path}: the file exists; OML does not overwrite it (remove it or choose another name)")
+
+
 def print_problem(exc: OMLError, ctx: "Optional[Context]" = None) -> None:
     """``code: detail`` on stderr; an unknown key also says which database was asked (the usual cause)."""
     # Scalar extras (field, head, allowed codes …) are content-free by the errors' own rule (domain/errors.py).
@@ -75,17 +94,44 @@ def print_problem(exc: OMLError, ctx: "Optional[Context]" = None) -> None:
     if exc.code == "access.unauthenticated" and ctx is not None:
         from oml.services.runtime.home import database_label, explain
 
+        if (exc.extra or {}).get("reason") == "malformed_key":
+            return  # no database could know it: do not send the user looking for another home
         err.print(escape(f"asked {database_label(ctx.settings)}; home {ctx.settings.home} "
                          f"({explain(ctx.settings.home)}). A key made in another home is unknown here: "
                          "set OML_HOME (or OML_DATABASE_URL) to the one that issued it."))
 
 
-@contextmanager
-def context() -> "Iterator[Context]":
-    from oml.services.runtime.context import open_context
+def require_home(settings) -> None:
+    """``home.not_found`` (exit 2) when the embedded database's home does not exist yet: a command that can only
+    find something in an existing home (every one but ``tenant create``, ``serve`` and ``worker``) must not create
+    one, and leave a new PostgreSQL server running, because ``OML_HOME`` has a typo or it ran from another folder."""
+    from pathlib import Path
 
+    from oml.services.runtime.home import explain
+
+    home = Path(settings.home).resolve()
+    if not settings.database_url and not (home / "pg").exists():
+        print_problem(OMLError("home.not_found", f"no OML home at {home} ({explain(home)}): nothing here to read or "
+                               "act on. Check OML_HOME, or run from the folder that holds your .oml; `oml tenant create` "
+                               "makes a new home", 404))
+        raise typer.Exit(EXIT_USAGE)
+
+
+@contextmanager
+def context(*tenants: Optional[str], new_home: bool = False) -> "Iterator[Context]":
+    """The invocation's context; each tenant named (``None`` skipped) must exist (:func:`require_tenant`), so every
+    command that takes ``--tenant`` answers a mistyped one the same way. A refusal prints its code, exit 2. Only a
+    command passing ``new_home`` may create the embedded home (:func:`require_home`)."""
+    from oml.services.runtime.context import open_context
+    from oml.services.runtime.settings import get_settings
+
+    if not new_home:
+        require_home(get_settings())
     ctx = open_context()
     try:
+        for tenant in tenants:
+            if tenant is not None:
+                require_tenant(ctx, tenant)
         yield ctx
     except OMLError as exc:
         print_problem(exc, ctx)
@@ -144,11 +190,23 @@ def api_key(key_file: Optional[str], what: str = "the API key") -> str:
     return key.split(",")[0].strip()
 
 
-def principal(ctx: "Context", key_file: Optional[str], what: str = "the API key"):
-    """Authenticate :func:`api_key` against ``ctx``'s database (``access.unauthenticated`` is printed by :func:`context`)."""
+def authenticate_key(ctx: "Context", key: str):
+    """The key's principal in ``ctx``'s database. ``access.unauthenticated`` either way; a value that is not an API
+    key at all (a typo, a password pasted) says so (``reason: malformed_key``) instead of suggesting another home.
+    The value is never printed."""
+    from oml.domain.access import parse_api_key
     from oml.services.runtime.auth import authenticate
 
-    return authenticate(ctx.db, api_key(key_file, what))
+    if parse_api_key(key) is None:
+        raise OMLError("access.unauthenticated", "the key given is not an OML API key: one has the form "
+                       "oml_<16 hex key id>_<64 hex secret>, as `oml tenant create` or `oml apikey create` printed it",
+                       401, {"reason": "malformed_key"})
+    return authenticate(ctx.db, key)
+
+
+def principal(ctx: "Context", key_file: Optional[str], what: str = "the API key"):
+    """Authenticate :func:`api_key` against ``ctx``'s database (``access.unauthenticated`` is printed by :func:`context`)."""
+    return authenticate_key(ctx, api_key(key_file, what))
 
 
 def key_file_option(what: str = "API key"):

@@ -24,6 +24,10 @@ report, purge, keys, restore) run with the process's own credentials, like
 ``oml reconcile``. Exit statuses: 0 success; 1 the job left something
 pending or found a problem (a dirty lake listing, a pending rewrite, a
 report needing attention); 2 a refusal or usage error (its code printed).
+``oml lake purge`` alone has a fourth: 4 pending, the normal outcome without
+``--force-now``: the only files still holding erased artifacts are ones the
+table no longer references, kept by its retention until ``pending_until``
+(docs/erasure.md, "Exit statuses of lake purge").
 """
 from __future__ import annotations
 
@@ -138,7 +142,7 @@ def erase_rewrite(tenant: str = TENANT,
     """Rewrite (CLUSTER + statistics) every relation the tenant's erasures touched and that is still pending."""
     from oml.services.erasure.acts import rewrite_pending
 
-    with context() as ctx:
+    with context(tenant) as ctx:
         out = rewrite_pending(ctx.db, tenant, wait_seconds=wait)
     if not _print(out, as_json):
         for r in out["relations"]:
@@ -152,7 +156,7 @@ def erase_rewrite(tenant: str = TENANT,
 def erase_report(claim_ids: List[str] = typer.Argument(..., help="erased claim ids"), tenant: str = TENANT,
                  report_dir: Optional[str] = REPORT_DIR, as_json: bool = AS_JSON) -> None:
     """Rebuild the erasure report of erased claims now (JSON and HTML)."""
-    with context() as ctx:
+    with context(tenant) as ctx:
         rep = _write_report(ctx, tenant, list(claim_ids), report_dir)
     if not _print(rep, as_json):
         _show_report(rep)
@@ -194,7 +198,7 @@ def lake_purge(tenant: str = TENANT,
     """Delete erased ciphertext from the Delta bodies table, vacuum, and prove it by listing storage."""
     from oml.workers.lake import purge as lp
 
-    with context() as ctx:
+    with context(tenant) as ctx:
         out = lp.purge(ctx, tenant, force_now=force_now)
     if not _print(out, as_json):
         lst = out["listing"]
@@ -206,8 +210,21 @@ def lake_purge(tenant: str = TENANT,
         if out["pending_until"]:
             console.print(escape(f"the table's retention ({out['retention']}) keeps them until about {out['pending_until']}; "
                                  "run again then, or with --force-now"))
-    if out["status"] != "clean":
-        raise typer.Exit(1)
+    raise typer.Exit(purge_exit(out))
+
+
+EXIT_PURGE_PENDING = 4
+
+
+def purge_exit(out: dict) -> int:
+    """0 clean; 4 pending on the table's retention alone (every dirty file unreferenced, a ``pending_until`` set), so
+    a daily cron job does not alert for the week the retention lasts; 1 anything else (a file the table still
+    references, statistics in the log, or dirt left after ``--force-now``)."""
+    if out["status"] == "clean":
+        return 0
+    dirty = out["listing"]["dirty"]
+    waiting = out["pending_until"] and all(d["kind"] == "rows" and not d["referenced"] for d in dirty)
+    return EXIT_PURGE_PENDING if waiting else 1
 
 
 # ---------------------------------------------------------------- keys
@@ -215,7 +232,7 @@ def keys_rotate_encryption(tenant: str = TENANT, as_json: bool = AS_JSON) -> Non
     """Rotate the tenant's body-encryption key and rewrap every live DEK to the new version."""
     from oml.services.keys import rotation as keys_rotation
 
-    with context() as ctx:
+    with context(tenant) as ctx:
         out = keys_rotation.rotate(ctx, tenant)
     if not _print(out, as_json):
         console.print(f"encryption key version {out['version']} (kid {out['kid']}) journalled at seq {out['seq']}")
@@ -228,7 +245,7 @@ def keys_rewrap(tenant: str = TENANT, as_json: bool = AS_JSON) -> None:
     """Finish an interrupted rotation: rewrap every DEK not yet wrapped to the current version."""
     from oml.services.keys import rotation as keys_rotation
 
-    with context() as ctx:
+    with context(tenant) as ctx:
         out = keys_rotation.rewrap(ctx, tenant)
     if not _print(out, as_json):
         console.print(f"rewrapped {out['rewrapped']} DEK(s); failed {len(out['failed'])}; still on older versions {out['remaining']}")
@@ -244,7 +261,7 @@ def keys_retire(tenant: str = TENANT,
     from oml.services.keys import rotation as keys_rotation
 
     window = None if older_than_days is None else dt.timedelta(days=older_than_days)
-    with context() as ctx:
+    with context(tenant) as ctx:
         out = keys_rotation.retire(ctx, tenant, older_than=window, dry_run=dry_run)
     if not _print(out, as_json):
         verb = "would destroy" if dry_run else "destroyed"
@@ -259,7 +276,7 @@ def keys_versions(tenant: str = TENANT, as_json: bool = AS_JSON) -> None:
 
     from oml.services.runtime.context import describe_keystore
 
-    with context() as ctx:
+    with context(tenant) as ctx:
         out = keys_rotation.versions(ctx, tenant)
         where = describe_keystore(ctx.keystore)
     # The current version is never destroyed: absent, it means this process reads another KeyStore than the one
@@ -327,7 +344,7 @@ def restore_reapply(tenant: Optional[List[str]] = typer.Option(None, "--tenant",
     """Replay every claim.erased (the journal's, and the lake's copy beyond it), rewrite, then lift the fence."""
     from oml.services.erasure import restore
 
-    with context() as ctx:
+    with context(*(tenant or [])) as ctx:
         out = restore.reapply_erasures(ctx, list(tenant) if tenant else None, use_lake=not no_lake,
                                        accept_diverged=accept_diverged)
     if not _print(out, as_json):

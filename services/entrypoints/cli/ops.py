@@ -28,7 +28,7 @@ from rich.markup import escape
 
 from oml.domain.errors import OMLError
 
-from oml.services.entrypoints.cli.common import console, context, err, require_tenant
+from oml.services.entrypoints.cli.common import console, context, err
 
 lake_app = typer.Typer(no_args_is_help=True, help="Delta Lake copy of journal, checkpoints and ciphertext.")
 index_app = typer.Typer(no_args_is_help=True, help="Full-text and vector indexes (oml-indexer).")
@@ -70,7 +70,7 @@ def worker_cmd(
         err.print(f"--consumer must be one of {', '.join(CONSUMER_QUEUES)}")
         raise typer.Exit(2)
     consumers = () if relay_only else (tuple(consumer) if consumer else None)
-    with context() as ctx:
+    with context(new_home=True) as ctx:
         if consumers is None or indexer.CONSUMER in consumers:
             indexer.embedder_for(ctx)  # load the model and check its dimension against the schema before consuming
         rt = WorkerRuntime(ctx, relay=not no_relay, worker_threads=threads, poll_seconds=poll, sweep_seconds=sweep,
@@ -116,9 +116,7 @@ def status_cmd(
     from oml.services.reads import verified_reads
     from oml.workers.runtime import lag
 
-    with context() as ctx:
-        if tenant:
-            require_tenant(ctx, tenant)
+    with context(tenant) as ctx:
         rows = lag.report(ctx, tenant=tenant)
         poison = lag.poison(ctx, tenant)
         integrity = verified_reads.report(ctx, tenant)
@@ -172,9 +170,7 @@ def lake_compact(tenant: Optional[str] = typer.Option(None, "--tenant", "-t", he
     """Compact small files in the three Delta tables and write a checkpoint of each."""
     from oml.workers.lake import writer as lake_writer
 
-    with context() as ctx:
-        if tenant:
-            require_tenant(ctx, tenant)
+    with context(tenant) as ctx:
         try:
             metrics = lake_writer.compact(ctx, tenant)
         except OMLError:
@@ -190,9 +186,7 @@ def lake_catch_up(tenant: Optional[str] = typer.Option(None, "--tenant", "-t", h
     """Copy everything pending into the lake now (what the lake-writer actor does on a wake-up)."""
     from oml.workers.lake import writer as lake_writer
 
-    with context() as ctx:
-        if tenant:
-            require_tenant(ctx, tenant)
+    with context(tenant) as ctx:
         try:
             n = lake_writer.catch_up(ctx, tenant) if tenant else lake_writer.catch_up_all(ctx)
         except OMLError:
@@ -210,9 +204,7 @@ def lake_status(tenant: Optional[str] = typer.Option(None, "--tenant", "-t", hel
     from oml.workers.runtime import lag
     from oml.workers.lake import writer as lake_writer
 
-    with context() as ctx:
-        if tenant:
-            require_tenant(ctx, tenant)
+    with context(tenant) as ctx:
         rows = [r for r in lag.report(ctx, (lake_writer.CONSUMER,), tenant=tenant)]
         table = Table(title="lake (application-transaction versions)")
         for col in ("tenant", "journal head", "journal", "bodies", "checkpoints", "lag"):
@@ -234,8 +226,7 @@ def index_rebuild(tenant: str = typer.Option(..., "--tenant", "-t", help="tenant
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("events"),
                TaskProgressColumn(), TimeRemainingColumn())
-    with context() as ctx:
-        require_tenant(ctx, tenant)
+    with context(tenant) as ctx:
         with Progress(*columns, console=err, transient=True) as bar:
             task = bar.add_task(f"rebuilding the indexes of {escape(tenant)}", total=None)
             try:
@@ -252,8 +243,7 @@ def index_enroll(tenant: str = typer.Option(..., "--tenant", "-t", help="tenant 
     """Create the tenant's indexer principal (journalled) and store its key under the indexer key directory."""
     from oml.workers.index import indexer
 
-    with context() as ctx:
-        require_tenant(ctx, tenant)
+    with context(tenant) as ctx:
         indexer.enroll(ctx, tenant)
         console.print(escape(f"{tenant}: indexer key written to {indexer.key_dir(ctx) / (tenant + '.key')} (mode 0600)"))
 
@@ -263,9 +253,7 @@ def index_catch_up(tenant: Optional[str] = typer.Option(None, "--tenant", "-t", 
     """Index everything pending now (what the indexer actor does on a wake-up)."""
     from oml.workers.index import indexer
 
-    with context() as ctx:
-        if tenant:
-            require_tenant(ctx, tenant)
+    with context(tenant) as ctx:
         try:
             n = indexer.catch_up(ctx, tenant) if tenant else indexer.catch_up_all(ctx)
         except Exception as exc:  # noqa: BLE001

@@ -17,7 +17,7 @@ import typer
 
 from rich.markup import escape
 
-from oml.services.entrypoints.cli.common import JSON, TENANT, console, context, err, fail, key_file_option, principal
+from oml.services.entrypoints.cli.common import JSON, TENANT, authenticate_key, console, context, err, fail, key_file_option, principal, require_home
 
 readlog_app = typer.Typer(no_args_is_help=True, help="The read log: seal batches into the journal, verify anchors.")
 retention_app = typer.Typer(no_args_is_help=True, help="The read log's per-tenant retention window (operator key).")
@@ -59,19 +59,18 @@ def recall_cmd(
     if as_json:
         typer.echo(json.dumps(out, indent=2, ensure_ascii=False))
         return
-    from rich.table import Table
-
-    table = Table(title="recall", show_lines=False)
-    for col in ("#", "segment", "score", "workarea", "kind", "statement", "source"):
-        table.add_column(col)
-    # Stored text may hold "[...]": escaped, or Rich would read it as markup and drop it.
-    for i, it in enumerate(out["steering"], 1):
-        table.add_row(str(i), "steering", "", escape(it["workarea"]["path"]), it["kind"],
-                      escape(str(it["body"].get("statement", ""))), escape(_source(it)))
-    for i, it in enumerate(out["hits"], 1):
-        table.add_row(str(i), "hit", f"{it['score']:.4f}", escape(it["workarea"]["path"]), it["kind"],
-                      escape(str(it["body"].get("statement", ""))), escape(_source(it)))
-    console.print(table)
+    # One block per row rather than a seven-column table: at 80 columns the statement column got a word per line.
+    # The statement wraps under its row's heading at any width and stays whole (never cut).
+    rows = [("steering", "", it) for it in out["steering"]] + [("hit", f"{it['score']:.4f}", it) for it in out["hits"]]
+    for i, (segment, score, it) in enumerate(rows, 1):
+        head = "  ".join(x for x in (f"{i}.", segment, score, it["workarea"]["path"], it["kind"]) if x)
+        console.print(escape(head), style="bold", highlight=False)
+        # Stored text may hold "[...]": escaped, or Rich would read it as markup and drop it.
+        console.print(escape(str(it["body"].get("statement", ""))), highlight=False, soft_wrap=False)
+        if _source(it):
+            console.print(escape(f"source: {_source(it)}"), style="dim", highlight=False)
+    if not rows:
+        console.print("no steering rows and no hits")
     console.print(_footer(out["diagnostics"]))
     for deg in out["diagnostics"]["degraded"]:
         console.print("[yellow]degraded[/yellow] " + escape(f"{deg['retriever']}: {deg['reason']} — {deg['detail']}"))
@@ -103,7 +102,7 @@ def readlog_seal(tenant: Optional[str] = typer.Option(None, "--tenant", "-t", he
     """Seal unsealed reads into batches and journal each batch's digest (`readlog.anchored`)."""
     from oml.services.reads import readlog
 
-    with context() as ctx:
+    with context(tenant) as ctx:
         out = readlog.seal_all(ctx, [tenant] if tenant else None)
     if as_json:
         typer.echo(json.dumps(out, indent=2))
@@ -121,7 +120,7 @@ def readlog_verify(tenant: str = TENANT,
     """Recompute every anchor inside the retention window; name each edited, inserted or deleted read (exit 1)."""
     from oml.services.reads import readlog
 
-    with context() as ctx:
+    with context(tenant) as ctx:
         out = readlog.verify(ctx, tenant)
     if as_json:
         typer.echo(json.dumps(out, indent=2))
@@ -152,7 +151,7 @@ def retention_apply(tenant: Optional[str] = typer.Option(None, "--tenant", "-t",
     """Seal, then retire the batches older than the window; journals `retention.applied`."""
     from oml.services.reads import readlog
 
-    with context() as ctx:
+    with context(tenant) as ctx:
         if tenant:
             out = readlog.apply_retention(ctx, tenant)
         else:
@@ -183,14 +182,18 @@ def mcp_cmd(transport: str = typer.Option("stdio", "--transport", help="stdio | 
     if print_config:
         typer.echo(json.dumps(desktop_config(), indent=2))
         return
+    from oml.services.runtime.settings import get_settings
+
+    require_home(get_settings())  # keys exist only in an existing home: a typo'd OML_HOME must not start a server
     if transport == "http":
         check_port(host, port)
     elif not mcp_server.stdio_keys_from_env():
         fail("oml mcp: set OML_API_KEY (one key, or comma-separated keys of one tenant)")  # before the model loads
     else:
         # A host that starts `oml mcp` from another folder finds another home: say which database refused the key.
+        # Every key is checked, and that they share a tenant: otherwise every call would fail after "ready".
         with context() as ctx:
-            principal(ctx, None)
+            mcp_server.one_tenant([authenticate_key(ctx, k) for k in mcp_server.stdio_keys_from_env()])
     warm_model()
     if transport == "http":
         err.print(escape(f"oml mcp: listening on http://{host}:{port}{path} (streamable HTTP; a bearer API key per request)"))

@@ -67,7 +67,7 @@ def serve_cmd(
     settings = get_settings()
     h, p = host or settings.http_host, port or settings.http_port
     check_port(h, p)
-    with context() as ctx:
+    with context(new_home=True) as ctx:
         # A database older than its lake was restored: raise the restore fence before serving (docs/backup-restore.md).
         from oml.services.erasure.restore import detect
 

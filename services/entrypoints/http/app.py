@@ -7,7 +7,7 @@ Each area's routes live in their own module and are included here. Request
 bodies above ``OML_MAX_REQUEST_BYTES`` are refused with ``http.too_large``
 while they stream in, before anything is buffered past the limit or parsed
 (:mod:`.body_limit`); bodies that are not valid UTF-8 or carry NUL bytes
-are refused with ``admission.invalid``.
+are refused with the route's invalid-input code.
 """
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ def create_app(ctx: Context) -> FastAPI:
     problems.install(app)
 
     # A pure ASGI middleware, not @app.middleware("http"): it must count the body as it streams.
-    app.add_middleware(BodyLimit, limit=ctx.settings.max_request_bytes)
+    app.add_middleware(BodyLimit, limit=ctx.settings.max_request_bytes,
+                       routes=[route for module in ROUTERS for route in module.router.routes])
     # Added last, so outermost: a refused request (413, 401) is a span too. A no-op while tracing is off.
     app.add_middleware(tracing.TraceRequests)
     if ctx.settings.tracing != "off":

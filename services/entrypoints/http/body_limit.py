@@ -7,14 +7,15 @@ by chunk and refused the moment the count passes the limit, so at most
 every route. A body within the limit is then checked for raw NUL bytes and
 UTF-8 and replayed to the application unchanged.
 
-Refusals are RFC 9457 problems: ``413 http.too_large``, ``422
-admission.invalid``. The MCP SDK has a similar middleware
+Refusals are RFC 9457 problems: ``413 http.too_large``, ``422`` with the
+route's invalid-input code (``recall.invalid`` on ``/v1/recall``; docs/api.md). The MCP SDK has a similar middleware
 (``mcp.server.transport_security.RequestBodyLimitMiddleware``) that answers
 ``text/plain``; this one answers problem+json with OML's stable codes.
 """
 from __future__ import annotations
 
 from collections import deque
+from typing import Any, Sequence
 
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -27,11 +28,13 @@ def _too_large(limit: int):
 
 
 class BodyLimit:
-    """Wrap ``app``; ``limit`` is the largest body accepted, in bytes (``OML_MAX_REQUEST_BYTES``)."""
+    """Wrap ``app``; ``limit`` is the largest body accepted, in bytes (``OML_MAX_REQUEST_BYTES``); ``routes``: the
+    application's routes, whose invalid-input code a refused body gets (:func:`problems.area_code_of`)."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, routes: Sequence[Any] = ()) -> None:
         self.app = app
         self.limit = limit
+        self.routes = routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -55,12 +58,12 @@ class BodyLimit:
                 break
         data = bytes(body)
         if b"\x00" in data:
-            await problems.problem(422, "admission.invalid", "request bodies may not contain NUL bytes")(scope, receive, send)
+            await problems.problem(422, problems.area_code_of(scope, self.routes), "request bodies may not contain NUL bytes")(scope, receive, send)
             return
         try:
             data.decode("utf-8")
         except UnicodeDecodeError:
-            await problems.problem(422, "admission.invalid", "request bodies must be UTF-8")(scope, receive, send)
+            await problems.problem(422, problems.area_code_of(scope, self.routes), "request bodies must be UTF-8")(scope, receive, send)
             return
         pending: deque[Message] = deque([{"type": "http.request", "body": data, "more_body": False}])
 

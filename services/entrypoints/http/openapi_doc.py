@@ -115,14 +115,28 @@ def _invalid(w) -> None:
     w("### Invalid input")
     w("")
     w("Each area answers malformed input with its own code; the Python client raises a subclass of `InvalidRequest` "
-      "for each (client/errors.py), so `except InvalidRequest` catches them all. Callers matching the code text should "
+      "for each (client/errors.py), so `except InvalidRequest` catches them all; a shape the client checks before "
+      "sending (`submit(kind=\"Fact\")`) raises the same class, with `errors` in the same form and `client_side` "
+      "true, never pydantic's `ValidationError`. Callers matching the code text should "
       "match the `.invalid` suffix (or status 422): reads, exports, erasures and reviews answered `admission.invalid` "
-      "before, and a body refused before routing (not UTF-8, NUL) still is. Members of `errors[i]`: "
+      "before; a body refused before it is parsed (not UTF-8, NUL) gets the code of the route its method and path "
+      "match. A rule checked past the schema (a blank `body.statement`, a body over `max_body_chars`) answers the "
+      "same `errors` array, with one entry, beside the `field` member it always had. Members of `errors[i]`: "
       "`field` (`claims[0].body.statement` in a batch, `body.statement` on a one-claim route; `body` for the body as "
       "a whole), `rule` (pydantic's error type, or `json_invalid` with `position`, `line` and `column` for malformed "
       "JSON, or `content_type` with `expected: application/json` for a body sent as another media type), `message`, "
       "and `allowed` (the closed list) for a value outside one, e.g. a review or erasure `reason`. UUIDs are accepted "
       "in any case and answered lowercase.")
+    w("")
+    w("### Workarea ids, not paths")
+    w("")
+    w("Every input that names a workarea (`workarea_id`, `parent_id`, `new_parent_id`, `roots`, a `{node_id}` in a "
+      "path; the CLI's `--parent` and `--root`; the MCP tools' `workarea_id`) takes its id, a UUID. A path such as "
+      "`main.ops`, which every listing prints beside the id, is refused with a message that says so and where the id "
+      "is found (`oml workarea list`, `GET /v1/workareas`): a schema refusal's `errors[i].message` over HTTP, the "
+      "detail of `workarea.not_found` elsewhere. Paths are not accepted as names because a reparent changes them, "
+      "while the journal and every act name the id: a script that worked by path would act on another subtree after "
+      "a move.")
     w("")
     w("| operations | code |")
     w("|---|---|")

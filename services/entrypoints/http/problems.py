@@ -23,7 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from oml.domain.errors import OMLError
+from oml.domain.errors import WORKAREA_BY_ID, OMLError
 
 log = logging.getLogger("oml.http")
 
@@ -44,6 +44,7 @@ PATH_CODES = {
     "/v1/simulations/{simulation_id}/claims/{claim_id}/supersede": ADMISSION_INVALID,
 }
 _QUOTED = re.compile(r"'([^']*)'")
+_WORKAREA_FIELD = re.compile(r"(^|\.)(workarea_id|parent_id|new_parent_id|node_id|roots(\[\d+\])?)$")
 
 
 def problem(status: int, code: str, detail: str, **extra) -> JSONResponse:
@@ -56,7 +57,11 @@ def problem(status: int, code: str, detail: str, **extra) -> JSONResponse:
 
 def area_code(request: Request) -> str:
     """The code for invalid input on the matched route (``admission.invalid`` when no route matched)."""
-    route = request.scope.get("route")
+    return route_code(request.scope.get("route"))
+
+
+def route_code(route: Any) -> str:
+    """The invalid-input code of ``route`` (an APIRoute, or None): its path's exception, else its tag's area."""
     path = getattr(route, "path", None)
     if path in PATH_CODES:
         return PATH_CODES[path]
@@ -64,6 +69,30 @@ def area_code(request: Request) -> str:
         if tag in AREA_CODES:
             return AREA_CODES[tag]
     return ADMISSION_INVALID
+
+
+def area_code_of(scope: dict, routes: Any) -> str:
+    """:func:`area_code` for a request not routed yet (the body-limit middleware runs first): the code of the route
+    among ``routes`` that its method and path match, so a body that is not UTF-8 is ``recall.invalid`` on
+    ``/v1/recall`` as a schema refusal there is."""
+    from starlette.routing import Match
+
+    for route in routes:
+        if route.matches(scope)[0] == Match.FULL:
+            return route_code(route)
+    return ADMISSION_INVALID
+
+
+def field_errors(exc: OMLError) -> list[dict] | None:
+    """The ``errors`` member of an invalid-input refusal raised past the schema (a rule the schema cannot say, such
+    as a blank ``body.statement``): one entry, as a schema refusal has, so a client reads both alike."""
+    field = (exc.extra or {}).get("field")
+    if exc.status != 422 or not isinstance(field, str) or "errors" in (exc.extra or {}):
+        return None
+    entry = {"field": field, "rule": str(exc.extra.get("rule", "invalid")), "message": exc.detail}
+    if isinstance(exc.extra.get("allowed"), list):
+        entry["allowed"] = exc.extra["allowed"]
+    return [entry]
 
 
 def _field(loc) -> str:
@@ -115,6 +144,8 @@ def _error(e: dict) -> dict:
     # pydantic messages may quote the input for some rules; keep only rule-level text.
     if "input" in message.lower() and "'" in message:
         message = rule
+    if rule == "string_pattern_mismatch" and _WORKAREA_FIELD.search(field):
+        message = f"must be a UUID: {WORKAREA_BY_ID}"  # the paths every listing prints are the usual mistake
     return {"field": field, "rule": rule, "message": message}
 
 
@@ -134,7 +165,8 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(OMLError)
     async def _oml(request: Request, exc: OMLError):
         code = area_code(request) if exc.code == ADMISSION_INVALID else exc.code
-        return problem(exc.status, code, exc.detail, **exc.extra)
+        errors = field_errors(exc)
+        return problem(exc.status, code, exc.detail, **exc.extra, **({"errors": errors} if errors else {}))
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):

@@ -69,7 +69,8 @@ def inclusion(seq: int = Query(..., ge=1, le=2**53 - 1, description="journal seq
               size: Optional[int] = Query(None, ge=1, le=2**53 - 1, description="tree size of a stored checkpoint (default newest)"),
               p: Principal = Depends(principal), ctx: Context = Depends(context)) -> Response:
     """Leaf index ``seq - 1``; the checkpoint is embedded verbatim. ``proof.not_checkpointed`` (409) when no
-    stored checkpoint covers ``seq`` yet. Roles: auditor, operator."""
+    stored checkpoint covers ``seq`` yet; ``proof.invalid_range`` (422, with ``head``) when ``seq`` is beyond the chain
+    head (no such event). Roles: auditor, operator."""
     from oml.services.journal import proofs
 
     _audit_reader(p)

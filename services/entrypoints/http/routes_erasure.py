@@ -22,7 +22,7 @@ from pydantic import Field
 
 from oml.domain import claims as rules
 from oml.domain.access import Principal
-from oml.domain.events import REASON_CODES
+from oml.domain.events import ERASURE_REASONS
 from oml.services.erasure import report as erasure_report
 from oml.services.runtime.context import Context
 from oml.services.erasure.acts import Erasure
@@ -34,7 +34,7 @@ from oml.services.entrypoints.http.validation import Closed, text
 router = APIRouter(tags=["erasure"])
 IdemKey = Depends(idempotency_key_header)
 
-Reason = Literal[tuple(sorted(REASON_CODES))]  # type: ignore[valid-type]
+Reason = Literal[tuple(sorted(ERASURE_REASONS))]  # type: ignore[valid-type]
 
 
 class EraseIn(Closed):

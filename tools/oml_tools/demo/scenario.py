@@ -79,6 +79,7 @@ class World:
 
     tenant: str = ""
     fingerprint: str = ""
+    anchors: str = ""      # the trust-anchors file, once the complete run recorded the anchor there
     url: str = ""
     root: str = ""
     parent: str = ""
@@ -166,10 +167,12 @@ def run(settings, opts: Options, console: Console | None = None) -> dict[str, An
         _erase(steps, ctx, w, opts, agent, out)
         _reconcile(steps, ctx, w, opts, out)
         _audit(steps, w, out)
+        _record_anchor(ctx, w)
     except DemoFailed as exc:
         failure = exc
     except KeyboardInterrupt:
-        failure = DemoFailed("interrupted")
+        failure = DemoFailed(f"interrupted (Ctrl-C); tenant {w.tenant} stays in the database, as every tenant does (the "
+                             "journal is append-only), with no trust anchor recorded", interrupted=True)
     finally:
         if agent is not None:
             agent.close()
@@ -191,18 +194,24 @@ def run(settings, opts: Options, console: Console | None = None) -> dict[str, An
 
 
 # ====================================================================== steps
+def _record_anchor(ctx, w: World) -> None:
+    from oml.services.keys.anchors import record_anchor
+
+    anchors, _ = record_anchor(ctx.settings, w.tenant, w.fingerprint)
+    w.anchors = str(anchors)
+
+
 def _create_tenant(steps: Steps, ctx, w: World, home: Path) -> None:
     with steps.step("Operator creates the tenant (oml tenant create)") as s:
         t = ctx.tenancy.create_tenant(w.tenant, "main")
         check(len(t.fingerprint) == 64 and t.admin_key.startswith("oml_"), "tenant creation returned no trust anchor or admin key")
         w.fingerprint, w.root = t.fingerprint, t.root_workarea
         w.keys["admin"] = t.admin_key
-        # The anchor is recorded outside the database, as `oml tenant create` does (docs/anchoring.md).
-        from oml.services.keys.anchors import record_anchor
-
-        anchors, _ = record_anchor(ctx.settings, w.tenant, w.fingerprint)
+        # The anchor is recorded outside the database, as `oml tenant create` does (docs/anchoring.md), but only once
+        # the run is complete (_record_anchor): an interrupted or failed run leaves no anchor for a half-made tenant.
         steps.console.print(f"tenant [bold]{w.tenant}[/bold]\ntrust anchor (signing key fingerprint): [bold]{w.fingerprint}[/bold]"
-                            f"\n  recorded in {anchors}; the recovery private key printed by `oml tenant create` is discarded here")
+                            "\n  recorded in the trust-anchors file when the run completes; the recovery private key "
+                            "printed by `oml tenant create` is discarded here")
         s.outcome = "tenant, signing/encryption/recovery keys, root workarea and a bootstrap admin key"
 
 
@@ -615,8 +624,10 @@ def _print_summary(console: Console, summary: dict, w: World, settings, home: Pa
     console.print(f"  {env}{oml} serve{ext}", soft_wrap=True)
     console.print(f"    HTTP API on {settings.http_host}:{settings.http_port} with the workers in-process (or: {env}make serve)")
     console.print("[bold]point an agent at it[/bold] (MCP over stdio; the reader key of this tenant)")
-    console.print(f"  {env}OML_API_KEY={w.keys['reader']} {oml} mcp", soft_wrap=True)
-    console.print(f"  all of this run's API keys: {keys} (mode 0600); trust anchor {w.fingerprint}", soft_wrap=True)
+    # The key is read from the 0600 file, never printed: a terminal's scrollback and a CI log are not secret stores.
+    console.print(f"  {env}OML_API_KEY=\"$(sed -n 's/^OML_READER_KEY=//p' {keys})\" {oml} mcp", soft_wrap=True, markup=False)
+    console.print(f"  all of this run's API keys: {keys} (mode 0600); trust anchor {w.fingerprint}, recorded in "
+                  f"{w.anchors}", soft_wrap=True)
     console.print("[bold green]demo OK[/bold green]: every step did what it should")
 
 

@@ -18,10 +18,11 @@ from rich.console import Console
 class DemoFailed(Exception):
     """A step did not do what it should; ``str()`` says which step and why."""
 
-    def __init__(self, message: str, step: str | None = None) -> None:
+    def __init__(self, message: str, step: str | None = None, *, interrupted: bool = False) -> None:
         super().__init__(message)
         self.message = message
         self.step = step
+        self.interrupted = interrupted  # Ctrl-C, not a failed check: `oml demo` exits 130
 
     def __str__(self) -> str:
         return f"step {self.step!r} failed: {self.message}" if self.step else self.message
