@@ -665,7 +665,7 @@ def _local_only(raw: str, region: str | None) -> bool:
         meta = phonenumbers.PhoneMetadata.metadata_for_region(region)
         _TRUNK_PREFIX[region] = meta.national_prefix if meta is not None else None
     trunk = _TRUNK_PREFIX[region]
-    return bool(trunk) and not digits.startswith(trunk)
+    return trunk is not None and trunk != "" and not digits.startswith(trunk)
 
 
 _PHONE_SEPARATORS: Final[str] = " ()./[]~-"
