@@ -19,7 +19,8 @@ last answer (:class:`ServiceUnavailable` for 503).
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 __all__ = [
     "OMLClientError", "OMLConnectionError", "OMLProblem",
@@ -87,7 +88,7 @@ class OMLProblem(OMLClientError):
         raise AttributeError(name)
 
     @classmethod
-    def from_body(cls, status: int, body: Any, *, request_id: str | None = None) -> "OMLProblem":
+    def from_body(cls, status: int, body: Any, *, request_id: str | None = None) -> OMLProblem:
         """Build the right subclass from a decoded problem body (or anything else the server sent)."""
         if not isinstance(body, Mapping):
             body = {}

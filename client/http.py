@@ -32,8 +32,9 @@ import logging
 import random
 import time
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -217,7 +218,7 @@ class OMLClient(_Base):
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> "OMLClient":
+    def __enter__(self) -> OMLClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -269,7 +270,7 @@ class AsyncOMLClient(_Base):
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def __aenter__(self) -> "AsyncOMLClient":
+    async def __aenter__(self) -> AsyncOMLClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -15,7 +15,7 @@ are lowercase UUID strings, except principal ids (16 hex characters).
 """
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -51,12 +51,12 @@ class ClaimIn(BaseModel):
     body: dict[str, Any]
     kind: Kind = "fact"
     provenance: Provenance = "observed"
-    claim_id: Optional[str] = None
-    supersedes: Optional[str] = None
+    claim_id: str | None = None
+    supersedes: str | None = None
     derived_from: list[str] = Field(default_factory=list)
-    valid_from: Optional[str] = None
-    valid_to: Optional[str] = None
-    confidence: Optional[int] = Field(None, description="0-1000")
+    valid_from: str | None = None
+    valid_to: str | None = None
+    confidence: int | None = Field(None, description="0-1000")
 
     def payload(self) -> dict[str, Any]:
         # Defaults are left out so the request digest matches whatever the server defaults to.
@@ -80,11 +80,11 @@ class EvidenceArchive(Response):
     """An evidence export (docs/evidence-format.md): the tar bytes and what the response headers say of them."""
 
     data: bytes
-    filename: Optional[str] = None
-    archive_sha256: Optional[str] = None
-    manifest_sha256: Optional[str] = None
-    evidence_seq: Optional[int] = Field(None, description="seq of the evidence.exported event")
-    checkpoint_size: Optional[int] = Field(None, description="tree size of the checkpoint the export is pinned to")
+    filename: str | None = None
+    archive_sha256: str | None = None
+    manifest_sha256: str | None = None
+    evidence_seq: int | None = Field(None, description="seq of the evidence.exported event")
+    checkpoint_size: int | None = Field(None, description="tree size of the checkpoint the export is pinned to")
 
     def save(self, path: Any) -> Any:
         """Write the archive to ``path`` (str or Path) and return the path."""
@@ -99,8 +99,8 @@ class ConsistencyProof(Response):
     """One base64 hash per line (``proof``), between the checkpoints of ``from_size`` and ``to_size``."""
 
     proof: str
-    from_size: Optional[int] = None
-    to_size: Optional[int] = None
+    from_size: int | None = None
+    to_size: int | None = None
 
 
 # ---------------------------------------------------------------- ops
@@ -116,8 +116,8 @@ class ErasureAct(Response):
     """One ``claim.erased`` act: ids, the reason code and the artifacts' digests (never content)."""
 
     claim_id: str
-    seq: Optional[int] = None
-    reason: Optional[str] = None
+    seq: int | None = None
+    reason: str | None = None
     artifacts: Any = None
     already_erased: bool = False
 
@@ -127,15 +127,15 @@ class ErasureResult(Response):
 
     tenant: str
     erasures: list[ErasureAct]
-    rewrite: Optional[dict[str, Any]] = None
-    report: Optional[dict[str, Any]] = None
+    rewrite: dict[str, Any] | None = None
+    report: dict[str, Any] | None = None
     replayed: bool = False
 
 
 class Hold(Response):
     claim_id: str
     legal_hold: bool
-    seq: Optional[int] = None
+    seq: int | None = None
     changed: bool = True
     replayed: bool = False
 
@@ -149,8 +149,8 @@ class Budget(BaseModel):
 
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
-    max_chars: Optional[int] = None
-    max_tokens: Optional[int] = Field(None, description="estimated at 4 characters per token")
+    max_chars: int | None = None
+    max_tokens: int | None = Field(None, description="estimated at 4 characters per token")
 
 
 class Filters(BaseModel):
@@ -158,6 +158,6 @@ class Filters(BaseModel):
 
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
-    kinds: Optional[list[Literal["fact", "steering"]]] = None
-    provenances: Optional[list[Literal["observed", "reported", "inferred", "simulation"]]] = None
-    valid_at: Optional[str] = None
+    kinds: list[Literal["fact", "steering"]] | None = None
+    provenances: list[Literal["observed", "reported", "inferred", "simulation"]] | None = None
+    valid_at: str | None = None

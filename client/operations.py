@@ -16,8 +16,9 @@ returns an awaitable of the same value).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Literal, Sequence, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import ValidationError
 

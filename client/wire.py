@@ -18,7 +18,7 @@ are lowercase UUID strings, except principal ids (16 hex characters).
 """
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -54,7 +54,7 @@ class IdentityCreated(Written):
 
 class PrincipalCreated(Written):
     principal_id: str
-    api_key: Optional[str] = Field(None, description="`oml_<id>_<secret>`, shown once; absent on a replay")
+    api_key: str | None = Field(None, description="`oml_<id>_<secret>`, shown once; absent on a replay")
 
 
 class PrincipalRevoked(Written):
@@ -74,7 +74,7 @@ class WorkareaPolicy(Written):
 
 class WorkareaRow(Wire):
     node_id: str
-    parent_id: Optional[str]
+    parent_id: str | None
     label: str
     path: str
     development: bool
@@ -88,7 +88,7 @@ class WorkareaList(Wire):
 class TenantPolicy(Wire):
     phone_regions: list[str]
     default: bool = Field(False, description="true when no policy was set and the documented defaults apply")
-    seq: Optional[int] = Field(None, description="journal seq of the act (on a write)")
+    seq: int | None = Field(None, description="journal seq of the act (on a write)")
     replayed: bool = False
 
 
@@ -138,16 +138,16 @@ class QueueItem(Wire):
     author_identity: str
     own: bool = Field(description="the reviewer's identity is the author's (promotion only in a development workarea)")
     development: bool
-    supersedes: Optional[str]
-    valid_from: Optional[str]
-    valid_to: Optional[str]
-    confidence: Optional[int]
-    body: Optional[dict[str, Any]] = None
+    supersedes: str | None
+    valid_from: str | None
+    valid_to: str | None
+    confidence: int | None
+    body: dict[str, Any] | None = None
 
 
 class QueuePage(Wire):
     items: list[QueueItem]
-    next_after: Optional[str] = Field(None, description=NEXT_PAGE)
+    next_after: str | None = Field(None, description=NEXT_PAGE)
 
 
 class OwnItem(QueueItem):
@@ -156,7 +156,7 @@ class OwnItem(QueueItem):
 
 class OwnPage(Wire):
     items: list[OwnItem]
-    next_after: Optional[str] = Field(None, description=NEXT_PAGE)
+    next_after: str | None = Field(None, description=NEXT_PAGE)
 
 
 # ---------------------------------------------------------------- indexing feed
@@ -164,15 +164,15 @@ class FeedItem(Wire):
     """One version's indexable text, or ``error`` (a reason code) and no text."""
 
     version_id: str
-    claim_id: Optional[str] = None
-    workarea_id: Optional[str] = None
-    statement: Optional[str] = None
-    subject: Optional[str] = None
+    claim_id: str | None = None
+    workarea_id: str | None = None
+    statement: str | None = None
+    subject: str | None = None
     tags: list[str] = Field(default_factory=list)
     tainted: bool = False
-    simulation_id: Optional[str] = None
-    error: Optional[str] = Field(None, description="a reason code instead of text (claim.erased, body.dek_missing, …)")
-    context: Optional[dict[str, Any]] = Field(None, description="the body's {thread, position}, when it declares one "
+    simulation_id: str | None = None
+    error: str | None = Field(None, description="a reason code instead of text (claim.erased, body.dek_missing, …)")
+    context: dict[str, Any] | None = Field(None, description="the body's {thread, position}, when it declares one "
                                                                "(docs/recall.md)")
 
 
@@ -196,12 +196,12 @@ class Memory(Wire):
     kind: str
     provenance: str
     self_signed: bool
-    valid_from: Optional[str] = None
-    valid_to: Optional[str] = None
-    confidence: Optional[int] = None
-    supersedes: Optional[str] = None
-    tip_since: Optional[str] = None
-    score: Optional[float] = Field(None, description="hits: weighted RRF score (hybrid), BM25 score or ts_rank (fts, by the server's lexical ranking) or cosine similarity (vector)")
+    valid_from: str | None = None
+    valid_to: str | None = None
+    confidence: int | None = None
+    supersedes: str | None = None
+    tip_since: str | None = None
+    score: float | None = Field(None, description="hits: weighted RRF score (hybrid), BM25 score or ts_rank (fts, by the server's lexical ranking) or cosine similarity (vector)")
     retrievers: dict[str, dict[str, float]] = Field(default_factory=dict,
                                                    description="per retriever that found it: its rank and raw score or distance")
     body: dict[str, Any]
@@ -239,9 +239,9 @@ class RecallDiagnostics(Wire):
 
     retriever: str
     scope: list[str]
-    as_of: Optional[str] = None
+    as_of: str | None = None
     valid_time: ValidTime
-    fusion: Optional[dict[str, Any]] = None
+    fusion: dict[str, Any] | None = None
     approximate: bool = Field(description="an HNSW (approximate) scan's answer was served; legs.vector has its "
                                           "ef_search, iterative_scan, max_scan_tuples and exact_scan_max")
     candidates: dict[str, int]
@@ -288,8 +288,8 @@ class JournalEvent(Wire):
 class JournalPage(Wire):
     tenant: str
     events: list[JournalEvent]
-    head_seq: Optional[int] = None
-    next_after_seq: Optional[int] = None
+    head_seq: int | None = None
+    next_after_seq: int | None = None
 
 
 # ---------------------------------------------------------------- simulations
@@ -313,11 +313,11 @@ class SimulationClosed(Wire):
 
 class Simulation(Wire):
     simulation_id: str
-    name: Optional[str] = Field(None, description="decrypted from its note for admin/operator keys and audience members")
+    name: str | None = Field(None, description="decrypted from its note for admin/operator keys and audience members")
     audience: list[str]
     status: str = Field(description="open | closed")
-    opened_seq: Optional[int] = Field(None, description="admin and operator keys only (null for an audience member)")
-    closed_seq: Optional[int] = Field(None, description="admin and operator keys only")
+    opened_seq: int | None = Field(None, description="admin and operator keys only (null for an audience member)")
+    closed_seq: int | None = Field(None, description="admin and operator keys only")
     open_tips: int = Field(description="claims with a simulation tip now (overlay tips of real claims included)")
     versions: int = Field(description="versions written inside the simulation")
 

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import chain, event_format, signing
+from .checkpoint import Checkpoint, CheckpointError, oml_origin, verify_checkpoint
 from .event_format import EventFormatError, EventIds
 from .event_format import parse_event as strict_parse_event
-from .checkpoint import Checkpoint, CheckpointError, oml_origin, verify_checkpoint
 
 BROKEN_LINK = "broken_link"
 BAD_SIGNATURE = "bad_signature"

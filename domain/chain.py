@@ -12,8 +12,9 @@ normative format fails with its seq, field and rule.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from . import signing
 from .event_format import EventFormatError, EventIds, parse_event

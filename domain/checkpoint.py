@@ -281,7 +281,7 @@ def checkpoint_body(origin: str, size: int, root: bytes) -> bytes:
         raise ValueError(f"tree size must be an integer in [0, 2**64), got {size!r}")
     if not isinstance(root, (bytes, bytearray)) or len(root) != HASH_SIZE:
         raise ValueError(f"root must be {HASH_SIZE} raw bytes")
-    return f"{origin}\n{size}\n{_b64(bytes(root))}\n".encode("utf-8")
+    return f"{origin}\n{size}\n{_b64(bytes(root))}\n".encode()
 
 
 def sign_note(

@@ -9,8 +9,8 @@ simulation-tainted version.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from .errors import OMLError
 

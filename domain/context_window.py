@@ -20,8 +20,9 @@ as :func:`thread_digest`, never the name.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 #: Positions before a claim whose statements join its index text. Measured by
 #: ``oml bench locomo --context-window`` (docs/benchmarks.md, "LoCoMo evidence recall").

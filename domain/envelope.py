@@ -17,10 +17,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+import nacl.exceptions
 from cryptography.hazmat.primitives import hpke, serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-import nacl.exceptions
 from nacl.bindings import crypto_scalarmult, crypto_scalarmult_base
 
 from .canonical import canonical
@@ -194,7 +194,7 @@ def wrap_many(deks: list[tuple[bytes, bytes]], *, public_key: bytes, share: int)
     return [wrapper.wrap(dek, info) for dek, info in deks]
 
 
-def unwrap(wrapped_dek: bytes, *, info: bytes, private_key: "bytes | X25519PrivateKey") -> bytes:
+def unwrap(wrapped_dek: bytes, *, info: bytes, private_key: bytes | X25519PrivateKey) -> bytes:
     """Recover a DEK; raises ``cryptography`` errors when the key or info is wrong. ``private_key``: the raw
     32 bytes or an already parsed key (a reader unwrapping many DEKs parses the tenant's key once)."""
     if not isinstance(private_key, X25519PrivateKey):

@@ -36,10 +36,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from importlib import resources
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 
 class Completion(StrEnum):

@@ -19,8 +19,8 @@ Pure: no I/O.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from .recall import RRF_K, Ranked, fuse_rrf
 

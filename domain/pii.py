@@ -33,18 +33,18 @@ import functools
 import ipaddress
 import re
 import unicodedata
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Final, Literal
+from typing import Final, Literal
 
 import phonenumbers
 from stdnum import iban as _iban
 from stdnum import luhn as _luhn
+from stdnum.br import cpf as _br_cpf
 from stdnum.de import idnr as _de_idnr
 from stdnum.es import dni as _es_dni
 from stdnum.es import nie as _es_nie
 from stdnum.fr import nir as _fr_nir
-from stdnum.br import cpf as _br_cpf
 from stdnum.gb import nhs as _gb_nhs
 from stdnum.in_ import aadhaar as _in_aadhaar
 from stdnum.it import codicefiscale as _it_cf

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from . import merkle
 from .canonical import canonical, format_time

@@ -35,8 +35,9 @@ import datetime as dt
 import hashlib
 import hmac
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from .access import Principal
 from .claims import ancestors, is_within

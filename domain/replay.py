@@ -38,8 +38,9 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Literal, overload
+from typing import Any, Literal, overload
 
 from . import authority
 from . import claims as rules
@@ -147,7 +148,7 @@ class Registry:
         return {f: copy.deepcopy(getattr(self, f)) for f in self._FIELDS}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "Registry":
+    def from_json(cls, d: dict[str, Any]) -> Registry:
         """Inverse of :meth:`to_json`; raises ``ValueError`` for a document of another shape."""
         if not isinstance(d, dict) or set(d) != set(cls._FIELDS) or not isinstance(d.get("tenant"), str):
             raise ValueError("not a registry snapshot")

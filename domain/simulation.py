@@ -31,8 +31,8 @@ Pure functions over plain values; no I/O. ``docs/simulations.md`` has the long f
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from .errors import OMLError, invalid
 

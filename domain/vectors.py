@@ -29,11 +29,11 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from . import chain, checkpoint, envelope, merkle, signing
-from .canonical import canonical, format_time
+from .canonical import canonical
 from .events import Actor, encode, event_object
 
 TENANT = "example"
-T0 = dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
 
 
 def seed(label: str) -> bytes:

@@ -15,9 +15,8 @@ Pure: no I/O.
 """
 from __future__ import annotations
 
-from typing import Any
-
 from dataclasses import dataclass
+from typing import Any
 
 from . import signing
 from .chain import ChainVerifier, JournalRow, link

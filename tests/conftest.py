@@ -21,18 +21,17 @@ import time
 import uuid
 from pathlib import Path
 
+import oml_test_backends as backends
 import pytest
 import sqlalchemy as sa
 
-from oml.services.runtime.context import Context
 from oml.services.keys.keystore import LocalKeyStore
+from oml.services.runtime.context import Context
 from oml.services.runtime.settings import Settings
 from oml.services.storage import embedded
 from oml.services.storage.db import Database
 from oml.services.storage.migrate import upgrade
 from oml.services.storage.migrations.sqlfiles import SQL
-
-import oml_test_backends as backends
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("OML_SHARED_DIR", REPO.parent / "shared"))

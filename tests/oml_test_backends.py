@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any
 
 POSTGRES_IMAGE = "pgvector/pgvector:0.8.5-pg17"
 REDIS_IMAGE = "redis:7.4.2-alpine"

@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import hmac
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -61,7 +62,7 @@ class _SubmitRequest:
     encoding every body a second time. The bytes are those of ``canonical(self.value())``
     (test: tests/integration/test_admission_batch.py)."""
 
-    items: Sequence["Submission"]
+    items: Sequence[Submission]
     plaintexts: Sequence[bytes]
 
     def value(self) -> dict:
@@ -496,7 +497,7 @@ class _NamedClaims:
     changed: set[str] = field(default_factory=set)
 
     @classmethod
-    def of(cls, items: Sequence["Submission"]) -> "_NamedClaims":
+    def of(cls, items: Sequence[Submission]) -> _NamedClaims:
         """The ids ``items`` name; one that is not a UUID is left out (its item is refused on its own)."""
         ids: set[str] = set()
         versioned: set[str] = set()
@@ -568,7 +569,7 @@ def _norm_time(value: str | None, field: str) -> str | None:
     # The journal writes times as YYYY-MM-DDTHH:MM:SS.ffffffZ: a four-digit UTC year (an offset can also carry
     # 0001-01-01 or 9999-12-31 out of the calendar, which Python refuses as an OverflowError).
     try:
-        utc = t.astimezone(dt.timezone.utc)
+        utc = t.astimezone(dt.UTC)
     except OverflowError:
         utc = None
     if utc is None or utc.year < 1000:

@@ -38,7 +38,8 @@ import logging
 import os
 import secrets
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Literal, Optional
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 from mcp.server.mcpserver import Context as ToolContext  # resolved by name when the SDK reads tool signatures
@@ -63,7 +64,7 @@ ACTS = {"recall": "read", "fetch": "read", "remember": "submit"}
 
 # A stdio connection has no session id header; under the handshake protocol its connection object stands for
 # the session.
-_SESSION_TOKENS: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
+_SESSION_TOKENS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 try:
     from mcp_types.version import MODERN_PROTOCOL_VERSIONS as _SESSIONLESS  # the 2026 protocol: no session at all
 except ImportError:  # an SDK before it
@@ -98,7 +99,7 @@ def derived_idempotency_key(session: str, arguments: dict[str, Any]) -> str:
 class KeySource:
     """Where a tool call's credential comes from: fixed keys (stdio) or the request's bearer header (HTTP)."""
 
-    def __init__(self, ctx: "Context", stdio_keys: list[str] | None) -> None:
+    def __init__(self, ctx: Context, stdio_keys: list[str] | None) -> None:
         self.ctx = ctx
         self.stdio_keys = stdio_keys
 
@@ -138,7 +139,7 @@ async def _call(fn: Callable[[], Any]) -> Any:
         raise _tool_error(exc) from None
 
 
-def build_server(ctx: "Context", *, stdio_keys: list[str] | None = None):
+def build_server(ctx: Context, *, stdio_keys: list[str] | None = None):
     """An ``MCPServer`` with the three tools bound to ``ctx``; ``stdio_keys`` selects stdio credentials."""
     from mcp.server import MCPServer
 
@@ -163,10 +164,10 @@ def build_server(ctx: "Context", *, stdio_keys: list[str] | None = None):
         "Scope with workarea_id (default: all your key's workareas). Budgets (max_chars / max_tokens) cut hits, "
         "never steering. as_of (ISO 8601) reads the memories as they were then. Hits are facts valid now (or at "
         "as_of); valid_at (ISO 8601) asks which were valid at another instant."))
-    async def recall(query: str, context: ToolContext, workarea_id: Optional[str] = None,
-                     retriever: str = "hybrid", k: int = 10, max_chars: Optional[int] = None,
-                     max_tokens: Optional[int] = None, kinds: Optional[list[str]] = None,
-                     as_of: Optional[str] = None, valid_at: Optional[str] = None) -> dict[str, Any]:
+    async def recall(query: str, context: ToolContext, workarea_id: str | None = None,
+                     retriever: str = "hybrid", k: int = 10, max_chars: int | None = None,
+                     max_tokens: int | None = None, kinds: list[str] | None = None,
+                     as_of: str | None = None, valid_at: str | None = None) -> dict[str, Any]:
         h = headers_of(context)
 
         def run():
@@ -180,8 +181,8 @@ def build_server(ctx: "Context", *, stdio_keys: list[str] | None = None):
     @server.tool(description=(
         "Fetch one memory with its body: by claim_id (its current version, or as of an ISO 8601 instant) or by "
         "version_id (any promoted version). workarea_id scopes the read (needed for development-workarea rows)."))
-    async def fetch(context: ToolContext, claim_id: Optional[str] = None, version_id: Optional[str] = None,
-                    workarea_id: Optional[str] = None, as_of: Optional[str] = None) -> dict[str, Any]:
+    async def fetch(context: ToolContext, claim_id: str | None = None, version_id: str | None = None,
+                    workarea_id: str | None = None, as_of: str | None = None) -> dict[str, Any]:
         h = headers_of(context)
 
         def run():
@@ -196,12 +197,12 @@ def build_server(ctx: "Context", *, stdio_keys: list[str] | None = None):
         "came from; kind is fact or steering; provenance observed | reported | inferred. workarea_id defaults to "
         "your key's first workarea. A retry of the same call in the same session returns the first answer; pass "
         "idempotency_key to make retries across sessions safe too."))
-    async def remember(statement: str, context: ToolContext, workarea_id: Optional[str] = None, kind: str = "fact",
-                       provenance: str = "inferred", source_uri: Optional[str] = None,
-                       source_title: Optional[str] = None, tags: Optional[list[str]] = None,
-                       subject: Optional[str] = None, valid_from: Optional[str] = None,
-                       valid_to: Optional[str] = None, derived_from: Optional[list[str]] = None,
-                       idempotency_key: Optional[str] = None) -> dict[str, Any]:
+    async def remember(statement: str, context: ToolContext, workarea_id: str | None = None, kind: str = "fact",
+                       provenance: str = "inferred", source_uri: str | None = None,
+                       source_title: str | None = None, tags: list[str] | None = None,
+                       subject: str | None = None, valid_from: str | None = None,
+                       valid_to: str | None = None, derived_from: list[str] | None = None,
+                       idempotency_key: str | None = None) -> dict[str, Any]:
         h = headers_of(context)
         if idempotency_key is None:
             arguments = {"statement": statement, "workarea_id": workarea_id, "kind": kind, "provenance": provenance,
@@ -236,7 +237,7 @@ def build_server(ctx: "Context", *, stdio_keys: list[str] | None = None):
 class BearerRequired:
     """ASGI wrapper: HTTP requests to the MCP endpoint need a valid bearer key (401 problem+json otherwise)."""
 
-    def __init__(self, app: Any, ctx: "Context") -> None:
+    def __init__(self, app: Any, ctx: Context) -> None:
         self.app = app
         self.ctx = ctx
 
@@ -279,7 +280,7 @@ def key_user(p: Principal):
                                          subject=p.identity_id, claims={"iss": f"oml:tenant:{p.tenant}"}))
 
 
-def http_app(ctx: "Context", *, path: str = "/mcp", host: str = "127.0.0.1"):
+def http_app(ctx: Context, *, path: str = "/mcp", host: str = "127.0.0.1"):
     """The streamable-HTTP ASGI app (bearer keys required), for uvicorn or mounting."""
     from oml.services.entrypoints.http.body_limit import BodyLimit
 

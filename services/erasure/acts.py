@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -294,7 +295,7 @@ def _public(r: dict[str, Any]) -> dict[str, Any]:
 class Erasure:
     """Erasure and legal-hold acts for one process context (``operator`` role)."""
 
-    def __init__(self, ctx: "Context") -> None:
+    def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.db = ctx.db
         self.adm = ctx.admission
@@ -426,5 +427,5 @@ def _already(row) -> dict[str, Any]:
             "already_erased": True, "shred": None}
 
 
-def erasure_service(ctx: "Context") -> Erasure:
+def erasure_service(ctx: Context) -> Erasure:
     return Erasure(ctx)

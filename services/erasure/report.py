@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from oml.domain import erasure_inventory as inv
-from oml.domain.canonical import format_time, now as utcnow, parse_time
+from oml.domain.canonical import format_time, parse_time
+from oml.domain.canonical import now as utcnow
 from oml.domain.errors import OMLError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -46,7 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover
 REPORT = "oml.erasure-report.v1"
 
 
-def _erasures(ctx: "Context", tenant: str, claim_ids: list[str]) -> list[dict[str, Any]]:
+def _erasures(ctx: Context, tenant: str, claim_ids: list[str]) -> list[dict[str, Any]]:
     with ctx.db.tenant("oml_reconciler", tenant) as conn:
         seqs = [int(s) for s in conn.execute(sa.text(
             "SELECT erased_seq FROM claims WHERE tenant_id = :t AND claim_id = ANY(CAST(:c AS uuid[])) AND erased_seq IS NOT NULL"),
@@ -64,7 +65,7 @@ def _erasures(ctx: "Context", tenant: str, claim_ids: list[str]) -> list[dict[st
     return out
 
 
-def _pg_log_settings(ctx: "Context") -> dict[str, Any]:
+def _pg_log_settings(ctx: Context) -> dict[str, Any]:
     from oml.services.storage.embedded import LOG_SETTINGS
 
     with ctx.db.system("oml_reconciler") as conn:
@@ -270,7 +271,7 @@ def _status(c: inv.CopyClass, at: dt.datetime | None, section: _Section, now: dt
     return "scheduled" if at is not None and at > now else "complete"
 
 
-def build(ctx: "Context", tenant: str, claim_ids: list[str], *, now: dt.datetime | None = None,
+def build(ctx: Context, tenant: str, claim_ids: list[str], *, now: dt.datetime | None = None,
           lake_listing: bool = True, verify_journal: bool = True) -> dict[str, Any]:
     """The report for ``claim_ids`` of ``tenant`` (claims not erased are ignored).
 

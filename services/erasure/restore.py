@@ -103,10 +103,9 @@ def begin(db: Database, reason: str = "operator") -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------------- the lake's copy
 
-def _lake_journal(ctx: "Context", tenant: str | None = None, after: int = 0, columns: list[str] | None = None) -> list[dict]:
-    from deltalake import DeltaTable
-
+def _lake_journal(ctx: Context, tenant: str | None = None, after: int = 0, columns: list[str] | None = None) -> list[dict]:
     import pyarrow.compute as pc
+    from deltalake import DeltaTable
 
     from oml.workers.lake.writer import table_uri
 
@@ -131,7 +130,7 @@ def _pg_head(db: Database, tenant: str) -> int:
         return int(conn.execute(sa.text("SELECT seq FROM chain_heads WHERE tenant_id = :t"), {"t": tenant}).scalar() or 0)
 
 
-def detect(ctx: "Context", *, mark: bool = True) -> dict[str, Any]:
+def detect(ctx: Context, *, mark: bool = True) -> dict[str, Any]:
     """Compare each tenant's chain head with the lake's journal copy; with ``mark``, set the fence when the lake is ahead.
 
     Returns ``{"tenants": {T: {"pg_head", "lake_head"}}, "ahead": [T…], "pending"}``.
@@ -199,7 +198,7 @@ def _verified_tail(conn: sa.Connection, tenant: str, tail: list[dict], accept_di
     return ok, {"status": "diverged_accepted", "bad_seq": v.bad_seq, "reason": v.reason, "verified": len(ok)}
 
 
-def reapply_tenant(ctx: "Context", tenant: str, *, use_lake: bool = True, accept_diverged: bool = False) -> dict[str, Any]:
+def reapply_tenant(ctx: Context, tenant: str, *, use_lake: bool = True, accept_diverged: bool = False) -> dict[str, Any]:
     """Replay every erasure of one tenant; see the module docstring. Returns counts, seqs and ids only."""
     from oml.services.erasure import acts as erasure
 
@@ -246,7 +245,7 @@ def reapply_tenant(ctx: "Context", tenant: str, *, use_lake: bool = True, accept
     return out
 
 
-def reapply_erasures(ctx: "Context", tenants: list[str] | None = None, *, use_lake: bool = True,
+def reapply_erasures(ctx: Context, tenants: list[str] | None = None, *, use_lake: bool = True,
                      accept_diverged: bool = False) -> dict[str, Any]:
     """Replay every erasure for ``tenants`` (default: all), then clear the fence.
 

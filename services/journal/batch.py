@@ -20,11 +20,10 @@ import sqlalchemy as sa
 
 from oml.domain import envelope
 from oml.domain.canonical import new_id
-from oml.services.storage import pipelined
-
 from oml.services.journal import journal, projector, sets
 from oml.services.keys import wrapping
 from oml.services.keys.signer import Signer
+from oml.services.storage import pipelined
 
 # Rows are sent every CHUNK events: a batch of 100 goes as two chunks. Interleaved trials of first chunks of 20-30
 # and last chunks of 10-25 were no faster, nor was a short last chunk (docs/adr/0001-admission-write-path.md).

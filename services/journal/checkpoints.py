@@ -38,7 +38,6 @@ import sqlalchemy as sa
 from oml.domain import chain, merkle
 from oml.domain.checkpoint import checkpoint_body, oml_origin, sign_note
 from oml.domain.errors import OMLError
-
 from oml.services.journal import journal
 
 log = logging.getLogger(__name__)

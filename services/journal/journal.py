@@ -17,12 +17,10 @@ import sqlalchemy as sa
 from oml.domain import chain, signing
 from oml.domain.canonical import new_id, now
 from oml.domain.events import Actor, encode, event_object
-from oml.services.storage import pipelined
-from oml.services.runtime.tracing import annotate, traced
-
 from oml.services.journal import sets
 from oml.services.keys.signer import Signer
-
+from oml.services.runtime.tracing import annotate, traced
+from oml.services.storage import pipelined
 
 # Data-modifying CTEs run exactly once whether or not the outer query reads them (PostgreSQL docs,
 # "Data-Modifying Statements in WITH"); the outer SELECT only sends the NOTIFY when asked to. One

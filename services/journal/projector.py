@@ -12,7 +12,8 @@ global key directory, subject HMACs) are not projections and are not rebuilt.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -20,7 +21,6 @@ from oml.domain import claims as rules
 from oml.domain import simulation as simrules
 from oml.domain.canonical import parse_time
 from oml.domain.signing import kid as _kid
-
 from oml.services.journal import sets
 
 # Tables a replay rebuilds, with the columns compared (all journal-derived).

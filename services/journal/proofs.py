@@ -25,7 +25,6 @@ import sqlalchemy as sa
 from oml.domain import merkle
 from oml.domain.checkpoint import format_consistency_proof, format_inclusion_proof
 from oml.domain.errors import OMLError
-
 from oml.services.journal import checkpoints as cps
 from oml.services.journal.checkpoints import StoredCheckpoint
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import struct
 import weakref
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import psycopg
 import sqlalchemy as sa
@@ -132,7 +133,7 @@ def _register(dc: psycopg.Connection) -> None:
         _REGISTERED.add(dc)
 
 
-_REGISTERED: "weakref.WeakSet[psycopg.Connection]" = weakref.WeakSet()
+_REGISTERED: weakref.WeakSet[psycopg.Connection] = weakref.WeakSet()
 
 
 def execute(conn: sa.Connection, sql: str, params: dict[str, Any]) -> None:

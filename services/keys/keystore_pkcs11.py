@@ -53,7 +53,7 @@ class Pkcs11Config:
     pin: str
 
     @classmethod
-    def from_uri(cls, uri: str) -> "Pkcs11Config":
+    def from_uri(cls, uri: str) -> Pkcs11Config:
         """Parse ``pkcs11:token=L?module-path=M&pin-source=file:P`` (RFC 7512 §2.3); ``pin-value`` is refused.
 
         Raises ``ValueError`` naming the missing or refused attribute (never its value).

@@ -26,7 +26,8 @@ import sqlalchemy as sa
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from oml.domain import envelope, signing
-from oml.domain.canonical import format_time, now as utcnow
+from oml.domain.canonical import format_time
+from oml.domain.canonical import now as utcnow
 from oml.domain.errors import OMLError
 from oml.domain.events import SYSTEM, Actor
 from oml.services.journal import journal
@@ -40,14 +41,14 @@ log = logging.getLogger(__name__)
 BATCH = 500
 
 
-def _refuse_during_restore(ctx: "Context") -> None:
+def _refuse_during_restore(ctx: Context) -> None:
     from oml.services.erasure import restore
 
     if restore.pending(ctx.db, role="oml_admission"):
         raise restore.PENDING
 
 
-def rotate(ctx: "Context", tenant: str, *, actor: Actor = SYSTEM, batch: int = BATCH) -> dict[str, Any]:
+def rotate(ctx: Context, tenant: str, *, actor: Actor = SYSTEM, batch: int = BATCH) -> dict[str, Any]:
     """Rotate ``tenant``'s body-encryption key and rewrap every live DEK.
 
     Returns ``{"tenant", "version", "kid", "seq", "rewrapped", "failed",
@@ -74,7 +75,7 @@ def rotate(ctx: "Context", tenant: str, *, actor: Actor = SYSTEM, batch: int = B
     return {"tenant": tenant, "version": version, "kid": signing.kid(pub), "seq": ev.seq, **out}
 
 
-def rewrap(ctx: "Context", tenant: str, *, batch: int = BATCH) -> dict[str, Any]:
+def rewrap(ctx: Context, tenant: str, *, batch: int = BATCH) -> dict[str, Any]:
     """Rewrap every DEK of ``tenant`` not wrapped to the current version; ``{"rewrapped", "failed", "remaining"}``."""
     with ctx.db.tenant("oml_server", tenant) as conn:
         row = conn.execute(sa.text("SELECT version, public_key FROM tenant_keys WHERE tenant_id = :t AND purpose = 'encryption'"
@@ -118,7 +119,7 @@ def rewrap(ctx: "Context", tenant: str, *, batch: int = BATCH) -> dict[str, Any]
     return {"rewrapped": rewrapped, "failed": failed, "remaining": int(remaining)}
 
 
-def versions(ctx: "Context", tenant: str) -> list[dict[str, Any]]:
+def versions(ctx: Context, tenant: str) -> list[dict[str, Any]]:
     """Every body-encryption key version: registration, retirement (seq and time), live DEKs, present in the KeyStore."""
     with ctx.db.tenant("oml_admission", tenant) as conn:
         rows = conn.execute(sa.text(
@@ -134,7 +135,7 @@ def versions(ctx: "Context", tenant: str) -> list[dict[str, Any]]:
             for r in rows]
 
 
-def retire(ctx: "Context", tenant: str, *, older_than: dt.timedelta | None = None, now: dt.datetime | None = None,
+def retire(ctx: Context, tenant: str, *, older_than: dt.timedelta | None = None, now: dt.datetime | None = None,
            dry_run: bool = False) -> dict[str, Any]:
     """Destroy retired key versions whose retirement is older than the window.
 

@@ -5,8 +5,8 @@ Credentials: the KeyStore (the new private key goes there before the commit) and
 """
 from __future__ import annotations
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 import sqlalchemy as sa
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from oml.domain import authority, signing
 from oml.domain.access import Principal

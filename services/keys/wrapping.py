@@ -37,7 +37,7 @@ from oml.domain import envelope
 
 _HEADER = struct.Struct(">I")
 _lock = threading.Lock()
-_idle: list["Worker"] = []
+_idle: list[Worker] = []
 
 
 def _frame(obj: object) -> bytes:

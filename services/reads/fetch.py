@@ -91,7 +91,7 @@ def _claim_erased_in_access(conn, principal: Principal, claim_id: str, audience:
 
 
 @traced("fetch")
-def fetch(ctx: "Context", principal: Principal, *, claim_id: str | None = None, version_id: str | None = None,
+def fetch(ctx: Context, principal: Principal, *, claim_id: str | None = None, version_id: str | None = None,
           workarea_id: str | None = None, as_of: dt.datetime | str | None = None,
           audience_simulations: frozenset[str] | None = None, after_lsn: str | None = None) -> dict[str, Any]:
     """One item with its decrypted body: ``claim_id`` → its tip (now or ``as_of``); ``version_id`` → that version.
@@ -259,7 +259,7 @@ class _LineageWalk:
         return out
 
 
-def lineage(ctx: "Context", principal: Principal, claim_id: str, *, depth: int = LINEAGE_MAX_DEPTH,
+def lineage(ctx: Context, principal: Principal, claim_id: str, *, depth: int = LINEAGE_MAX_DEPTH,
             audience_simulations: frozenset[str] | None = None) -> dict[str, Any]:
     """The claim's versions and ``derived_from`` graph both ways; metadata and ids only, no bodies.
 
@@ -290,7 +290,7 @@ def lineage(ctx: "Context", principal: Principal, claim_id: str, *, depth: int =
             "nodes": [w.nodes[c] for c in sorted(w.nodes)], "edges": w.served_edges(), "truncated": w.truncated}
 
 
-def journal_page(ctx: "Context", principal: Principal, *, after_seq: int = 0, limit: int = 100) -> dict[str, Any]:
+def journal_page(ctx: Context, principal: Principal, *, after_seq: int = 0, limit: int = 100) -> dict[str, Any]:
     """Canonical journal events after ``after_seq`` for ``auditor`` keys, in the evidence row format
     (``seq``, ``canonical`` base64, ``hash``, ``prev_hash``, ``signature`` hex, ``kid``)."""
     rules.require_act(principal.role, "journal")

@@ -32,8 +32,9 @@ event, :mod:`oml.services.reads.verified_reads`).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 import sqlalchemy as sa
@@ -208,6 +209,6 @@ class IndexingFeed:
         return [out.get(u) if u and u in out else FeedItem(version_id=raw, error=NOT_FOUND) for u, raw in wanted]
 
 
-def indexing_feed(ctx: "Context") -> IndexingFeed:
+def indexing_feed(ctx: Context) -> IndexingFeed:
     """The feed bound to a process context (database and KeyStore)."""
     return IndexingFeed(ctx.db, ctx.keystore)

@@ -39,8 +39,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -80,7 +81,7 @@ def record(conn: sa.Connection, principal: Principal, op: str, *, claim_ids: Ite
              workarea_ids=[str(w) for w in workarea_ids], query_digest=query_digest)
 
 
-def record_read(db: "Database", rtx: "ReadTx", principal: Principal, op: str, **kw: Any) -> None:
+def record_read(db: Database, rtx: ReadTx, principal: Principal, op: str, **kw: Any) -> None:
     """Log a read served through ``rtx`` (:meth:`Database.read`) before its answer leaves.
 
     On the primary the row goes into the read's own transaction, as
@@ -129,7 +130,7 @@ class _Pending:
     data: dict | None = None
 
 
-def seal_all(ctx: "Context", tenants: list[str] | None = None) -> dict[str, list[dict]]:
+def seal_all(ctx: Context, tenants: list[str] | None = None) -> dict[str, list[dict]]:
     """:func:`seal` for every tenant (or ``tenants``); returns ``{tenant: anchors}``.
 
     Tenants are listed as ``oml_server``. A tenant whose sealing fails is
@@ -148,7 +149,7 @@ def seal_all(ctx: "Context", tenants: list[str] | None = None) -> dict[str, list
     return out
 
 
-def seal(ctx: "Context", tenant: str, *, batch_max: int = rl.BATCH_MAX) -> list[dict]:
+def seal(ctx: Context, tenant: str, *, batch_max: int = rl.BATCH_MAX) -> list[dict]:
     """Seal every read of ``tenant`` not yet in a batch; returns the anchors journalled (``data`` + ``seq``).
 
     One ``readlog.anchored`` event per batch of at most ``batch_max`` reads;
@@ -200,7 +201,7 @@ def seal(ctx: "Context", tenant: str, *, batch_max: int = rl.BATCH_MAX) -> list[
 
 # ------------------------------------------------------------------ retention
 
-def set_policy(ctx: "Context", principal: Principal, readlog_days: int) -> dict:
+def set_policy(ctx: Context, principal: Principal, readlog_days: int) -> dict:
     """Journal the tenant's read-log retention window (``retention.policy_set``; operator role)."""
     rules.require_act(principal.role, "retention")
     if not isinstance(readlog_days, int) or isinstance(readlog_days, bool) or not (1 <= readlog_days <= MAX_RETENTION_DAYS):
@@ -231,7 +232,7 @@ def _anchors_and_retired(conn: sa.Connection, tenant: str) -> tuple[dict[int, di
     return anchors, retired
 
 
-def apply_retention(ctx: "Context", tenant: str, *, principal: Principal | None = None,
+def apply_retention(ctx: Context, tenant: str, *, principal: Principal | None = None,
                     at: dt.datetime | None = None) -> dict:
     """Seal pending reads, then retire every batch whose newest read is older than the tenant's window.
 
@@ -274,7 +275,7 @@ def apply_retention(ctx: "Context", tenant: str, *, principal: Principal | None 
 
 # ------------------------------------------------------------------ verification
 
-def verify(ctx: "Context", tenant: str) -> dict:
+def verify(ctx: Context, tenant: str) -> dict:
     """Recompute every anchor inside the retention window and name each edited, inserted or deleted read.
 
     Returns ``{"tenant", "ok", "batches_checked", "reads_checked",

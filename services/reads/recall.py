@@ -52,8 +52,9 @@ import datetime as dt
 import json
 import logging
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -61,10 +62,10 @@ from oml.domain import claims as rules
 from oml.domain import fusion as fusionmod
 from oml.domain import recall as R
 from oml.domain.access import Principal
-from oml.domain.errors import OMLError, invalid, workarea_not_found
+from oml.domain.errors import invalid, workarea_not_found
+from oml.services.reads import bm25 as bm25mod
 from oml.services.reads import readlog, rows, sim_read
 from oml.services.reads.bodies import decrypt_versions
-from oml.services.reads import bm25 as bm25mod
 from oml.services.runtime.tracing import traced
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -426,7 +427,7 @@ EmbedFn = Callable[[str], Sequence[float]]
 _EMBED_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="oml-query-embed")
 
 
-def default_embed(ctx: "Context") -> EmbedFn:
+def default_embed(ctx: Context) -> EmbedFn:
     """The query embedding: :func:`oml.workers.index.embedding.query_embedder` — the indexer's model through ONNX
     Runtime on one thread (same vectors, tested), or torch where onnxruntime is missing or
     ``OML_QUERY_EMBEDDING=torch``; a per-process LRU of query vectors in front (docs/recall.md, "Query
@@ -470,7 +471,7 @@ def _parse(req: RecallRequest) -> _Query:
     as_of = _time(req.as_of, "as_of")
     valid_at = _time(req.valid_at, "filters.valid_at")
     # Valid time defaults to the read's instant: "valid now", or valid at as_of (docs/recall.md, "Valid time").
-    read_at = as_of or dt.datetime.now(dt.timezone.utc)
+    read_at = as_of or dt.datetime.now(dt.UTC)
     valid_source = "filter" if valid_at is not None else ("as_of" if as_of is not None else "now")
     kinds = _choices(req.kinds, R.KINDS, "filters.kinds")
     provs = _choices(req.provenances, R.PROVENANCES, "filters.provenances")
@@ -507,8 +508,8 @@ class Recaller:
     """The read path for recall. ``embed`` turns query text into a vector (default: the indexer's model);
     ``exact_scan_max`` is the exact/approximate threshold and ``rrf_k`` the fusion constant (docs/recall.md)."""
 
-    def __init__(self, ctx: "Context", *, embed: EmbedFn | None = None, exact_scan_max: int = R.EXACT_SCAN_MAX,
-                 rrf_k: int = R.RRF_K, fusion: "fusionmod.Fusion | None" = None, lexical: str | None = None,
+    def __init__(self, ctx: Context, *, embed: EmbedFn | None = None, exact_scan_max: int = R.EXACT_SCAN_MAX,
+                 rrf_k: int = R.RRF_K, fusion: fusionmod.Fusion | None = None, lexical: str | None = None,
                  bm25: tuple[float, float] = (bm25mod.K1, bm25mod.B)) -> None:
         lexical = lexical or ctx.settings.recall_lexical
         if lexical not in ("ts_rank", "bm25"):
@@ -607,7 +608,7 @@ class Recaller:
             },
         }
 
-    def _legs(self, conn: sa.Connection, tenant: str, q: "_Query", f: _Filters, diag: _Diag, pending: Any,
+    def _legs(self, conn: sa.Connection, tenant: str, q: _Query, f: _Filters, diag: _Diag, pending: Any,
               audience_simulations: frozenset[str]) -> dict[str, list[LegRow]]:
         """Each retriever's candidates (``{"fts"|"vector": [LegRow …]}``), at most a pool of ``2k`` (and at least
         ``R.POOL_MIN``) each; a model failure degrades to the lexical leg, said in ``diag``."""
@@ -725,6 +726,6 @@ def _is_uuid(value: object) -> bool:
         return False
 
 
-def recall(ctx: "Context", principal: Principal, req: RecallRequest, **kw: Any) -> dict[str, Any]:
+def recall(ctx: Context, principal: Principal, req: RecallRequest, **kw: Any) -> dict[str, Any]:
     """Convenience: ``Recaller(ctx).recall(principal, req, **kw)``."""
     return Recaller(ctx).recall(principal, req, **kw)

@@ -13,8 +13,9 @@ All statements name the tenant (``tenant_id = :t``, or ``(SELECT :t)`` as explai
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -110,7 +111,7 @@ class Loaded:
 def _iso(t: dt.datetime | None) -> str | None:
     if t is None:
         return None
-    return t.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def load_rows(conn: sa.Connection, tenant: str, version_ids: Iterable[str], as_of: dt.datetime | None = None,

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -87,8 +88,8 @@ def sim_tips(conn: sa.Connection, tenant: str, claim_ids: Iterable[str], audienc
     return out
 
 
-def overlay_view(conn: sa.Connection, tenant: str, loaded: dict[str, "Loaded"], audience: Iterable[str],
-                 as_of: dt.datetime | None) -> dict[str, "Loaded"]:
+def overlay_view(conn: sa.Connection, tenant: str, loaded: dict[str, Loaded], audience: Iterable[str],
+                 as_of: dt.datetime | None) -> dict[str, Loaded]:
     """``loaded`` with ``is_tip`` (and the tip's start) as an audience member sees it: simulation tips shadow default tips."""
     winners = sim_tips(conn, tenant, {x.claim_id for x in loaded.values()}, audience, as_of)
     if not winners:
@@ -131,7 +132,7 @@ def fenced(provenance: str, tainted: bool, simulation_id: str | None, audience: 
 
 # ------------------------------------------------------------------ the simulation query
 
-def _fts_call(conn: sa.Connection, sims: list[str], tsq: str, f: "_Filters", lim: int) -> list["LegRow"]:
+def _fts_call(conn: sa.Connection, sims: list[str], tsq: str, f: _Filters, lim: int) -> list[LegRow]:
     from oml.services.reads.recall import fts_row
 
     got = conn.execute(sa.text(
@@ -143,8 +144,8 @@ def _fts_call(conn: sa.Connection, sims: list[str], tsq: str, f: "_Filters", lim
     return [fts_row(r) for r in got]
 
 
-def fts_leg(conn: sa.Connection, text: str, f: "_Filters", n: int, sims: list[str], shared: list["LegRow"],
-            shared_info: dict[str, Any], info: dict[str, Any]) -> list["LegRow"]:
+def fts_leg(conn: sa.Connection, text: str, f: _Filters, n: int, sims: list[str], shared: list[LegRow],
+            shared_info: dict[str, Any], info: dict[str, Any]) -> list[LegRow]:
     """The FTS leg over the shared and the simulation rows together, by the shared leg's rule applied to their
     union: the AND of the lexemes when the union's AND hits fill ``n`` (or there is one lexeme), else the OR.
     One query, one ``ts_rank`` scale for every row of the merged leg (AND and OR ranks never mix)."""
@@ -167,14 +168,14 @@ def fts_leg(conn: sa.Connection, text: str, f: "_Filters", n: int, sims: list[st
     return _merge(shared, _fts_call(conn, sims, R.tsquery_text(lex, "|"), f, n), n, higher_is_better=True)
 
 
-def _vector_where(f: "_Filters", sims: list[str]) -> tuple[str, dict[str, Any]]:
+def _vector_where(f: _Filters, sims: list[str]) -> tuple[str, dict[str, Any]]:
     # The shared leg's conditions, on the simulation partitions named by id.
     from oml.services.reads.recall import filter_conditions
 
     return filter_conditions(f, ["m.simulation_id = ANY(CAST(:sims AS uuid[]))", "m.tenant_id = :t"], {"sims": sims})
 
 
-def vector_sql(f: "_Filters", sims: list[str], *, exact: bool) -> tuple[str, dict[str, Any]]:
+def vector_sql(f: _Filters, sims: list[str], *, exact: bool) -> tuple[str, dict[str, Any]]:
     """The simulation vector statement, exact or HNSW: the shared leg's shape (recall.vector_statement)."""
     from oml.services.reads.recall import vector_statement
 
@@ -182,8 +183,8 @@ def vector_sql(f: "_Filters", sims: list[str], *, exact: bool) -> tuple[str, dic
     return vector_statement("sim_memory_embeddings", where, exact=exact), params
 
 
-def vector_leg(conn: sa.Connection, tenant: str, qvec: Sequence[float], f: "_Filters", n: int, sims: list[str],
-               exact_scan_max: int, info: dict[str, Any]) -> tuple[list["LegRow"], bool]:
+def vector_leg(conn: sa.Connection, tenant: str, qvec: Sequence[float], f: _Filters, n: int, sims: list[str],
+               exact_scan_max: int, info: dict[str, Any]) -> tuple[list[LegRow], bool]:
     """Up to ``n`` leg rows (version id, cosine distance, ties) from the simulation partitions, and whether the
     answer is an HNSW scan's (approximate); the scan's parameters go into ``info["vector_scan"]``."""
     from oml.services.reads.recall import _vector_literal, set_hnsw, vector_rows
@@ -209,17 +210,17 @@ def vector_leg(conn: sa.Connection, tenant: str, qvec: Sequence[float], f: "_Fil
     return vector_rows(got), info["vector_search"] == "hnsw"
 
 
-def _merge(shared: list["LegRow"], sim: list["LegRow"], n: int, *, higher_is_better: bool) -> list["LegRow"]:
-    seen: dict[str, "LegRow"] = {}
+def _merge(shared: list[LegRow], sim: list[LegRow], n: int, *, higher_is_better: bool) -> list[LegRow]:
+    seen: dict[str, LegRow] = {}
     for row in list(shared) + list(sim):
         seen.setdefault(row[0], row)
     order = sorted(seen.values(), key=lambda r: R.leg_order_key(r[1], r[2], r[0], higher_is_better=higher_is_better))
     return order[:n]
 
 
-def merge_legs(conn: sa.Connection, tenant: str, legs: dict[str, list["LegRow"]], audience: Iterable[str],
-               text: str, qvec: Sequence[float] | None, f: "_Filters", n: int, diag: "_Diag",
-               exact_scan_max: int) -> dict[str, list["LegRow"]]:
+def merge_legs(conn: sa.Connection, tenant: str, legs: dict[str, list[LegRow]], audience: Iterable[str],
+               text: str, qvec: Sequence[float] | None, f: _Filters, n: int, diag: _Diag,
+               exact_scan_max: int) -> dict[str, list[LegRow]]:
     """Each shared leg merged with the same retriever's simulation query, by the same score, cut to ``n``."""
     sims = _sims(audience)
     if not sims:

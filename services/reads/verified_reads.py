@@ -37,8 +37,9 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Hashable, Iterable
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 import structlog
@@ -272,7 +273,7 @@ def _record(engine: sa.Engine, tenant: str, refusals: list[Refusal]) -> None:
                     _PENDING[(tenant, v, s, r)] = _PENDING.get((tenant, v, s, r), 0) + n
 
 
-def flush(ctx: "Context") -> None:
+def flush(ctx: Context) -> None:
     """Write the refusals this process could not record where they happened (standby reads) on the primary."""
     with _PENDING_LOCK:
         pending = dict(_PENDING)
@@ -295,7 +296,7 @@ class Count:
     refusals: int
 
 
-def report(ctx: "Context", tenant: str | None = None) -> list[Count]:
+def report(ctx: Context, tenant: str | None = None) -> list[Count]:
     """Integrity events per tenant (all, or ``tenant``) and reason, read as ``oml_server``, one tenant bound at a
     time (``oml status``, ``/metrics``)."""
     flush(ctx)

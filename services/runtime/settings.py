@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 from pathlib import Path
-
 from typing import Annotated, Literal
 
 from pydantic import Field, ValidationInfo, field_validator

@@ -21,8 +21,9 @@ library's instrumentation start exporting, and off really costs nothing.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
 

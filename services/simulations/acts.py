@@ -38,7 +38,8 @@ the read log.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -48,8 +49,8 @@ from oml.domain.access import Principal
 from oml.domain.canonical import new_id
 from oml.domain.errors import OMLError, invalid, not_found
 from oml.services.claims.admission import Submission
-from oml.services.simulations.state import simulation_state
 from oml.services.reads.sim_read import audience_of  # noqa: F401  (re-exported: who is in which audience)
+from oml.services.simulations.state import simulation_state
 
 if TYPE_CHECKING:  # pragma: no cover
     from oml.services.runtime.context import Context
@@ -70,7 +71,7 @@ def _uuid(value: object, field: str) -> str:
 class Simulations:
     """The simulation acts for one process context."""
 
-    def __init__(self, ctx: "Context") -> None:
+    def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.adm = ctx.admission
 
@@ -265,5 +266,5 @@ class Simulations:
                                              if p.role in simrules.OPENER_ROLES else {"opened_seq": None, "closed_seq": None})
 
 
-def simulations(ctx: "Context") -> Simulations:
+def simulations(ctx: Context) -> Simulations:
     return Simulations(ctx)

@@ -36,9 +36,9 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Sequence
 
 import psycopg
 import sqlalchemy as sa

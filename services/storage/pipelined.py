@@ -12,8 +12,9 @@ this goes around it.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import psycopg
 import sqlalchemy as sa

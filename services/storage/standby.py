@@ -87,7 +87,7 @@ class Standby:
         port = str(q.get("port") or self.primary.port or 5432)
         return ["-h", str(host), "-p", port, "-U", self.primary.username or "postgres"]
 
-    def start(self, timeout_s: int = 60) -> "Standby":
+    def start(self, timeout_s: int = 60) -> Standby:
         """Base-backup the primary (streaming WAL during the copy) and start the standby; waits until it accepts reads."""
         self.pgdata.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._user = _as_server_user(self.pgdata)

@@ -8,17 +8,17 @@ database write access, or a test that tampers, gets.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import sqlalchemy as sa
-
-from oml.services.runtime.context import Context
-from oml.services.journal.projections import guards_off
-from oml.services.runtime.settings import get_settings
 from owner_kit import owner
+
+from oml.services.journal.projections import guards_off
+from oml.services.runtime.context import Context
+from oml.services.runtime.settings import get_settings
 
 
 @dataclass

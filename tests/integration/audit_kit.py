@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import sqlalchemy as sa
-
 from admission_kit import Kit, make_kit, owner  # noqa: F401  (re-exported for the tests)
+
 from oml.services.claims.admission import Submission
 from oml.services.runtime.auth import authenticate
 

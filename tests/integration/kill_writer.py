@@ -15,10 +15,10 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from oml.services.journal.acts import ActRunner
 from oml.services.claims.admission import Admission, Submission
-from oml.services.runtime.auth import authenticate
+from oml.services.journal.acts import ActRunner
 from oml.services.keys.keystore import LocalKeyStore
+from oml.services.runtime.auth import authenticate
 from oml.services.storage.db import Database
 
 

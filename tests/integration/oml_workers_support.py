@@ -8,19 +8,18 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
+import oml_test_backends as backends
 import sqlalchemy as sa
 import uvicorn
 
 from oml.services.claims.admission import Submission
 from oml.services.runtime.auth import authenticate
 from oml.services.storage.db import Database
-
-import oml_test_backends as backends
 
 
 @dataclass
@@ -178,7 +177,7 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://{self.host}:{self.port}/0"
 
-    def start(self) -> "RedisServer":
+    def start(self) -> RedisServer:
         if backends.current().name == "containers":
             self.container = backends.redis_container(self.port)
             self.host = self.container.get_container_host_ip()

@@ -1,8 +1,8 @@
 """The schema owner's transaction, shared by the test kits (admission_kit, erasure_kit, recall_kit)."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import sqlalchemy as sa
 

@@ -18,7 +18,6 @@ from oml.services.runtime.context import Context
 from oml.services.storage.db import Database
 from oml.services.storage.standby import Standby
 
-
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -12,19 +12,18 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from cryptography.exceptions import InvalidTag
 import sqlalchemy as sa
+from admission_kit import make_kit, owner
+from cryptography.exceptions import InvalidTag
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oml.domain.errors import OMLError
-from oml.services.journal import batch as batch_mod
 from oml.services.claims.admission import Submission
-from oml.services.runtime.auth import authenticate
-from oml.services.journal.verify import verify_journal
+from oml.services.journal import batch as batch_mod
 from oml.services.journal.projections import verify_tenant
-
-from admission_kit import make_kit, owner
+from oml.services.journal.verify import verify_journal
+from oml.services.runtime.auth import authenticate
 
 
 @pytest.fixture(scope="module")

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import json
 
+from admission_kit import run_cli
+
 from oml.domain import signing
 from oml.domain.checkpoint import parse_verifier_key
-
-from admission_kit import run_cli
 
 
 def test_bootstrap_and_admin_commands(ctx, tmp_path):
@@ -50,8 +50,8 @@ def test_bootstrap_and_admin_commands(ctx, tmp_path):
 
 def test_bench_admission_runs_small(ctx):
     """The benchmark's plumbing (not its numbers): four measurements, ratios, a tenant that verifies."""
-    from oml_tools.bench.admission import render, run
     from oml.services.journal.verify import verify_journal
+    from oml_tools.bench.admission import render, run
 
     res = run(ctx, single=3, batched=10, batch=4, rounds=2)
     for k in ("admission_single", "admission_batched", "raw_single", "raw_batched"):

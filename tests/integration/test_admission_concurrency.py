@@ -19,14 +19,13 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from admission_kit import journal_len, make_kit, owner
 
 from oml.services.claims.admission import Admission, Submission
-from oml.services.runtime.auth import authenticate
-from oml.services.journal.verify import verify_journal
 from oml.services.journal.projections import verify_tenant
+from oml.services.journal.verify import verify_journal
+from oml.services.runtime.auth import authenticate
 from oml.services.storage.db import Database
-
-from admission_kit import journal_len, make_kit, owner
 
 HERE = Path(__file__).resolve().parent
 

@@ -10,13 +10,12 @@ import uuid
 
 import pytest
 import sqlalchemy as sa
+from admission_kit import bearer, journal_len, make_kit, owner
 from fastapi.testclient import TestClient
 
 from oml.services.entrypoints.http.app import create_app
-from oml.services.journal.verify import verify_journal
 from oml.services.journal.projections import verify_tenant
-
-from admission_kit import bearer, journal_len, make_kit, owner
+from oml.services.journal.verify import verify_journal
 
 CANARY = "zq-canary-7f3a1c"
 

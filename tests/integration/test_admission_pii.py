@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
+from admission_kit import bearer, journal_len, make_kit, owner, owner_unguarded
 from fastapi.testclient import TestClient
 
 from oml.domain import pii
 from oml.services.entrypoints.http.app import create_app
 from oml.services.journal.projections import verify_tenant
-
-from admission_kit import bearer, journal_len, make_kit, owner, owner_unguarded
 
 
 @pytest.fixture(scope="module")

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
+from admission_kit import bearer, make_kit, owner
 from fastapi.testclient import TestClient
+from owner_kit import temporary_tables
 
 from oml.services.entrypoints.http.app import create_app
 from oml.services.storage.db import WORKLOAD_ROLES, Database
-
-from admission_kit import bearer, make_kit, owner
-from owner_kit import temporary_tables
 
 CANARY = "qx-canary-5d0e9b21"
 DISPLAY = "qx-display-name-83c1"
@@ -325,10 +324,10 @@ def test_the_prepared_opening_lookups_read_only_the_bound_tenant(db_url, ctx, ki
     into this tenant, another tenant's writer naming this tenant's root workarea is refused as not found: the kept
     workarea lookup runs under the other tenant's binding, which RLS applies when it runs; and that tenant's own
     submit lands in its own chain."""
+    from oml.domain.errors import OMLError
     from oml.services.claims.admission import Submission
     from oml.services.runtime.auth import authenticate
     from oml.services.runtime.context import Context
-    from oml.domain.errors import OMLError
 
     other = make_kit(ctx, "sec-prepared")
     db = Database(db_url, None, pool_size=1)

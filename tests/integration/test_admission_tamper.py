@@ -12,19 +12,18 @@ import json
 
 import pytest
 import sqlalchemy as sa
+from admission_kit import journal_len, make_kit, owner, run_cli
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from oml.services.keys import signing_rotation
 from oml.domain import chain, signing
 from oml.domain.canonical import canonical
 from oml.domain.errors import OMLError
 from oml.domain.events import SYSTEM
-from oml.services.journal import journal
 from oml.services.claims.admission import Submission
-from oml.services.runtime.auth import authenticate
+from oml.services.journal import journal
 from oml.services.journal.verify import verify_journal
-
-from admission_kit import journal_len, make_kit, owner, run_cli
+from oml.services.keys import signing_rotation
+from oml.services.runtime.auth import authenticate
 
 K = 9  # the seq each tampering hits (a claim.submitted after the kit's setup events)
 

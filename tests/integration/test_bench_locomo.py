@@ -8,10 +8,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import SHARED
 
 from oml_tools.bench import locomo
-
-from conftest import SHARED
 
 DEV = SHARED / "data" / "locomo" / "locomo-dev.json"
 

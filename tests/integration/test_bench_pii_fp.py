@@ -3,6 +3,7 @@ ordinary text"). No database; pins the after-figures the doc reports."""
 from __future__ import annotations
 
 from conftest import SHARED
+
 from oml_tools.bench import pii_fp
 from oml_tools.demo import corpus
 

@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
-from fastapi.testclient import TestClient
-
 from admission_kit import bearer, owner, run_cli
 from audit_kit import add_claims, lake_copy, populate
-from oml.services.keys import signing_rotation
+from fastapi.testclient import TestClient
+
 from oml.domain import merkle
-from oml.domain.checkpoint import (CheckpointError, parse_consistency_proof, parse_verifier_key, verify_checkpoint, verify_inclusion_proof)
+from oml.domain.checkpoint import CheckpointError, parse_consistency_proof, parse_verifier_key, verify_checkpoint, verify_inclusion_proof
 from oml.domain.errors import OMLError
-from oml.services.journal import proofs
-from oml.services.journal import checkpoints as cps
 from oml.services.entrypoints.http.app import create_app
+from oml.services.journal import checkpoints as cps
+from oml.services.journal import proofs
+from oml.services.keys import signing_rotation
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ import stat
 from importlib.metadata import entry_points
 
 import pytest
-
 from admission_kit import run_cli
 
 

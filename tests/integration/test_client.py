@@ -13,12 +13,23 @@ import asyncio
 import httpx
 import pytest
 import sqlalchemy as sa
+from oml_workers_support import serving
 
-from oml.client import (AccessDenied, AsyncOMLClient, ClaimNotFound, IdempotencyConflict, InvalidRequest, NotFound,
-                        OMLClient, PersonalDataRefused, SeparationOfDuties, TooLarge, Unauthenticated)
+from oml.client import (
+    AccessDenied,
+    AsyncOMLClient,
+    ClaimNotFound,
+    IdempotencyConflict,
+    InvalidRequest,
+    NotFound,
+    OMLClient,
+    PersonalDataRefused,
+    SeparationOfDuties,
+    TooLarge,
+    Unauthenticated,
+)
 from oml.client.models import ClaimIn
 from oml.services.entrypoints.http.app import create_app
-from oml_workers_support import serving
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import SHARED, drop_database, fresh_database
+
 from oml_tools.demo import corpus
 
 TURNS = 20

@@ -23,24 +23,22 @@ import os
 import shutil
 from pathlib import Path
 
+import oml_test_backends as backends
 import pytest
 import sqlalchemy as sa
+from erasure_kit import canary, make_ekit, owner
+from oml_workers_support import RedisServer
 
 from oml.domain.errors import OMLError
 from oml.services.erasure import report as erasure_report
-from oml.services.runtime.context import Context
 from oml.services.erasure.acts import Erasure
 from oml.services.journal.verify import verify_journal
 from oml.services.reads import fetch as reads
 from oml.services.reads.recall import RecallRequest, recall
+from oml.services.runtime.context import Context
 from oml.workers.index import indexer
-from oml.workers.lake import purge as lake_purge, writer as lake_writer
-
-from erasure_kit import canary, make_ekit, owner
-from oml_workers_support import RedisServer
-
-import oml_test_backends as backends
-
+from oml.workers.lake import purge as lake_purge
+from oml.workers.lake import writer as lake_writer
 
 # ---------------------------------------------------------------------------------------------- fixtures
 

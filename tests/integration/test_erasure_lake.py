@@ -11,12 +11,12 @@ import hashlib
 import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
+from erasure_kit import make_ekit
 
 from oml.services.erasure import report as erasure_report
 from oml.services.erasure.acts import Erasure
-from oml.workers.lake import purge as lake_purge, writer as lake_writer
-
-from erasure_kit import make_ekit
+from oml.workers.lake import purge as lake_purge
+from oml.workers.lake import writer as lake_writer
 
 
 @pytest.fixture(scope="module")

@@ -17,17 +17,18 @@ import tarfile
 
 import pytest
 import sqlalchemy as sa
-from fastapi.testclient import TestClient
-
 from admission_kit import bearer, owner, run_cli
 from audit_kit import CANARY, add_claims, lake_copy, populate, resign_history, seal_reads
-from oml.services.keys import signing_rotation
+from fastapi.testclient import TestClient
+
 from oml.domain.errors import OMLError
-from oml.services.journal.checkpoints import issue_checkpoint
-from oml.services.audit.evidence import archive, format as fmt
+from oml.services.audit.evidence import archive
+from oml.services.audit.evidence import format as fmt
 from oml.services.audit.evidence.export import export
 from oml.services.audit.evidence.verify import verify
 from oml.services.entrypoints.http.app import create_app
+from oml.services.journal.checkpoints import issue_checkpoint
+from oml.services.keys import signing_rotation
 from oml.workers.reconcile import reconciler
 
 DOCS = __import__("pathlib").Path(__file__).resolve().parents[2] / "docs"

@@ -9,12 +9,11 @@ no allowed values. Nothing here echoes a submitted value.
 from __future__ import annotations
 
 import pytest
+from admission_kit import bearer, journal_len, make_kit
 from fastapi.testclient import TestClient
 
 from oml.domain.events import ERASURE_REASONS, REASON_CODES
 from oml.services.entrypoints.http.app import create_app
-
-from admission_kit import bearer, journal_len, make_kit
 
 CANARY = "zq-canary-e41b"
 

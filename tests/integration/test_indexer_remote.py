@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
+from oml_workers_support import Fenced, NoKeys, serving
 
 from oml.client import AccessDenied, OMLClient
 from oml.services.claims.admission import Submission
+from oml.services.entrypoints.http.app import create_app
 from oml.services.runtime.auth import authenticate
 from oml.services.runtime.context import Context
-from oml.services.entrypoints.http.app import create_app
 from oml.services.runtime.settings import Settings
 from oml.workers.index import indexer
-from oml_workers_support import Fenced, NoKeys, serving
 
 
 @pytest.fixture(scope="module")

@@ -5,19 +5,18 @@ import datetime as dt
 import json
 
 import pytest
-from cryptography.exceptions import InvalidTag
 import sqlalchemy as sa
+from admission_kit import run_cli
+from cryptography.exceptions import InvalidTag
+from erasure_kit import make_ekit, owner
 
 from oml.domain import envelope
 from oml.domain.errors import OMLError
-from oml.services.keys import rotation as keys_rotation
 from oml.services.erasure.acts import Erasure
 from oml.services.journal.verify import verify_journal
+from oml.services.keys import rotation as keys_rotation
 from oml.services.keys.keystore import KeyNotFound
 from oml.services.reads.bodies import decrypt_version
-
-from admission_kit import run_cli
-from erasure_kit import make_ekit, owner
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +79,7 @@ def test_rotation_rewraps_and_retirement_makes_a_saved_dek_useless(ctx, kit):
     assert len(_try_unwrap(ctx, kit.tenant, saved)) == 32
 
     # Past the window (clock moved forward) the retired version is destroyed.
-    later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=ctx.settings.backup_retention_days + 1)
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=ctx.settings.backup_retention_days + 1)
     gone = keys_rotation.retire(ctx, kit.tenant, now=later)
     assert gone["destroyed"] == [1] and {"version": 2, "reason": "current"} in gone["kept"]
     assert not ctx.keystore.exists(kit.tenant, "encryption/1")

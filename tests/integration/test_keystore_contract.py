@@ -13,12 +13,11 @@ import secrets
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from hsm_kit import pkcs11_store
 
 from oml.domain import signing
-from oml.services.keys.signer import Signer
 from oml.services.keys.keystore import KeyNotFound, LocalKeyStore
-
-from hsm_kit import pkcs11_store
+from oml.services.keys.signer import Signer
 
 
 @pytest.fixture(params=["local", "pkcs11"])
@@ -100,11 +99,11 @@ def test_a_uri_without_a_pin_file_is_refused(tmp_path):
 
 @pytest.fixture(scope="module")
 def hsm_ctx(db_url, tmp_path_factory):
+    from hsm_kit import pkcs11_uri
+
     from oml.services.runtime.context import Context
     from oml.services.runtime.settings import Settings
     from oml.services.storage.db import Database
-
-    from hsm_kit import pkcs11_uri
 
     uri = pkcs11_uri()
     home = tmp_path_factory.mktemp("hsm-home")
@@ -118,9 +117,9 @@ def hsm_ctx(db_url, tmp_path_factory):
 
 def test_a_tenant_on_the_token_writes_signs_reads_and_verifies(hsm_ctx):
     from oml.services.claims.admission import Submission
-    from oml.services.runtime.auth import authenticate
     from oml.services.journal.verify import verify_journal
     from oml.services.reads.fetch import fetch
+    from oml.services.runtime.auth import authenticate
 
     ctx = hsm_ctx
     adm = ctx.admission
@@ -143,8 +142,8 @@ def test_a_tenant_on_the_token_writes_signs_reads_and_verifies(hsm_ctx):
 
 
 def test_key_retirement_destroys_the_token_object(hsm_ctx):
-    from oml.services.keys import rotation as keys_rotation
     from oml.services.claims.admission import Submission
+    from oml.services.keys import rotation as keys_rotation
     from oml.services.runtime.auth import authenticate
 
     ctx = hsm_ctx
@@ -157,7 +156,7 @@ def test_key_retirement_destroys_the_token_object(hsm_ctx):
     keys_rotation.rotate(ctx, t.tenant)
     keys_rotation.rewrap(ctx, t.tenant)
     out = keys_rotation.retire(ctx, t.tenant, older_than=dt.timedelta(0),
-                               now=dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=1))
+                               now=dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1))
     assert out["destroyed"] == [1] and out["keystore"].startswith("PKCS#11 token")
     # A fresh look at the token (its object list, not a cache) no longer finds version 1.
     store = ctx.keystore.open()

@@ -22,12 +22,11 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from oml_workers_support import assert_lake_exact, child_env, head, lake_rows, setup_tenant, submit
 from typer.testing import CliRunner
 
-from oml.workers.runtime import lag
 from oml.workers.lake import writer as lake_writer
-
-from oml_workers_support import assert_lake_exact, child_env, head, lake_rows, setup_tenant, submit
+from oml.workers.runtime import lag
 
 CRASH = Path(__file__).with_name("oml_workers_crash.py")
 

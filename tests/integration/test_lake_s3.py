@@ -25,8 +25,8 @@ import pytest
 import sqlalchemy as sa
 from deltalake import DeltaTable
 
-from oml.services.journal.checkpoints import issue_checkpoint
 from oml.services.claims.admission import Submission
+from oml.services.journal.checkpoints import issue_checkpoint
 from oml.services.runtime.auth import authenticate
 from oml.services.runtime.context import Context
 from oml.services.runtime.settings import Settings

@@ -9,12 +9,11 @@ import sys
 
 import pytest
 import sqlalchemy as sa
+from recall_kit import make_world, owner, read_events
 
 from oml.domain.errors import OMLError
 from oml.services.reads import readlog
 from oml.services.reads.recall import Recaller, RecallRequest
-
-from recall_kit import make_world, owner, read_events
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +128,7 @@ def test_retention_is_journalled_and_retires_whole_batches(ctx):
     nothing = readlog.apply_retention(ctx, w.tenant, principal=operator)
     assert nothing["batches"] == [] and nothing["reads_removed"] == 0 and nothing["seq"] > pol["seq"]
     logged = len(read_events(ctx, w.tenant))  # 4 recalls and the indexer's feed read
-    later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=31)
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=31)
     done = readlog.apply_retention(ctx, w.tenant, principal=operator, at=later)
     assert done["batches"] == [[1, 2]] and done["reads_removed"] == done["reads_expected"] == logged
     assert read_events(ctx, w.tenant) == []

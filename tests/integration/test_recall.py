@@ -12,11 +12,10 @@ import time
 
 import pytest
 import sqlalchemy as sa
+from recall_kit import make_world, owner, read_events
 
 from oml.domain.errors import OMLError
 from oml.services.reads.recall import Recaller, RecallRequest
-
-from recall_kit import make_world, owner, read_events
 
 FACTS = [
     ("main.eng.search", "The ranking service retrains its gradient boosted model every night at two in the morning."),
@@ -178,7 +177,7 @@ def test_as_of_reads_the_tips_of_that_instant(world, ctx):
     w = world
     v1 = w.remember("main.eng.search", "The relevance dashboard refreshes every fifteen minutes.")
     w.index()
-    between = dt.datetime.now(dt.timezone.utc)
+    between = dt.datetime.now(dt.UTC)
     time.sleep(0.01)
     v2 = w.remember("main.eng.search", "The relevance dashboard refreshes every five minutes.",
                     claim_id=v1["claim_id"], supersedes=v1["version_id"])
@@ -188,7 +187,7 @@ def test_as_of_reads_the_tips_of_that_instant(world, ctx):
     now_v = [h["version_id"] for h in now_out["hits"] if h["claim_id"] == v1["claim_id"]]
     then_v = [h["version_id"] for h in then_out["hits"] if h["claim_id"] == v1["claim_id"]]
     assert now_v == [v2["version_id"]] and then_v == [v1["version_id"]]
-    before = dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)
+    before = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
     empty = recall(w, query="relevance dashboard refreshes", retriever="hybrid", as_of=before)
     assert empty["hits"] == [] and empty["steering"] == []
 

@@ -3,10 +3,9 @@ from __future__ import annotations
 
 import pytest
 from fastapi.testclient import TestClient
+from recall_kit import make_world
 
 from oml.services.entrypoints.http.app import create_app
-
-from recall_kit import make_world
 
 
 @pytest.fixture(scope="module")

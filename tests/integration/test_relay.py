@@ -6,6 +6,7 @@ import time
 
 import pytest
 import sqlalchemy as sa
+from oml_workers_support import assert_index_exact, assert_lake_exact, head, promote, setup_tenant
 
 from oml.domain.events import SYSTEM
 from oml.services.journal import journal, projector
@@ -13,8 +14,6 @@ from oml.workers.index import indexer
 from oml.workers.lake import writer as lake_writer
 from oml.workers.runtime.actors import WorkerRuntime
 from oml.workers.runtime.relay import Relay
-
-from oml_workers_support import assert_index_exact, assert_lake_exact, head, promote, setup_tenant
 
 
 class Recorder:

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
+from replica_kit import caught_up, in_recovery, replica_context, start_standby, stop_standby
 
 from oml.services.claims.admission import Submission
 from oml.services.runtime.auth import authenticate
-
-from replica_kit import caught_up, in_recovery, replica_context, start_standby, stop_standby
 
 
 @pytest.fixture(scope="module")
@@ -126,9 +125,9 @@ def test_a_promoted_standby_keeps_serving(ctx, pg_server, tenants):
 @pytest.fixture(scope="module")
 def world(ctx, rctx, standby):
     from fastapi.testclient import TestClient
+    from recall_kit import make_world
 
     from oml.services.entrypoints.http.app import create_app
-    from recall_kit import make_world
 
     w = make_world(ctx, "rep-http")
     w.fact = w.remember("main", "The nightly export job writes its files to the archive bucket.")

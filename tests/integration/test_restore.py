@@ -15,23 +15,23 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from fastapi.testclient import TestClient
-
-from oml.domain.errors import OMLError
-from oml.services.erasure import restore
-from oml.services.runtime.auth import authenticate
-from oml.services.runtime.context import Context
-from oml.services.erasure.acts import Erasure
-from oml.services.entrypoints.http.app import create_app
-from oml.services.journal.verify import verify_journal
-from oml.services.reads import fetch as reads
-from oml.services.reads.recall import RecallRequest, recall
-from oml.services.storage.db import Database
-from oml.workers.lake import purge as lake_purge, writer as lake_writer
-
 from admission_kit import run_cli
 from conftest import drop_database
 from erasure_kit import canary, counts, index_rows_directly, make_ekit, owner
+from fastapi.testclient import TestClient
+
+from oml.domain.errors import OMLError
+from oml.services.entrypoints.http.app import create_app
+from oml.services.erasure import restore
+from oml.services.erasure.acts import Erasure
+from oml.services.journal.verify import verify_journal
+from oml.services.reads import fetch as reads
+from oml.services.reads.recall import RecallRequest, recall
+from oml.services.runtime.auth import authenticate
+from oml.services.runtime.context import Context
+from oml.services.storage.db import Database
+from oml.workers.lake import purge as lake_purge
+from oml.workers.lake import writer as lake_writer
 
 
 def _bindir() -> Path | None:
@@ -154,8 +154,8 @@ def test_a_lake_that_does_not_continue_the_chain_is_refused(ctx, tmp_path):
     kit = make_ekit(ctx, "restore-b")
     c = kit.claim("diverged")
     lake_writer.catch_up(ctx, kit.tenant)
-    from deltalake import write_deltalake
     import pyarrow as pa
+    from deltalake import write_deltalake
 
     from oml.workers.lake.schema import JOURNAL
 

@@ -53,22 +53,21 @@ from unittest import mock
 import sqlalchemy as sa
 from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
+from recall_kit import owner
 
 from oml.domain.errors import OMLError
 from oml.services.claims import admission as admission_service
 from oml.services.claims.admission import Submission
-from oml.services.runtime.auth import authenticate
-from oml.services.erasure.acts import Erasure
 from oml.services.entrypoints.http.routes_admin import list_workareas
 from oml.services.entrypoints.http.routes_claims import review_queue
+from oml.services.erasure.acts import Erasure
 from oml.services.reads import fetch as F
 from oml.services.reads.recall import Recaller, RecallRequest
+from oml.services.runtime.auth import authenticate
 from oml.services.simulations import acts as sim_service
-from oml.services.tenancy import acts as tenancy_service
 from oml.services.simulations.acts import Simulations
+from oml.services.tenancy import acts as tenancy_service
 from oml.workers.index.indexer import catch_up
-
-from recall_kit import owner
 
 VOCAB = ["deploy", "window", "migration", "database", "backup", "schedule", "search", "ranking", "model", "cluster",
          "latency", "friday", "tuesday", "rollback", "incident", "review", "storage", "network"]

@@ -13,11 +13,10 @@ import sys
 import uuid
 from pathlib import Path
 
+import oml_test_backends as backends
 import pytest
 import sqlalchemy as sa
 import yaml
-
-import oml_test_backends as backends
 
 REPO = Path(__file__).resolve().parents[2]
 NO_DOCKER = backends.docker_unavailable()

@@ -11,11 +11,10 @@ from fastapi.testclient import TestClient
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-from oml.services.runtime import tracing
-from oml.services.entrypoints.http.app import create_app
-
 from recall_kit import make_world
+
+from oml.services.entrypoints.http.app import create_app
+from oml.services.runtime import tracing
 
 CANARY = "zebracanary"
 

@@ -2,15 +2,13 @@
 gone too (the verdict and the body read are one statement: services/reads/bodies.py); the refusal is recorded."""
 from __future__ import annotations
 
-import sqlalchemy as sa
-
 import pytest
+import sqlalchemy as sa
+from admission_kit import owner_unguarded
+from recall_kit import make_world
 
 from oml.services.reads import verified_reads
 from oml.services.reads.bodies import Unverified, decrypt_versions
-
-from admission_kit import owner_unguarded
-from recall_kit import make_world
 
 TENANT = "verified-bodies"
 

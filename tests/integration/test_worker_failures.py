@@ -10,15 +10,13 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from oml_workers_support import RedisServer, assert_index_exact, assert_lake_exact, child_env, head, promote, setup_tenant, supersede
 
 from oml.workers.index import indexer
-from oml.workers.runtime import lag
 from oml.workers.lake import writer as lake_writer
-from oml.workers.runtime.actors import WorkerRuntime
 from oml.workers.lake.schema import app_id
-
-from oml_workers_support import (RedisServer, assert_index_exact, assert_lake_exact, child_env, head, promote,
-                                 setup_tenant, supersede)
+from oml.workers.runtime import lag
+from oml.workers.runtime.actors import WorkerRuntime
 
 CRASH = Path(__file__).with_name("oml_workers_crash.py")
 

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Callable
+from collections.abc import Callable
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from oml.domain import signing
 from oml.domain.canonical import canonical
-from oml.services.audit.evidence import archive, format as fmt
+from oml.services.audit.evidence import archive
+from oml.services.audit.evidence import format as fmt
 
 
 def rebuild(data: bytes, sign_key: Ed25519PrivateKey, edit: Callable[[dict, dict], None]) -> bytes:

@@ -10,9 +10,9 @@ import dataclasses
 import datetime as dt
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from oml.domain import chain, signing, vectors
 from oml.domain.canonical import CanonicalError, canonical
@@ -171,7 +171,7 @@ def test_event_template_encodes_as_canonical_does(event):
 
 
 def test_event_encode_falls_back_for_other_shapes():
-    ev = event_object(tenant="t", seq=1, type="tenant.created", event_id="e", at=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
+    ev = event_object(tenant="t", seq=1, type="tenant.created", event_id="e", at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
                       actor=Actor(None, None), kid="k", data={"a": 1})
     assert encode(ev) == canonical(ev)
     for odd in ({**ev, "extra": 1}, {**ev, "seq": True}, {**ev, "v": 2}, {**ev, "actor": {"principal": None}}):

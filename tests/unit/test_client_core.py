@@ -11,8 +11,19 @@ import uuid
 import httpx
 import pytest
 
-from oml.client import (AccessDenied, AsyncOMLClient, ClaimNotFound, IdempotencyConflict, InvalidRequest, NotFound,
-                        OMLClient, OMLConnectionError, OMLProblem, PersonalDataRefused, ServiceUnavailable)
+from oml.client import (
+    AccessDenied,
+    AsyncOMLClient,
+    ClaimNotFound,
+    IdempotencyConflict,
+    InvalidRequest,
+    NotFound,
+    OMLClient,
+    OMLConnectionError,
+    OMLProblem,
+    PersonalDataRefused,
+    ServiceUnavailable,
+)
 from oml.client.errors import PROBLEM_CLASSES
 from oml.client.operations import operation
 

@@ -18,9 +18,9 @@ from pydantic import BaseModel
 from oml.client import AsyncOMLClient, OMLClient
 from oml.client import models as m
 from oml.client.operations import operations_of
-from oml.services.runtime.context import Context
 from oml.services.entrypoints.http.app import create_app
 from oml.services.keys.keystore import LocalKeyStore
+from oml.services.runtime.context import Context
 from oml.services.runtime.settings import Settings
 from oml.services.storage.db import Database
 

@@ -47,7 +47,7 @@ def test_a_table_in_two_classes_is_refused(monkeypatch):
 
 
 def test_complete_at_per_kind():
-    e = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    e = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     kw = {"backup_retention_days": 35, "idempotency_retention_hours": 24}
     c = inv.CLASSES
     assert inv.complete_at(c["wrapped_deks"], e, **kw) == e

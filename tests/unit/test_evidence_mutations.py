@@ -20,8 +20,9 @@ import datetime as dt
 import hashlib
 import json
 import uuid
-from typing import Callable
+from collections.abc import Callable
 
+import evidence_kit
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -30,14 +31,13 @@ from oml.domain.canonical import canonical
 from oml.domain.chain import JournalRow
 from oml.domain.checkpoint import checkpoint_body, oml_origin, sign_note
 from oml.domain.events import SYSTEM, Actor, encode, event_object
-from oml.services.audit.evidence import archive, format as fmt
+from oml.services.audit.evidence import archive
+from oml.services.audit.evidence import format as fmt
 from oml.services.audit.evidence.export import assemble, registry_before
 from oml.services.audit.evidence.verify import EXIT_FAILED, EXIT_OK, verify
 
-import evidence_kit
-
 T = "acme"
-AT = dt.datetime(2026, 3, 4, 5, 6, 7, 891011, tzinfo=dt.timezone.utc)
+AT = dt.datetime(2026, 3, 4, 5, 6, 7, 891011, tzinfo=dt.UTC)
 
 
 def uid(n: int) -> str:

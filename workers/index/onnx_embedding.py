@@ -43,8 +43,9 @@ import logging
 import os
 import tempfile
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -262,7 +263,7 @@ class OnnxEmbedder:
         self.dimension = int(self._run(["x"]).shape[1])
         self._np = np
 
-    def _run(self, texts: Sequence[str]) -> "np.ndarray":
+    def _run(self, texts: Sequence[str]) -> np.ndarray:
         import numpy as np
 
         enc = self.tokenizer.encode_batch(list(texts))
@@ -276,7 +277,7 @@ class OnnxEmbedder:
             pooled = pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
         return pooled.astype(np.float32)
 
-    def encode(self, texts: Sequence[str]) -> "np.ndarray":
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Embed ``texts`` (sorted by length into batches of ``batch_size``, as sentence-transformers does);
         returns ``(n, dimension)`` float32 unit vectors in the input order."""
         np = self._np

@@ -17,7 +17,8 @@ Public API::
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from oml.domain import context_window as windows
 from oml.domain.errors import OMLError
@@ -66,7 +67,7 @@ class RemoteIndexingFeed:
         self._client.close()
 
 
-def remote_feed_for(ctx: "Context", tenant: str) -> RemoteIndexingFeed:
+def remote_feed_for(ctx: Context, tenant: str) -> RemoteIndexingFeed:
     """The remote feed for ``tenant`` with its stored indexer key; ``indexer.not_enrolled`` (503) without one.
 
     Enrolment needs admission (it journals the principal), so a remote

@@ -33,7 +33,8 @@ Public API::
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -74,7 +75,7 @@ def _insert_sql(table: str, copy: bool) -> sa.TextClause:
     return sa.text(f"INSERT INTO {table} ({_COLS}, {col}) VALUES ({_VALS}, {value})" + _ON_CONFLICT)
 
 
-def index_events(conn: sa.Connection, tenant: str, events: Sequence["Event"], run: "_Run") -> None:
+def index_events(conn: sa.Connection, tenant: str, events: Sequence[Event], run: _Run) -> None:
     """The indexer hook: every claim a ``claim.*`` event of the batch names gets its simulation rows synced."""
     claims = sorted({e.data["claim_id"] for e in events
                      if e.type.startswith("claim.") and e.type != "claim.submitted" and isinstance(e.data.get("claim_id"), str)})
@@ -91,7 +92,7 @@ def _existing(conn: sa.Connection, table: str, tenant: str, claims: list[str]) -
     return {(str(r.simulation_id), str(r.version_id), r.tip_from_seq): r for r in rows}
 
 
-def sync_claims(conn: sa.Connection, run: "_Run", claim_ids: Iterable[str]) -> None:
+def sync_claims(conn: sa.Connection, run: _Run, claim_ids: Iterable[str]) -> None:
     """Make the simulation rows of ``claim_ids`` equal to their simulation tips in open simulations.
 
     Rows of simulations that are closed (their partitions are gone) or of
@@ -122,7 +123,7 @@ def sync_claims(conn: sa.Connection, run: "_Run", claim_ids: Iterable[str]) -> N
             log.info("sim-indexer: tenant %s: a simulation closed during the batch; its rows are not written", tenant)
 
 
-def _sync_one(conn: sa.Connection, run: "_Run", sim: str, want: dict, have: dict[str, dict]) -> None:
+def _sync_one(conn: sa.Connection, run: _Run, sim: str, want: dict, have: dict[str, dict]) -> None:
     tenant = run.tenant
     inserts: dict[str, list[dict]] = {t: [] for t in TABLES}
     for table in TABLES:

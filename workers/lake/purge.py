@@ -89,13 +89,13 @@ class Erased:
 
 # ---------------------------------------------------------------------------------------------- inputs
 
-def _lake(ctx: "Context"):
+def _lake(ctx: Context):
     from oml.workers.lake.writer import Lake
 
     return Lake(ctx.settings.lake, ctx.settings.lake_storage_options or None)
 
 
-def _journal_erasures(ctx: "Context", tenant: str) -> dict[str, Erased]:
+def _journal_erasures(ctx: Context, tenant: str) -> dict[str, Erased]:
     """Artifacts named by ``claim.erased`` events in the lake's journal copy (the lake may be ahead of PostgreSQL)."""
     from deltalake import DeltaTable
 
@@ -116,7 +116,7 @@ def _journal_erasures(ctx: "Context", tenant: str) -> dict[str, Erased]:
     return out
 
 
-def erased_artifacts(ctx: "Context", tenant: str) -> dict[str, Erased]:
+def erased_artifacts(ctx: Context, tenant: str) -> dict[str, Erased]:
     """artifact id → :class:`Erased`, from PostgreSQL's purged artifacts and the lake's journal copy."""
     with ctx.db.tenant(ROLE, tenant) as conn:
         rows = conn.execute(sa.text("SELECT artifact_id, sha256, purged_seq FROM artifacts"
@@ -127,7 +127,7 @@ def erased_artifacts(ctx: "Context", tenant: str) -> dict[str, Erased]:
     return out
 
 
-def purged_through(ctx: "Context", tenant: str) -> int:
+def purged_through(ctx: Context, tenant: str) -> int:
     """The newest erasure seq whose lake copies a clean listing has proved gone (0: none yet)."""
     with ctx.db.tenant(ROLE, tenant) as conn:
         v = conn.execute(sa.text("SELECT seq FROM consumer_cursors WHERE tenant_id = :t AND consumer = :c"),
@@ -198,7 +198,7 @@ def _log_violations(rel: str, blob: bytes, allowed: set[str]) -> int:
     return bad
 
 
-def verify(ctx: "Context", tenant: str, erased: dict[str, Erased] | None = None, *, table: str = TABLE,
+def verify(ctx: Context, tenant: str, erased: dict[str, Erased] | None = None, *, table: str = TABLE,
            referenced: set[str] | None = None) -> dict[str, Any]:
     """List every file of the Delta table and report any that still holds an erased artifact.
 
@@ -313,7 +313,7 @@ def _vacuum_own(dtable, uri: str, options: dict[str, str] | None, tenant: str, *
     return removed, len(rel) - len(own)
 
 
-def purge(ctx: "Context", tenant: str, *, force_now: bool = False) -> dict[str, Any]:
+def purge(ctx: Context, tenant: str, *, force_now: bool = False) -> dict[str, Any]:
     """Delete, vacuum and prove; see the module docstring.
 
     Returns ``{"tenant", "erased_artifacts", "rows_deleted", "vacuumed",

@@ -61,7 +61,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import psycopg.errors
 import pyarrow as pa
@@ -230,7 +231,7 @@ _lakes: dict[tuple[str, str], Lake] = {}
 _lakes_lock = threading.Lock()
 
 
-def lake_for(ctx: "Context") -> Lake:
+def lake_for(ctx: Context) -> Lake:
     """The process-wide :class:`Lake` for ``ctx.settings.lake`` and ``OML_LAKE_STORAGE_OPTIONS``."""
     uri = ctx.settings.lake
     opts = ctx.settings.lake_storage_options or None
@@ -283,7 +284,7 @@ def lock_tenant(conn: sa.Connection, tenant: str, settings: Any, *, lease: bool 
         raise
 
 
-def record_lock_wait(ctx: "Context", tenant: str) -> None:
+def record_lock_wait(ctx: Context, tenant: str) -> None:
     """Log and record (for ``oml status``) that a writer gave up waiting for ``tenant``'s lake lock."""
     log.warning("lake-writer: tenant %s: lake lock held by another session for more than %g s; gave up "
                 "(the holder's lease ends after %g s idle)", tenant, ctx.settings.lake_lock_timeout_s, ctx.settings.lake_lease_s)
@@ -366,7 +367,7 @@ def _copy(lake: Lake, name: str, app: str, tenant: str, fetch: Callable[[int], B
         snapshot.update_incremental()
 
 
-def catch_up(ctx: "Context", tenant: str, *, batch_rows: int = BATCH_ROWS) -> int:
+def catch_up(ctx: Context, tenant: str, *, batch_rows: int = BATCH_ROWS) -> int:
     """Copy everything of ``tenant`` not yet in the lake; returns the number of rows appended.
 
     Safe to call any number of times, concurrently and after a crash: it
@@ -414,12 +415,12 @@ def _catch_up_locked(lake: Lake, conn: sa.Connection, tenant: str, batch_rows: i
     return journal_rows + body_rows + checkpoint_rows
 
 
-def tenants(ctx: "Context", role: str = ROLE) -> list[str]:
+def tenants(ctx: Context, role: str = ROLE) -> list[str]:
     with ctx.db.system(role) as conn:
         return list(conn.execute(sa.text("SELECT tenant_id FROM tenants ORDER BY tenant_id")).scalars())
 
 
-def catch_up_all(ctx: "Context") -> int:
+def catch_up_all(ctx: Context) -> int:
     """:func:`catch_up` for every tenant; returns the total rows appended.
 
     A tenant whose lock is busy (:class:`LakeLockBusy`, already logged and
@@ -434,14 +435,14 @@ def catch_up_all(ctx: "Context") -> int:
     return total
 
 
-def recorded_versions(ctx: "Context", tenant: str) -> dict[str, int]:
+def recorded_versions(ctx: Context, tenant: str) -> dict[str, int]:
     """What the lake records for ``tenant``: last journal seq, last body seq, last checkpoint tree size."""
     lake = lake_for(ctx)
     return {"journal": lake.recorded("journal", app_id(tenant)), "bodies": lake.recorded("bodies", app_id(tenant)),
             "checkpoints": lake.recorded("checkpoints", checkpoints_app_id(tenant))}
 
 
-def compact(ctx: "Context", tenant: str | None = None) -> dict[str, dict[str, Any]]:
+def compact(ctx: Context, tenant: str | None = None) -> dict[str, dict[str, Any]]:
     """Compact small files (``optimize.compact``) and write a Delta checkpoint, per table.
 
     ``tenant`` limits compaction to that partition. Returns delta-rs' metrics

@@ -67,9 +67,10 @@ import hashlib
 import logging
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -187,7 +188,6 @@ class Result:
 # One parser and one lookup rule for every verifying command (services/keys/anchors.py, docs/anchoring.md).
 from oml.services.keys.anchors import load_trust_anchors, trust_anchor_for  # noqa: E402,F401
 
-
 # ---------------------------------------------------------------- lake
 
 
@@ -216,9 +216,9 @@ def read_lake_table(settings, table: str, tenant: str, *, stat_col: str | None =
     presence and for the size the log recorded, then read; a missing,
     resized or unreadable file is recorded in ``problems`` and skipped.
     """
-    from deltalake import DeltaTable
     import pyarrow as pa
     import pyarrow.compute as pc
+    from deltalake import DeltaTable
     from pyarrow.fs import FileType
 
     uri = lake_uri(settings, table)
@@ -281,7 +281,7 @@ def _norm(col: str, v: Any) -> Any:
     if col in ("event_id", "claim_id", "version_id", "artifact_id"):
         return str(v)
     if isinstance(v, dt.datetime):
-        return v.astimezone(dt.timezone.utc)
+        return v.astimezone(dt.UTC)
     return v
 
 
@@ -547,7 +547,7 @@ def _b(v: Any) -> bytes:
     if isinstance(v, (bytes, bytearray, memoryview)):
         return bytes(v)
     if isinstance(v, dt.datetime):
-        return format_time(v.astimezone(dt.timezone.utc)).encode()
+        return format_time(v.astimezone(dt.UTC)).encode()
     return str(v).encode()
 
 
@@ -928,7 +928,7 @@ class Schedule:
                 log.warning("audit schedule: could not send %s (%s)", k, type(exc).__name__)
             due[k] = time.monotonic() + self.periods[k]
 
-    def start(self) -> "Schedule":
+    def start(self) -> Schedule:
         self._thread.start()
         return self
 

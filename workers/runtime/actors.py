@@ -29,14 +29,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import dramatiq
 
 from oml.domain.claims import TENANT_SLUG
 from oml.workers.index import indexer
-from oml.workers.runtime import lag
 from oml.workers.lake import writer as lake_writer
+from oml.workers.runtime import lag
 from oml.workers.runtime.broker import is_in_process, make_broker
 from oml.workers.runtime.relay import Relay
 
@@ -46,7 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 # consumer name (as in consumer_cursors) → (queue, catch-up function)
-CONSUMER_QUEUES: dict[str, tuple[str, Callable[["Context", str], int]]] = {
+CONSUMER_QUEUES: dict[str, tuple[str, Callable[[Context, str], int]]] = {
     lake_writer.CONSUMER: ("oml-lake", lake_writer.catch_up),
     indexer.CONSUMER: ("oml-index", indexer.catch_up),
 }
@@ -60,7 +61,7 @@ class ConsumerFailed(RuntimeError):
     """A catch-up failed; carries ids and the exception type only."""
 
 
-def _actor_fn(ctx: "Context", consumer: str, catch_up: Callable[["Context", str], int]):
+def _actor_fn(ctx: Context, consumer: str, catch_up: Callable[[Context, str], int]):
     def wake(tenant: str, seq: int) -> None:
         if not isinstance(tenant, str) or not TENANT_SLUG.match(tenant):
             log.warning("%s: ignored a message with a malformed tenant", consumer)
@@ -74,7 +75,7 @@ def _actor_fn(ctx: "Context", consumer: str, catch_up: Callable[["Context", str]
     return wake
 
 
-def declare(broker: dramatiq.Broker, ctx: "Context", consumers: dict | None = None) -> dict[str, dramatiq.Actor]:
+def declare(broker: dramatiq.Broker, ctx: Context, consumers: dict | None = None) -> dict[str, dramatiq.Actor]:
     """Declare one actor per consumer on ``broker``; the actors run against ``ctx``."""
     actors = {}
     for consumer, (queue, fn) in (consumers or CONSUMER_QUEUES).items():
@@ -91,7 +92,7 @@ class WorkerRuntime:
     the worker, since messages live in memory.
     """
 
-    def __init__(self, ctx: "Context", *, relay: bool = True, worker_threads: int = 2, poll_seconds: float = 2.0,
+    def __init__(self, ctx: Context, *, relay: bool = True, worker_threads: int = 2, poll_seconds: float = 2.0,
                  sweep_seconds: float = 30.0, broker: dramatiq.Broker | None = None,
                  consumers: Sequence[str] | None = None) -> None:
         self.ctx = ctx
@@ -138,7 +139,7 @@ class WorkerRuntime:
                 sent += 1
         return sent
 
-    def start(self) -> "WorkerRuntime":
+    def start(self) -> WorkerRuntime:
         if is_in_process(self.broker) and (self.relay is None or set(self.consuming) != set(CONSUMER_QUEUES)):
             raise RuntimeError("the in-process broker needs the relay and every consumer in one process "
                                "(set OML_REDIS_URL to split them)")
@@ -188,6 +189,6 @@ class WorkerRuntime:
         return False
 
 
-def start_workers(ctx: "Context", **kw) -> WorkerRuntime:
+def start_workers(ctx: Context, **kw) -> WorkerRuntime:
     """Start the relay and the consumer actors in this process (what ``oml worker`` and an embedded server run)."""
     return WorkerRuntime(ctx, **kw).start()

@@ -37,7 +37,7 @@ def middleware() -> list:
             Retries(max_retries=MAX_RETRIES, min_backoff=MIN_BACKOFF_MS, max_backoff=MAX_BACKOFF_MS)]
 
 
-def make_broker(settings: "Settings", *, set_global: bool = True) -> dramatiq.Broker:
+def make_broker(settings: Settings, *, set_global: bool = True) -> dramatiq.Broker:
     """A Redis broker when ``settings.redis_url`` is set, else an in-process stub broker.
 
     ``set_global`` installs it as Dramatiq's global broker (what

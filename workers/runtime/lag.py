@@ -17,8 +17,9 @@ Public API: ``report(ctx) -> list[Lag]``, ``poison(ctx, tenant=None) -> list[Poi
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
@@ -59,7 +60,7 @@ def _bind(conn: sa.Connection, tenant: str) -> None:
     conn.execute(sa.text("SELECT set_config('oml.tenant_id', :t, true)"), {"t": tenant})
 
 
-def report(ctx: "Context", consumers: Sequence[str] = CONSUMERS, tenant: str | None = None, *, role: str = ROLE) -> list[Lag]:
+def report(ctx: Context, consumers: Sequence[str] = CONSUMERS, tenant: str | None = None, *, role: str = ROLE) -> list[Lag]:
     """One :class:`Lag` per consumer and tenant (or only ``tenant``), ordered by tenant then consumer.
 
     ``role``: a consumer process reads its own lag with its own role (``oml_lake_writer`` and
@@ -78,7 +79,7 @@ def report(ctx: "Context", consumers: Sequence[str] = CONSUMERS, tenant: str | N
     return out
 
 
-def poison(ctx: "Context", tenant: str | None = None) -> list[Poison]:
+def poison(ctx: Context, tenant: str | None = None) -> list[Poison]:
     """Every recorded poison message (reason codes, no content), newest first."""
     out: list[Poison] = []
     with ctx.db.system(ROLE) as conn:
@@ -98,7 +99,7 @@ class LockWait:
     last_at: dt.datetime
 
 
-def lock_waits(ctx: "Context", tenant: str | None = None, *, role: str = ROLE) -> list[LockWait]:
+def lock_waits(ctx: Context, tenant: str | None = None, *, role: str = ROLE) -> list[LockWait]:
     """Tenants whose lake lock a writer could not take since their last successful catch-up (lake_writer.LOCK_WAIT_CONSUMER)."""
     out: list[LockWait] = []
     with ctx.db.system(role) as conn:
@@ -111,7 +112,7 @@ def lock_waits(ctx: "Context", tenant: str | None = None, *, role: str = ROLE) -
     return out
 
 
-def checkpoints_behind(ctx: "Context", *, role: str = ROLE) -> list[tuple[str, int, int]]:
+def checkpoints_behind(ctx: Context, *, role: str = ROLE) -> list[tuple[str, int, int]]:
     """Tenants whose newest checkpoint is above the lake-writer's checkpoint hint: (tenant, newest, copied).
 
     Issuing a checkpoint appends no journal event, so no outbox row wakes the
@@ -129,7 +130,7 @@ def checkpoints_behind(ctx: "Context", *, role: str = ROLE) -> list[tuple[str, i
     return out
 
 
-def undispatched(ctx: "Context") -> int:
+def undispatched(ctx: Context) -> int:
     """Outbox rows the relay has not dispatched yet (all tenants)."""
     with ctx.db.system("oml_relay") as conn:
         return int(conn.execute(sa.text("SELECT count(*) FROM outbox WHERE dispatched_at IS NULL")).scalar() or 0)

@@ -27,7 +27,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
@@ -54,7 +55,7 @@ class Relay:
             lag sweep, which re-wakes consumers whose messages were lost).
     """
 
-    def __init__(self, ctx: "Context", send: Send, *, batch: int = 500, poll_seconds: float = 2.0,
+    def __init__(self, ctx: Context, send: Send, *, batch: int = 500, poll_seconds: float = 2.0,
                  retention_hours: int | None = None, purge_seconds: float = 300.0,
                  sweep: Callable[[], None] | None = None, sweep_seconds: float = 30.0) -> None:
         self.ctx = ctx

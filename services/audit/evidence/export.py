@@ -36,25 +36,26 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import sqlalchemy as sa
 
-from oml.domain import audit, claims as rules, event_format, merkle, signing
+from oml.domain import audit, event_format, merkle, signing
+from oml.domain import claims as rules
 from oml.domain.access import Principal
 from oml.domain.canonical import canonical, format_time, now
 from oml.domain.chain import JournalRow
-from oml.domain.checkpoint import (CheckpointError, format_consistency_proof, format_inclusion_proof, oml_origin,
-                                   parse_checkpoint)
+from oml.domain.checkpoint import CheckpointError, format_consistency_proof, format_inclusion_proof, oml_origin, parse_checkpoint
 from oml.domain.errors import OMLError
 from oml.domain.events import SYSTEM, Actor
 from oml.domain.replay import AuthorityReplay, Registry
-from oml.services.journal import proofs
 from oml.services.audit import readlog_rows as readlog_audit
+from oml.services.audit.evidence import archive, summary
+from oml.services.audit.evidence import format as fmt
+from oml.services.journal import proofs
 from oml.services.journal.checkpoints import issue_checkpoint
-
-from oml.services.audit.evidence import archive, format as fmt, summary
 
 ROLE = "oml_server"
 _ROW_COLS = "seq, canonical, hash, prev_hash, signature, kid"

@@ -21,7 +21,8 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from oml.domain import audit, event_format as ef
+from oml.domain import audit
+from oml.domain import event_format as ef
 from oml.domain.canonical import canonical
 from oml.domain.chain import JournalRow
 

@@ -44,13 +44,12 @@ from typing import Any
 from oml.domain import audit, merkle, readlog, signing
 from oml.domain.canonical import parse_time
 from oml.domain.chain import JournalRow, genesis
-from oml.domain.checkpoint import (CheckpointError, ProofFormatError, parse_checkpoint, parse_consistency_proof,
-                                   parse_inclusion_proof)
+from oml.domain.checkpoint import CheckpointError, ProofFormatError, parse_checkpoint, parse_consistency_proof, parse_inclusion_proof
 from oml.domain.event_format import EventIds
 from oml.domain.merkle import ProofError
 from oml.domain.replay import AuthorityReplay, Registry
-
-from oml.services.audit.evidence import archive, format as fmt
+from oml.services.audit.evidence import archive
+from oml.services.audit.evidence import format as fmt
 
 EXIT_OK, EXIT_FAILED, EXIT_NOT_ANCHORED = 0, 1, 3
 

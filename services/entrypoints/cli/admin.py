@@ -17,18 +17,26 @@ from __future__ import annotations
 
 import json
 import os
-from typing import List, Optional
-
-import typer
-
 from pathlib import Path
 
+import typer
 from rich.markup import escape
 
-from oml.services.keys import signing_rotation
 from oml.domain.events import Actor
-
-from oml.services.entrypoints.cli.common import JSON, TENANT, context, emit as _emit, err, fail, key_file_option, principal, read_secret, refuse_existing, verdict_exit
+from oml.services.entrypoints.cli.common import (
+    JSON,
+    TENANT,
+    context,
+    err,
+    fail,
+    key_file_option,
+    principal,
+    read_secret,
+    refuse_existing,
+    verdict_exit,
+)
+from oml.services.entrypoints.cli.common import emit as _emit
+from oml.services.keys import signing_rotation
 
 tenant_app = typer.Typer(no_args_is_help=True, help="Create and list tenants (operator bootstrap).")
 identity_app = typer.Typer(no_args_is_help=True, help="Identities: people and services (admin key).")
@@ -42,7 +50,7 @@ keys_app = typer.Typer(no_args_is_help=True, help="The tenant's signing and body
 KEY_FILE = key_file_option("admin API key")
 
 
-def _admin(ctx, key_file: Optional[str]):
+def _admin(ctx, key_file: str | None):
     return principal(ctx, key_file, "the admin API key")
 
 
@@ -59,7 +67,7 @@ def _write_private(path: Path, text: str) -> None:
 def tenant_create(tenant: str = typer.Argument(..., help=escape("tenant slug [a-z0-9][a-z0-9-]{0,62}")),  # help is Rich markup
                   root_label: str = typer.Option("main", "--root-label", help="label of the first workarea"),
                   as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
-                  out: Optional[Path] = typer.Option(None, "--out", dir_okay=False,
+                  out: Path | None = typer.Option(None, "--out", dir_okay=False,
                                                      help="write the JSON object to FILE (mode 0600) instead of stdout; "
                                                           "it holds the recovery private key and the admin key")) -> None:
     """Create a tenant: its signing, body-encryption and recovery keys, a root workarea and a bootstrap admin key."""
@@ -114,11 +122,11 @@ def tenant_list(as_json: bool = JSON) -> None:
 
 
 @tenant_app.command("policy")
-def tenant_policy(phone_regions: Optional[str] = typer.Option(
+def tenant_policy(phone_regions: str | None = typer.Option(
                       None, "--phone-regions",
                       help="comma-separated ISO 3166-1 alpha-2 regions whose national phone formats admission reads, "
                            "e.g. GB,DE,US ('' for +-numbers only); omit to show the current policy"),
-                  key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> None:
+                  key_file: str | None = KEY_FILE, as_json: bool = JSON) -> None:
     """Show or set the tenant's personal-data classifier policy (setting journals tenant.policy_set; admin key)."""
     with context() as ctx:
         p = _admin(ctx, key_file)
@@ -135,8 +143,8 @@ def tenant_policy(phone_regions: Optional[str] = typer.Option(
 # ---------------------------------------------------------------- identity
 @identity_app.command("create")
 def identity_create(kind: str = typer.Option(..., "--kind", help="person or service"),
-                    name: Optional[str] = typer.Option(None, "--name", help="display name (kept out of the journal)"),
-                    key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> None:
+                    name: str | None = typer.Option(None, "--name", help="display name (kept out of the journal)"),
+                    key_file: str | None = KEY_FILE, as_json: bool = JSON) -> None:
     """Create an identity; prints its id."""
     with context() as ctx:
         out = ctx.tenancy.create_identity(_admin(ctx, key_file), kind, name)
@@ -144,7 +152,7 @@ def identity_create(kind: str = typer.Option(..., "--kind", help="person or serv
 
 
 @identity_app.command("list")
-def identity_list(key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> None:
+def identity_list(key_file: str | None = KEY_FILE, as_json: bool = JSON) -> None:
     """List the tenant's identities."""
     from oml.services.tenancy.listing import list_identities
 
@@ -158,10 +166,10 @@ def identity_list(key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> N
 @key_app.command("create")
 def key_create(identity: str = typer.Option(..., "--identity", help="identity id"),
                role: str = typer.Option(..., "--role", help="writer, reviewer, reader, auditor, operator, admin or indexer"),
-               root: List[str] = typer.Option(..., "--root", help="workarea node id (repeatable)"),
-               out_file: Optional[Path] = typer.Option(None, "--out", help="write the key alone to this new file (mode 0600) "
+               root: list[str] = typer.Option(..., "--root", help="workarea node id (repeatable)"),
+               out_file: Path | None = typer.Option(None, "--out", help="write the key alone to this new file (mode 0600) "
                                                        "instead of printing it, e.g. auditor.key for --key-file"),
-               key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> None:
+               key_file: str | None = KEY_FILE, as_json: bool = JSON) -> None:
     """Create an API key; the key is printed once (or written to --out, never both)."""
     refuse_existing(out_file, "--out")
     with context() as ctx:
@@ -175,7 +183,7 @@ def key_create(identity: str = typer.Option(..., "--identity", help="identity id
 
 @key_app.command("revoke")
 def key_revoke(principal_id: str = typer.Argument(..., help="the key id (16 hex)"),
-               key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> None:
+               key_file: str | None = KEY_FILE, as_json: bool = JSON) -> None:
     """Revoke an API key."""
     with context() as ctx:
         out = ctx.tenancy.revoke_principal(_admin(ctx, key_file), principal_id)
@@ -183,7 +191,7 @@ def key_revoke(principal_id: str = typer.Argument(..., help="the key id (16 hex)
 
 
 @key_app.command("list")
-def key_list(key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> None:
+def key_list(key_file: str | None = KEY_FILE, as_json: bool = JSON) -> None:
     """List the tenant's API keys by key id (never their secrets)."""
     from oml.services.tenancy.listing import list_api_keys
 
@@ -196,10 +204,10 @@ def key_list(key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> None:
 
 # ---------------------------------------------------------------- workarea
 @workarea_app.command("create")
-def workarea_create(label: str = typer.Argument(...), parent: Optional[str] = typer.Option(None, "--parent", help="parent node id"),
+def workarea_create(label: str = typer.Argument(...), parent: str | None = typer.Option(None, "--parent", help="parent node id"),
                     development: bool = typer.Option(False, "--development", help="authors may self-promote here"),
                     pii_policy: str = typer.Option("deny", "--pii-policy", help="deny, declare or allow"),
-                    key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> None:
+                    key_file: str | None = KEY_FILE, as_json: bool = JSON) -> None:
     """Create a workarea under --parent (or a new top-level one)."""
     with context() as ctx:
         out = ctx.tenancy.create_workarea(_admin(ctx, key_file), label, parent, development=development, pii_policy=pii_policy)
@@ -208,9 +216,9 @@ def workarea_create(label: str = typer.Argument(...), parent: Optional[str] = ty
 
 @workarea_app.command("reparent")
 def workarea_reparent(node: str = typer.Argument(..., help="node id of the subtree to move"),
-                      parent: Optional[str] = typer.Option(None, "--parent", help="new parent node id"),
+                      parent: str | None = typer.Option(None, "--parent", help="new parent node id"),
                       top_level: bool = typer.Option(False, "--top-level", help="make the subtree top-level"),
-                      key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> None:
+                      key_file: str | None = KEY_FILE, as_json: bool = JSON) -> None:
     """Move a subtree; derived paths are rewritten in the same transaction."""
     if (parent is None) == (not top_level):
         err.print("pass exactly one of --parent or --top-level")
@@ -222,9 +230,9 @@ def workarea_reparent(node: str = typer.Argument(..., help="node id of the subtr
 
 @workarea_app.command("policy")
 def workarea_policy(node: str = typer.Argument(...),
-                    development: Optional[bool] = typer.Option(None, "--development/--no-development"),
-                    pii_policy: Optional[str] = typer.Option(None, "--pii-policy", help="deny, declare or allow"),
-                    key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> None:
+                    development: bool | None = typer.Option(None, "--development/--no-development"),
+                    pii_policy: str | None = typer.Option(None, "--pii-policy", help="deny, declare or allow"),
+                    key_file: str | None = KEY_FILE, as_json: bool = JSON) -> None:
     """Set the development flag and/or the personal-data policy."""
     if development is None and pii_policy is None:
         err.print("pass --development/--no-development and/or --pii-policy")
@@ -235,7 +243,7 @@ def workarea_policy(node: str = typer.Argument(...),
 
 
 @workarea_app.command("list")
-def workarea_list(key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> None:
+def workarea_list(key_file: str | None = KEY_FILE, as_json: bool = JSON) -> None:
     """List the workareas the key may see."""
     from oml.services.tenancy.listing import list_workareas
 
@@ -248,12 +256,12 @@ def workarea_list(key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> N
 # ---------------------------------------------------------------- journal
 @journal_app.command("verify")
 def journal_verify(tenant: str = TENANT,
-                   trusted_key: Optional[str] = typer.Option(None, "--trusted-key", help="the fingerprint printed by `oml tenant create` "
+                   trusted_key: str | None = typer.Option(None, "--trusted-key", help="the fingerprint printed by `oml tenant create` "
                                                              "(default: the tenant's line in OML_TRUST_ANCHORS or <home>/trust-anchors)"),
                    as_json: bool = JSON) -> None:
     """Recompute every hash, link and signature. Exit 0 anchored, 3 ok but NOT ANCHORED, 1 first bad seq (docs/anchoring.md)."""
-    from oml.services.keys.anchors import is_fingerprint, trust_anchor_for
     from oml.services.journal.verify import verify_journal
+    from oml.services.keys.anchors import is_fingerprint, trust_anchor_for
 
     if trusted_key is not None and not is_fingerprint(trusted_key):
         fail("--trusted-key must be a 64-hex fingerprint")
@@ -295,7 +303,7 @@ def projections_rebuild(tenant: str = TENANT,
 # ---------------------------------------------------------------- keys
 @keys_app.command("rotate")
 def keys_rotate(tenant: str = TENANT,
-                recovery_key_file: Optional[str] = typer.Option(
+                recovery_key_file: str | None = typer.Option(
                     None, "--recovery-key-file", help="file holding the recovery private key ('-' for stdin): for a compromised or lost signing key"),
                 as_json: bool = JSON) -> None:
     """Rotate the tenant's signing key (signed by the current key, or by the recovery key)."""

@@ -19,20 +19,28 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
-
 from rich.markup import escape
 
-from oml.services.entrypoints.cli.common import TENANT, api_key, authenticate_key, console, context, err, fail, refuse_existing, verdict_exit
+from oml.services.entrypoints.cli.common import (
+    TENANT,
+    api_key,
+    authenticate_key,
+    console,
+    context,
+    err,
+    fail,
+    refuse_existing,
+    verdict_exit,
+)
 
 checkpoint_app = typer.Typer(no_args_is_help=True, help="Signed C2SP checkpoints of a tenant's journal tree.")
 proof_app = typer.Typer(no_args_is_help=True, help="Inclusion (tlog-proof@v1) and consistency proofs.")
 evidence_app = typer.Typer(no_args_is_help=True, help="Evidence archives: export (auditor) and offline verify.")
 
 
-def _out(data: bytes, output: Optional[Path]) -> None:
+def _out(data: bytes, output: Path | None) -> None:
     """Write to ``-o`` (refused before any work when it exists, by the caller) or standard output."""
     if output is None or str(output) == "-":
         sys.stdout.buffer.write(data)
@@ -45,10 +53,10 @@ def _out(data: bytes, output: Optional[Path]) -> None:
 # ---------------------------------------------------------------- reconcile
 def reconcile_cmd(
     tenant: str = TENANT,
-    from_seq: Optional[int] = typer.Option(None, "--from-seq", min=1, help="first seq compared (default 1)"),
-    to_seq: Optional[int] = typer.Option(None, "--to-seq", min=1, help="last seq compared (default: the chain head)"),
-    trusted_key: Optional[str] = typer.Option(None, "--trusted-key", help="trust anchor fingerprint (default: OML_TRUST_ANCHORS / <home>/trust-anchors)"),
-    out_dir: Optional[Path] = typer.Option(None, "-o", "--output", help="report directory (default <home>/reports)"),
+    from_seq: int | None = typer.Option(None, "--from-seq", min=1, help="first seq compared (default 1)"),
+    to_seq: int | None = typer.Option(None, "--to-seq", min=1, help="last seq compared (default: the chain head)"),
+    trusted_key: str | None = typer.Option(None, "--trusted-key", help="trust anchor fingerprint (default: OML_TRUST_ANCHORS / <home>/trust-anchors)"),
+    out_dir: Path | None = typer.Option(None, "-o", "--output", help="report directory (default <home>/reports)"),
     max_lag: int = typer.Option(3600, "--max-lag", min=0, help="seconds a row may wait for the lake-writer before it is missing, not pending"),
     no_record: bool = typer.Option(False, "--no-record", help="do not journal reconciliation.completed"),
 ) -> None:
@@ -56,9 +64,8 @@ def reconcile_cmd(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
     from rich.table import Table
 
-    from oml.workers.reconcile import reconciler
-
     from oml.services.keys.anchors import trust_anchor_for
+    from oml.workers.reconcile import reconciler
 
     with context(tenant) as ctx:
         try:
@@ -115,8 +122,8 @@ def checkpoint_issue(tenant: str = TENANT) -> None:
 
 
 @checkpoint_app.command("show")
-def checkpoint_show(tenant: str = TENANT, size: Optional[int] = typer.Option(None, "--size", min=1, help="tree size (default newest)"),
-                    output: Optional[Path] = typer.Option(None, "-o", "--output")) -> None:
+def checkpoint_show(tenant: str = TENANT, size: int | None = typer.Option(None, "--size", min=1, help="tree size (default newest)"),
+                    output: Path | None = typer.Option(None, "-o", "--output")) -> None:
     """Print a stored checkpoint note (newest by default)."""
     from oml.services.journal import checkpoints as cps
 
@@ -133,8 +140,8 @@ def checkpoint_show(tenant: str = TENANT, size: Optional[int] = typer.Option(Non
 # ---------------------------------------------------------------- proofs
 @proof_app.command("inclusion")
 def proof_inclusion(tenant: str = TENANT, seq: int = typer.Option(..., "--seq", min=1),
-                    size: Optional[int] = typer.Option(None, "--size", min=1, help="checkpoint tree size (default newest)"),
-                    output: Optional[Path] = typer.Option(None, "-o", "--output")) -> None:
+                    size: int | None = typer.Option(None, "--size", min=1, help="checkpoint tree size (default newest)"),
+                    output: Path | None = typer.Option(None, "-o", "--output")) -> None:
     """Print the tlog-proof@v1 receipt of event SEQ against a stored checkpoint."""
     from oml.services.journal import proofs
 
@@ -146,8 +153,8 @@ def proof_inclusion(tenant: str = TENANT, seq: int = typer.Option(..., "--seq", 
 
 @proof_app.command("consistency")
 def proof_consistency(tenant: str = TENANT, from_size: int = typer.Option(..., "--from", min=1, help="older checkpoint's tree size"),
-                      to_size: Optional[int] = typer.Option(None, "--to", min=1, help="newer checkpoint's tree size (default newest)"),
-                      output: Optional[Path] = typer.Option(None, "-o", "--output")) -> None:
+                      to_size: int | None = typer.Option(None, "--to", min=1, help="newer checkpoint's tree size (default newest)"),
+                      output: Path | None = typer.Option(None, "-o", "--output")) -> None:
     """Print the consistency proof between two stored checkpoints (one base64 hash per line)."""
     from oml.services.journal import proofs
 
@@ -162,11 +169,11 @@ def proof_consistency(tenant: str = TENANT, from_size: int = typer.Option(..., "
 def evidence_export(
     tenant: str = TENANT,
     from_seq: int = typer.Option(1, "--from-seq", min=1, help="first event (default 1)"),
-    to_seq: Optional[int] = typer.Option(None, "--to-seq", min=1, help="last event (default: the chain head)"),
-    previous_checkpoint: Optional[Path] = typer.Option(None, "--previous-checkpoint", exists=True, dir_okay=False,
+    to_seq: int | None = typer.Option(None, "--to-seq", min=1, help="last event (default: the chain head)"),
+    previous_checkpoint: Path | None = typer.Option(None, "--previous-checkpoint", exists=True, dir_okay=False,
                                                        help="your last checkpoint note; the archive proves the log extends it"),
     output: Path = typer.Option(..., "-o", "--output", help="archive file (.tar)"),
-    key_file: Optional[str] = typer.Option(None, "--key-file", help="auditor API key file ('-' for stdin); default $OML_API_KEY; "
+    key_file: str | None = typer.Option(None, "--key-file", help="auditor API key file ('-' for stdin); default $OML_API_KEY; "
                                                                      "without one the export is journalled as the local operator's act "
                                                                      "(docs/auditor-guide.md, Who may export)"),
 ) -> None:
@@ -193,8 +200,8 @@ def evidence_export(
 @evidence_app.command("verify")
 def evidence_verify(
     archive: Path = typer.Argument(..., exists=True, dir_okay=False, help="evidence archive (.tar)"),
-    trusted_key: Optional[str] = typer.Option(None, "--trusted-key", help="tenant trust anchor: 64-hex fingerprint"),
-    previous_checkpoint: Optional[Path] = typer.Option(None, "--previous-checkpoint", exists=True, dir_okay=False,
+    trusted_key: str | None = typer.Option(None, "--trusted-key", help="tenant trust anchor: 64-hex fingerprint"),
+    previous_checkpoint: Path | None = typer.Option(None, "--previous-checkpoint", exists=True, dir_okay=False,
                                                        help="a checkpoint note you kept from before"),
 ) -> None:
     """Verify an archive offline: exit 0 verified+anchored, 1 failed, 3 NOT ANCHORED, 2 a usage error."""

@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -46,7 +47,7 @@ def verdict_exit(ok: bool, anchored: bool) -> int:
 _option_type = TyperOption.display_type_rich
 
 
-def _no_type_for_flags(self: TyperOption, ctx) -> Optional[str]:
+def _no_type_for_flags(self: TyperOption, ctx) -> str | None:
     """Typer's help prints a flag as ``--verbose -v <bool>``, as if it took a value: a flag's type column stays
     empty (typer.core.TyperOption.display_type_rich, patched once here for every command)."""
     return None if self.is_flag else _option_type(self, ctx)
@@ -77,14 +78,14 @@ def fail(message: str, code: int = EXIT_USAGE) -> None:
     raise typer.Exit(code)
 
 
-def refuse_existing(path: "Optional[os.PathLike[str] | str]", option: str) -> None:
+def refuse_existing(path: os.PathLike[str] | str | None, option: str) -> None:
     """Exit 2 when ``path`` (an output file) exists: no command overwrites a file silently; it may hold keys or an
     archive an auditor still needs. ``-`` (standard output) and ``None`` pass."""
     if path is not None and str(path) != "-" and os.path.lexists(path):
         fail(f"{option} {path}: the file exists; OML does not overwrite it (remove it or choose another name)")
 
 
-def print_problem(exc: OMLError, ctx: "Optional[Context]" = None) -> None:
+def print_problem(exc: OMLError, ctx: Context | None = None) -> None:
     """``code: detail`` on stderr; an unknown key also says which database was asked (the usual cause)."""
     # Scalar extras (field, head, allowed codes …) are content-free by the errors' own rule (domain/errors.py).
     extras = "; ".join(f"{k} {', '.join(map(str, v)) if isinstance(v, (list, tuple)) else v}"
@@ -118,7 +119,7 @@ def require_home(settings) -> None:
 
 
 @contextmanager
-def context(*tenants: Optional[str], new_home: bool = False) -> "Iterator[Context]":
+def context(*tenants: str | None, new_home: bool = False) -> Iterator[Context]:
     """The invocation's context; each tenant named (``None`` skipped) must exist (:func:`require_tenant`), so every
     command that takes ``--tenant`` answers a mistyped one the same way. A refusal prints its code, exit 2. Only a
     command passing ``new_home`` may create the embedded home (:func:`require_home`)."""
@@ -140,7 +141,7 @@ def context(*tenants: Optional[str], new_home: bool = False) -> "Iterator[Contex
         ctx.close()
 
 
-def require_tenant(ctx: "Context", tenant: str) -> None:
+def require_tenant(ctx: Context, tenant: str) -> None:
     """``tenant.not_found`` (exit 2, as reconcile and evidence export answer: docs/anchoring.md) for a tenant this
     database does not have, so a mistyped ``--tenant`` is never read as "nothing to do"; an existing tenant whose
     journal is empty or cut still fails verification (exit 1)."""
@@ -178,7 +179,7 @@ def read_secret(path: str | None, what: str, option: str = "--key-file") -> str:
     return value
 
 
-def api_key(key_file: Optional[str], what: str = "the API key") -> str:
+def api_key(key_file: str | None, what: str = "the API key") -> str:
     """The key from ``--key-file`` (``-`` for stdin) or, without it, ``OML_API_KEY``; exits 2 when neither has one."""
     if key_file:
         key = read_secret(key_file, what)
@@ -190,7 +191,7 @@ def api_key(key_file: Optional[str], what: str = "the API key") -> str:
     return key.split(",")[0].strip()
 
 
-def authenticate_key(ctx: "Context", key: str):
+def authenticate_key(ctx: Context, key: str):
     """The key's principal in ``ctx``'s database. ``access.unauthenticated`` either way; a value that is not an API
     key at all (a typo, a password pasted) says so (``reason: malformed_key``) instead of suggesting another home.
     The value is never printed."""
@@ -204,7 +205,7 @@ def authenticate_key(ctx: "Context", key: str):
     return authenticate(ctx.db, key)
 
 
-def principal(ctx: "Context", key_file: Optional[str], what: str = "the API key"):
+def principal(ctx: Context, key_file: str | None, what: str = "the API key"):
     """Authenticate :func:`api_key` against ``ctx``'s database (``access.unauthenticated`` is printed by :func:`context`)."""
     return authenticate_key(ctx, api_key(key_file, what))
 

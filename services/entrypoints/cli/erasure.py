@@ -34,12 +34,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
-from typing import List, Optional
 
 import typer
-from rich.table import Table
-
 from rich.markup import escape
+from rich.table import Table
 
 from oml.services.entrypoints.cli.common import TENANT, console, context, err, fail, key_file_option, principal, read_secret
 
@@ -53,7 +51,7 @@ REPORT_DIR = typer.Option(None, "--report-dir", help="write the erasure report h
 AS_JSON = typer.Option(False, "--json", help="print one JSON object")
 
 
-def _operator(ctx, key_file: Optional[str]):
+def _operator(ctx, key_file: str | None):
     return principal(ctx, key_file, "the operator API key")
 
 
@@ -63,7 +61,7 @@ def _print(data: dict, as_json: bool) -> bool:
     return as_json
 
 
-def _write_report(ctx, tenant: str, claim_ids: list[str], report_dir: Optional[str]) -> dict:
+def _write_report(ctx, tenant: str, claim_ids: list[str], report_dir: str | None) -> dict:
     from oml.services.erasure import report as erasure_report
 
     rep = erasure_report.build(ctx, tenant, claim_ids)
@@ -88,7 +86,7 @@ def _show_report(rep: dict) -> None:
         console.print(escape(f"report: {f}"))
 
 
-def _after_erasure(ctx, out: dict, report_dir: Optional[str], as_json: bool) -> None:
+def _after_erasure(ctx, out: dict, report_dir: str | None, as_json: bool) -> None:
     ids = [e["claim_id"] for e in out["erasures"]]
     rep = _write_report(ctx, out["tenant"], ids, report_dir) if ids else None
     if _print({**out, "report": rep}, as_json):
@@ -108,7 +106,7 @@ def _after_erasure(ctx, out: dict, report_dir: Optional[str], as_json: bool) -> 
 @erase_app.command("claim")
 def erase_claim(claim_id: str = typer.Argument(..., help="the claim id"), reason: str = REASON,
                 no_rewrite: bool = typer.Option(False, "--no-rewrite", help="leave the relation rewrite to `oml erase rewrite`"),
-                key_file: Optional[str] = KEY_FILE, report_dir: Optional[str] = REPORT_DIR, as_json: bool = AS_JSON) -> None:
+                key_file: str | None = KEY_FILE, report_dir: str | None = REPORT_DIR, as_json: bool = AS_JSON) -> None:
     """Erase one claim: every version and note, everywhere; prints the erasure report."""
     from oml.services.erasure.acts import Erasure
 
@@ -119,9 +117,9 @@ def erase_claim(claim_id: str = typer.Argument(..., help="the claim id"), reason
 
 @erase_app.command("subject")
 def erase_subject(kind: str = typer.Option(..., "--kind", help="email, phone, name, customer_id or other"), reason: str = REASON,
-                  file: Optional[str] = typer.Option(None, "--file", help="file holding the subject value; default: standard input"),
-                  no_rewrite: bool = typer.Option(False, "--no-rewrite"), key_file: Optional[str] = KEY_FILE,
-                  report_dir: Optional[str] = REPORT_DIR, as_json: bool = AS_JSON) -> None:
+                  file: str | None = typer.Option(None, "--file", help="file holding the subject value; default: standard input"),
+                  no_rewrite: bool = typer.Option(False, "--no-rewrite"), key_file: str | None = KEY_FILE,
+                  report_dir: str | None = REPORT_DIR, as_json: bool = AS_JSON) -> None:
     """Erase every claim that declared a data subject. The value comes from --file or standard input, never argv."""
     from oml.services.erasure.acts import Erasure
 
@@ -153,8 +151,8 @@ def erase_rewrite(tenant: str = TENANT,
 
 
 @erase_app.command("report")
-def erase_report(claim_ids: List[str] = typer.Argument(..., help="erased claim ids"), tenant: str = TENANT,
-                 report_dir: Optional[str] = REPORT_DIR, as_json: bool = AS_JSON) -> None:
+def erase_report(claim_ids: list[str] = typer.Argument(..., help="erased claim ids"), tenant: str = TENANT,
+                 report_dir: str | None = REPORT_DIR, as_json: bool = AS_JSON) -> None:
     """Rebuild the erasure report of erased claims now (JSON and HTML)."""
     with context(tenant) as ctx:
         rep = _write_report(ctx, tenant, list(claim_ids), report_dir)
@@ -166,7 +164,7 @@ def erase_report(claim_ids: List[str] = typer.Argument(..., help="erased claim i
 
 # ---------------------------------------------------------------- hold
 @hold_app.command("place")
-def hold_place(claim_id: str = typer.Argument(...), reason: str = REASON, key_file: Optional[str] = KEY_FILE,
+def hold_place(claim_id: str = typer.Argument(...), reason: str = REASON, key_file: str | None = KEY_FILE,
                as_json: bool = AS_JSON) -> None:
     """Place a legal hold (journalled); the claim refuses erasure until released."""
     from oml.services.erasure.acts import Erasure
@@ -178,7 +176,7 @@ def hold_place(claim_id: str = typer.Argument(...), reason: str = REASON, key_fi
 
 
 @hold_app.command("release")
-def hold_release(claim_id: str = typer.Argument(...), reason: str = REASON, key_file: Optional[str] = KEY_FILE,
+def hold_release(claim_id: str = typer.Argument(...), reason: str = REASON, key_file: str | None = KEY_FILE,
                  as_json: bool = AS_JSON) -> None:
     """Release a legal hold (journalled)."""
     from oml.services.erasure.acts import Erasure
@@ -254,7 +252,7 @@ def keys_rewrap(tenant: str = TENANT, as_json: bool = AS_JSON) -> None:
 
 
 def keys_retire(tenant: str = TENANT,
-                older_than_days: Optional[float] = typer.Option(
+                older_than_days: float | None = typer.Option(
                     None, "--older-than-days", help="window in days (default OML_BACKUP_RETENTION_DAYS); 0 destroys every retired version"),
                 dry_run: bool = typer.Option(False, "--dry-run"), as_json: bool = AS_JSON) -> None:
     """Destroy body-encryption key versions retired longer ago than the backup window."""
@@ -273,7 +271,6 @@ def keys_retire(tenant: str = TENANT,
 def keys_versions(tenant: str = TENANT, as_json: bool = AS_JSON) -> None:
     """List the body-encryption key versions: registration, retirement, live DEKs, presence in the KeyStore."""
     from oml.services.keys import rotation as keys_rotation
-
     from oml.services.runtime.context import describe_keystore
 
     with context(tenant) as ctx:
@@ -336,7 +333,7 @@ def restore_status(as_json: bool = AS_JSON) -> None:
 
 
 @restore_app.command("reapply-erasures")
-def restore_reapply(tenant: Optional[List[str]] = typer.Option(None, "--tenant", "-t", help="only these tenants (the fence stays until all ran)"),
+def restore_reapply(tenant: list[str] | None = typer.Option(None, "--tenant", "-t", help="only these tenants (the fence stays until all ran)"),
                     no_lake: bool = typer.Option(False, "--no-lake", help="replay the PostgreSQL journal's erasures only"),
                     accept_diverged: bool = typer.Option(False, "--accept-diverged",
                                                          help="replay signed erasures from a lake whose journal no longer continues this chain"),

@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 import logging
+from importlib.metadata import entry_points
 
 import typer
-
-from importlib.metadata import entry_points
 
 from oml.services.entrypoints.cli import admin, audit, erasure, ops, recall, serve, simulations
 from oml.services.entrypoints.cli.common import SortedGroup

@@ -21,13 +21,11 @@ import json
 import logging
 import signal
 import threading
-from typing import Optional
 
 import typer
 from rich.markup import escape
 
 from oml.domain.errors import OMLError
-
 from oml.services.entrypoints.cli.common import console, context, err
 
 lake_app = typer.Typer(no_args_is_help=True, help="Delta Lake copy of journal, checkpoints and ciphertext.")
@@ -44,7 +42,7 @@ def worker_cmd(
     no_relay: bool = typer.Option(False, "--no-relay", help="consume only (needs OML_REDIS_URL and a relay elsewhere)"),
     poll: float = typer.Option(2.0, "--poll", min=0.1, help="longest relay sleep without a NOTIFY, seconds"),
     sweep: float = typer.Option(30.0, "--sweep", min=1.0, help="seconds between lag sweeps that re-wake consumers"),
-    consumer: Optional[list[str]] = typer.Option(None, "--consumer", help="consume only this queue's consumer "
+    consumer: list[str] | None = typer.Option(None, "--consumer", help="consume only this queue's consumer "
                                                  "(lake-writer | indexer; repeatable; needs OML_REDIS_URL)"),
     relay_only: bool = typer.Option(False, "--relay-only", help="run the relay and consume nothing (needs OML_REDIS_URL)"),
     reconcile_every: float = typer.Option(0.0, "--reconcile-every", min=0.0,
@@ -107,7 +105,7 @@ def worker_cmd(
 
 
 def status_cmd(
-    tenant: Optional[str] = typer.Option(None, "--tenant", "-t", help="only this tenant"),
+    tenant: str | None = typer.Option(None, "--tenant", "-t", help="only this tenant"),
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
 ) -> None:
     """Per consumer and tenant: journal head, cursor, lag and poison records; undispatched outbox rows."""
@@ -166,7 +164,7 @@ def status_cmd(
 
 
 @lake_app.command("compact")
-def lake_compact(tenant: Optional[str] = typer.Option(None, "--tenant", "-t", help="only this tenant's partition")) -> None:
+def lake_compact(tenant: str | None = typer.Option(None, "--tenant", "-t", help="only this tenant's partition")) -> None:
     """Compact small files in the three Delta tables and write a checkpoint of each."""
     from oml.workers.lake import writer as lake_writer
 
@@ -182,7 +180,7 @@ def lake_compact(tenant: Optional[str] = typer.Option(None, "--tenant", "-t", he
 
 
 @lake_app.command("catch-up")
-def lake_catch_up(tenant: Optional[str] = typer.Option(None, "--tenant", "-t", help="only this tenant (default: every tenant)")) -> None:
+def lake_catch_up(tenant: str | None = typer.Option(None, "--tenant", "-t", help="only this tenant (default: every tenant)")) -> None:
     """Copy everything pending into the lake now (what the lake-writer actor does on a wake-up)."""
     from oml.workers.lake import writer as lake_writer
 
@@ -197,12 +195,12 @@ def lake_catch_up(tenant: Optional[str] = typer.Option(None, "--tenant", "-t", h
 
 
 @lake_app.command("status")
-def lake_status(tenant: Optional[str] = typer.Option(None, "--tenant", "-t", help="only this tenant (default: every tenant)")) -> None:
+def lake_status(tenant: str | None = typer.Option(None, "--tenant", "-t", help="only this tenant (default: every tenant)")) -> None:
     """What the lake itself records per tenant (Delta application transactions) against the journal head."""
     from rich.table import Table
 
-    from oml.workers.runtime import lag
     from oml.workers.lake import writer as lake_writer
+    from oml.workers.runtime import lag
 
     with context(tenant) as ctx:
         rows = [r for r in lag.report(ctx, (lake_writer.CONSUMER,), tenant=tenant)]
@@ -220,9 +218,9 @@ def lake_status(tenant: Optional[str] = typer.Option(None, "--tenant", "-t", hel
 @index_app.command("rebuild")
 def index_rebuild(tenant: str = typer.Option(..., "--tenant", "-t", help="tenant slug")) -> None:
     """Delete the tenant's FTS and embedding rows and rebuild them from the journal and bodies (one transaction)."""
-    from oml.workers.index import indexer
-
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+
+    from oml.workers.index import indexer
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("events"),
                TaskProgressColumn(), TimeRemainingColumn())
@@ -249,7 +247,7 @@ def index_enroll(tenant: str = typer.Option(..., "--tenant", "-t", help="tenant 
 
 
 @index_app.command("catch-up")
-def index_catch_up(tenant: Optional[str] = typer.Option(None, "--tenant", "-t", help="only this tenant (default: every tenant)")) -> None:
+def index_catch_up(tenant: str | None = typer.Option(None, "--tenant", "-t", help="only this tenant (default: every tenant)")) -> None:
     """Index everything pending now (what the indexer actor does on a wake-up)."""
     from oml.workers.index import indexer
 

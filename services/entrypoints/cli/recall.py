@@ -11,13 +11,22 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import List, Optional
 
 import typer
-
 from rich.markup import escape
 
-from oml.services.entrypoints.cli.common import JSON, TENANT, authenticate_key, console, context, err, fail, key_file_option, principal, require_home
+from oml.services.entrypoints.cli.common import (
+    JSON,
+    TENANT,
+    authenticate_key,
+    console,
+    context,
+    err,
+    fail,
+    key_file_option,
+    principal,
+    require_home,
+)
 
 readlog_app = typer.Typer(no_args_is_help=True, help="The read log: seal batches into the journal, verify anchors.")
 retention_app = typer.Typer(no_args_is_help=True, help="The read log's per-tenant retention window (operator key).")
@@ -27,17 +36,17 @@ _principal = principal
 
 
 def recall_cmd(
-    query: Optional[str] = typer.Argument(None, help="the query text; omit or '-' to read it from stdin"),
-    workarea: Optional[str] = typer.Option(None, "--workarea", "-w", help="workarea node id to scope to (default: the key's roots)"),
+    query: str | None = typer.Argument(None, help="the query text; omit or '-' to read it from stdin"),
+    workarea: str | None = typer.Option(None, "--workarea", "-w", help="workarea node id to scope to (default: the key's roots)"),
     retriever: str = typer.Option("hybrid", "--retriever", "-r", help="fts | vector | hybrid"),
     k: int = typer.Option(10, "-k", help="hits to return (1-100); steering rows come on top"),
-    max_chars: Optional[int] = typer.Option(None, "--max-chars", help="character budget (never drops steering rows)"),
-    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="token budget, estimated at 4 characters per token"),
-    kind: Optional[List[str]] = typer.Option(None, "--kind", help="filter hits by kind (repeatable)"),
-    provenance: Optional[List[str]] = typer.Option(None, "--provenance", help="filter hits by provenance (repeatable)"),
-    as_of: Optional[str] = typer.Option(None, "--as-of", help="read the tips as they were at this ISO 8601 instant"),
+    max_chars: int | None = typer.Option(None, "--max-chars", help="character budget (never drops steering rows)"),
+    max_tokens: int | None = typer.Option(None, "--max-tokens", help="token budget, estimated at 4 characters per token"),
+    kind: list[str] | None = typer.Option(None, "--kind", help="filter hits by kind (repeatable)"),
+    provenance: list[str] | None = typer.Option(None, "--provenance", help="filter hits by provenance (repeatable)"),
+    as_of: str | None = typer.Option(None, "--as-of", help="read the tips as they were at this ISO 8601 instant"),
     as_json: bool = typer.Option(False, "--json", help="print the full response as JSON"),
-    key_file: Optional[str] = KEY_FILE,
+    key_file: str | None = KEY_FILE,
 ) -> None:
     """Recall: steering rows first, then hits (docs/recall.md)."""
     from oml.services.reads.recall import Recaller, RecallRequest
@@ -97,7 +106,7 @@ def _source(item: dict) -> str:
 
 
 @readlog_app.command("seal")
-def readlog_seal(tenant: Optional[str] = typer.Option(None, "--tenant", "-t", help="one tenant (default: every tenant)"),
+def readlog_seal(tenant: str | None = typer.Option(None, "--tenant", "-t", help="one tenant (default: every tenant)"),
                  as_json: bool = JSON) -> None:
     """Seal unsealed reads into batches and journal each batch's digest (`readlog.anchored`)."""
     from oml.services.reads import readlog
@@ -136,7 +145,7 @@ def readlog_verify(tenant: str = TENANT,
 
 @retention_app.command("set")
 def retention_set(days: int = typer.Option(..., "--days", help="read-log retention window in days"),
-                  key_file: Optional[str] = KEY_FILE) -> None:
+                  key_file: str | None = KEY_FILE) -> None:
     """Journal the key's tenant's read-log retention window (`retention.policy_set`)."""
     from oml.services.reads import readlog
 
@@ -146,8 +155,8 @@ def retention_set(days: int = typer.Option(..., "--days", help="read-log retenti
 
 
 @retention_app.command("apply")
-def retention_apply(tenant: Optional[str] = typer.Option(None, "--tenant", "-t", help="as a scheduled system job, without a key"),
-                    key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> None:
+def retention_apply(tenant: str | None = typer.Option(None, "--tenant", "-t", help="as a scheduled system job, without a key"),
+                    key_file: str | None = KEY_FILE, as_json: bool = JSON) -> None:
     """Seal, then retire the batches older than the window; journals `retention.applied`."""
     from oml.services.reads import readlog
 
@@ -174,7 +183,6 @@ def mcp_cmd(transport: str = typer.Option("stdio", "--transport", help="stdio | 
     does not wait for it (and time out). Status lines go to stderr: stdout is the stdio protocol.
     """
     from oml.services.entrypoints import mcp_server
-
     from oml.services.entrypoints.cli.serve import check_port, warm_model
 
     if transport not in ("stdio", "http"):

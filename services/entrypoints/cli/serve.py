@@ -7,10 +7,7 @@ with Redis they run as separate ``oml worker`` processes and
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
-
 from rich.markup import escape
 
 from oml.services.entrypoints.cli.common import context, err, fail
@@ -49,9 +46,9 @@ def warm_model() -> None:
 
 
 def serve_cmd(
-    host: Optional[str] = typer.Option(None, "--host", help="bind address (default OML_HTTP_HOST, 127.0.0.1)"),
-    port: Optional[int] = typer.Option(None, "--port", help="port (default OML_HTTP_PORT, 8765)"),
-    workers: Optional[bool] = typer.Option(None, "--workers/--no-workers",
+    host: str | None = typer.Option(None, "--host", help="bind address (default OML_HTTP_HOST, 127.0.0.1)"),
+    port: int | None = typer.Option(None, "--port", help="port (default OML_HTTP_PORT, 8765)"),
+    workers: bool | None = typer.Option(None, "--workers/--no-workers",
                                            help="run relay and consumers in this process (default: yes without OML_REDIS_URL)"),
 ) -> None:
     """Serve the HTTP API (OpenAPI at /openapi.json) until interrupted.

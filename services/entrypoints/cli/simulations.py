@@ -10,12 +10,12 @@ Exit statuses: 0 success; 2 usage error or refusal (with its code).
 from __future__ import annotations
 
 import json
-from typing import List, Optional
 
 import typer
 from rich.markup import escape
 
-from oml.services.entrypoints.cli.common import JSON, console, context, emit as _emit, fail, key_file_option, principal, read_secret
+from oml.services.entrypoints.cli.common import JSON, console, context, fail, key_file_option, principal, read_secret
+from oml.services.entrypoints.cli.common import emit as _emit
 
 sim_app = typer.Typer(no_args_is_help=True, help="Simulations: sandboxes with an audience (admin or operator key).")
 
@@ -24,10 +24,10 @@ _key = principal
 
 
 @sim_app.command("open")
-def open_(audience: List[str] = typer.Option(..., "--audience", "-a", help="principal id (16 hex) in the audience; repeat"),
-          name: Optional[str] = typer.Option(None, "--name", help="a label for people (kept out of the journal)"),
-          name_file: Optional[str] = typer.Option(None, "--name-file", help="read the name from this file ('-' for stdin)"),
-          key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> None:
+def open_(audience: list[str] = typer.Option(..., "--audience", "-a", help="principal id (16 hex) in the audience; repeat"),
+          name: str | None = typer.Option(None, "--name", help="a label for people (kept out of the journal)"),
+          name_file: str | None = typer.Option(None, "--name-file", help="read the name from this file ('-' for stdin)"),
+          key_file: str | None = KEY_FILE, as_json: bool = JSON) -> None:
     """Open a simulation; prints its id. Its index partitions are created in the same transaction."""
     if (name is None) == (name_file is None):
         fail("give exactly one of --name and --name-file")
@@ -41,7 +41,7 @@ def open_(audience: List[str] = typer.Option(..., "--audience", "-a", help="prin
 
 
 @sim_app.command("list")
-def list_(key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> None:
+def list_(key_file: str | None = KEY_FILE, as_json: bool = JSON) -> None:
     """The simulations the key may see, with their status and counts."""
     from rich.table import Table
 
@@ -60,7 +60,7 @@ def list_(key_file: Optional[str] = KEY_FILE, as_json: bool = JSON) -> None:
 
 
 @sim_app.command("show")
-def show(simulation_id: str = typer.Argument(..., help="the simulation id"), key_file: Optional[str] = KEY_FILE) -> None:
+def show(simulation_id: str = typer.Argument(..., help="the simulation id"), key_file: str | None = KEY_FILE) -> None:
     """One simulation's record as JSON."""
     from oml.services.simulations.acts import Simulations
 
@@ -70,7 +70,7 @@ def show(simulation_id: str = typer.Argument(..., help="the simulation id"), key
 
 
 @sim_app.command("close")
-def close(simulation_id: str = typer.Argument(..., help="the simulation id"), key_file: Optional[str] = KEY_FILE,
+def close(simulation_id: str = typer.Argument(..., help="the simulation id"), key_file: str | None = KEY_FILE,
           as_json: bool = JSON) -> None:
     """Close a simulation: demote its promoted versions (its overlay tips), drop its partitions."""
     from oml.services.simulations.acts import Simulations

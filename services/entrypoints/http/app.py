@@ -13,13 +13,21 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
+from oml.services.entrypoints.http import (
+    openapi_contract,
+    problems,
+    routes_admin,
+    routes_audit,
+    routes_claims,
+    routes_erasure,
+    routes_feed,
+    routes_ops,
+    routes_recall,
+    routes_simulations,
+)
+from oml.services.entrypoints.http.body_limit import BodyLimit
 from oml.services.runtime import tracing
 from oml.services.runtime.context import Context
-
-from oml.services.entrypoints.http import openapi_contract, problems
-from oml.services.entrypoints.http.body_limit import BodyLimit
-from oml.services.entrypoints.http import routes_admin, routes_audit, routes_claims, routes_erasure, routes_ops, routes_recall, routes_simulations
-from oml.services.entrypoints.http import routes_feed
 
 ROUTERS = (routes_admin, routes_claims, routes_recall, routes_audit, routes_erasure, routes_simulations, routes_ops,
            routes_feed)

@@ -15,7 +15,8 @@ route's invalid-input code (``recall.invalid`` on ``/v1/recall``; docs/api.md). 
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send

@@ -19,9 +19,9 @@ METHODS = ("get", "post", "put", "patch", "delete")
 
 
 def build_spec() -> dict[str, Any]:
-    from oml.services.runtime.context import Context
     from oml.services.entrypoints.http.app import create_app
     from oml.services.keys.keystore import LocalKeyStore
+    from oml.services.runtime.context import Context
     from oml.services.runtime.settings import Settings
     from oml.services.storage.db import Database
 

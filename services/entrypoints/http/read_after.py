@@ -11,10 +11,9 @@ from __future__ import annotations
 from fastapi import Depends, Header, Response
 
 from oml.domain.access import Principal
-from oml.services.runtime.context import Context
-from oml.services.reads import positions
-
 from oml.services.entrypoints.http.deps import context, principal
+from oml.services.reads import positions
+from oml.services.runtime.context import Context
 
 
 def read_after(token: str | None = Header(None, alias=positions.HEADER, max_length=200,

@@ -11,21 +11,20 @@ admin acts.
 """
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 from fastapi import APIRouter, Depends, Path
 from pydantic import Field, model_validator
 
-from oml.services.keys import signing_rotation
 from oml.client import wire as W
 from oml.domain.access import Principal
 from oml.domain.errors import OMLError
 from oml.domain.events import Actor
-from oml.services.runtime.context import Context
-
 from oml.services.entrypoints.http.deps import context, principal
 from oml.services.entrypoints.http.deps import idempotency_key as idempotency_key_header
 from oml.services.entrypoints.http.validation import KEY_ID_PATTERN, Closed, Label, UUIDStr, text, uuid_path
+from oml.services.keys import signing_rotation
+from oml.services.runtime.context import Context
 
 router = APIRouter(tags=["admin"])
 
@@ -35,7 +34,7 @@ IdemKey = Depends(idempotency_key_header)
 # ---------------------------------------------------------------- identities
 class IdentityIn(Closed):
     kind: Literal["person", "service"]
-    display_name: Optional[text(200, "operator-facing label; kept out of the journal")] = None
+    display_name: text(200, "operator-facing label; kept out of the journal") | None = None
 
 
 @router.post("/v1/identities", response_model=W.IdentityCreated, summary="Create an identity (person or service)")
@@ -70,7 +69,7 @@ def revoke_principal(principal_id: str = Path(pattern=KEY_ID_PATTERN, descriptio
 # ---------------------------------------------------------------- workareas
 class WorkareaIn(Closed):
     label: Label
-    parent_id: Optional[UUIDStr] = Field(None, description="parent node id; null creates a new top-level workarea")
+    parent_id: UUIDStr | None = Field(None, description="parent node id; null creates a new top-level workarea")
     development: bool = Field(False, description="authors may self-promote here (recorded self_signed)")
     pii_policy: Literal["deny", "declare", "allow"] = "deny"
 
@@ -84,7 +83,7 @@ def create_workarea(req: WorkareaIn, p: Principal = Depends(principal), ctx: Con
 
 
 class ReparentIn(Closed):
-    new_parent_id: Optional[UUIDStr] = Field(description="new parent node id; null makes the subtree top-level")
+    new_parent_id: UUIDStr | None = Field(description="new parent node id; null makes the subtree top-level")
 
 
 @router.post("/v1/workareas/{node_id}/reparent", response_model=W.Workarea, summary="Move a workarea subtree")
@@ -95,8 +94,8 @@ def reparent_workarea(req: ReparentIn, node_id: uuid_path("the workarea node id"
 
 
 class PolicyIn(Closed):
-    development: Optional[bool] = None
-    pii_policy: Optional[Literal["deny", "declare", "allow"]] = None
+    development: bool | None = None
+    pii_policy: Literal["deny", "declare", "allow"] | None = None
 
     @model_validator(mode="after")
     def _one(self):

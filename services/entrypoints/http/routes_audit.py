@@ -14,17 +14,14 @@ Checkpoints reveal the journal's size, so they are served to audit roles only
 """
 from __future__ import annotations
 
-from typing import Optional
-
 from fastapi import APIRouter, Depends, Query, Response
 from pydantic import Field
 
 from oml.domain.access import Principal
 from oml.domain.errors import OMLError
-from oml.services.runtime.context import Context
-
 from oml.services.entrypoints.http.deps import context, principal
 from oml.services.entrypoints.http.validation import Closed
+from oml.services.runtime.context import Context
 
 router = APIRouter(tags=["audit"])
 
@@ -66,7 +63,7 @@ def issue_checkpoint(p: Principal = Depends(principal), ctx: Context = Depends(c
 @router.get("/v1/proofs/inclusion", response_class=Response, summary="Inclusion receipt (tlog-proof@v1) for one event",
             responses={200: {"content": {"text/plain": {}}}})
 def inclusion(seq: int = Query(..., ge=1, le=2**53 - 1, description="journal seq of the event"),
-              size: Optional[int] = Query(None, ge=1, le=2**53 - 1, description="tree size of a stored checkpoint (default newest)"),
+              size: int | None = Query(None, ge=1, le=2**53 - 1, description="tree size of a stored checkpoint (default newest)"),
               p: Principal = Depends(principal), ctx: Context = Depends(context)) -> Response:
     """Leaf index ``seq - 1``; the checkpoint is embedded verbatim. ``proof.not_checkpointed`` (409) when no
     stored checkpoint covers ``seq`` yet; ``proof.invalid_range`` (422, with ``head``) when ``seq`` is beyond the chain
@@ -80,7 +77,7 @@ def inclusion(seq: int = Query(..., ge=1, le=2**53 - 1, description="journal seq
 @router.get("/v1/proofs/consistency", response_class=Response, summary="Consistency proof between two checkpoints",
             responses={200: {"content": {"text/plain": {}}}})
 def consistency(from_: int = Query(..., alias="from", ge=1, le=2**53 - 1, description="older checkpoint's tree size"),
-                to: Optional[int] = Query(None, ge=1, le=2**53 - 1, description="newer checkpoint's tree size (default newest)"),
+                to: int | None = Query(None, ge=1, le=2**53 - 1, description="newer checkpoint's tree size (default newest)"),
                 p: Principal = Depends(principal), ctx: Context = Depends(context)) -> Response:
     """One base64 hash per line, RFC 9162 §2.1.4 order; empty when the sizes are equal. Roles: auditor, operator."""
     from oml.services.journal import proofs
@@ -92,9 +89,9 @@ def consistency(from_: int = Query(..., alias="from", ge=1, le=2**53 - 1, descri
 
 class ExportIn(Closed):
     from_seq: int = Field(1, ge=1, le=2**53 - 1, description="first event")
-    to_seq: Optional[int] = Field(None, ge=1, le=2**53 - 1, description="last event (default: the chain head, as in the CLI); "
+    to_seq: int | None = Field(None, ge=1, le=2**53 - 1, description="last event (default: the chain head, as in the CLI); "
                                                                          "beyond the head is evidence.invalid_range with a head member")
-    previous_checkpoint: Optional[str] = Field(None, max_length=65536, description="your last checkpoint note, verbatim")
+    previous_checkpoint: str | None = Field(None, max_length=65536, description="your last checkpoint note, verbatim")
 
 
 @router.post("/v1/evidence/export", response_class=Response, summary="Evidence archive for a seq range",

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator, Literal, Optional
+from typing import Literal
 
 import sqlalchemy as sa
 from fastapi import APIRouter, Depends, Query, Response
@@ -25,13 +26,12 @@ from oml.domain.access import Principal
 from oml.domain.errors import OMLError, invalid
 from oml.domain.events import REASON_CODES
 from oml.services.claims.admission import Submission
-from oml.services.runtime.context import Context
-from oml.services.reads.bodies import Unverified, decrypt_version, log_read
-
 from oml.services.entrypoints.http.deps import context, principal
 from oml.services.entrypoints.http.read_after import stamp_position
 from oml.services.entrypoints.http.routes_admin import IdemKey
 from oml.services.entrypoints.http.validation import UUID_PATTERN, Body, Closed, Time, UUIDStr, text, uuid_path
+from oml.services.reads.bodies import Unverified, decrypt_version, log_read
+from oml.services.runtime.context import Context
 
 router = APIRouter(tags=["claims"])
 
@@ -45,13 +45,13 @@ class ClaimIn(Closed):
     kind: Literal["fact", "steering"] = "fact"
     provenance: Literal["observed", "reported", "inferred"] = Field(
         "observed", description="`simulation` provenance is set by simulation writes, not here")
-    claim_id: Optional[UUIDStr] = Field(None, description="add a version to this claim")
-    supersedes: Optional[UUIDStr] = Field(None, description="the version this one replaces (the claim's current tip)")
+    claim_id: UUIDStr | None = Field(None, description="add a version to this claim")
+    supersedes: UUIDStr | None = Field(None, description="the version this one replaces (the claim's current tip)")
     derived_from: list[UUIDStr] = Field(default_factory=list, max_length=64, description="lineage: claim ids, each at most once")
-    valid_from: Optional[Time] = None
-    valid_to: Optional[Time] = Field(None, description="ISO 8601 time with a zone, after valid_from: the claim holds in "
+    valid_from: Time | None = None
+    valid_to: Time | None = Field(None, description="ISO 8601 time with a zone, after valid_from: the claim holds in "
                                                        "[valid_from, valid_to)")
-    confidence: Optional[int] = Field(None, ge=0, le=1000)
+    confidence: int | None = Field(None, ge=0, le=1000)
 
     def submission(self) -> Submission:
         return Submission(workarea_id=self.workarea_id, body=self.body, kind=self.kind, provenance=self.provenance,
@@ -116,7 +116,7 @@ def submit_batch(req: BatchIn, response: Response, p: Principal = Depends(princi
 class ReviewIn(Closed):
     decision: Literal["promote", "reject", "demote"]
     reason: Reason = Field(description="a reason code from the closed list")
-    note: Optional[text(4000, "free text; stored as an encrypted note artifact, never in the journal")] = None
+    note: text(4000, "free text; stored as an encrypted note artifact, never in the journal") | None = None
 
 
 @router.post("/v1/versions/{version_id}/review", response_model=W.Reviewed, summary="Promote, reject or demote a version")
@@ -220,7 +220,7 @@ def review_queue(ctx: Context, p: Principal, *, limit: int = 50, after: str | No
 
 @router.get("/v1/review-queue", response_model=W.QueuePage, summary="Held claims awaiting review, decrypted for a reviewer")
 def get_review_queue(limit: int = Query(50, ge=1, le=200),
-                     after: Optional[str] = Query(None, pattern=UUID_PATTERN, description=CURSOR_DOC),
+                     after: str | None = Query(None, pattern=UUID_PATTERN, description=CURSOR_DOC),
                      p: Principal = Depends(principal), ctx: Context = Depends(context)) -> dict:
     """Role: reviewer. Only versions under the key's workarea roots; every call is logged in the read log."""
     return review_queue(ctx, p, limit=limit, after=after)
@@ -255,7 +255,7 @@ def own_work(ctx: Context, p: Principal, *, status: str = "held", decrypt: bool 
 @router.get("/v1/own-work", response_model=W.OwnPage, summary="The caller's own claim versions (held by default)")
 def get_own_work(status: Literal["held", "promoted", "rejected", "demoted"] = "held", decrypt: bool = False,
                  limit: int = Query(50, ge=1, le=200),
-                 after: Optional[str] = Query(None, pattern=UUID_PATTERN, description=CURSOR_DOC),
+                 after: str | None = Query(None, pattern=UUID_PATTERN, description=CURSOR_DOC),
                  p: Principal = Depends(principal), ctx: Context = Depends(context)) -> dict:
     """Role: writer. Ids and status; with ``decrypt=true`` also the bodies (the author reading their own work)."""
     return own_work(ctx, p, status=status, decrypt=decrypt, limit=limit, after=after)

@@ -23,13 +23,12 @@ from pydantic import Field
 from oml.domain import claims as rules
 from oml.domain.access import Principal
 from oml.domain.events import ERASURE_REASONS
-from oml.services.erasure import report as erasure_report
-from oml.services.runtime.context import Context
-from oml.services.erasure.acts import Erasure
-
 from oml.services.entrypoints.http.deps import context, principal
 from oml.services.entrypoints.http.deps import idempotency_key as idempotency_key_header
 from oml.services.entrypoints.http.validation import Closed, text
+from oml.services.erasure import report as erasure_report
+from oml.services.erasure.acts import Erasure
+from oml.services.runtime.context import Context
 
 router = APIRouter(tags=["erasure"])
 IdemKey = Depends(idempotency_key_header)

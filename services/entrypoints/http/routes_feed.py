@@ -22,11 +22,10 @@ from pydantic import Field, StringConstraints
 
 from oml.client import wire as W
 from oml.domain.access import Principal
-from oml.services.runtime.context import Context
-from oml.services.reads.indexing_feed import MAX_VERSIONS, IndexingFeed
-
 from oml.services.entrypoints.http.deps import context, principal
 from oml.services.entrypoints.http.validation import Closed
+from oml.services.reads.indexing_feed import MAX_VERSIONS, IndexingFeed
+from oml.services.runtime.context import Context
 
 router = APIRouter(tags=["indexing"])
 

@@ -25,10 +25,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from oml.domain.errors import OMLError
+from oml.services.entrypoints.http.deps import context
 from oml.services.runtime.auth import authenticate
 from oml.services.runtime.context import Context
-
-from oml.services.entrypoints.http.deps import context
 
 router = APIRouter(tags=["ops"])
 

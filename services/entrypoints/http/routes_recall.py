@@ -12,7 +12,7 @@ lineage); auditor (journal).
 """
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 from fastapi import APIRouter, Depends, Query
 from pydantic import Field
@@ -21,36 +21,35 @@ from starlette.concurrency import run_in_threadpool
 from oml.client import wire as W
 from oml.domain import recall as R
 from oml.domain.access import Principal
-from oml.services.runtime.context import Context
-from oml.services.reads import fetch as F
-from oml.services.reads.recall import Recaller, RecallRequest
-
 from oml.services.entrypoints.http.deps import context, principal
 from oml.services.entrypoints.http.read_after import read_after
 from oml.services.entrypoints.http.validation import Closed, Time, UUIDStr, text
+from oml.services.reads import fetch as F
+from oml.services.reads.recall import Recaller, RecallRequest
+from oml.services.runtime.context import Context
 
 router = APIRouter(tags=["recall"])
 
 
 class Budget(Closed):
-    max_chars: Optional[int] = Field(None, ge=0, le=10_000_000, description="characters of served bodies (JSON text)")
-    max_tokens: Optional[int] = Field(None, ge=0, le=2_500_000, description="estimated at 4 characters per token")
+    max_chars: int | None = Field(None, ge=0, le=10_000_000, description="characters of served bodies (JSON text)")
+    max_tokens: int | None = Field(None, ge=0, le=2_500_000, description="estimated at 4 characters per token")
 
 
 class Filters(Closed):
-    kinds: Optional[list[Literal["fact", "steering"]]] = Field(None, max_length=2, description="hits only; segment 1 is never filtered")
-    provenances: Optional[list[Literal["observed", "reported", "inferred", "simulation"]]] = Field(None, max_length=4)
-    valid_at: Optional[Time] = Field(None, description="hits whose valid time contains this instant")
+    kinds: list[Literal["fact", "steering"]] | None = Field(None, max_length=2, description="hits only; segment 1 is never filtered")
+    provenances: list[Literal["observed", "reported", "inferred", "simulation"]] | None = Field(None, max_length=4)
+    valid_at: Time | None = Field(None, description="hits whose valid time contains this instant")
 
 
 class RecallIn(Closed):
     query: text(R.QUERY_MAX_CHARS, "the query text; never logged (the read log keeps a keyed digest)") = ""
-    workarea_id: Optional[UUIDStr] = Field(None, description="scope (default: the key's roots)")
+    workarea_id: UUIDStr | None = Field(None, description="scope (default: the key's roots)")
     retriever: Literal["fts", "vector", "hybrid"] = "hybrid"
     k: int = Field(10, ge=1, le=R.K_MAX, description="hits at most; steering rows come on top")
-    budget: Optional[Budget] = None
-    filters: Optional[Filters] = None
-    as_of: Optional[Time] = Field(None, description="read the tips as they were at this instant (tip intervals)")
+    budget: Budget | None = None
+    filters: Filters | None = None
+    as_of: Time | None = Field(None, description="read the tips as they were at this instant (tip intervals)")
 
 
 def _recaller(ctx: Context) -> Recaller:
@@ -76,15 +75,15 @@ async def post_recall(body: RecallIn, p: Principal = Depends(principal), ctx: Co
 
 
 @router.get("/v1/claims/{claim_id}", response_model=W.Fetched, summary="Fetch a claim's tip (now, or as of an instant)")
-def get_claim(claim_id: UUIDStr, workarea_id: Optional[UUIDStr] = Query(None, description="scope; needed for self-signed rows"),
-              as_of: Optional[Time] = Query(None), p: Principal = Depends(principal), ctx: Context = Depends(context),
+def get_claim(claim_id: UUIDStr, workarea_id: UUIDStr | None = Query(None, description="scope; needed for self-signed rows"),
+              as_of: Time | None = Query(None), p: Principal = Depends(principal), ctx: Context = Depends(context),
               after_lsn: str | None = Depends(read_after)) -> dict:
     """Role: reader or reviewer. ``claim.not_found`` for anything the key may not read; ``claim.erased`` (410)."""
     return F.fetch(ctx, p, claim_id=claim_id, workarea_id=workarea_id, as_of=as_of, after_lsn=after_lsn)
 
 
 @router.get("/v1/versions/{version_id}", response_model=W.Fetched, summary="Fetch one promoted version (tip or superseded)")
-def get_version(version_id: UUIDStr, workarea_id: Optional[UUIDStr] = Query(None), p: Principal = Depends(principal),
+def get_version(version_id: UUIDStr, workarea_id: UUIDStr | None = Query(None), p: Principal = Depends(principal),
                 ctx: Context = Depends(context), after_lsn: str | None = Depends(read_after)) -> dict:
     return F.fetch(ctx, p, version_id=version_id, workarea_id=workarea_id, after_lsn=after_lsn)
 

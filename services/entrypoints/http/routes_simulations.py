@@ -10,7 +10,7 @@ audience gets ``simulation.not_found`` (404) for it, as for an unknown id.
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import Any
 
 from fastapi import APIRouter, Depends
 from pydantic import Field
@@ -18,13 +18,12 @@ from pydantic import Field
 from oml.client import wire as W
 from oml.domain.access import Principal
 from oml.domain.errors import invalid
-from oml.services.runtime.context import Context
-from oml.services.simulations.acts import Simulations
-
 from oml.services.entrypoints.http.deps import context, principal
 from oml.services.entrypoints.http.routes_admin import IdemKey
 from oml.services.entrypoints.http.routes_claims import BatchIn, ClaimIn, _check_sizes, single_claim
 from oml.services.entrypoints.http.validation import Body, Closed, KeyId, Time, UUIDStr, text, uuid_path
+from oml.services.runtime.context import Context
+from oml.services.simulations.acts import Simulations
 
 router = APIRouter(tags=["simulations"])
 
@@ -38,11 +37,11 @@ class SimulationIn(Closed):
 
 class SupersedeIn(Closed):
     body: Body
-    supersedes: Optional[UUIDStr] = Field(None, description="default: the claim's tip as the audience sees it")
+    supersedes: UUIDStr | None = Field(None, description="default: the claim's tip as the audience sees it")
     derived_from: list[UUIDStr] = Field(default_factory=list, max_length=64, description="lineage: claim ids, each at most once")
-    valid_from: Optional[Time] = None
-    valid_to: Optional[Time] = None
-    confidence: Optional[int] = Field(None, ge=0, le=1000)
+    valid_from: Time | None = None
+    valid_to: Time | None = None
+    confidence: int | None = Field(None, ge=0, le=1000)
 
 
 def _svc(ctx: Context) -> Simulations:

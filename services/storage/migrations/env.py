@@ -1,6 +1,6 @@
 """Alembic environment: runs against the owner URL passed in the config."""
-from alembic import context
 import sqlalchemy as sa
+from alembic import context
 
 config = context.config
 url = config.get_main_option("sqlalchemy.url")

@@ -4,9 +4,10 @@ from __future__ import annotations
 import json
 import os
 import platform
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 
 def rate(n: int, seconds: float) -> float:

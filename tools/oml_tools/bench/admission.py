@@ -22,23 +22,36 @@ group commit starts admission's worker, timed and printed on its own (docs/adr/0
 Prints each rate and raw/admission ratios; ``--quick`` is CI-sized.
 """
 from __future__ import annotations
-from oml_tools import shared_dir
 
 import json
 import os
 import secrets
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import sqlalchemy as sa
 import typer
 
 from oml.domain.canonical import now
-from oml_tools.bench import bench_tenant, machine, machine_line, path_table, per_second, rate, quick_option, rounds_option, run_and_emit, stolen, submit_all
 from oml.services.entrypoints.cli.common import JSON
+from oml_tools import shared_dir
+from oml_tools.bench import (
+    bench_tenant,
+    machine,
+    machine_line,
+    path_table,
+    per_second,
+    quick_option,
+    rate,
+    rounds_option,
+    run_and_emit,
+    stolen,
+    submit_all,
+)
 
 SHARED = shared_dir()
 

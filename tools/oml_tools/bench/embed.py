@@ -32,8 +32,8 @@ from typing import Any
 
 import typer
 
-from oml_tools.bench import emit, machine, machine_line
 from oml.services.entrypoints.cli.common import JSON
+from oml_tools.bench import emit, machine, machine_line
 
 
 def _pct(xs: list[float], p: float) -> float:

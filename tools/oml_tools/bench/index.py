@@ -29,9 +29,8 @@ from typing import Any
 import sqlalchemy as sa
 import typer
 
-from oml_tools.bench import bench_tenant, machine, machine_line, path_table, per_second, quick_option, run_and_emit, submit_all
 from oml.services.entrypoints.cli.common import JSON
-
+from oml_tools.bench import bench_tenant, machine, machine_line, path_table, per_second, quick_option, run_and_emit, submit_all
 
 
 def run(ctx, *, claims: int = 1000, batch: int = 100) -> dict[str, Any]:
@@ -40,8 +39,8 @@ def run(ctx, *, claims: int = 1000, batch: int = 100) -> dict[str, Any]:
     from pgvector.psycopg import register_vector
 
     from oml.services.runtime.auth import authenticate
-    from oml_tools.bench.admission import bodies
     from oml.workers.index import indexer
+    from oml_tools.bench.admission import bodies
 
     bt = bench_tenant(ctx, "bench-index")
     tenant, adm = bt.tenant, ctx.admission

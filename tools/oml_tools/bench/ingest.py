@@ -39,8 +39,8 @@ from typing import Any
 import sqlalchemy as sa
 import typer
 
-from oml_tools.bench import machine, machine_line, rate, quick_option, run_and_emit
 from oml.services.entrypoints.cli.common import JSON
+from oml_tools.bench import machine, machine_line, quick_option, rate, run_and_emit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,9 +143,9 @@ def _raw(ctx, tenants: list[_Tenant], items: list[dict[str, Any]], batch: int) -
 
 def run(ctx, *, claims: int = 1000, clients: int = 4, tenants: int = 2, batch: int = 10, servers: int = 1) -> dict[str, Any]:
     """Run the ingest measurement; returns rates, latency percentiles (ms), phase seconds and the raw rate."""
-    from oml_tools.bench.admission import bodies
     from oml.workers.index import indexer
     from oml.workers.lake import writer as lake_writer
+    from oml_tools.bench.admission import bodies
 
     ts = [_tenant(ctx) for _ in range(tenants)]
     items = bodies(claims)

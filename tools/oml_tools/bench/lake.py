@@ -35,8 +35,18 @@ from typing import Any
 import sqlalchemy as sa
 import typer
 
-from oml_tools.bench import bench_tenant, machine, machine_line, path_table, per_second, quick_option, rounds_option, run_and_emit, submit_all
 from oml.services.entrypoints.cli.common import JSON
+from oml_tools.bench import (
+    bench_tenant,
+    machine,
+    machine_line,
+    path_table,
+    per_second,
+    quick_option,
+    rounds_option,
+    run_and_emit,
+    submit_all,
+)
 
 
 def run(ctx, *, claims: int = 5000, batch: int = 100, batch_rows: int | None = None, rounds: int = 3) -> dict[str, Any]:
@@ -44,9 +54,9 @@ def run(ctx, *, claims: int = 5000, batch: int = 100, batch_rows: int | None = N
     of the round with the median ratio raw ÷ lake-writer (``rounds`` lists every round's)."""
     from deltalake import write_deltalake
 
-    from oml_tools.bench.admission import bodies
     from oml.workers.lake import writer as lake_writer
     from oml.workers.lake.schema import PARTITION_BY
+    from oml_tools.bench.admission import bodies
 
     batch_rows = batch_rows or lake_writer.BATCH_ROWS
     bt = bench_tenant(ctx, "bench-lake")

@@ -46,15 +46,16 @@ import re
 import secrets
 import statistics
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import typer
 
+from oml.services.entrypoints.cli.common import JSON
 from oml.services.runtime import heap
 from oml_tools.bench import emit
-from oml.services.entrypoints.cli.common import JSON
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 RETRIEVERS = ("fts", "vector", "hybrid")

@@ -33,10 +33,9 @@ from typing import Any
 
 import typer
 
-from oml_tools.bench import emit
-from oml.services.runtime import heap
-from oml_tools.bench import locomo
 from oml.services.entrypoints.cli.common import JSON
+from oml.services.runtime import heap
+from oml_tools.bench import emit, locomo
 
 K = 10
 

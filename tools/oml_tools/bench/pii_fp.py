@@ -20,13 +20,14 @@ from __future__ import annotations
 import json
 import random
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import typer
 
-from oml_tools.bench import emit, machine, machine_line
 from oml.services.entrypoints.cli.common import JSON
+from oml_tools.bench import emit, machine, machine_line
 
 # Written-out forms of oncall@example.com people use to keep an address from scrapers.
 OBFUSCATED = (

@@ -23,8 +23,9 @@ figure measured on it.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
@@ -47,7 +48,7 @@ class Item:
     workarea_id: str
     path: str
     statement: str
-    embedding: "np.ndarray"
+    embedding: np.ndarray
     kind: str = "fact"
     provenance: str = "observed"
 
@@ -58,7 +59,7 @@ class Loaded:
     version_id: str
 
 
-def bulk_load(ctx: "Context", tenant: str, items: Sequence[Item], *, author: tuple[str, str], reviewer: tuple[str, str],
+def bulk_load(ctx: Context, tenant: str, items: Sequence[Item], *, author: tuple[str, str], reviewer: tuple[str, str],
               encrypt: bool = True, maintenance: bool = True) -> list[Loaded]:
     """Load ``items`` as promoted current tips of ``tenant``; returns their ids in input order.
 
@@ -161,7 +162,7 @@ def bulk_load(ctx: "Context", tenant: str, items: Sequence[Item], *, author: tup
     return out
 
 
-def unit_vectors(n: int, dim: int = 384, *, seed: int = 0, clusters: int = 0, spread: float = 0.35) -> "np.ndarray":
+def unit_vectors(n: int, dim: int = 384, *, seed: int = 0, clusters: int = 0, spread: float = 0.35) -> np.ndarray:
     """``n`` random unit vectors; with ``clusters`` > 0, drawn around that many random centres (more like real text)."""
     import numpy as np
 

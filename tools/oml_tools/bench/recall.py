@@ -38,7 +38,6 @@ served by a hot standby interleaved with the primary
 (tools/oml_tools/bench/replica.py). ``--quick`` is CI-sized.
 """
 from __future__ import annotations
-from oml_tools import shared_dir
 
 import json
 import os
@@ -48,12 +47,14 @@ import re
 import secrets
 import statistics
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 import typer
 
 from oml.services.entrypoints.cli.common import JSON
+from oml_tools import shared_dir
 
 SHARED = shared_dir()
 LOCOMO = SHARED / "data" / "locomo" / "locomo-dev.json"
@@ -192,9 +193,8 @@ RAW_HYBRID = sa.text(
 
 
 def measure(ctx, tenant: str, reader, questions: list[str], qvecs, qtsq: list[str | None], k: int = 10) -> dict[str, Any]:
-    from oml.services.reads.recall import Recaller, RecallRequest, _vector_literal
-
     from oml.services.reads import verified_reads
+    from oml.services.reads.recall import Recaller, RecallRequest, _vector_literal
 
     rec = Recaller(ctx)
     out: dict[str, Any] = {}

@@ -36,9 +36,8 @@ from typing import Any
 import sqlalchemy as sa
 import typer
 
-from oml_tools.bench import bench_tenant, machine, machine_line, path_table, per_second, quick_option, run_and_emit, submit_all
 from oml.services.entrypoints.cli.common import JSON
-
+from oml_tools.bench import bench_tenant, machine, machine_line, path_table, per_second, quick_option, run_and_emit, submit_all
 
 
 def run(ctx, *, claims: int = 5000, batch: int = 100) -> dict[str, Any]:
@@ -47,9 +46,9 @@ def run(ctx, *, claims: int = 5000, batch: int = 100) -> dict[str, Any]:
 
     from oml.domain import chain, signing
     from oml.services.journal.checkpoints import issue_checkpoint
-    from oml_tools.bench.admission import bodies
     from oml.workers.lake import writer as lake_writer
     from oml.workers.reconcile import reconciler
+    from oml_tools.bench.admission import bodies
 
     bt = bench_tenant(ctx, "bench-rec")
     tenant = bt.tenant

@@ -23,8 +23,9 @@ from __future__ import annotations
 import secrets
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import typer
 

@@ -47,16 +47,17 @@ import platform
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 import typer
 
+from oml.services.entrypoints.cli.common import JSON
 from oml_tools.bench import BenchTenant, bench_tenant, emit, rate, submit_all
 from oml_tools.bench.recall import _pct as pct
 from oml_tools.bench.replica import RETRIEVERS, timed_ms
-from oml.services.entrypoints.cli.common import JSON
 
 N_AREAS = 20
 
@@ -98,8 +99,8 @@ class Corpus:
     """Rows and questions as ``oml bench recall`` makes them; ``base_texts`` caps the texts embedded up front."""
 
     def __init__(self, ctx, queries: int, base_texts: int | None = None) -> None:
-        from oml_tools.bench.recall import Population, corpus
         from oml.workers.index.embedding import get_embedder
+        from oml_tools.bench.recall import Population, corpus
 
         texts, questions, self.real = corpus()
         texts = texts[:base_texts] if base_texts else texts
@@ -181,8 +182,8 @@ class Audit:
 
     def measure(self, bt: BenchTenant) -> dict[str, float]:
         """Checkpoint and lake copy (not timed), then seconds for reconcile end to end and an export of 1..head."""
-        from oml.services.journal.checkpoints import issue_checkpoint
         from oml.services.audit.evidence.export import export
+        from oml.services.journal.checkpoints import issue_checkpoint
         from oml.workers.lake import writer as lake_writer
         from oml.workers.reconcile import reconciler
 

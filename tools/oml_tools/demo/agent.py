@@ -66,7 +66,7 @@ class McpAgent:
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
 
-    def start(self, timeout: float = CALL_TIMEOUT_S) -> "McpAgent":
+    def start(self, timeout: float = CALL_TIMEOUT_S) -> McpAgent:
         self._thread = threading.Thread(target=self._run, name="oml-demo-mcp", daemon=True)
         self._thread.start()
         if not self._ready.wait(timeout):

@@ -102,7 +102,7 @@ def _short(text: str, n: int = 110) -> str:
 
 def _tenant_slug() -> str:
     # The random suffix keeps two demos started in the same second apart.
-    return "demo-" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+    return "demo-" + dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
 def _bar(console: Console) -> Progress:

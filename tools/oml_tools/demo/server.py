@@ -31,12 +31,12 @@ def free_port(host: str = "127.0.0.1") -> int:
 class LocalServer:
     """uvicorn serving ``create_app(ctx)`` in a daemon thread, plus ``start_workers(ctx)``."""
 
-    def __init__(self, ctx: "Context", *, host: str = "127.0.0.1", port: int = 0, workers: bool = True) -> None:
+    def __init__(self, ctx: Context, *, host: str = "127.0.0.1", port: int = 0, workers: bool = True) -> None:
         self.ctx = ctx
         self.host = host
         self.port = port or free_port(host)
         self.with_workers = workers
-        self.runtime: "WorkerRuntime | None" = None
+        self.runtime: WorkerRuntime | None = None
         self._server = None
         self._thread: threading.Thread | None = None
 
@@ -44,7 +44,7 @@ class LocalServer:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def start(self) -> "LocalServer":
+    def start(self) -> LocalServer:
         import uvicorn
 
         from oml.services.entrypoints.http.app import create_app

@@ -8,9 +8,9 @@ a stable code and a content-free detail, never a submitted value).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from rich.console import Console
 
