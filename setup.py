@@ -57,7 +57,7 @@ class BuildPy(build_py):
         super().run()
         # The sdist's copy (its source tree holds one) is already built; a build from a clone writes its own.
         if not self.editable_mode and not (HERE / BUILD_INFO).exists():
-            _write_build_info(Path(self.build_lib, "oml", *BUILD_INFO.parts[1:]))
+            _write_build_info(Path(self.build_lib, "oml", *BUILD_INFO.parts))
 
 
 class Sdist(sdist):

@@ -52,6 +52,7 @@ def test_tenant_create_out_file_is_0600_and_keeps_secrets_off_stdout(ctx, tmp_pa
     assert stat.S_IMODE(os.stat(out).st_mode) == 0o600
     data = json.loads(out.read_text())
     assert data["admin_key"] not in r.output and data["recovery_private_key"] not in r.output
+    assert data["fingerprint"] in r.stderr  # the public trust anchor is shown, so it can be pinned off-machine
     # An existing file is never overwritten (it may hold another tenant's keys).
     again = run_cli(ctx, ["tenant", "create", "fh-out2", "--out", str(out)])
     assert again.exit_code == 2 and "exists" in again.stderr
@@ -126,7 +127,7 @@ def test_model_is_loaded_before_the_ready_line(ctx, monkeypatch, args):
     assert r.exit_code == 0, r.output
     assert seen == {"model_loaded": True}
     loaded = r.stderr.index("embedding model loaded")
-    ready = r.stderr.index("oml serve: http://" if args[0] == "serve" else "oml mcp: listening on http://")
+    ready = r.stderr.index("oml serve: http://" if args[0] == "serve" else "oml mcp: ready, listening on http://")
     assert loaded < ready
 
 

@@ -249,6 +249,9 @@ def test_cli_reads_the_subject_from_stdin_never_argv(ctx, kit, tmp_path):
     assert "eve@example.org" not in r.output
     files = sorted(p.suffix for p in (tmp_path / "reports").iterdir())
     assert files == [".html", ".json"]
+    r = run_cli(ctx, ["erase", "subject", "--kind", "email", "--reason", "data_subject_request", "--key-file", str(keyfile)],
+                input="nobody@example.org\n")
+    assert r.exit_code == 0 and "no claim declared this subject" in r.output and "rewrite" not in r.output, r.output
     d = kit.claim("hold over the cli")
     r = run_cli(ctx, ["hold", "place", d["claim_id"], "--reason", "legal_request", "--key-file", str(keyfile)])
     assert r.exit_code == 0, r.output

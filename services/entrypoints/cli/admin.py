@@ -93,6 +93,8 @@ def tenant_create(tenant: str = typer.Argument(..., help=escape("tenant slug [a-
     if out is not None:
         _write_private(out, json.dumps(data, indent=2, sort_keys=True) + "\n")
         err.print(escape(f"wrote {out} (mode 0600): it holds the recovery private key and the admin key"))
+        # The fingerprint is public and is what an auditor pins: it belongs on the terminal, not only in the secret file.
+        err.print(escape(f"trust anchor (signing key fingerprint): {t.fingerprint}"))
         return
     _emit(data, as_json, [
         f"tenant: {t.tenant}",
