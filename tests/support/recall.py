@@ -9,12 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import sqlalchemy as sa
-from owner_kit import owner  # noqa: F401  (tests import owner from their kit)
 
 from oml.domain.access import Principal
 from oml.services.claims.admission import Submission
 from oml.services.runtime.auth import authenticate
 from oml.services.runtime.context import Context
+
+from support.owner import owner  # noqa: F401  (tests import owner from their kit)
 
 
 @dataclass

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from pathlib import Path
 
 import sqlalchemy as sa
 
@@ -18,7 +17,7 @@ from oml.services.runtime.context import Context
 from oml.services.storage.db import Database
 from oml.services.storage.standby import Standby
 
-REPO = Path(__file__).resolve().parents[2]
+from support.paths import REPO
 
 
 def start_standby(pg_server: str, port: int = 5433) -> Standby:

@@ -13,13 +13,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import oml_test_backends as backends
 import sqlalchemy as sa
 import uvicorn
 
 from oml.services.claims.admission import Submission
 from oml.services.runtime.auth import authenticate
 from oml.services.storage.db import Database
+
+from support import backends
 
 
 @dataclass
@@ -164,7 +165,7 @@ class RedisServer:
     """A private Redis on its own port (never the shared 6379), stopped and restarted on that port.
 
     A local ``redis-server`` process by default; a Redis container under
-    ``OML_TEST_BACKEND=containers`` (tests/oml_test_backends.py). Neither persists.
+    ``OML_TEST_BACKEND=containers`` (tests/support/backends.py). Neither persists.
     """
 
     def __init__(self, port: int | None = None) -> None:

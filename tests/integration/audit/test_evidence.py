@@ -17,8 +17,6 @@ import tarfile
 
 import pytest
 import sqlalchemy as sa
-from admission_kit import bearer, owner, run_cli
-from audit_kit import CANARY, add_claims, lake_copy, populate, resign_history, seal_reads
 from fastapi.testclient import TestClient
 
 from oml.domain.errors import OMLError
@@ -31,7 +29,9 @@ from oml.services.journal.checkpoints import issue_checkpoint
 from oml.services.keys import signing_rotation
 from oml.workers.reconcile import reconciler
 
-DOCS = __import__("pathlib").Path(__file__).resolve().parents[2] / "docs"
+from support.admission import bearer, owner, run_cli
+from support.audit import CANARY, add_claims, lake_copy, populate, resign_history, seal_reads
+from support.paths import DOCS
 
 
 @pytest.fixture(scope="module")

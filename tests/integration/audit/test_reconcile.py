@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from admission_kit import owner, owner_unguarded, run_cli
-from audit_kit import CANARY, add_claims, flip, lake_copy, lake_overwrite, lake_table, populate, resign_history, seal_reads, with_cell
 
 from oml.services.journal.checkpoints import issue_checkpoint
 from oml.workers.reconcile import reconciler
 from oml.workers.reconcile.reconciler import JOURNAL_COLUMNS
+
+from support.admission import owner, owner_unguarded, run_cli
+from support.audit import CANARY, add_claims, flip, lake_copy, lake_overwrite, lake_table, populate, resign_history, seal_reads, with_cell
 
 
 def rec(ctx, tenant, **kw):

@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import SHARED
 
 from oml_tools.bench import locomo
+
+from support.paths import SHARED
 
 DEV = SHARED / "data" / "locomo" / "locomo-dev.json"
 

@@ -2,10 +2,10 @@
 ordinary text"). No database; pins the after-figures the doc reports."""
 from __future__ import annotations
 
-from conftest import SHARED
-
 from oml_tools.bench import pii_fp
 from oml_tools.demo import corpus
+
+from support.paths import SHARED
 
 
 def test_no_phone_or_email_finding_on_ordinary_text_and_every_written_out_form_found():

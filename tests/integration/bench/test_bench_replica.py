@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import pytest
 import typer
-from replica_kit import start_standby, stop_standby
 
 from oml_tools.bench import replica, scale
+
+from support.replica import start_standby, stop_standby
 
 
 def test_refuses_to_build_a_standby_of_an_external_database(ctx):

@@ -13,7 +13,6 @@ from pathlib import Path
 import psycopg
 import pytest
 import sqlalchemy as sa
-from admission_kit import make_kit, owner
 from cryptography.exceptions import InvalidTag
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,6 +23,8 @@ from oml.services.journal import batch as batch_mod
 from oml.services.journal.projections import verify_tenant
 from oml.services.journal.verify import verify_journal
 from oml.services.runtime.auth import authenticate
+
+from support.admission import make_kit, owner
 
 
 @pytest.fixture(scope="module")

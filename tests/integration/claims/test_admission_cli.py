@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import json
 
-from admission_kit import run_cli
-
 from oml.domain import signing
 from oml.domain.checkpoint import parse_verifier_key
+
+from support.admission import run_cli
 
 
 def test_bootstrap_and_admin_commands(ctx, tmp_path):

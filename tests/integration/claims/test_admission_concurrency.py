@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from admission_kit import journal_len, make_kit, owner
 
 from oml.services.claims.admission import Admission, Submission
 from oml.services.journal.projections import verify_tenant
@@ -27,7 +26,8 @@ from oml.services.journal.verify import verify_journal
 from oml.services.runtime.auth import authenticate
 from oml.services.storage.db import Database
 
-HERE = Path(__file__).resolve().parent
+from support.admission import journal_len, make_kit, owner
+from support.paths import script
 
 
 def _hammer(db_url: str, ctx, kits, threads_per_tenant: int, rounds: int) -> dict[str, int]:
@@ -97,7 +97,7 @@ def _writer(ctx, db_url, kit, marker: Path, batch: int, pause: bool) -> subproce
     env = dict(os.environ, OML_DATABASE_URL=db_url, OML_KEY_DIR=str(ctx.settings.keys), OML_MASTER_KEY=ctx.settings.master_key,
                KILL_API_KEY=kit.writer_key, KILL_WORKAREA=kit.root, KILL_TENANT=kit.tenant, KILL_BATCH=str(batch),
                KILL_MARKER=str(marker), KILL_PAUSE="1" if pause else "0")
-    return subprocess.Popen([sys.executable, str(HERE / "kill_writer.py")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen([sys.executable, str(script("kill_writer.py"))], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 60.0) -> str:

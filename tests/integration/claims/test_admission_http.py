@@ -10,12 +10,13 @@ import uuid
 
 import pytest
 import sqlalchemy as sa
-from admission_kit import bearer, journal_len, make_kit, owner
 from fastapi.testclient import TestClient
 
 from oml.services.entrypoints.http.app import create_app
 from oml.services.journal.projections import verify_tenant
 from oml.services.journal.verify import verify_journal
+
+from support.admission import bearer, journal_len, make_kit, owner
 
 CANARY = "zq-canary-7f3a1c"
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
-from admission_kit import bearer, journal_len, make_kit, owner, owner_unguarded
 from fastapi.testclient import TestClient
 
 from oml.domain import pii
 from oml.services.entrypoints.http.app import create_app
 from oml.services.journal.projections import verify_tenant
+
+from support.admission import bearer, journal_len, make_kit, owner, owner_unguarded
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +120,7 @@ def test_tampered_tenant_policy_is_a_projection_difference(env, ctx):
 def test_cli_tenant_policy(ctx):
     import json
 
-    from admission_kit import run_cli
+    from support.admission import run_cli
 
     k = make_kit(ctx, "pii-cli")
     env = {"OML_API_KEY": k.admin_key}

@@ -12,12 +12,13 @@ import json
 
 import pytest
 import sqlalchemy as sa
-from admission_kit import make_kit, owner, owner_unguarded, run_cli
 
 from oml.services.claims.admission import Submission
 from oml.services.journal.projections import verify_projections, verify_tenant
 from oml.services.keys import signing_rotation
 from oml.services.runtime.auth import authenticate
+
+from support.admission import make_kit, owner, owner_unguarded, run_cli
 
 
 @pytest.fixture(scope="module")

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
-from admission_kit import bearer, make_kit, owner
 from fastapi.testclient import TestClient
-from owner_kit import temporary_tables
 
 from oml.services.entrypoints.http.app import create_app
 from oml.services.storage.db import WORKLOAD_ROLES, Database
+
+from support.admission import bearer, make_kit, owner
+from support.owner import temporary_tables
 
 CANARY = "qx-canary-5d0e9b21"
 DISPLAY = "qx-display-name-83c1"

@@ -12,7 +12,6 @@ import json
 
 import pytest
 import sqlalchemy as sa
-from admission_kit import journal_len, make_kit, owner, run_cli
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from oml.domain import chain, signing
@@ -24,6 +23,8 @@ from oml.services.journal import journal
 from oml.services.journal.verify import verify_journal
 from oml.services.keys import signing_rotation
 from oml.services.runtime.auth import authenticate
+
+from support.admission import journal_len, make_kit, owner, run_cli
 
 K = 9  # the seq each tampering hits (a claim.submitted after the kit's setup events)
 

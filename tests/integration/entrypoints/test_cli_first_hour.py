@@ -9,7 +9,8 @@ import stat
 from importlib.metadata import entry_points
 
 import pytest
-from admission_kit import run_cli
+
+from support.admission import run_cli
 
 
 @pytest.fixture(scope="module")
@@ -313,7 +314,7 @@ def test_a_proof_beyond_the_head_says_the_seq_does_not_exist(ctx, tenant):
 
 def test_recall_at_80_columns_keeps_statements_readable(ctx):
     """A seven-column table gave the statement one word per line at 80 columns."""
-    from recall_kit import make_world
+    from support.recall import make_world
 
     w = make_world(ctx, "fh-recall")
     statement = "The backup of the orders database runs every night at two and is checked by the on-call engineer."

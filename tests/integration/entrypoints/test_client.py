@@ -13,7 +13,6 @@ import asyncio
 import httpx
 import pytest
 import sqlalchemy as sa
-from oml_workers_support import serving
 
 from oml.client import (
     AccessDenied,
@@ -30,6 +29,8 @@ from oml.client import (
 )
 from oml.client.models import ClaimIn
 from oml.services.entrypoints.http.app import create_app
+
+from support.workers import serving
 
 
 @pytest.fixture(scope="module")

@@ -18,9 +18,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SHARED, drop_database, fresh_database
 
 from oml_tools.demo import corpus
+
+from support.database import drop_database, fresh_database
+from support.paths import SHARED
 
 TURNS = 20
 

@@ -9,11 +9,12 @@ no allowed values. Nothing here echoes a submitted value.
 from __future__ import annotations
 
 import pytest
-from admission_kit import bearer, journal_len, make_kit
 from fastapi.testclient import TestClient
 
 from oml.domain.events import ERASURE_REASONS, REASON_CODES
 from oml.services.entrypoints.http.app import create_app
+
+from support.admission import bearer, journal_len, make_kit
 
 CANARY = "zq-canary-e41b"
 
@@ -151,7 +152,7 @@ def test_an_unknown_member_is_named_by_where_it_was_not_its_name(env, ctx):
 
 def test_an_erasure_reason_is_refused_alike_by_the_cli_and_the_service(env, ctx, tmp_path):
     """`accurate` (a review verdict) used to erase; the CLI said admission.invalid where HTTP said erasure.invalid."""
-    from admission_kit import run_cli
+    from support.admission import run_cli
 
     key = tmp_path / "operator.key"
     key.write_text(env["operator_key"])
@@ -179,7 +180,7 @@ def test_a_body_that_is_not_utf8_gets_the_routes_code(env):
 
 def test_a_workarea_path_where_an_id_belongs_says_where_the_id_is(env, ctx):
     """Listings print `main` beside the id; every input wants the id (docs/api.md, "Workarea ids, not paths")."""
-    from admission_kit import run_cli
+    from support.admission import run_cli
 
     k = env["k"]
     r = _post(env, "/v1/claims", k.writer_key, json={"workarea_id": "main", "body": {"statement": "by path"}})

@@ -12,10 +12,11 @@ from pathlib import Path
 import httpx
 import pytest
 import sqlalchemy as sa
-from admission_kit import bearer, make_kit
 
 from oml.services.runtime import auth
 from oml_tools.demo.server import LocalServer
+
+from support.admission import bearer, make_kit
 
 CHUNK = b"x" * 65_536
 UPLOAD_BYTES = 64 * 1024 * 1024

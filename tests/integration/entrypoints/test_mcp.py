@@ -1,7 +1,6 @@
 """The MCP server with the SDK's own client: stdio (spawning ``oml mcp``) and streamable HTTP (bearer keys)."""
 from __future__ import annotations
 
-import json
 import os
 import socket
 import sys
@@ -15,7 +14,9 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
-from recall_kit import make_world
+
+from support.mcp_calls import env_for, error_text, payload
+from support.recall import make_world
 
 
 @pytest.fixture(scope="module")
@@ -32,25 +33,6 @@ def world(ctx):
     other.index()
     w.other = other
     return w
-
-
-def payload(result) -> dict:
-    assert not result.is_error, result.content
-    if result.structured_content is not None:
-        sc = result.structured_content
-        return sc.get("result", sc) if isinstance(sc, dict) and set(sc) == {"result"} else sc
-    return json.loads(result.content[0].text)
-
-
-def error_text(result) -> str:
-    assert result.is_error
-    return result.content[0].text
-
-
-def env_for(ctx, keys: str) -> dict[str, str]:
-    return {"OML_DATABASE_URL": ctx.settings.database_url, "OML_HOME": str(ctx.settings.home),
-            "OML_MASTER_KEY": ctx.settings.master_key, "OML_API_KEY": keys, "HF_HUB_OFFLINE": "1",
-            "PYTHONPATH": os.environ.get("PYTHONPATH", ""), "OML_SHARED_DIR": os.environ.get("OML_SHARED_DIR", "")}
 
 
 def test_stdio_tools_with_the_sdk_client(world, ctx):

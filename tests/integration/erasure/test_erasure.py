@@ -10,8 +10,6 @@ import json
 
 import pytest
 import sqlalchemy as sa
-from admission_kit import owner_unguarded, run_cli
-from erasure_kit import canary, counts, index_rows_directly, make_ekit, owner
 from fastapi.testclient import TestClient
 
 from oml.domain.errors import OMLError
@@ -20,6 +18,9 @@ from oml.services.erasure import report as erasure_report
 from oml.services.erasure.acts import Erasure, rewrite_pending
 from oml.services.journal.verify import verify_journal
 from oml.services.reads.bodies import decrypt_version
+
+from support.admission import owner_unguarded, run_cli
+from support.erasure import canary, counts, index_rows_directly, make_ekit, owner
 
 
 @pytest.fixture(scope="module")

@@ -23,11 +23,8 @@ import os
 import shutil
 from pathlib import Path
 
-import oml_test_backends as backends
 import pytest
 import sqlalchemy as sa
-from erasure_kit import canary, make_ekit, owner
-from oml_workers_support import RedisServer
 
 from oml.domain.errors import OMLError
 from oml.services.erasure import report as erasure_report
@@ -39,6 +36,10 @@ from oml.services.runtime.context import Context
 from oml.workers.index import indexer
 from oml.workers.lake import purge as lake_purge
 from oml.workers.lake import writer as lake_writer
+
+from support import backends
+from support.erasure import canary, make_ekit, owner
+from support.workers import RedisServer
 
 # ---------------------------------------------------------------------------------------------- fixtures
 

@@ -16,13 +16,14 @@ import threading
 import time
 
 import sqlalchemy as sa
-from erasure_kit import canary, counts, index_rows_directly, make_ekit
 
 from oml.domain.errors import OMLError
 from oml.services.erasure.acts import Erasure, rewrite_pending
 from oml.services.journal.verify import verify_journal
 from oml.services.reads import fetch as reads
 from oml.services.reads.recall import RecallRequest, recall
+
+from support.erasure import canary, counts, index_rows_directly, make_ekit
 
 N_CLAIMS = 12
 

@@ -11,12 +11,13 @@ import hashlib
 import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
-from erasure_kit import make_ekit
 
 from oml.services.erasure import report as erasure_report
 from oml.services.erasure.acts import Erasure
 from oml.workers.lake import purge as lake_purge
 from oml.workers.lake import writer as lake_writer
+
+from support.erasure import make_ekit
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +99,7 @@ def test_the_log_check_flags_statistics_on_content_columns():
 def test_cli_lake_purge(ctx, kit):
     import json
 
-    from admission_kit import run_cli
+    from support.admission import run_cli
 
     gone = kit.claim("purged over the cli")
     lake_writer.catch_up(ctx, kit.tenant)

@@ -15,9 +15,6 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from admission_kit import run_cli
-from conftest import drop_database
-from erasure_kit import canary, counts, index_rows_directly, make_ekit, owner
 from fastapi.testclient import TestClient
 
 from oml.domain.errors import OMLError
@@ -32,6 +29,10 @@ from oml.services.runtime.context import Context
 from oml.services.storage.db import Database
 from oml.workers.lake import purge as lake_purge
 from oml.workers.lake import writer as lake_writer
+
+from support.admission import run_cli
+from support.database import drop_database
+from support.erasure import canary, counts, index_rows_directly, make_ekit, owner
 
 
 def _bindir() -> Path | None:

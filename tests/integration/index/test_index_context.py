@@ -11,13 +11,14 @@ import json
 import numpy as np
 import pytest
 import sqlalchemy as sa
-from erasure_kit import canary, make_ekit, owner
 
 from oml.domain import context_window as windows
 from oml.services.claims.admission import Submission
 from oml.services.erasure.acts import Erasure
 from oml.services.reads.recall import RecallRequest, recall
 from oml.workers.index import embedding, indexer
+
+from support.erasure import canary, make_ekit, owner
 
 
 @pytest.fixture(scope="module")

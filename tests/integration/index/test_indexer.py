@@ -4,12 +4,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import sqlalchemy as sa
-from oml_workers_support import assert_index_exact, head, index_rows, promote, setup_tenant, submit, supersede
 
 from oml.domain.errors import OMLError
 from oml.services.claims.admission import Submission
 from oml.services.reads.indexing_feed import IndexingFeed
 from oml.workers.index import embedding, indexer
+
+from support.workers import assert_index_exact, head, index_rows, promote, setup_tenant, submit, supersede
 
 
 @pytest.fixture(scope="module")
@@ -207,9 +208,10 @@ def test_indexer_through_the_http_feed(ctx, env, monkeypatch):
     import time
 
     import uvicorn
-    from oml_workers_support import free_port
 
     from oml.services.entrypoints.http.app import create_app
+
+    from support.workers import free_port
 
     indexer.indexer_principal(ctx, env.tenant)  # enrolled: the key file exists
     port = free_port()

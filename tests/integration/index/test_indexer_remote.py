@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
-from oml_workers_support import Fenced, NoKeys, serving
 
 from oml.client import AccessDenied, OMLClient
 from oml.services.claims.admission import Submission
@@ -18,6 +17,8 @@ from oml.services.runtime.auth import authenticate
 from oml.services.runtime.context import Context
 from oml.services.runtime.settings import Settings
 from oml.workers.index import indexer
+
+from support.workers import Fenced, NoKeys, serving
 
 
 @pytest.fixture(scope="module")

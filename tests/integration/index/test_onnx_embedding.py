@@ -8,11 +8,12 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import SHARED
 
 from oml.services.runtime.settings import Settings
 from oml.workers.index import embedding
 from oml.workers.index import onnx_embedding as ox
+
+from support.paths import SHARED
 
 LOCOMO = SHARED / "data" / "locomo" / "locomo-dev.json"
 needs_locomo = pytest.mark.skipif(not LOCOMO.is_file(), reason="no LoCoMo data in SHARED")

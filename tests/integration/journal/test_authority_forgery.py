@@ -16,10 +16,8 @@ import uuid
 
 import pytest
 import sqlalchemy as sa
-from admission_kit import bearer, journal_len, make_kit, owner, owner_unguarded, run_cli
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi.testclient import TestClient
-from owner_kit import temporary_tables
 from sqlalchemy.pool import NullPool
 
 from oml.domain import envelope, signing
@@ -34,6 +32,9 @@ from oml.services.journal.verify import verify_journal
 from oml.services.keys import signing_rotation
 from oml.services.runtime.auth import authenticate
 from oml.workers.reconcile import reconciler
+
+from support.admission import bearer, journal_len, make_kit, owner, owner_unguarded, run_cli
+from support.owner import temporary_tables
 
 WORKLOADS = ("oml_admission", "oml_server", "oml_lake_writer", "oml_reconciler", "oml_indexer", "oml_relay")
 INSUFFICIENT_PRIVILEGE, GUARD = "42501", "23000"

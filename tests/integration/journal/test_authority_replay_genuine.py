@@ -2,8 +2,6 @@
 and the same projections: the replay accepts what admission permits."""
 from __future__ import annotations
 
-from admission_kit import make_kit
-
 from oml.services.claims.admission import Submission
 from oml.services.erasure.acts import Erasure
 from oml.services.journal.projections import verify_tenant
@@ -15,6 +13,8 @@ from oml.services.runtime.auth import authenticate
 from oml.services.simulations.acts import Simulations
 from oml.workers.index import indexer
 from oml.workers.reconcile import reconciler
+
+from support.admission import make_kit
 
 
 def test_every_kind_of_genuine_act_replays_without_a_finding(ctx, tmp_path):

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
-from admission_kit import bearer, owner, run_cli
-from audit_kit import add_claims, lake_copy, populate
 from fastapi.testclient import TestClient
 
 from oml.domain import merkle
@@ -19,6 +17,9 @@ from oml.services.entrypoints.http.app import create_app
 from oml.services.journal import checkpoints as cps
 from oml.services.journal import proofs
 from oml.services.keys import signing_rotation
+
+from support.admission import bearer, owner, run_cli
+from support.audit import add_claims, lake_copy, populate
 
 
 @pytest.fixture(scope="module")

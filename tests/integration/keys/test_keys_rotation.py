@@ -6,9 +6,7 @@ import json
 
 import pytest
 import sqlalchemy as sa
-from admission_kit import run_cli
 from cryptography.exceptions import InvalidTag
-from erasure_kit import make_ekit, owner
 
 from oml.domain import envelope
 from oml.domain.errors import OMLError
@@ -17,6 +15,9 @@ from oml.services.journal.verify import verify_journal
 from oml.services.keys import rotation as keys_rotation
 from oml.services.keys.keystore import KeyNotFound
 from oml.services.reads.bodies import decrypt_version
+
+from support.admission import run_cli
+from support.erasure import make_ekit, owner
 
 
 @pytest.fixture(scope="module")

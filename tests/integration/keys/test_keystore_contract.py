@@ -1,6 +1,6 @@
 """The KeyStore contract, run against every implementation: local files and a PKCS#11 token.
 
-The PKCS#11 store runs against a real SoftHSM2 token (tests/integration/hsm_kit.py);
+The PKCS#11 store runs against a real SoftHSM2 token (tests/support/hsm.py);
 without SoftHSM2 those cases skip and say why. The last tests run OML end to
 end on the token: a tenant whose signing key signs inside the token, whose
 body keys are sealed by the token, and whose retired key versions are
@@ -13,11 +13,12 @@ import secrets
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from hsm_kit import pkcs11_store
 
 from oml.domain import signing
 from oml.services.keys.keystore import KeyNotFound, LocalKeyStore
 from oml.services.keys.signer import Signer
+
+from support.hsm import pkcs11_store
 
 
 @pytest.fixture(params=["local", "pkcs11"])
@@ -99,11 +100,11 @@ def test_a_uri_without_a_pin_file_is_refused(tmp_path):
 
 @pytest.fixture(scope="module")
 def hsm_ctx(db_url, tmp_path_factory):
-    from hsm_kit import pkcs11_uri
-
     from oml.services.runtime.context import Context
     from oml.services.runtime.settings import Settings
     from oml.services.storage.db import Database
+
+    from support.hsm import pkcs11_uri
 
     uri = pkcs11_uri()
     home = tmp_path_factory.mktemp("hsm-home")

@@ -22,13 +22,15 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from oml_workers_support import assert_lake_exact, child_env, head, lake_rows, setup_tenant, submit
 from typer.testing import CliRunner
 
 from oml.workers.lake import writer as lake_writer
 from oml.workers.runtime import lag
 
-CRASH = Path(__file__).with_name("oml_workers_crash.py")
+from support.paths import script
+from support.workers import assert_lake_exact, child_env, head, lake_rows, setup_tenant, submit
+
+CRASH = script("oml_workers_crash.py")
 
 
 def _duplicates(ctx, table: str, tenant: str, key: str) -> list:

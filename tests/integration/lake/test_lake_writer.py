@@ -9,10 +9,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import sqlalchemy as sa
-from oml_workers_support import assert_lake_exact, head, lake_rows, promote, setup_tenant, submit
 
 from oml.workers.lake import writer as lake_writer
 from oml.workers.lake.schema import STATS_COLUMNS, TABLES, app_id
+
+from support.workers import assert_lake_exact, head, lake_rows, promote, setup_tenant, submit
 
 
 @pytest.fixture(scope="module")

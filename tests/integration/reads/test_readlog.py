@@ -9,11 +9,12 @@ import sys
 
 import pytest
 import sqlalchemy as sa
-from recall_kit import make_world, owner, read_events
 
 from oml.domain.errors import OMLError
 from oml.services.reads import readlog
 from oml.services.reads.recall import Recaller, RecallRequest
+
+from support.recall import make_world, owner, read_events
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,11 @@ import time
 
 import pytest
 import sqlalchemy as sa
-from recall_kit import make_world, owner, read_events
 
 from oml.domain.errors import OMLError
 from oml.services.reads.recall import Recaller, RecallRequest
+
+from support.recall import make_world, owner, read_events
 
 FACTS = [
     ("main.eng.search", "The ranking service retrains its gradient boosted model every night at two in the morning."),

@@ -11,12 +11,13 @@ import math
 
 import pytest
 import sqlalchemy as sa
-from erasure_kit import make_ekit, owner
-from recall_kit import make_world
 
 from oml.services.reads import bm25
 from oml.services.reads.recall import Recaller, RecallRequest
 from oml.workers.index import indexer
+
+from support.erasure import make_ekit, owner
+from support.recall import make_world
 
 DOCS = [
     "the harbour crane lifted the red container",

@@ -11,9 +11,10 @@ order per tenant.
 from __future__ import annotations
 
 import pytest
-from recall_kit import make_world
 
 from oml.services.reads.recall import Recaller, RecallRequest
+
+from support.recall import make_world
 
 # A block of statements equal for every query below (same words, same positions: equal ts_rank and
 # ts_rank_cd), a few with the words closer together (higher ts_rank_cd, equal ts_rank), duplicates

@@ -5,10 +5,11 @@ import base64
 import json
 
 import pytest
-from recall_kit import make_world, read_events
 
 from oml.domain.errors import OMLError
 from oml.services.reads import fetch as F
+
+from support.recall import make_world, read_events
 
 
 @pytest.fixture(scope="module")

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import pytest
 from fastapi.testclient import TestClient
-from recall_kit import make_world
 
 from oml.services.entrypoints.http.app import create_app
+
+from support.recall import make_world
 
 
 @pytest.fixture(scope="module")

@@ -13,11 +13,12 @@ import re
 import numpy as np
 import pytest
 import sqlalchemy as sa
-from recall_kit import make_world
 
 from oml.domain import recall as R
 from oml.services.reads.recall import Recaller, RecallRequest, _Filters, _vector_literal, vector_sql
 from oml_tools.bench.population import Item, bulk_load, unit_vectors
+
+from support.recall import make_world
 
 N_AREAS = 100
 PER_AREA = 50          # each workarea holds 1 % of the dense tenant

@@ -15,10 +15,11 @@ import datetime as dt
 import anyio
 import pytest
 from fastapi.testclient import TestClient
-from recall_kit import make_world, owner
 
 from oml.services.entrypoints.http.app import create_app
 from oml.services.reads.recall import Recaller, RecallRequest
+
+from support.recall import make_world, owner
 
 
 def _iso(t: dt.datetime) -> str:
@@ -97,9 +98,10 @@ def test_http_recall_is_valid_now(world, ctx):
 
 def test_mcp_recall_is_valid_now(world, ctx):
     from mcp import Client
-    from test_mcp import payload
 
     from oml.services.entrypoints.mcp_server import build_server
+
+    from support.mcp_calls import payload
 
     async def run():
         async with Client(build_server(ctx, stdio_keys=[world.reader_key]), read_timeout_seconds=120) as c:

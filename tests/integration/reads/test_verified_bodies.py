@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
-from admission_kit import owner_unguarded
-from recall_kit import make_world
 
 from oml.services.reads import verified_reads
 from oml.services.reads.bodies import Unverified, decrypt_versions
+
+from support.admission import owner_unguarded
+from support.recall import make_world
 
 TENANT = "verified-bodies"
 

@@ -18,16 +18,17 @@ import sys
 import anyio
 import pytest
 import sqlalchemy as sa
-from admission_kit import owner_unguarded, run_cli
 from fastapi.testclient import TestClient
 from mcp.client.client import Client
 from mcp.client.stdio import StdioServerParameters
-from recall_kit import make_world, owner
-from test_mcp import env_for, error_text, payload
 
 from oml.services.entrypoints.http.app import create_app
 from oml.services.reads import verified_reads
 from oml.services.reads.recall import Recaller, RecallRequest
+
+from support.admission import owner_unguarded, run_cli
+from support.mcp_calls import env_for, error_text, payload
+from support.recall import make_world, owner
 
 TENANT = "verified-reads"
 

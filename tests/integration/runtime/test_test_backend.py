@@ -11,14 +11,14 @@ import os
 import subprocess
 import sys
 import uuid
-from pathlib import Path
 
-import oml_test_backends as backends
 import pytest
 import sqlalchemy as sa
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+from support import backends
+from support.paths import REPO
+
 NO_DOCKER = backends.docker_unavailable()
 
 
@@ -46,7 +46,7 @@ def test_pytest_session_reports_the_backend_and_the_reason():
     """A real pytest session with the switch set: its header names the backend it chose and why."""
     env = {**os.environ, "OML_TEST_BACKEND": "containers"}
     res = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-W", "default",
-                          "tests/integration/test_test_backend.py"], cwd=REPO, env=env, capture_output=True, text=True,
+                          "tests/integration/runtime/test_test_backend.py"], cwd=REPO, env=env, capture_output=True, text=True,
                          timeout=300)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     header = next(ln for ln in res.stdout.splitlines() if ln.startswith("OML_TEST_BACKEND: "))
@@ -97,7 +97,7 @@ def test_container_backend_serves_postgres_redis_and_minio(tmp_path):
             c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
 
-    from oml_workers_support import free_port
+    from support.workers import free_port
 
     port = free_port()
     container = backends.redis_container(port)

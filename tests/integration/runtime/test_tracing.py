@@ -11,10 +11,11 @@ from fastapi.testclient import TestClient
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from recall_kit import make_world
 
 from oml.services.entrypoints.http.app import create_app
 from oml.services.runtime import tracing
+
+from support.recall import make_world
 
 CANARY = "zebracanary"
 

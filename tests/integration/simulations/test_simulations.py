@@ -11,7 +11,6 @@ import uuid
 
 import pytest
 import sqlalchemy as sa
-from recall_kit import make_world, owner
 
 from oml.domain.errors import OMLError
 from oml.services.claims.admission import Submission
@@ -20,6 +19,8 @@ from oml.services.journal.projections import verify_tenant
 from oml.services.reads import fetch as F
 from oml.services.reads.recall import Recaller, RecallRequest
 from oml.services.simulations.acts import Simulations
+
+from support.recall import make_world, owner
 
 TUESDAY = "The production deploy window is every Tuesday afternoon."
 FRIDAY = "The production deploy window moves to Friday mornings during the migration rehearsal."

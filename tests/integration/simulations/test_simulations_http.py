@@ -4,11 +4,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from admission_kit import run_cli
 from fastapi.testclient import TestClient
-from recall_kit import make_world
 
 from oml.services.entrypoints.http.app import create_app
+
+from support.admission import run_cli
+from support.recall import make_world
 
 
 @pytest.fixture(scope="module")

@@ -53,7 +53,6 @@ from unittest import mock
 import sqlalchemy as sa
 from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
-from recall_kit import owner
 
 from oml.domain.errors import OMLError
 from oml.services.claims import admission as admission_service
@@ -68,6 +67,8 @@ from oml.services.simulations import acts as sim_service
 from oml.services.simulations.acts import Simulations
 from oml.services.tenancy import acts as tenancy_service
 from oml.workers.index.indexer import catch_up
+
+from support.recall import owner
 
 VOCAB = ["deploy", "window", "migration", "database", "backup", "schedule", "search", "ranking", "model", "cluster",
          "latency", "friday", "tuesday", "rollback", "incident", "review", "storage", "network"]

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
-from recall_kit import make_world
 
 from oml.services.claims.admission import Submission
 from oml.services.simulations.acts import Simulations
+
+from support.recall import make_world
 
 ROLES = ("oml_admission", "oml_server", "oml_lake_writer", "oml_reconciler", "oml_indexer", "oml_relay")
 

@@ -27,7 +27,8 @@ from oml.services.runtime.auth import authenticate
 from oml.services.runtime.context import open_context
 from oml.services.runtime.settings import Settings
 
-REPO = Path(__file__).resolve().parents[2]
+from support.paths import REPO
+
 PASSWORDS = {f"OML_{n}_DB_PASSWORD": f"pw-{n.lower()}" for n in
              ("OWNER", "ADMISSION", "SERVER", "LAKE_WRITER", "RECONCILER", "INDEXER", "RELAY")}
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import uuid
 
 import sqlalchemy as sa
-from recall_kit import make_world, owner
 
 from oml.services.reads import fetch as F
 from oml.services.storage.migrate import upgrade
+
+from support.recall import make_world, owner
 
 TENANT = "migration-0002"
 

@@ -3,9 +3,10 @@ projection rows, and the guards refuse a principal that is not the projection of
 from __future__ import annotations
 
 import sqlalchemy as sa
-from admission_kit import make_kit, owner
 
 from oml.services.storage.migrate import upgrade
+
+from support.admission import make_kit, owner
 
 BEFORE = """
 GRANT SELECT, INSERT, UPDATE, DELETE ON identities, workareas, principals, claims, claim_versions,

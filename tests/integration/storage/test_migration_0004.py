@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import command
-from recall_kit import make_world, owner
 
 from oml.services.reads.recall import Recaller, RecallRequest
 from oml.services.storage.migrate import alembic_config
+
+from support.recall import make_world, owner
 
 _ARGS = "tsquery, text[], timestamptz, text[], text[], timestamptz, uuid[], int"
 BEFORE = f"""

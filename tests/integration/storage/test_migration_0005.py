@@ -3,11 +3,12 @@ forced tenant isolation and its grants, and admission can journal and read a ten
 from __future__ import annotations
 
 import sqlalchemy as sa
-from admission_kit import make_kit, owner
 from alembic import command
 
 from oml.services.runtime.auth import authenticate
 from oml.services.storage.migrate import alembic_config
+
+from support.admission import make_kit, owner
 
 BEFORE = """
 DROP TABLE tenant_policies;

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
-from admission_kit import make_kit, owner
 from alembic import command
 
 from oml.services.claims.admission import Submission
 from oml.services.runtime.auth import authenticate
 from oml.services.storage.migrate import alembic_config
+
+from support.admission import make_kit, owner
 
 # The guard as 0003 created it: new rows only.
 BEFORE = """

@@ -3,12 +3,13 @@ rewritten to its digest, and a retry after the upgrade still gets the first answ
 from __future__ import annotations
 
 import sqlalchemy as sa
-from admission_kit import make_kit, owner
 from alembic import command
 
 from oml.services.claims.admission import Submission
 from oml.services.runtime.auth import authenticate
 from oml.services.storage.migrate import alembic_config
+
+from support.admission import make_kit, owner
 
 
 def test_upgrade_from_0008_hashes_stored_keys(ctx):

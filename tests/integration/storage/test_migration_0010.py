@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import command
-from erasure_kit import owner
-from recall_kit import make_world
 
 from oml.services.reads.recall import Recaller, RecallRequest
 from oml.services.storage.migrate import alembic_config
+
+from support.erasure import owner
+from support.recall import make_world
 
 OLD_FUNCTION = """
 CREATE TABLE bm25_stats (tenant_id text PRIMARY KEY, docs bigint NOT NULL, total_len bigint NOT NULL);

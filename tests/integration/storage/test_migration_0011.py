@@ -4,12 +4,13 @@ refused while genuine admission passes."""
 from __future__ import annotations
 
 import sqlalchemy as sa
-from admission_kit import make_kit, owner
 from alembic import command
 
 from oml.services.claims.admission import Submission
 from oml.services.runtime.auth import authenticate
 from oml.services.storage.migrate import alembic_config
+
+from support.admission import make_kit, owner
 
 # Before 0011 there was no statement trigger (the row trigger guarded inserts too): dropping it and moving the
 # revision back stands in for that schema; the upgrade must install it again.

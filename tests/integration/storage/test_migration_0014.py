@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import sqlalchemy as sa
-from admission_kit import make_kit, owner
 from alembic import command
 
 from oml.services.storage.migrate import alembic_config
+
+from support.admission import make_kit, owner
 
 BEFORE = """
 REVOKE SELECT (tenant_id, artifact_id) ON wrapped_deks FROM oml_reconciler;

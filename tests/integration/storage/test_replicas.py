@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
-from replica_kit import caught_up, in_recovery, replica_context, start_standby, stop_standby
 
 from oml.services.claims.admission import Submission
 from oml.services.runtime.auth import authenticate
+
+from support.replica import caught_up, in_recovery, replica_context, start_standby, stop_standby
 
 
 @pytest.fixture(scope="module")
@@ -125,9 +126,10 @@ def test_a_promoted_standby_keeps_serving(ctx, pg_server, tenants):
 @pytest.fixture(scope="module")
 def world(ctx, rctx, standby):
     from fastapi.testclient import TestClient
-    from recall_kit import make_world
 
     from oml.services.entrypoints.http.app import create_app
+
+    from support.recall import make_world
 
     w = make_world(ctx, "rep-http")
     w.fact = w.remember("main", "The nightly export job writes its files to the archive bucket.")
@@ -145,7 +147,7 @@ def _h(key, **extra):
 
 
 def test_recall_and_fetch_are_served_by_the_standby_and_logged_on_the_primary(world, rctx):
-    from recall_kit import read_events
+    from support.recall import read_events
 
     before = dict(rctx.db.read_counts)
     r = world.client.post("/v1/recall", json={"query": "nightly export archive bucket", "k": 3}, headers=_h(world.reader_key))

@@ -6,7 +6,6 @@ import time
 
 import pytest
 import sqlalchemy as sa
-from oml_workers_support import assert_index_exact, assert_lake_exact, head, promote, setup_tenant
 
 from oml.domain.events import SYSTEM
 from oml.services.journal import journal, projector
@@ -14,6 +13,8 @@ from oml.workers.index import indexer
 from oml.workers.lake import writer as lake_writer
 from oml.workers.runtime.actors import WorkerRuntime
 from oml.workers.runtime.relay import Relay
+
+from support.workers import assert_index_exact, assert_lake_exact, head, promote, setup_tenant
 
 
 class Recorder:

@@ -8,13 +8,14 @@ import sys
 import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
-from oml_workers_support import child_env, head, promote, setup_tenant
 
 from oml.services.entrypoints.http.app import create_app
 from oml.workers.index import indexer
 from oml.workers.lake import writer as lake_writer
 from oml.workers.runtime import lag
 from oml.workers.runtime.relay import Relay
+
+from support.workers import child_env, head, promote, setup_tenant
 
 
 @pytest.fixture(scope="module")

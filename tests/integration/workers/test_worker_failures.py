@@ -6,11 +6,9 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from oml_workers_support import RedisServer, assert_index_exact, assert_lake_exact, child_env, head, promote, setup_tenant, supersede
 
 from oml.workers.index import indexer
 from oml.workers.lake import writer as lake_writer
@@ -18,7 +16,10 @@ from oml.workers.lake.schema import app_id
 from oml.workers.runtime import lag
 from oml.workers.runtime.actors import WorkerRuntime
 
-CRASH = Path(__file__).with_name("oml_workers_crash.py")
+from support.paths import script
+from support.workers import RedisServer, assert_index_exact, assert_lake_exact, child_env, head, promote, setup_tenant, supersede
+
+CRASH = script("oml_workers_crash.py")
 
 
 def _redis_ctx(ctx, url):

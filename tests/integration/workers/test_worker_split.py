@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 
 import pytest
-from oml_workers_support import Fenced, NoKeys, RedisServer, assert_index_exact, assert_lake_exact, promote, serving, setup_tenant
 
 from oml.services.entrypoints.http.app import create_app
 from oml.services.runtime.context import Context
@@ -21,6 +20,8 @@ from oml.workers.index import indexer
 from oml.workers.runtime import lag
 from oml.workers.runtime.actors import WorkerRuntime
 from oml.workers.runtime.broker import make_broker
+
+from support.workers import Fenced, NoKeys, RedisServer, assert_index_exact, assert_lake_exact, promote, serving, setup_tenant
 
 
 @pytest.fixture(scope="module")

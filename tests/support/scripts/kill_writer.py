@@ -1,4 +1,4 @@
-"""Test-only writer process for the SIGKILL test (tests/integration/test_admission_concurrency.py).
+"""Test-only writer process for the SIGKILL test (tests/integration/claims/test_admission_concurrency.py).
 
 Submits one batch of ``KILL_BATCH`` claims with the API key in
 ``KILL_API_KEY``. With ``KILL_PAUSE=1`` it stops inside the admission

@@ -22,7 +22,6 @@ import json
 import uuid
 from collections.abc import Callable
 
-import evidence_kit
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -35,6 +34,8 @@ from oml.services.audit.evidence import archive
 from oml.services.audit.evidence import format as fmt
 from oml.services.audit.evidence.export import assemble, registry_before
 from oml.services.audit.evidence.verify import EXIT_FAILED, EXIT_OK, verify
+
+from support import evidence as insider
 
 T = "acme"
 AT = dt.datetime(2026, 3, 4, 5, 6, 7, 891011, tzinfo=dt.UTC)
@@ -127,7 +128,7 @@ def export(rows: list[JournalRow], lo: int, hi: int) -> bytes:
 
 def rebuild(data: bytes, edit: Callable[[dict, dict], None]) -> bytes:
     """Let ``edit(files, manifest)`` change an archive, then fix every digest and re-sign the manifest with the real key."""
-    return evidence_kit.rebuild(data, SK2, edit)
+    return insider.rebuild(data, SK2, edit)
 
 
 RANGES = [(1, 14), (9, 14)]

@@ -20,7 +20,6 @@ import uuid
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from evidence_kit import rebuild
 
 from oml.domain import chain, merkle, readlog, signing
 from oml.domain.canonical import canonical
@@ -32,6 +31,9 @@ from oml.services.audit.evidence import format as fmt
 from oml.services.audit.evidence.export import assemble, registry_before
 from oml.services.audit.evidence.verify import EXIT_FAILED, EXIT_NOT_ANCHORED, EXIT_OK, verify
 from oml.services.audit.readlog_rows import Batch
+
+from support.evidence import rebuild
+from support.paths import REPO
 
 T = "acme"
 AT = dt.datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=dt.UTC)
@@ -396,11 +398,10 @@ def test_the_checkpoint_before_a_recovery_rotation_is_signed_by_the_retiring_key
 
 
 def _worked_example(tmp_path, data: bytes, anchor: str):
-    import pathlib
     import re
     import subprocess
 
-    doc = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "evidence-format.md").read_text()
+    doc = (REPO / "docs" / "evidence-format.md").read_text()
     block = re.search(r"<!-- worked-example:begin -->\n```sh\n(.*?)```\n<!-- worked-example:end -->", doc, re.S).group(1)
     (tmp_path / "export.tar").write_bytes(data)
     env = {"ARCHIVE": str(tmp_path / "export.tar"), "ANCHOR": anchor, "PATH": "/usr/bin:/bin:/usr/local/bin"}

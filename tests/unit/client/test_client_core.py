@@ -1,7 +1,7 @@
 """The client's wire behaviour: idempotency keys, retries, problem mapping (no server needed).
 
 The end-to-end versions against the real app and PostgreSQL are in
-tests/integration/test_client.py; these pin the retry decision table.
+tests/integration/entrypoints/test_client.py; these pin the retry decision table.
 """
 from __future__ import annotations
 

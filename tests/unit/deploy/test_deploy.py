@@ -12,7 +12,6 @@ import json
 import re
 import shlex
 import subprocess
-from pathlib import Path
 
 import pytest
 import typer
@@ -22,7 +21,8 @@ from oml.services.runtime.settings import Settings
 from oml.services.storage.db import WORKLOAD_ROLES
 from oml.services.storage.embedded import LOG_SETTINGS
 
-REPO = Path(__file__).resolve().parents[2]
+from support.paths import REPO
+
 DEPLOY = REPO / "deploy"
 VAR = re.compile(r"\$\{([A-Z0-9_]+)(?:[:?\-][^}]*)?\}")
 

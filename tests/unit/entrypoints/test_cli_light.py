@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from support.paths import REPO
+
 HEAVY = ("torch", "sentence_transformers", "onnxruntime", "onnx", "deltalake", "fastapi", "pyarrow", "uvicorn", "mcp")
 
 PROBE = """
@@ -118,8 +120,6 @@ def test_flags_show_no_value_type_in_help():
 
 def test_the_service_quickstart_reads_the_port_from_oml_http_port():
     """It hardcoded 127.0.0.1:8765 in six places; `oml serve` listens on OML_HTTP_PORT."""
-    from pathlib import Path
-
-    text = (Path(__file__).resolve().parents[2] / "docs" / "quickstart-service.md").read_text()
+    text = (REPO / "docs" / "quickstart-service.md").read_text()
     assert "127.0.0.1:8765" not in text
     assert 'export OML_URL="http://127.0.0.1:${OML_HTTP_PORT:-8765}"' in text and text.count('os.environ["OML_URL"]') >= 5

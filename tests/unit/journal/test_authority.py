@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
 
@@ -11,7 +10,8 @@ from oml.domain.claims import ROLE_ACTS, ROLES
 from oml.domain.errors import OMLError
 from oml.domain.events import EVENT_TYPES, SYSTEM
 
-ROOT = Path(__file__).resolve().parents[2]
+from support.paths import REPO as ROOT
+
 SOURCES = sorted(p for d in ("services", "workers") for p in (ROOT / d).rglob("*.py"))
 APPENDERS = {"_append", "system_event", "append"}
 
@@ -97,7 +97,7 @@ def test_the_published_act_role_table_is_the_codes():
     docs alone; it must say exactly what domain/authority.py enforces."""
     import re
 
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "journal-format.md").read_text()
+    doc = (ROOT / "docs" / "journal-format.md").read_text()
     block = re.search(r"<!-- authority-table:begin -->\n(.*?)<!-- authority-table:end -->", doc, re.S).group(1)
     rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in block.splitlines()[2:] if line.strip()]
     published = {}

@@ -1,7 +1,7 @@
 """The chain verifier against tampering, re-signing and bad rotations (docs/design.md §The journal; docs/journal-format.md).
 
 Pure: rows come from the known-answer vectors (domain/vectors.py) and are
-altered in memory; tests/integration/test_admission_tamper.py does the same
+altered in memory; tests/integration/claims/test_admission_tamper.py does the same
 against rows changed in PostgreSQL.
 """
 from __future__ import annotations

@@ -38,11 +38,13 @@ from oml.domain.merkle import (
     verify_inclusion,
 )
 
+from support.paths import REPO
+
 
 def _vector_dir() -> Path:
     # CI checks out ../shared beside the clone; OML_SHARED_DIR overrides it.
     shared = os.environ.get("OML_SHARED_DIR")
-    base = Path(shared) if shared else Path(__file__).resolve().parents[2].parent / "shared"
+    base = Path(shared) if shared else REPO.parent / "shared"
     return base / "data" / "tlog-vectors" / "testdata"
 
 

@@ -6,6 +6,8 @@ import pytest
 from oml.domain import replay as R
 from oml.domain.signing import kid
 
+from support.paths import REPO
+
 T = "acme"
 SK, RK, EK, SK2 = ("11" * 32, "22" * 32, "33" * 32, "44" * 32)
 ROOT, DEV = "00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000002"
@@ -406,7 +408,7 @@ def test_every_rule_is_listed_tested_and_documented():
     import re
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2]
+    root = REPO
     src = (root / "domain/replay.py").read_text()
     made = set(re.findall(r'\bf\("([a-z_.]+)"', src)) | set(R._RULE_OF_CODE.values())
     assert made == R.RULES

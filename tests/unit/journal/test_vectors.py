@@ -10,14 +10,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from oml.domain import chain, checkpoint, envelope, merkle, vectors
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+from support.paths import DOCS
 
 HASHES = {
     1: "5336421a50e5aac1942010dbd76a19e52da92033a419776325932eede8572304",

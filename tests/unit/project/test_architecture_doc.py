@@ -1,8 +1,7 @@
 """docs/architecture.md's capability table names exactly the folders the code has."""
 import re
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from support.paths import REPO as ROOT
 
 
 def _table_folders() -> set[str]:

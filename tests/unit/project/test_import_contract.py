@@ -11,7 +11,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from support.paths import REPO as ROOT
+
 TOPS = ("domain", "services", "workers", "client")
 SHARED = ("oml.domain", "oml.services.storage", "oml.services.runtime")
 

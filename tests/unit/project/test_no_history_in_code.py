@@ -16,13 +16,14 @@ import re
 import tokenize
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from support.paths import REPO as ROOT
+
 FOLDERS = ("domain", "services", "workers", "client", "tools", "tests", "deploy")
 FILES = ("setup.py", "pyproject.toml", "Makefile")
 SUFFIXES = {".py", ".sql", ".sh", ".yaml", ".yml", ".toml", ".json", ".mako"}
 NAMES = {"Dockerfile", "Makefile"}
 #: The checks themselves: their patterns name what they refuse (this file; test_docs_links.py does the same for docs).
-CHECKERS = {"tests/unit/test_no_history_in_code.py", "tests/unit/test_docs_links.py"}
+CHECKERS = {"tests/unit/project/test_no_history_in_code.py", "tests/unit/project/test_docs_links.py"}
 
 #: Refused anywhere in a file: (pattern, what it is).
 ANYWHERE = [
@@ -45,8 +46,8 @@ IN_PROSE = [
 
 #: Names that look like decision ids and are not: path → the tokens allowed there, and why.
 NOT_IDS = {
-    "tests/integration/test_relay.py": {"T1", "T2", "T3"},   # the concurrent transactions of the test's story
-    "tests/integration/test_readlog.py": {"T1"},             # likewise
+    "tests/integration/workers/test_relay.py": {"T1", "T2", "T3"},   # the concurrent transactions of the test's story
+    "tests/integration/reads/test_readlog.py": {"T1"},             # likewise
     "services/reads/bm25.py": {"K1"},                        # BM25's k1 parameter, a constant of that module
     "tools/oml_tools/bench/locomo.py": {"K1"},               # the same parameter in --bm25 NAME=K1,B
 }

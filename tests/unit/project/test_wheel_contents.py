@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from support.paths import REPO
+
 ROOTS = {"domain": "oml/domain", "services": "oml/services", "workers": "oml/workers", "client": "oml/client"}
 # Every suffix a file under the roots may have; a new one must be added here and to setup.py's package_data.
 SHIPPED_SUFFIXES = {".py", ".sql", ".json", ".mako", ".ini", ".html"}

@@ -13,6 +13,8 @@ from oml.domain import recall as R
 from oml.domain.access import Principal
 from oml.domain.errors import OMLError
 
+from support.paths import REPO
+
 T = "acme"
 ME = "11111111-1111-1111-1111-111111111111"
 OTHER = "22222222-2222-2222-2222-222222222222"
@@ -330,10 +332,9 @@ def test_locomo_evidence_ids_are_normalised():
 
 def test_every_read_path_statement_names_the_tenant():
     """Besides RLS, every statement on a tenant table names tenant_id (partition pruning under RLS)."""
-    import pathlib
     import re
 
-    root = pathlib.Path(__file__).resolve().parents[2] / "services" / "reads"
+    root = REPO / "services" / "reads"
     for name in ("recall.py", "fetch.py", "rows.py", "readlog.py"):
         src = (root / name).read_text()
         for m in re.finditer(r'sa\.text\(\s*((?:f?"[^"]*"\s*)+)', src):
