@@ -17,14 +17,12 @@ import tarfile
 
 import pytest
 import sqlalchemy as sa
-from fastapi.testclient import TestClient
 
 from oml.domain.errors import OMLError
 from oml.services.audit.evidence import archive
 from oml.services.audit.evidence import format as fmt
 from oml.services.audit.evidence.export import export
 from oml.services.audit.evidence.verify import verify
-from oml.services.entrypoints.http.app import create_app
 from oml.services.journal.checkpoints import issue_checkpoint
 from oml.services.keys import signing_rotation
 from oml.workers.reconcile import reconciler
@@ -37,11 +35,6 @@ from support.paths import DOCS
 @pytest.fixture(scope="module")
 def ak(ctx):
     return populate(ctx, "ev", 4)
-
-
-@pytest.fixture(scope="module")
-def client(ctx):
-    return TestClient(create_app(ctx))
 
 
 def files_of(data: bytes) -> dict[str, bytes]:

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
-from fastapi.testclient import TestClient
 
 from oml.domain import merkle
 from oml.domain.checkpoint import CheckpointError, parse_consistency_proof, parse_verifier_key, verify_checkpoint, verify_inclusion_proof
 from oml.domain.errors import OMLError
-from oml.services.entrypoints.http.app import create_app
 from oml.services.journal import checkpoints as cps
 from oml.services.journal import proofs
 from oml.services.keys import signing_rotation
@@ -34,11 +32,6 @@ def vkey(ctx, ak):
         pub = bytes(c.execute(sa.text("SELECT public_key FROM tenant_keys WHERE tenant_id = :t AND purpose = 'signing' AND version = 1"),
                               {"t": ak.tenant}).scalar())
     return pub
-
-
-@pytest.fixture(scope="module")
-def client(ctx):
-    return TestClient(create_app(ctx))
 
 
 def _chain_hashes(ctx, tenant):

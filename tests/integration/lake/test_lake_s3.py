@@ -1,6 +1,6 @@
 """The lake-writer against an ``s3://`` lake: moto's S3 server on a free 127.0.0.1 port, or MinIO.
 
-The server comes from tests/conftest.py's ``s3_server``: by default moto in a
+The server comes from tests/integration/lake/conftest.py's ``s3_server``: by default moto in a
 child process (``python -m moto.server``), not in a thread
 (``ThreadedMotoServer``): some deltalake calls (``DeltaTable.is_deltatable``)
 hold the GIL while they wait for S3, so an in-process server cannot answer
@@ -47,7 +47,7 @@ class NoKeys:
 
 @pytest.fixture(scope="module")
 def s3(s3_server):
-    # moto's server or MinIO (OML_TEST_BACKEND=containers): tests/conftest.py's s3_server.
+    # moto's server or MinIO (OML_TEST_BACKEND=containers): tests/integration/lake/conftest.py's s3_server.
     endpoint = s3_server["endpoint"]
     creds = {"aws_access_key_id": s3_server["access_key"], "aws_secret_access_key": s3_server["secret_key"],
              "region_name": "us-east-1"}
