@@ -36,7 +36,7 @@ softhsm:
 	  echo "softhsm2 is not installed: the PKCS#11 KeyStore tests will skip"
 
 # Lint and types first (seconds), then what ships (tools/wheel-smoke.sh builds dist/ and smoke-tests the wheel in a
-# fresh virtualenv, and the image where Docker answers), then the suite; tests/unit/test_wheel_contents.py reads
+# fresh virtualenv, and the image where Docker answers), then the suite; tests/unit/project/test_wheel_contents.py reads
 # the wheel just built.
 test: $(VENV)/.installed softhsm lint typecheck smoke
 	OML_WHEEL="$$(ls dist/oml-*.whl)" HF_HUB_OFFLINE=1 $(BIN)/python -m pytest

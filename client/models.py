@@ -8,7 +8,7 @@ Defined here: the request models (``ClaimIn``, ``Budget``, ``Filters``: shape
 only, the server owns the range and pattern rules and answers them as
 problems) and the answers of routes that return bare JSON, text or bytes
 (checkpoints, proofs, evidence archives, erasures, holds, health).
-``tests/unit/test_client_openapi.py`` fails when the two disagree.
+``tests/unit/client/test_client_openapi.py`` fails when the two disagree.
 
 Times are strings ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (docs/journal-format.md); ids
 are lowercase UUID strings, except principal ids (16 hex characters).

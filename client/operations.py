@@ -1,7 +1,7 @@
 """Typed methods, one per HTTP operation of the OML API.
 
 Each method is tagged with ``@operation(METHOD, PATH, idempotent=…)`` where
-``PATH`` is the OpenAPI path template. ``tests/unit/test_client_openapi.py``
+``PATH`` is the OpenAPI path template. ``tests/unit/client/test_client_openapi.py``
 compares these tags with ``create_app(ctx).openapi()``: it fails when an
 operation has no method, when a method names an operation that does not
 exist, and when ``idempotent`` disagrees with whether the operation

@@ -95,7 +95,7 @@ def canonical(value: Any) -> bytes:
 
     A direct encoder for the JSON subset OML writes; ``reference_canonical``
     (the ``rfc8785`` library) is the reference, and a Hypothesis differential
-    test (tests/unit/test_canonical.py) checks the two agree byte for byte.
+    test (tests/unit/journal/test_canonical.py) checks the two agree byte for byte.
 
     Raises:
         CanonicalError: floats, integers beyond ±(2^53−1), non-string keys,
@@ -242,7 +242,7 @@ def new_id() -> str:
 
     Formatted from the bytes directly (half the cost of ``str(uuid.uuid4())``; admission draws four per
     claim), the bytes taken from a per-thread buffer of ``os.urandom`` output (:class:`_Random`);
-    tests/unit/test_canonical.py checks the result is what :class:`uuid.UUID` reads as version 4, variant
+    tests/unit/journal/test_canonical.py checks the result is what :class:`uuid.UUID` reads as version 4, variant
     RFC 4122, and prints the same."""
     b = bytearray(_RANDOM.take(16))
     b[6] = (b[6] & 0x0F) | 0x40

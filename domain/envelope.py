@@ -87,7 +87,7 @@ def wrap(dek: bytes, *, info: bytes, public_key: bytes) -> bytes:
 # one AES-GCM seal of the DEK is per artifact. A :class:`Wrapper` makes one Encapsulation for up to ``share``
 # DEKs of one submit (admission and its worker: ``OML_ADMISSION_WRAP_SHARE``) and wraps each under its
 # own ``info`` (docs/adr/0002-envelope-encryption-and-hpke-sharing.md): each DEK still gets its own key,
-# nonce and wrapped row, and the output is the ``enc || ct`` that ``SUITE.encrypt`` returns and ``SUITE.decrypt`` opens (tests/unit/test_envelope.py: RFC
+# nonce and wrapped row, and the output is the ``enc || ct`` that ``SUITE.encrypt`` returns and ``SUITE.decrypt`` opens (tests/unit/keys/test_envelope.py: RFC
 # 9180 A.1 vector for the schedule, decryption by ``cryptography``).
 
 _KEM_SUITE_ID = b"KEM\x00\x20"  # DHKEM(X25519, HKDF-SHA256)

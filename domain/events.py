@@ -123,7 +123,7 @@ def encode(event: dict[str, Any]) -> bytes:
     RFC 8785 order (actor, at, data, event_id, kid, seq, tenant, type, v; identity before principal),
     each string through the same escaper :func:`oml.domain.canonical.canonical` uses. About a third of
     the cost of encoding the whole object generically (admission encodes one event per claim);
-    anything else is encoded generically. tests/unit/test_chain.py checks both give the same bytes.
+    anything else is encoded generically. tests/unit/journal/test_chain.py checks both give the same bytes.
     """
     actor = event.get("actor")
     if (len(event) == 9 and all(k in event for k in _HEADER) and event["v"] == 1 and type(event["v"]) is int

@@ -799,7 +799,7 @@ class _IdRule:
     context: re.Pattern[str] | None = None
     min_digits: int = 0
     # The fewest ASCII digits any match of ``pattern`` holds, and the fewest characters (gates: a text with fewer
-    # skips the rule; tests/unit/test_pii.py checks both against the pattern's parse tree).
+    # skips the rule; tests/unit/claims/test_pii.py checks both against the pattern's parse tree).
     needs: int = 7
     min_len: int = 0
 
@@ -1128,7 +1128,7 @@ def _credential_gate(text: str) -> bool:
 
 def _spans(view: _View, regions: Sequence[str]) -> Iterator[_Span]:
     # Each detector behind its gate; _may_find restates these gates for the ASCII short cut: change both together
-    # (tests/unit/test_pii.py compares the two, exhaustively over short strings).
+    # (tests/unit/claims/test_pii.py compares the two, exhaustively over short strings).
     text = view.text
     digits = len(text) - len(text.translate(_NO_DIGITS))
     structured: list[_Span] = []

@@ -13,7 +13,7 @@ Regenerate the published JSON and Markdown with::
     python -m oml.domain.vectors --json > docs/vectors/journal-v1.json
     python -m oml.domain.vectors --markdown   # the section pasted into docs/journal-format.md
 
-``tests/unit/test_vectors.py`` asserts both outputs are current.
+``tests/unit/journal/test_vectors.py`` asserts both outputs are current.
 """
 from __future__ import annotations
 

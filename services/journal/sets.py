@@ -46,7 +46,7 @@ def columns(names: Sequence[str], rows: Sequence[tuple], types: Sequence[str] | 
 # sends some fifty values per claim. For the element types admission writes, the binary array
 # (PostgreSQL's array_recv format: ndim, has-nulls flag, element oid, size and lower bound, then each
 # element as its length and bytes, -1 for NULL) is built here in one pass, and a dumper hands psycopg
-# the bytes as they are (tests/integration/test_admission_batch.py compares the rows with psycopg's).
+# the bytes as they are (tests/integration/claims/test_admission_batch.py compares the rows with psycopg's).
 
 _HEAD = struct.Struct(">iiIii")
 _INT8 = struct.Struct(">iq")

@@ -25,7 +25,7 @@ What lives in the token, per key name (``services/keys/keystore.py`` lists them)
 Every object is labelled ``oml/<tenant>/<name>``; :meth:`destroy` calls
 ``C_DestroyObject`` on it, which is what erasure's key retirement does. Any
 compliant token works; SoftHSM2 is the one tested (``tests/integration/
-test_keystore_contract.py``).
+keys/test_keystore_contract.py``).
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ loaded into the process.
 
 A key in process memory signs through libsodium (PyNaCl's ``crypto_sign``): Ed25519 is deterministic
 (RFC 8032, 5.1.6), so libsodium and OpenSSL write the same 64 bytes for the same key and message
-(tests/unit/test_signer.py checks both, and RFC 8032's test 1), and libsodium's fixed-base scalar
+(tests/unit/keys/test_signer.py checks both, and RFC 8032's test 1), and libsodium's fixed-base scalar
 multiplication cost about half of OpenSSL's on one of the two VMs measured (no difference on the other):
 admission signs one event per claim (docs/adr/0001-admission-write-path.md).
 """

@@ -9,5 +9,5 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def shared_dir() -> Path:
-    """``OML_SHARED_DIR``, else ``<repo>/../shared``: the data folder beside a clone (the same rule as tests/conftest.py)."""
+    """``OML_SHARED_DIR``, else ``<repo>/../shared``: the data folder beside a clone (the same rule as tests/support/paths.py)."""
     return Path(os.environ.get("OML_SHARED_DIR") or REPO.parent / "shared")

@@ -22,7 +22,7 @@ Public API:
 
 The indexer's batch encodes stay on torch (:func:`get_embedder`); the query
 path defaults to ONNX Runtime (``workers/index/onnx_embedding.py``), which returns
-the same vectors (cosine ≥ 0.99999, tests/integration/test_onnx_embedding.py)
+the same vectors (cosine ≥ 0.99999, tests/integration/index/test_onnx_embedding.py)
 in less time for one short sentence (docs/recall.md, "Query embedding").
 """
 from __future__ import annotations

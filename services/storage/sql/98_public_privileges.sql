@@ -6,7 +6,7 @@
 --   * schema public: nobody but its owner creates objects there (PostgreSQL 15's default, restated for 13 and 14),
 --     so no workload can add a function or operator overload there that a trigger's call would resolve to.
 -- PostgreSQL grants TEMPORARY to PUBLIC on every new database, and CREATE DATABASE ... TEMPLATE does not copy a
--- database's privileges, so this runs on the database OML migrates (tests/conftest.py on each copy it makes).
+-- database's privileges, so this runs on the database OML migrates (tests/support/database.py on each copy it makes).
 -- It needs the owner of the database and of schema public (or a superuser); otherwise a warning says what to
 -- run. Re-runnable: migration 0013 applies it to an existing database.
 DO $$

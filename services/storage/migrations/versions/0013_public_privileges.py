@@ -3,7 +3,7 @@
 Applies ``98_public_privileges.sql`` -- TEMPORARY on the
 database revoked from PUBLIC and granted to ``oml_reconciler``, CREATE on schema public revoked from PUBLIC -- to a
 database migrated before it. A database created later from this one as a template does not inherit database
-privileges: run the file on it too (tests/conftest.py does)."""
+privileges: run the file on it too (tests/support/database.py does)."""
 from oml.services.storage.migrations import sqlfiles
 
 revision = "0013"

@@ -1,0 +1,35 @@
+"""The schema owner's transaction, shared by the test helpers (support.admission, support.erasure, support.recall)."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import sqlalchemy as sa
+
+from oml.services.runtime.context import Context
+
+
+@contextmanager
+def owner(ctx: Context, tenant: str | None = None) -> Iterator[sa.Connection]:
+    """A transaction as the schema owner (what a tampering test, or an attacker with DB access, gets).
+
+    With ``tenant`` the transaction binds ``oml.tenant_id`` to it (transaction-local), as a tenant session would.
+    """
+    with ctx.db.engine(None).begin() as conn:
+        if tenant is not None:
+            conn.execute(sa.text("SELECT set_config('oml.tenant_id', :t, true)"), {"t": tenant})
+        yield conn
+
+
+@contextmanager
+def temporary_tables(ctx: Context, *roles: str) -> Iterator[None]:
+    """``roles`` allowed temporary tables for the body (98_public_privileges.sql keeps them from every workload but the
+    reconciler): what a database gets whose owner could not run that file, for tests of what else holds then."""
+    with owner(ctx) as c:
+        db = c.execute(sa.text("SELECT quote_ident(current_database())")).scalar()
+        c.execute(sa.text(f"GRANT TEMPORARY ON DATABASE {db} TO {', '.join(roles)}"))
+    try:
+        yield
+    finally:
+        with owner(ctx) as c:
+            c.execute(sa.text(f"REVOKE TEMPORARY ON DATABASE {db} FROM {', '.join(roles)}"))

@@ -1,0 +1,103 @@
+"""Helpers for the read-path integration tests (not a test module).
+
+A :class:`World` is one tenant built through admission (workareas, an
+author, a reviewer, readers) whose claims are promoted by the reviewer and
+indexed by the real oml-indexer (``workers/index/indexer.py``, the real model).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+
+from oml.domain.access import Principal
+from oml.services.claims.admission import Submission
+from oml.services.runtime.auth import authenticate
+from oml.services.runtime.context import Context
+
+from support.owner import owner  # noqa: F401  (tests import owner from their kit)
+
+
+@dataclass
+class World:
+    ctx: Context
+    tenant: str
+    root: str
+    admin: Principal
+    writer: Principal
+    reviewer: Principal
+    writer_identity: str
+    workareas: dict[str, str] = field(default_factory=dict)   # path -> node id
+    keys: dict[str, str] = field(default_factory=dict)
+
+    def area(self, path: str, *, development: bool = False) -> str:
+        """Create (if needed) the workarea at dotted ``path`` below the root; returns its node id."""
+        if path in self.workareas:
+            return self.workareas[path]
+        parent, _, label = path.rpartition(".")
+        pid = self.area(parent) if parent else None
+        if pid is None:
+            raise ValueError("paths start at the root label")
+        node = self.ctx.tenancy.create_workarea(self.admin, label, pid, development=development)["node_id"]
+        self.workareas[path] = node
+        return node
+
+    def key(self, role: str, *roots: str, identity: str | None = None) -> Principal:
+        """A new principal with ``role`` rooted at the workarea paths ``roots`` (default: the root)."""
+        ident = identity or self.ctx.tenancy.create_identity(self.admin, "service", f"{role}-key")["identity_id"]
+        node_ids = [self.area(r) for r in (roots or (self.root_path,))]
+        k = self.ctx.tenancy.create_principal(self.admin, ident, role, node_ids)["api_key"]
+        p = authenticate(self.ctx.db, k)
+        self.keys[p.principal_id] = k
+        return p
+
+    @property
+    def root_path(self) -> str:
+        return next(p for p, n in self.workareas.items() if n == self.root)
+
+    def remember(self, path: str, statement: str, *, kind: str = "fact", promote: bool = True, author: Principal | None = None,
+                 reviewer: Principal | None = None, **kw) -> dict:
+        """Submit one claim (optionally a new version: ``claim_id``/``supersedes`` in ``kw``) and promote it."""
+        body = {"statement": statement}
+        for extra in ("source", "tags", "subject"):
+            if extra in kw:
+                body[extra] = kw.pop(extra)
+        sub = Submission(self.area(path), body, kind=kind, **kw)
+        item = self.ctx.admission.submit(author or self.writer, [sub])["items"][0]
+        if promote:
+            self.ctx.admission.review(reviewer or self.reviewer, item["version_id"], "promote", "accurate")
+        return item
+
+    def remember_many(self, path: str, statements: list[str], *, kind: str = "fact", chunk: int = 200) -> list[dict]:
+        wid = self.area(path)
+        out = []
+        for i in range(0, len(statements), chunk):
+            items = self.ctx.admission.submit(self.writer, [Submission(wid, {"statement": s}, kind=kind)
+                                                            for s in statements[i:i + chunk]])["items"]
+            for it in items:
+                self.ctx.admission.review(self.reviewer, it["version_id"], "promote", "accurate")
+            out += items
+        return out
+
+    def index(self) -> int:
+        from oml.workers.index.indexer import catch_up
+
+        return catch_up(self.ctx, self.tenant)
+
+
+def make_world(ctx: Context, tenant: str, root_label: str = "main") -> World:
+    t = ctx.tenancy.create_tenant(tenant, root_label)
+    admin = authenticate(ctx.db, t.admin_key)
+    w_ident = ctx.tenancy.create_identity(admin, "service", "author")["identity_id"]
+    r_ident = ctx.tenancy.create_identity(admin, "person", "reviewer")["identity_id"]
+    wk = ctx.tenancy.create_principal(admin, w_ident, "writer", [t.root_workarea])["api_key"]
+    rk = ctx.tenancy.create_principal(admin, r_ident, "reviewer", [t.root_workarea])["api_key"]
+    world = World(ctx, tenant, t.root_workarea, admin, authenticate(ctx.db, wk), authenticate(ctx.db, rk), w_ident,
+                  {root_label: t.root_workarea}, {})
+    world.keys.update({world.writer.principal_id: wk, world.reviewer.principal_id: rk, admin.principal_id: t.admin_key})
+    return world
+
+
+def read_events(ctx: Context, tenant: str) -> list:
+    with owner(ctx, tenant) as c:
+        return c.execute(sa.text("SELECT * FROM read_events WHERE tenant_id = :t ORDER BY read_id"), {"t": tenant}).all()
