@@ -21,6 +21,7 @@ from oml.domain import verified_read as V
 from oml.domain.access import Principal, parse_api_key, secret_matches
 from oml.domain.chain import JournalRow
 from oml.domain.errors import OMLError
+from oml.services.journal import verified_state
 from oml.services.reads import verified_reads
 from oml.services.storage.db import Database
 
@@ -73,6 +74,28 @@ def _require_journalled(conn: sa.Connection, tenant: str, row: sa.Row) -> None:
         raise UNAUTHENTICATED
 
 
+def _require_verified(db: Database, conn: sa.Connection, tenant: str, row: sa.Row, paths: dict[str, str]) -> None:
+    """Refuse a key whose principal or root paths are not what the verified chain says
+    (services/journal/verified_state.py): the principal as its ``principal.created`` registered it and not revoked
+    there, and each root at the path the verified ``workarea.created`` / ``workarea.reparented`` events give it (a
+    reparent written around the journal would widen the key's scope). Raises ``access.unauthenticated``
+    after recording the refusal (``integrity_events``)."""
+    def differs(s: verified_state.TenantState) -> str | None:
+        v = s.principals.get(row.principal_id)
+        if (v is None or v["revoked_seq"] is not None or v["identity"] != str(row.identity_id) or v["role"] != row.role
+                or v["roots"] != [str(r) for r in row.roots] or v["secret_sha256"] != bytes(row.secret_hash).hex()):
+            return f"principal {row.principal_id}"
+        if any(s.path(str(r)) != paths.get(str(r)) for r in row.roots):
+            return f"the roots of principal {row.principal_id}"
+        return None
+
+    try:
+        verified_state.of(db).check(conn, tenant, differs, strict=False)
+    except OMLError as exc:
+        log.error("integrity.auth_refused", tenant=tenant, principal_id=row.principal_id, reason=exc.code)
+        raise UNAUTHENTICATED from None
+
+
 def authenticate(db: Database, api_key: str | None, role: str = "oml_server") -> Principal:
     parsed = parse_api_key(api_key or "")
     if parsed is None:
@@ -92,6 +115,8 @@ def authenticate(db: Database, api_key: str | None, role: str = "oml_server") ->
 
         refuse_if_pending(conn)
         roots = [str(r) for r in row.roots]
-        paths = conn.execute(sa.text("SELECT path FROM workareas WHERE tenant_id = :t AND node_id = ANY(CAST(:r AS uuid[]))"),
-                             {"t": tenant, "r": roots}).scalars().all()
+        found = conn.execute(sa.text("SELECT node_id, path FROM workareas WHERE tenant_id = :t AND node_id = ANY(CAST(:r AS uuid[]))"),
+                             {"t": tenant, "r": roots}).all()
+        paths = [w.path for w in found]
+        _require_verified(db, conn, tenant, row, {str(w.node_id): w.path for w in found})
     return Principal(tenant, row.principal_id, str(row.identity_id), row.role, tuple(roots), tuple(sorted(paths)))
