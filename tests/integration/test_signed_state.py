@@ -209,3 +209,28 @@ def test_genuine_acts_pass_and_catch_up_with_other_processes(ctx):
     assert ls.exit_code == 0 and "UNVERIFIED" not in ls.output, ls.output
     assert recorded(ctx, kit.tenant) == []
 
+
+
+# ---------------------------------------------------------------- a reparent that widens a key's scope
+
+def test_a_forged_reparent_does_not_widen_a_keys_scope(ctx):
+    kit = make_kit(ctx, "signed-reparent")
+    client = TestClient(create_app(ctx))
+    admin = authenticate(ctx.db, kit.admin_key)
+    a = ctx.tenancy.create_workarea(admin, "a", kit.root)["node_id"]
+    b = ctx.tenancy.create_workarea(admin, "b", kit.root)["node_id"]
+    reader_ident = ctx.tenancy.create_identity(admin, "person", "reader of a")["identity_id"]
+    reader = ctx.tenancy.create_principal(admin, reader_ident, "reader", [a])["api_key"]
+    v = submit(client, kit.writer_key, b, "kept in b").json()
+    r = client.post(f"/v1/versions/{v['version_id']}/review", json={"decision": "promote", "reason": "accurate"},
+                    headers=bearer(kit.reviewer_key))
+    assert r.status_code == 200, r.text
+    assert client.get(f"/v1/claims/{v['claim_id']}", headers=bearer(reader)).status_code == 404  # outside its root
+    forge(ctx, kit.tenant, "workarea.reparented", {"node_id": b, "new_parent_id": a},
+          actor=Actor(admin.principal_id, admin.identity_id), then=[
+              ("UPDATE workareas SET parent_id = CAST(:a AS uuid) WHERE tenant_id = :t AND node_id = CAST(:b AS uuid)", {"a": a, "b": b}),
+              ("UPDATE workareas SET path = (SELECT path FROM workareas WHERE tenant_id = :t AND node_id = CAST(:a AS uuid)) || '.b'"
+               " WHERE tenant_id = :t AND node_id = CAST(:b AS uuid)", {"a": a, "b": b})])
+    r = client.get(f"/v1/claims/{v['claim_id']}", headers=bearer(reader))
+    assert r.status_code == 401 and r.json()["code"] == "access.unauthenticated", r.text
+    assert any(reason == "state.mismatch" for _, reason in recorded(ctx, kit.tenant))
