@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -162,16 +162,20 @@ class TenantState:
             return False
         return True
 
-    def own(self, row: JournalRow, type: str) -> bool:
-        """Link a row this process built and signed itself onto the verified head. A ``claim.submitted`` carries no
-        authority: only its link is checked. Any other type is verified and applied as a foreign row would be
-        (rare: keys, principals, workareas, holds, simulations). False when it does not follow the head."""
-        if self.broken is not None or row.seq != self.seq + 1 or row.prev_hash != self.head:
-            return False
-        if type == "claim.submitted":
-            self.verifier.head, self.verifier.seq = row.hash, row.seq
-            return True
-        return self.verify(row)
+    def own(self, rows: Iterable[Any]) -> None:
+        """Link rows this process built and signed itself (``journal.Row``: ``seq, type, kid, canonical, hash,
+        prev_hash, signature``, consecutive) onto the verified head, stopping at the first that does not follow it.
+        A ``claim.submitted`` carries no authority: only its link is checked, in this loop (it runs once per
+        admitted claim). Any other type is verified and applied as a foreign row would be (rare: keys, principals,
+        workareas, holds, simulations)."""
+        v = self.verifier
+        for row in rows:
+            if self.broken is not None or row.seq != v.seq + 1 or row.prev_hash != v.head:
+                return
+            if row.type == "claim.submitted":
+                v.head, v.seq = row.hash, row.seq
+            elif not self.verify(JournalRow(row.seq, row.canonical, row.hash, row.prev_hash, row.signature, row.kid)):
+                return
 
 
 class VerifiedStates:
@@ -265,16 +269,15 @@ class VerifiedStates:
             raise self.mismatch(tenant, s.seq, what)
         return s
 
-    def advance(self, tenant: str, rows: list[tuple[JournalRow, str]]) -> None:
-        """After a commit: link the rows this process signed (``(row, type)``, consecutive) onto the verified head. A
-        state that is elsewhere (another process appended first) is left for the next :meth:`at_head` to catch up."""
+    def advance(self, tenant: str, rows: list[Any]) -> None:
+        """After a commit: link the rows this process signed (``journal.Row``, consecutive) onto the verified head
+        (:meth:`TenantState.own`). A state that is elsewhere (another process appended first) is left for the next
+        :meth:`at_head` to catch up."""
         if not rows:
             return
         s = self._state(tenant)
         with s.lock:
-            for row, type in rows:
-                if not s.own(row, type):
-                    return
+            s.own(rows)
 
     def refusal(self, tenant: str, seq: int, reason: str, detail: str) -> OMLError:
         """Record a refused act (``integrity_events``: no version, ``seq``, ``reason``) and return its problem."""
