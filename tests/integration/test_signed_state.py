@@ -1,6 +1,6 @@
 """Acting only on verified state (docs/security-model.md, "Acting only on verified state").
 
-Each test is a forgery a hostile review made with one workload credential, ``oml_admission``: a hash-linked
+Each test is a forgery made with one workload credential, ``oml_admission``, as an attacker holding it would: a hash-linked
 journal event whose signature is not the tenant's (the attacker holds no signing key), plus the projection row
 that event "backs" -- which the authority guards accept, since they compare values, not signatures -- or a row
 changed with no event at all. Then the act that would have trusted the row is asked for through the real HTTP
@@ -24,7 +24,7 @@ from oml.domain.events import SYSTEM, Actor, encode, event_object
 from oml.services.entrypoints.http.app import create_app
 from oml.services.runtime.auth import authenticate
 
-ROLE = "oml_admission"  # the credential the review used
+ROLE = "oml_admission"  # the stolen workload credential
 UNVERIFIED = "integrity.unverified_state"
 
 
