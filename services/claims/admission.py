@@ -129,7 +129,17 @@ class Admission:
 
     def _head_regions(self, head: journal.Head) -> tuple[str, ...] | None:
         """:meth:`phone_regions` for ``head``'s transaction, read once (from its opening round trip when fetched there)."""
-        return memo(head, "phone_regions", lambda: tenancy.phone_regions(head.conn, head.tenant, head.fetched.get("phone_regions")))
+        return memo(head, "phone_regions", lambda: self._verified_regions(
+            head, tenancy.phone_regions(head.conn, head.tenant, head.fetched.get("phone_regions"))))
+
+    def _verified_regions(self, head: journal.Head, regions: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        """``regions`` (the ``tenant_policies`` row) when they are the latest verified ``tenant.policy_set``'s: fewer
+        regions let national numbers past the classifier. Else ``integrity.unverified_state`` (500), recorded."""
+        v = self.acts.verified
+        state = head.verified if head.verified is not None else v.current(head.conn, head.tenant)
+        if (tuple(state.phone_regions) if state.phone_regions is not None else None) != regions:
+            raise v.mismatch(head.tenant, state.seq, "the tenant's phone regions")
+        return regions
 
     def _head_key(self, head: journal.Head) -> tuple[int, bytes]:
         """:meth:`_encryption_key` for ``head``'s transaction, read once (from its opening round trip when fetched there)."""
