@@ -129,7 +129,17 @@ class Admission:
 
     def _head_regions(self, head: journal.Head) -> tuple[str, ...] | None:
         """:meth:`phone_regions` for ``head``'s transaction, read once (from its opening round trip when fetched there)."""
-        return memo(head, "phone_regions", lambda: tenancy.phone_regions(head.conn, head.tenant, head.fetched.get("phone_regions")))
+        return memo(head, "phone_regions", lambda: self._verified_regions(
+            head, tenancy.phone_regions(head.conn, head.tenant, head.fetched.get("phone_regions"))))
+
+    def _verified_regions(self, head: journal.Head, regions: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        """``regions`` (the ``tenant_policies`` row) when they are the latest verified ``tenant.policy_set``'s: fewer
+        regions let national numbers past the classifier. Else ``integrity.unverified_state`` (500), recorded."""
+        v = self.acts.verified
+        state = head.verified if head.verified is not None else v.current(head.conn, head.tenant)
+        if (tuple(state.phone_regions) if state.phone_regions is not None else None) != regions:
+            raise v.mismatch(head.tenant, state.seq, "the tenant's phone regions")
+        return regions
 
     def _head_key(self, head: journal.Head) -> tuple[int, bytes]:
         """:meth:`_encryption_key` for ``head``'s transaction, read once (from its opening round trip when fetched there)."""
@@ -142,7 +152,13 @@ class Admission:
             (rows,) = pipelined.fetch(conn, [self._encryption_key_lookup(tenant)])
         if len(rows) != 1:
             raise LookupError("tenant has no current encryption key")
-        return rows[0].version, bytes(rows[0].public_key)
+        key = rows[0].version, bytes(rows[0].public_key)
+        # Every DEK is wrapped to the key the verified chain registered last, never to a row alone: a row and an
+        # event that does not verify would hand new bodies to whoever holds the other private key.
+        state = self.acts.verified.current(conn, tenant, refresh=False)
+        if state.encryption_key() != key:
+            raise self.acts.verified.mismatch(tenant, state.seq, f"tenant_keys encryption version {key[0]}")
+        return key
 
     def seal_artifact(self, conn, tenant: str, body: dict, *, kind: str, claim_id: str | None, version_id: str | None, seq_hint: int,
                       key: tuple[int, bytes] | None = None, pending: batching.Batch | None = None,
@@ -277,14 +293,24 @@ class Admission:
         """Admit item ``i`` of a submit under ``head`` (``plaintext``: ``canonical(s.body)``, computed by :meth:`submit`):
         check its fields, classify its body, place it (claim, version, lineage, simulation taint), seal and journal it."""
         _check_fields(s, i)
-        wa = memo(head, ("workarea", s.workarea_id),
-                  lambda: workareas.scoped(head.conn, p, s.workarea_id, head.fetched.get(("workarea", s.workarea_id))))
+        wa = memo(head, ("workarea", s.workarea_id), lambda: self._verified_workarea(
+            head, workareas.scoped(head.conn, p, s.workarea_id, head.fetched.get(("workarea", s.workarea_id)))))
         regions = self._head_regions(head)
         b = head.batch
         subjects = self._check_personal_data(wa, s.body, f"claims[{i}].body", regions,
                                              None if b is None else lambda: b.findings(i, s.body, regions))
         place = self._place(head, p, s, i)
         return self._journal(head, p, s, i, place, subjects, plaintext)
+
+    def _verified_workarea(self, head: journal.Head, wa: Any) -> Any:
+        """``wa`` (a ``workareas`` row) when its tree position and policy are the verified chain's; else
+        ``integrity.unverified_state`` (500), recorded."""
+        v = self.acts.verified
+        state = head.verified if head.verified is not None else v.current(head.conn, head.tenant)
+        what = v.workarea_differs(state, wa)
+        if what is not None:
+            raise v.mismatch(head.tenant, state.seq, what)
+        return wa
 
     def _place(self, head: journal.Head, p: Principal, s: Submission, i: int) -> _Placement:
         """Where item ``i`` goes. Simulation taint (docs/simulations.md): material a key outside the audience cannot
@@ -410,12 +436,14 @@ class Admission:
         def act(head):
             conn = head.conn
             v = conn.execute(sa.text(
-                "SELECT v.version_id, v.claim_id, v.status, v.author_identity, v.supersedes, v.tainted, v.simulation_id, w.path, w.development, c.erased_seq"
+                "SELECT v.version_id, v.claim_id, v.status, v.author_identity, v.supersedes, v.tainted, v.simulation_id, w.path, w.development,"
+                " c.erased_seq, w.node_id, w.parent_id, w.pii_policy"
                 " FROM claim_versions v JOIN workareas w ON w.tenant_id = v.tenant_id AND w.node_id = v.workarea_id"
                 " JOIN claims c ON c.tenant_id = v.tenant_id AND c.claim_id = v.claim_id"
                 " WHERE v.tenant_id = :t AND v.version_id = CAST(:v AS uuid)"), {"t": p.tenant, "v": vid}).one_or_none()
             if v is None or not p.can_access(v.path):
                 raise not_found("claim version")
+            self._verified_workarea(head, v)  # its scope and development flag decide the review
             sim_state = simulation_state(conn, p, str(v.simulation_id)) if v.tainted else None
             if v.tainted and sim_state is None:
                 # Reviewers come from the audience; to anyone else the version does not exist.

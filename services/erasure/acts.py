@@ -322,6 +322,7 @@ class Erasure:
             row = locked.get(cid)
             if row is None or not p.can_access(row.path):
                 raise not_found("claim")
+            self._verified_holds(head, locked)
             if row.erased_seq is not None:
                 return {"tenant": p.tenant, "erasures": [_already(row)]}
             if row.legal_hold:
@@ -367,6 +368,7 @@ class Erasure:
             locked = lock_claims(conn, p.tenant, ids)
             if any(not p.can_access(r.path) for r in locked.values()):
                 raise OMLError("access.denied", "some claims for this subject lie outside the key's workareas", 403)
+            self._verified_holds(head, locked)
             held = [c for c, r in locked.items() if r.legal_hold and r.erased_seq is None]
             if held:
                 raise legal_hold_error(held)
@@ -382,6 +384,15 @@ class Erasure:
         # The idempotency record keeps a digest over the keyed HMAC, never over the value.
         out = self.adm.acts.run(p, idempotency_key, {"act": "erase.subject", "kind": kind, "subject": h.hex(), "reason": reason}, act)
         return self._after(p.tenant, out, rewrite)
+
+    def _verified_holds(self, head: journal.Head, locked: dict[str, Any]) -> None:
+        """Refuse (``integrity.unverified_state``, 500, recorded) when a live claim's ``legal_hold`` is not what its
+        verified hold events say: an erasure cannot be undone, so it never rests on the row alone."""
+        v = self.adm.acts.verified
+        state = head.verified if head.verified is not None else v.current(head.conn, head.tenant)
+        for cid, r in locked.items():
+            if r.erased_seq is None and bool(r.legal_hold) != state.holds.get(cid, False):
+                raise v.mismatch(head.tenant, state.seq, f"claim {cid}'s legal hold")
 
     def _after(self, tenant: str, out: dict[str, Any], rewrite: bool) -> dict[str, Any]:
         out = dict(out)
@@ -412,6 +423,7 @@ class Erasure:
                 raise not_found("claim")
             if row.erased_seq is not None:
                 raise OMLError("claim.erased", "the claim was erased", 410)
+            self._verified_holds(head, {cid: row})
             if row.legal_hold == place:
                 return {"claim_id": cid, "legal_hold": place, "seq": None, "changed": False}
             ev = self.adm.acts.append(head, "claim.hold_placed" if place else "claim.hold_released", self.adm.acts.actor(p),

@@ -23,6 +23,7 @@ from oml.domain.errors import OMLError, invalid
 from oml.domain.events import SYSTEM, Actor
 from oml.services.journal import batch as batching
 from oml.services.journal import journal, projector
+from oml.services.journal import verified_state as verified_states
 from oml.services.keys.signer import Signer
 from oml.services.storage import pipelined
 from oml.services.storage.db import Database
@@ -72,6 +73,7 @@ class ActRunner:
         self.db = db
         self.signer = signer
         self.idempotency_hours = idempotency_hours
+        self.verified = verified_states.of(db)
 
     def tx(self, tenant: str):
         """A transaction bound to ``tenant`` under ``oml_admission`` (no head lock: :class:`journal.Head` takes it)."""
@@ -148,9 +150,19 @@ class ActRunner:
             if first is not None:
                 return first
             head.fetched = dict(zip(lookups, rows[2 + (idem is not None):]))
+            # Every decision below reads authority from the verified chain, at this locked head.
+            head.verified = self.verified.at_head(conn, p.tenant, head.seq, head.hash)
             response = fn(head)
             self.remember(p, idem_key, digest, response, conn)
-            return response
+        self.verified.advance(p.tenant, head.linked)
+        return response
+
+    def verified_head(self, head: journal.Head) -> verified_states.TenantState:
+        """The verified state at ``head`` (an act outside :meth:`run` that takes the head itself: rotation).
+        Raises ``integrity.unverified_state`` (500)."""
+        if head.verified is None:
+            head.verified = self.verified.at_head(head.conn, head.tenant, head.seq, head.hash)
+        return head.verified
 
     @staticmethod
     def actor(p: Principal) -> Actor:

@@ -90,6 +90,10 @@ class Head:
         # A group commit's deferred writes (services/journal/batch.py), or None: written at once.
         self.batch: Any = None
         self.signing_kid = kid_rows[0].kid if kid_rows else None
+        # Rows linked and signed in this transaction: once it commits, the act runner links them onto the process's
+        # verified state without checking its own signatures (services/journal/verified_state.py).
+        self.linked: list[Row] = []
+        self.verified: Any = None  # the tenant's verified state at this head, once the act runner has it
 
 
 def create_head(conn: sa.Connection, tenant: str) -> Head:
@@ -130,6 +134,7 @@ def link(
     h = chain.link(head.hash, body)
     sig = signer.sign_event(head.tenant, kid, h)
     row = Row(seq, event["event_id"], type, kid, at, body, h, head.hash, sig)
+    head.linked.append(row)
     head.seq, head.hash = seq, h
     if type == "tenant.created":
         head.signing_kid = kid

@@ -30,7 +30,7 @@ from oml.domain.canonical import format_time
 from oml.domain.canonical import now as utcnow
 from oml.domain.errors import OMLError
 from oml.domain.events import SYSTEM, Actor
-from oml.services.journal import journal
+from oml.services.journal import journal, verified_state
 from oml.services.keys.keystore import KeyNotFound
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -65,22 +65,34 @@ def rotate(ctx: Context, tenant: str, *, actor: Actor = SYSTEM, batch: int = BAT
     pub = envelope.x25519_public_raw(key)
     with ctx.db.tenant("oml_admission", tenant) as conn:
         head = journal.Head(conn, tenant)
+        state = adm.acts.verified_head(head)
         version = (conn.execute(sa.text("SELECT max(version) FROM tenant_keys WHERE tenant_id = :t AND purpose = 'encryption'"),
                                 {"t": tenant}).scalar() or 0) + 1
+        if version != max(state.encryption_versions(), default=0) + 1:
+            raise adm.acts.verified.mismatch(tenant, state.seq, "tenant_keys encryption versions")
         # Stored before the commit: an orphaned key of a rotation that never committed is harmless,
         # a committed version without its private key would make new bodies unreadable.
         ctx.keystore.put(tenant, f"encryption/{version}", key.private_bytes_raw())
         ev = adm.acts.append(head, "encryption_key.rotated", actor, {"new_key": pub.hex(), "version": version})
+    adm.acts.verified.advance(tenant, head.linked)
     out = rewrap(ctx, tenant, batch=batch)
     return {"tenant": tenant, "version": version, "kid": signing.kid(pub), "seq": ev.seq, **out}
 
 
 def rewrap(ctx: Context, tenant: str, *, batch: int = BATCH) -> dict[str, Any]:
-    """Rewrap every DEK of ``tenant`` not wrapped to the current version; ``{"rewrapped", "failed", "remaining"}``."""
+    """Rewrap every DEK of ``tenant`` not wrapped to the current version; ``{"rewrapped", "failed", "remaining"}``.
+
+    The current version is the one the verified chain registered last: raises ``integrity.unverified_state`` (500,
+    recorded) when the ``tenant_keys`` row says otherwise or an event of the chain does not verify, before any DEK
+    is touched (a rewrap to a key no signed event registered hands every old body to its holder)."""
+    states = verified_state.of(ctx.db)
     with ctx.db.tenant("oml_server", tenant) as conn:
         row = conn.execute(sa.text("SELECT version, public_key FROM tenant_keys WHERE tenant_id = :t AND purpose = 'encryption'"
                                    " AND retired_seq IS NULL"), {"t": tenant}).one()
+        state = states.current(conn, tenant)
     current, new_pub = row.version, bytes(row.public_key)
+    if state.encryption_key() != (current, new_pub):
+        raise states.mismatch(tenant, state.seq, f"tenant_keys encryption version {current}")
     privates: dict[int, bytes | None] = {}
     rewrapped, failed, after = 0, [], "00000000-0000-0000-0000-000000000000"
     while True:
@@ -120,18 +132,23 @@ def rewrap(ctx: Context, tenant: str, *, batch: int = BATCH) -> dict[str, Any]:
 
 
 def versions(ctx: Context, tenant: str) -> list[dict[str, Any]]:
-    """Every body-encryption key version: registration, retirement (seq and time), live DEKs, present in the KeyStore."""
+    """Every body-encryption key version: registration, retirement (seq and time), live DEKs, present in the KeyStore,
+    and ``verified``: whether a verified event of the chain registered this public key for this version (False for a
+    row whose creating event does not verify: not the KeyStore's fault)."""
     with ctx.db.tenant("oml_admission", tenant) as conn:
+        state = verified_state.of(ctx.db).current(conn, tenant, strict=False)
         rows = conn.execute(sa.text(
-            "SELECT k.version, k.kid, k.registered_seq, k.retired_seq, r.at AS registered_at, x.at AS retired_at,"
+            "SELECT k.version, k.kid, k.public_key, k.registered_seq, k.retired_seq, r.at AS registered_at, x.at AS retired_at,"
             "       (SELECT count(*) FROM wrapped_deks d WHERE d.tenant_id = k.tenant_id AND d.key_version = k.version) AS live"
             "  FROM tenant_keys k"
             "  JOIN journal_events r ON r.tenant_id = k.tenant_id AND r.seq = k.registered_seq"
             "  LEFT JOIN journal_events x ON x.tenant_id = k.tenant_id AND x.seq = k.retired_seq"
             " WHERE k.tenant_id = :t AND k.purpose = 'encryption' ORDER BY k.version"), {"t": tenant}).all()
+    known = state.encryption_versions()
     return [{"version": r.version, "kid": r.kid, "registered_seq": r.registered_seq, "registered_at": format_time(r.registered_at),
              "retired_seq": r.retired_seq, "retired_at": format_time(r.retired_at) if r.retired_at else None,
-             "live_deks": int(r.live), "in_keystore": ctx.keystore.exists(tenant, f"encryption/{r.version}")}
+             "live_deks": int(r.live), "in_keystore": ctx.keystore.exists(tenant, f"encryption/{r.version}"),
+             "verified": known.get(r.version) == bytes(r.public_key)}
             for r in rows]
 
 

@@ -38,6 +38,7 @@ import sqlalchemy as sa
 from oml.domain import recall as R
 from oml.domain import simulation as simrules
 from oml.domain.access import Principal
+from oml.services.journal import verified_state
 
 if TYPE_CHECKING:  # pragma: no cover
     from oml.services.reads.recall import LegRow, _Diag, _Filters
@@ -60,10 +61,23 @@ _SIM_STEERING = sa.text(
 
 
 def audience_of(conn: sa.Connection, principal: Principal) -> frozenset[str]:
-    """Open simulations of the principal's tenant whose audience names the principal (ids)."""
-    return frozenset(str(s) for s in conn.execute(sa.text(
+    """Open simulations of the principal's tenant whose audience names the principal (ids).
+
+    The rows are compared with the verified journal (services/journal/verified_state.py): a simulation reopened by
+    clearing its ``closed_seq`` in the row alone, or an audience widened there, is refused with
+    ``integrity.unverified_state`` (500, recorded) instead of being served as an overlay."""
+    rows = frozenset(str(s) for s in conn.execute(sa.text(
         "SELECT simulation_id FROM simulations WHERE tenant_id = :t AND closed_seq IS NULL AND :p = ANY(audience)"),
         {"t": principal.tenant, "p": principal.principal_id}).scalars())
+    states = verified_state.for_conn(conn)
+    if states is not None:
+        def differs(s: verified_state.TenantState) -> str | None:
+            # Rows lag nothing: a simulation the state knows open but the rows do not is the state lagging a close.
+            extra = sorted(sid for sid in rows if (v := s.simulations.get(sid)) is None
+                           or v["closed_seq"] is not None or principal.principal_id not in v["audience"])
+            return f"simulation {extra[0]}" if extra else None
+        states.check(conn, principal.tenant, differs, strict=False)
+    return rows
 
 
 def _sims(audience: Iterable[str]) -> list[str]:

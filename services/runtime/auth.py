@@ -21,6 +21,7 @@ from oml.domain import verified_read as V
 from oml.domain.access import Principal, parse_api_key, secret_matches
 from oml.domain.chain import JournalRow
 from oml.domain.errors import OMLError
+from oml.services.journal import verified_state
 from oml.services.reads import verified_reads
 from oml.services.storage.db import Database
 
@@ -36,7 +37,8 @@ _NO_TENANT = ""
 # The principal row and the journal row its created_seq names, in one round trip.
 _PRINCIPAL = sa.text(
     "SELECT p.principal_id, p.identity_id, p.role, p.roots, p.secret_hash, p.revoked_seq, p.created_seq,"
-    "       j.seq AS j_seq, j.kid, j.canonical, j.hash, j.prev_hash, j.signature"
+    "       j.seq AS j_seq, j.kid, j.canonical, j.hash, j.prev_hash, j.signature,"
+    "       (SELECT h.seq FROM chain_heads h WHERE h.tenant_id = p.tenant_id) AS head_seq"
     "  FROM principals p LEFT JOIN journal_events j ON j.tenant_id = p.tenant_id AND j.seq = p.created_seq"
     " WHERE p.tenant_id = :t AND p.principal_id = :p")
 
@@ -73,6 +75,41 @@ def _require_journalled(conn: sa.Connection, tenant: str, row: sa.Row) -> None:
         raise UNAUTHENTICATED
 
 
+def _require_verified(db: Database, conn: sa.Connection, tenant: str, row: sa.Row, paths: dict[str, str]) -> None:
+    """Refuse a key whose principal or root paths are not what the verified chain says
+    (services/journal/verified_state.py): the principal as its ``principal.created`` registered it and not revoked
+    there, and each root at the path the verified ``workarea.created`` / ``workarea.reparented`` events give it (a
+    reparent written around the journal would widen the key's scope). Raises ``access.unauthenticated``
+    after recording the refusal (``integrity_events``)."""
+    states = verified_state.of(db)
+    s = states.current(conn, tenant, refresh=False, strict=False)
+    if s.broken is None and s.seq != row.head_seq:  # the head read with the row: catch up only when it moved
+        s = states.current(conn, tenant, strict=False)
+    v = s.principals.get(row.principal_id)
+    what = None
+    if (v is None or v["revoked_seq"] is not None or v["identity"] != str(row.identity_id) or v["role"] != row.role
+            or v["roots"] != [str(r) for r in row.roots] or v["secret_sha256"] != bytes(row.secret_hash).hex()):
+        what = f"principal {row.principal_id}"
+    elif any(s.path(str(r)) != paths.get(str(r)) for r in row.roots):
+        what = f"the roots of principal {row.principal_id}"
+    elif s.broken is not None:
+        # An event that does not verify may have moved a subtree under this key's roots (the rows of a reparent
+        # match their event by value): every workarea the rows put in scope must be there in the verified tree too.
+        what = _moved_into_scope(conn, tenant, s, list(paths.values()))
+    if what is not None:
+        states.mismatch(tenant, s.seq, what)  # recorded; the answer is the same as for any refused key
+        log.error("integrity.auth_refused", tenant=tenant, principal_id=row.principal_id, reason=verified_state.CODE)
+        raise UNAUTHENTICATED
+
+
+def _moved_into_scope(conn: sa.Connection, tenant: str, s: verified_state.TenantState, roots: list[str]) -> str | None:
+    """The first workarea whose row path lies under one of ``roots`` but whose verified path does not equal it."""
+    for w in conn.execute(sa.text("SELECT node_id, path FROM workareas WHERE tenant_id = :t"), {"t": tenant}):
+        if any(w.path == r or w.path.startswith(r + ".") for r in roots) and s.path(str(w.node_id)) != w.path:
+            return f"workarea {w.node_id}"
+    return None
+
+
 def authenticate(db: Database, api_key: str | None, role: str = "oml_server") -> Principal:
     parsed = parse_api_key(api_key or "")
     if parsed is None:
@@ -92,6 +129,8 @@ def authenticate(db: Database, api_key: str | None, role: str = "oml_server") ->
 
         refuse_if_pending(conn)
         roots = [str(r) for r in row.roots]
-        paths = conn.execute(sa.text("SELECT path FROM workareas WHERE tenant_id = :t AND node_id = ANY(CAST(:r AS uuid[]))"),
-                             {"t": tenant, "r": roots}).scalars().all()
+        found = conn.execute(sa.text("SELECT node_id, path FROM workareas WHERE tenant_id = :t AND node_id = ANY(CAST(:r AS uuid[]))"),
+                             {"t": tenant, "r": roots}).all()
+        paths = [w.path for w in found]
+        _require_verified(db, conn, tenant, row, {str(w.node_id): w.path for w in found})
     return Principal(tenant, row.principal_id, str(row.identity_id), row.role, tuple(roots), tuple(sorted(paths)))

@@ -122,6 +122,9 @@ class Simulations:
                                {"t": p.tenant, "s": sid}).one_or_none()
             if row is None:
                 raise simrules.simulation_not_found()
+            verified = head.verified.simulations.get(sid) if head.verified is not None else None
+            if verified is None or (verified["closed_seq"] is None) != (row.closed_seq is None):
+                raise self.adm.acts.verified.mismatch(p.tenant, head.seq, f"simulation {sid}")
             if row.closed_seq is not None:
                 return {"simulation_id": sid, "seq": row.closed_seq, "demoted": [], "already_closed": True}
             promoted = [(str(r.claim_id), str(r.version_id)) for r in conn.execute(sa.text(

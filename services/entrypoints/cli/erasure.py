@@ -276,17 +276,29 @@ def keys_versions(tenant: str = TENANT, as_json: bool = AS_JSON) -> None:
     with context(tenant) as ctx:
         out = keys_rotation.versions(ctx, tenant)
         where = describe_keystore(ctx.keystore)
+    # A version no verified event registered is a row written around the journal: its private key was never in
+    # any KeyStore, so it is named as unverified, not as missing from this KeyStore.
+    unverified = [v["version"] for v in out if not v["verified"]]
     # The current version is never destroyed: absent, it means this process reads another KeyStore than the one
     # that holds the tenant's keys (OML_KEYSTORE, OML_KEY_DIR, OML_MASTER_KEY), not that anything was erased.
-    missing = [v["version"] for v in out if v["retired_at"] is None and not v["in_keystore"]]
-    if not _print({"tenant": tenant, "keystore": where, "versions": out, "current_missing": missing}, as_json):
+    missing = [v["version"] for v in out if v["retired_at"] is None and not v["in_keystore"] and v["verified"]]
+    if not _print({"tenant": tenant, "keystore": where, "versions": out, "current_missing": missing,
+                   "unverified": unverified}, as_json):
         t = Table(title=f"body-encryption keys — {tenant} ({where})")
         for col in ("version", "kid", "registered", "retired", "live DEKs", "in KeyStore"):
             t.add_column(col)
         for v in out:
-            present = "yes" if v["in_keystore"] else ("MISSING" if v["version"] in missing else "destroyed")
+            present = ("UNVERIFIED" if not v["verified"] else "yes" if v["in_keystore"]
+                       else ("MISSING" if v["version"] in missing else "destroyed"))
             t.add_row(str(v["version"]), v["kid"], v["registered_at"], v["retired_at"] or "current", str(v["live_deks"]), present)
         console.print(t)
+    for v in out:
+        if not v["verified"]:
+            err.print(escape(f"version {v['version']} is in the database, but the event that registered it (seq "
+                             f"{v['registered_seq']}) does not verify: the row was written around the journal, not lost "
+                             "by the KeyStore; run `oml journal verify` and do not rewrap to it"))
+    if unverified:
+        raise typer.Exit(1)
     if missing:
         err.print(escape(f"the current version is not in this KeyStore ({where}): check OML_KEYSTORE, OML_KEY_DIR and "
                          "OML_MASTER_KEY — this is the wrong KeyStore, not an erasure"))
