@@ -12,17 +12,18 @@ from __future__ import annotations
 import uuid
 
 import sqlalchemy as sa
-from admission_kit import bearer, make_kit, run_cli
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from fastapi.testclient import TestClient
-from owner_kit import owner
 
 from oml.domain import chain, envelope, signing
 from oml.domain.canonical import now
 from oml.domain.events import SYSTEM, Actor, encode, event_object
 from oml.services.entrypoints.http.app import create_app
 from oml.services.runtime.auth import authenticate
+
+from support.admission import bearer, make_kit, run_cli
+from support.owner import owner
 
 ROLE = "oml_admission"  # the stolen workload credential
 UNVERIFIED = "integrity.unverified_state"
