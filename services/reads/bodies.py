@@ -7,7 +7,11 @@ read in ``read_events`` in the same transaction. The tenant's X25519
 private key for the DEK's key version comes from the KeyStore; nothing
 decrypted is cached. A version's body is opened only when the journal backs
 its projected status (:mod:`oml.services.reads.verified_reads`); one it
-does not back is :class:`Unverified` — to the reader, not found.
+does not back is :class:`Unverified` — to the reader, not found. A version's
+ciphertext is served only when it is the one the signed ``claim.submitted``
+names (its ``ciphertext_sha256``): a body sealed anew to the tenant's public
+key, with every stored digest rewritten, is refused (``integrity.body``) and
+counted in ``integrity_events`` under a reason naming what failed.
 """
 from __future__ import annotations
 
@@ -44,12 +48,11 @@ def _gone(erased: bool) -> OMLError:
 
 
 def _check_digest(row) -> None:
-    """Raise ``ValueError`` unless the ciphertext is the one admission stored.
+    """Raise ``ValueError`` unless the ciphertext is the one ``artifacts.sha256`` names.
 
-    The AAD and the HPKE wrap bind nothing secret: whoever may write ``artifacts.ciphertext`` and
-    ``wrapped_deks`` (admission, to shred) can seal a body of their own to the tenant's public key. The
-    digest is written once at admission (no role may update it) and is the journal's ``ciphertext_sha256``
-    (reconcile compares the two), so a swapped ciphertext fails here as a tampered one does.
+    For artifacts opened one at a time (a simulation's notes; the indexing feed, which first compares the
+    ciphertext with the signed ``claim.submitted`` through :func:`body_refusal`). No workload role may update the
+    digest; the owner can, which is why version bodies are judged by the signed event (:func:`decrypt_versions`).
     """
     if row.sha256 is None or hashlib.sha256(bytes(row.ciphertext)).digest() != bytes(row.sha256):
         raise ValueError("ciphertext digest")
@@ -113,17 +116,18 @@ _BODIES = sa.text(
 _TAMPERED = "a stored body failed authentication"
 
 
-def _body_refusal(conn: sa.Connection, tenant: str, row: Any) -> str | None:
+def body_refusal(conn: sa.Connection, tenant: str, row: Any, ciphertext: bytes, stored_sha256: bytes | None) -> str | None:
     """Why this stored ciphertext is not the one the signed ``claim.submitted`` admitted (a reason code), or None.
 
     ``artifacts.sha256`` and ``claim_versions.ciphertext_sha256`` are rows: whoever can write them (the database
     owner) could seal a body of their own to the tenant's public key, write its wrapped DEK and its digest. The
     signed event's ``ciphertext_sha256`` is what no role can change without the tenant's signing key.
-    With verification off (``OML_VERIFY_READS=false``) the stored digest is compared instead.
+    With verification off (``OML_VERIFY_READS=false``) ``stored_sha256`` is compared instead.
+    ``row``: read with :data:`verified_reads.SUBMITTED_COLUMNS` plus ``version_id`` and ``artifact_id``.
     """
-    digest = hashlib.sha256(bytes(row.ciphertext)).digest()
+    digest = hashlib.sha256(ciphertext).digest()
     if not verified_reads.enabled():
-        return None if row.sha256 is not None and digest == bytes(row.sha256) else V.BODY_DIGEST
+        return None if stored_sha256 is not None and digest == bytes(stored_sha256) else V.BODY_DIGEST
     try:
         signed = verified_reads.signed_body(conn, tenant, row)
     except ValueError as exc:
@@ -172,7 +176,7 @@ def decrypt_versions(conn: sa.Connection, keystore: KeyStore, tenant: str, versi
             else:
                 refuse(row, V.BODY_MISSING if row.ciphertext is None else V.DEK_MISSING, err)
             continue
-        why = _body_refusal(conn, tenant, row)
+        why = body_refusal(conn, tenant, row, bytes(row.ciphertext), row.sha256)
         if why is not None:
             refuse(row, why, OMLError("integrity.body", _TAMPERED, 500))
             continue
