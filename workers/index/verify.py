@@ -158,8 +158,6 @@ def _readlog(ctx: Context, tenant: str, rep: Report) -> None:
 
 
 def _deks(ctx: Context, tenant: str, rep: Report) -> None:
-    from oml.services.keys.keystore import KeyNotFound
-
     n = 0
     keys: dict[int, bytes | None] = {}
     with ctx.db.tenant("oml_server", tenant) as conn:
@@ -174,7 +172,7 @@ def _deks(ctx: Context, tenant: str, rep: Report) -> None:
             if kv not in keys:
                 try:
                     keys[kv] = ctx.keystore.get(tenant, f"encryption/{kv}")
-                except KeyNotFound:
+                except KeyError:  # the KeyStore's KeyNotFound
                     keys[kv] = None
             art = str(r.artifact_id)
             if keys[kv] is None:
@@ -190,10 +188,10 @@ def _deks(ctx: Context, tenant: str, rep: Report) -> None:
 def verify(ctx: Context, tenant: str, *, deks: bool = True) -> Report:
     """Every check above for ``tenant``; ``deks=False`` skips the unwrap of every wrapped DEK (the one check that
     needs the KeyStore and costs an X25519 agreement per artifact)."""
-    from oml.services.erasure import restore
-
     rep = Report(tenant)
-    if restore.pending(ctx.db):
+    with ctx.db.system("oml_indexer") as conn:
+        fenced = conn.execute(sa.text("SELECT coalesce(bool_or(pending), false) FROM restore_state")).scalar()
+    if fenced:
         rep.findings.append(Finding(RESTORE_PENDING, "restore_state", "singleton", "every request is refused"))
     with ctx.db.tenant("oml_indexer", tenant) as conn:
         _index(conn, tenant, rep)
