@@ -7,13 +7,18 @@ Each test is written as the role that can make the change (the database owner fo
 from __future__ import annotations
 
 import json
+import sys
 
+import anyio
 import pytest
 import sqlalchemy as sa
 from admission_kit import bearer, owner_unguarded, run_cli
 from fastapi.testclient import TestClient
+from mcp.client.client import Client
+from mcp.client.stdio import StdioServerParameters
 from owner_kit import owner
 from recall_kit import make_world
+from test_mcp import env_for, error_text
 
 from oml.domain import envelope
 from oml.services.entrypoints.http.app import create_app
@@ -78,6 +83,15 @@ def test_a_body_the_owner_sealed_anew_is_never_served(ctx, w, client):
     assert "body.digest" in _reasons(ctx, vid)
     got = client.post("/v1/recall", json={"query": "reserve fund board approved deploy freeze"}, headers=bearer(w.reader_key))
     assert FORGED not in got.text, "the substituted body was served by recall"
+    params = StdioServerParameters(command=sys.executable, args=["-m", "oml.services.entrypoints.cli.main", "mcp", "--transport", "stdio"],
+                                   env=env_for(ctx, w.reader_key))
+
+    async def mcp_fetch() -> str:
+        async with Client(params, read_timeout_seconds=120) as mcp:
+            return error_text(await mcp.call_tool("fetch", {"version_id": vid}))
+
+    text = anyio.run(mcp_fetch)
+    assert FORGED not in text and "integrity.body" in text, text
 
 
 def test_a_wrapped_dek_overwritten_by_the_server_role_is_named(ctx, w, client):
