@@ -132,7 +132,7 @@ def test_a_pending_restore_shows_in_healthz_readyz_status_and_verify(ctx, w, cli
         res = run_cli(ctx, ["status", "--json", "--tenant", TENANT])
         assert res.exit_code == 0, res.output
         assert json.loads(res.output)["restore_pending"] is True
-        assert "restore.pending" in verify.verify(ctx, TENANT, deks=False).counts()
+        assert "restore.pending" in verify.verify(ctx, TENANT).counts()
     finally:
         with owner(ctx) as c:
             c.execute(sa.text("DELETE FROM restore_state"))
@@ -140,7 +140,7 @@ def test_a_pending_restore_shows_in_healthz_readyz_status_and_verify(ctx, w, cli
 
 
 def test_derived_state_changes_are_named_and_rebuild_repairs_the_index(ctx, w):
-    base = verify.verify(ctx, TENANT, deks=False)
+    base = verify.verify(ctx, TENANT)
     assert not [f for f in base.findings if f.kind.startswith(("index.", "cursor.", "readlog."))], base.as_json()
     # The index wiped and the indexer's cursor skipped ahead, as oml_indexer.
     with ctx.db.tenant("oml_indexer", TENANT) as c:
@@ -165,5 +165,5 @@ def test_derived_state_changes_are_named_and_rebuild_repairs_the_index(ctx, w):
         assert kind in kinds, (kind, kinds)
     res = run_cli(ctx, ["index", "rebuild", "--tenant", TENANT])
     assert res.exit_code == 0, res.output
-    after = verify.verify(ctx, TENANT, deks=False).counts()
+    after = verify.verify(ctx, TENANT).counts()
     assert not {k for k in after if k.startswith(("index.", "cursor."))}, after

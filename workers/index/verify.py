@@ -17,11 +17,12 @@ the row should be and names every difference with its kind:
   (:func:`oml.services.reads.readlog.verify`).
 * ``dek.unwrap`` — a wrapped DEK of a live artifact that does not unwrap under the tenant's key of its
   version (overwritten), told apart from an erasure (its claim's ``erased_seq``) and from a key missing
-  from the KeyStore (``dek.key_missing``).
+  from the KeyStore (``dek.key_missing``): :func:`oml.services.keys.rotation.unwrap_check`, run by the
+  server's credentials and KeyStore (this module never holds a key), joined by ``oml index verify``.
 * ``restore.pending`` — the restore fence is set: every request is refused (docs/backup-restore.md).
 
-Credentials: ``oml_indexer`` (index, cursors), ``oml_relay`` (outbox), ``oml_reconciler`` (read log),
-``oml_server`` and the KeyStore (DEK unwrap; no body is opened). Returns :class:`Report`.
+Credentials: ``oml_indexer`` (index, cursors, the fence), ``oml_relay`` (outbox), ``oml_reconciler`` (read
+log). Returns :class:`Report`.
 """
 from __future__ import annotations
 
@@ -31,9 +32,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from cryptography.exceptions import InvalidTag
-
-from oml.domain import envelope
 
 if TYPE_CHECKING:  # pragma: no cover
     from oml.services.runtime.context import Context
@@ -43,8 +41,6 @@ INDEX_EXTRA = "index.extra"
 INDEX_STALE = "index.stale"
 CURSOR_AHEAD = "cursor.ahead"
 OUTBOX_MISSING = "outbox.missing"
-DEK_UNWRAP = "dek.unwrap"
-DEK_KEY_MISSING = "dek.key_missing"
 RESTORE_PENDING = "restore.pending"
 #: Kinds that ``oml index rebuild`` repairs.
 REBUILT = frozenset({INDEX_MISSING, INDEX_EXTRA, INDEX_STALE})
@@ -157,37 +153,9 @@ def _readlog(ctx: Context, tenant: str, rep: Report) -> None:
                                     f"batch {f.get('batch_no')} read {f.get('read_id')}", "against the sealed batch"))
 
 
-def _deks(ctx: Context, tenant: str, rep: Report) -> None:
-    n = 0
-    keys: dict[int, bytes | None] = {}
-    with ctx.db.tenant("oml_server", tenant) as conn:
-        rows = conn.execute(sa.text(
-            "SELECT d.artifact_id, d.key_version, d.wrapped FROM wrapped_deks d"
-            "  JOIN artifacts a ON a.tenant_id = d.tenant_id AND a.artifact_id = d.artifact_id"
-            "  LEFT JOIN claims c ON c.tenant_id = a.tenant_id AND c.claim_id = a.claim_id"
-            " WHERE d.tenant_id = :t AND c.erased_seq IS NULL ORDER BY d.artifact_id"), {"t": tenant})
-        for r in rows:
-            n += 1
-            kv = int(r.key_version)
-            if kv not in keys:
-                try:
-                    keys[kv] = ctx.keystore.get(tenant, f"encryption/{kv}")
-                except KeyError:  # the KeyStore's KeyNotFound
-                    keys[kv] = None
-            art = str(r.artifact_id)
-            if keys[kv] is None:
-                rep.findings.append(Finding(DEK_KEY_MISSING, "wrapped_deks", art, f"key version {kv} not in the KeyStore"))
-                continue
-            try:
-                envelope.unwrap(bytes(r.wrapped), info=envelope.dek_info(tenant, art, kv), private_key=keys[kv])
-            except (InvalidTag, ValueError):
-                rep.findings.append(Finding(DEK_UNWRAP, "wrapped_deks", art, f"does not unwrap under key version {kv}"))
-    rep.checked["wrapped_deks"] = n
-
-
-def verify(ctx: Context, tenant: str, *, deks: bool = True) -> Report:
-    """Every check above for ``tenant``; ``deks=False`` skips the unwrap of every wrapped DEK (the one check that
-    needs the KeyStore and costs an X25519 agreement per artifact)."""
+def verify(ctx: Context, tenant: str) -> Report:
+    """Every check above for ``tenant`` but the DEK unwrap, which needs the KeyStore and so is the server's
+    (:func:`oml.services.keys.rotation.unwrap_check`; ``oml index verify`` adds its findings with :func:`add`)."""
     rep = Report(tenant)
     with ctx.db.system("oml_indexer") as conn:
         fenced = conn.execute(sa.text("SELECT coalesce(bool_or(pending), false) FROM restore_state")).scalar()
@@ -197,6 +165,10 @@ def verify(ctx: Context, tenant: str, *, deks: bool = True) -> Report:
         _index(conn, tenant, rep)
     _outbox(ctx, tenant, rep)
     _readlog(ctx, tenant, rep)
-    if deks:
-        _deks(ctx, tenant, rep)
     return rep
+
+
+def add(rep: Report, table: str, checked: int, findings: list[tuple[str, str, str]]) -> None:
+    """Join another check's ``(kind, key, detail)`` findings on ``table`` (``checked`` rows) to ``rep``."""
+    rep.checked[table] = checked
+    rep.findings += [Finding(kind, table, key, detail) for kind, key, detail in findings]

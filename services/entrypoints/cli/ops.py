@@ -249,10 +249,13 @@ def index_verify(tenant: str = typer.Option(..., "--tenant", "-t", help="tenant 
     """Compare index rows with the projections, consumer cursors with the journal and outbox, read-log rows with
     their sealed batches, and unwrap every live wrapped DEK; name each difference by kind. Exit 1 on any finding
     (`oml index rebuild` repairs the index.* kinds)."""
+    from oml.services.keys import rotation
     from oml.workers.index import verify
 
     with context(tenant) as ctx:
-        rep = verify.verify(ctx, tenant, deks=not no_deks)
+        rep = verify.verify(ctx, tenant)
+        if not no_deks:
+            verify.add(rep, "wrapped_deks", *rotation.unwrap_check(ctx, tenant))
     if as_json:
         typer.echo(json.dumps(rep.as_json(), indent=2))
     else:
