@@ -92,7 +92,7 @@ def decrypt_version(conn: sa.Connection, keystore: KeyStore, tenant: str, versio
     """The decrypted body of a claim version (``statement``, ``source``, ``tags``, …): :func:`decrypt_versions`
     for one version, raising what it maps the version to (``claim.not_found``, :class:`Unverified`,
     ``claim.erased``, ``integrity.body``)."""
-    got = decrypt_versions(conn, keystore, tenant, [version_id])
+    got = _decrypt_versions(conn, keystore, tenant, [version_id])
     body = got.get(str(version_id))
     if body is None:
         raise not_found("claim version")
@@ -138,6 +138,12 @@ def body_refusal(conn: sa.Connection, tenant: str, row: Any, ciphertext: bytes, 
 @traced("recall.decrypt")
 def decrypt_versions(conn: sa.Connection, keystore: KeyStore, tenant: str, version_ids: list[str]
                      ) -> dict[str, dict[str, Any] | OMLError]:
+    """Bodies of many versions in one round trip (recall's span ``recall.decrypt``): see :func:`_decrypt_versions`."""
+    return _decrypt_versions(conn, keystore, tenant, version_ids)
+
+
+def _decrypt_versions(conn: sa.Connection, keystore: KeyStore, tenant: str, version_ids: list[str]
+                      ) -> dict[str, dict[str, Any] | OMLError]:
     """Bodies of many versions in one round trip: version id → body, or the :class:`OMLError` for it:
     ``claim.not_found`` (unknown), :class:`Unverified` (a status the journal does not back), ``claim.erased``
     (410, purged or shredded by the claim's erasure) or ``integrity.body`` (500).
