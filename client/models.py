@@ -106,6 +106,8 @@ class ConsistencyProof(Response):
 # ---------------------------------------------------------------- ops
 class Health(Response):
     status: str
+    # True while a restore is pending: the server is alive but refuses every request (GET /readyz answers 503).
+    restore_pending: bool = False
 
 
 # ---------------------------------------------------------------- erasure

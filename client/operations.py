@@ -314,6 +314,12 @@ class Operations:
         """``status == "ok"`` when the server reaches its database; ``ServiceUnavailable`` otherwise. No key needed."""
         return self._invoke(self.health)
 
+    @operation("GET", "/readyz", returns=m.Health)
+    def ready(self) -> m.Health:
+        """``status == "ok"`` when the server would serve requests; ``ServiceUnavailable`` (``service.restore_pending``)
+        while a restore is pending, or when the database is unreachable. No key needed."""
+        return self._invoke(self.ready)
+
     @operation("GET", "/metrics")
     def metrics(self) -> str:
         """Prometheus text: per consumer and tenant head, cursor, lag and poison counts.

@@ -31,8 +31,18 @@ JOURNAL_FORMAT = "journal.format"
 JOURNAL_KEY = "journal.key"
 JOURNAL_SIGNATURE = "journal.signature"
 NOT_BACKED = "status.not_backed"
+# Reasons of a refused body (the version's status was backed; what is stored is not what was signed or opens):
+# the ciphertext is not the one the signed ``claim.submitted`` names, that event does not name this artifact, the
+# wrapped DEK does not unwrap, the body does not open under the DEK, or either is gone without an erasure.
+BODY_DIGEST = "body.digest"
+BODY_NOT_SUBMITTED = "body.not_submitted"
+DEK_UNWRAP = "dek.unwrap"
+BODY_OPEN = "body.open"
+BODY_MISSING = "body.missing"
+DEK_MISSING = "dek.missing"
 REASONS = (STATUS_SEQ_MISSING, STATUS_LOG, JOURNAL_MISSING, JOURNAL_HASH, JOURNAL_FORMAT, JOURNAL_KEY,
-           JOURNAL_SIGNATURE, NOT_BACKED)
+           JOURNAL_SIGNATURE, NOT_BACKED, BODY_DIGEST, BODY_NOT_SUBMITTED, DEK_UNWRAP, BODY_OPEN, BODY_MISSING,
+           DEK_MISSING)
 
 KEY_EVENT_TYPES = ("tenant.created", "signing_key.rotated")
 
@@ -83,6 +93,39 @@ def status_event(event: dict[str, Any]) -> StatusEvent | None:
     sim = data.get("simulation_id")
     return StatusEvent(etype, STATUS_OF[etype], data.get("claim_id"), vids, str(sim) if sim else None,
                        data.get("overlay") is True, data.get("self_signed") is True)
+
+
+@dataclass(frozen=True)
+class SubmittedBody:
+    """What a signed ``claim.submitted`` says about the body it admitted: ids and the ciphertext's SHA-256."""
+
+    version_id: str
+    artifact_id: str
+    ciphertext_sha256: bytes
+
+
+def submitted_body(event: dict[str, Any]) -> SubmittedBody | None:
+    """The :class:`SubmittedBody` of a parsed ``claim.submitted`` event (its ``data.version_id``,
+    ``data.artifact_id`` and ``data.ciphertext_sha256``, 64 hex digits); None for any other event or a malformed one."""
+    if event.get("type") != "claim.submitted":
+        return None
+    data = event.get("data") or {}
+    try:
+        digest = bytes.fromhex(str(data.get("ciphertext_sha256")))
+    except ValueError:
+        return None
+    if len(digest) != 32:
+        return None
+    return SubmittedBody(str(data.get("version_id")), str(data.get("artifact_id")), digest)
+
+
+def body_reason(signed: SubmittedBody | None, version_id: str, artifact_id: str, ciphertext_digest: bytes) -> str | None:
+    """None when ``signed`` admitted exactly this ciphertext as this version's artifact; else
+    :data:`BODY_NOT_SUBMITTED` (the event names another version or artifact, or is not a submission) or
+    :data:`BODY_DIGEST` (another ciphertext). ``ciphertext_digest``: SHA-256 of the stored ciphertext."""
+    if signed is None or signed.version_id != version_id or signed.artifact_id != artifact_id:
+        return BODY_NOT_SUBMITTED
+    return None if signed.ciphertext_sha256 == ciphertext_digest else BODY_DIGEST
 
 
 def backs(ev: StatusEvent | None, row: Projected) -> bool:

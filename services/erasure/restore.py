@@ -22,8 +22,11 @@ replayed the restored service must serve nothing, so:
   ``"restored_from": {"seq", "hash"}`` naming the lake's event. Then it
   rewrites the touched relations and clears the fence.
 
-Credentials: ``oml_admission`` (journal, shred, fence) and keyless read
-access to the lake.
+Credentials: ``oml_admission`` (journal, shred), the database owner for the
+fence (no workload role may write ``restore_state``: one pending row stops
+every tenant) and keyless read access to the lake. A process without the
+owner's credentials that finds the lake ahead (``oml serve`` in a deployment)
+fences itself (:func:`pending_in` answers True in that process) and logs why.
 """
 from __future__ import annotations
 
@@ -48,7 +51,10 @@ ROLE = "oml_admission"
 PENDING = OMLError("service.restore_pending",
                    "this database was restored and serves nothing until `oml restore reapply-erasures` has run", 503)
 
+OWNER = None  # the restore fence is the owner's: db.system(None)
 _has_table: dict[int, bool] = {}
+# Set when this process found the lake ahead but could not write the fence (no owner credentials).
+_local_fence: list[str] = []
 
 
 def _present(conn: sa.Connection) -> bool:
@@ -61,6 +67,8 @@ def _present(conn: sa.Connection) -> bool:
 
 def pending_in(conn: sa.Connection) -> bool:
     """Whether a restore is pending, read through ``conn`` (any workload role)."""
+    if _local_fence:
+        return True
     if not _present(conn):
         return False
     return bool(conn.execute(sa.text("SELECT pending FROM restore_state WHERE singleton")).scalar())
@@ -92,8 +100,9 @@ def state(db: Database, role: str = ROLE) -> dict[str, Any] | None:
 
 
 def begin(db: Database, reason: str = "operator") -> dict[str, Any]:
-    """Set the fence: every read is refused until :func:`reapply_erasures` completes."""
-    with db.system(ROLE) as conn:
+    """Set the fence: every read is refused until :func:`reapply_erasures` completes. Needs the owner's
+    credentials (``OML_DATABASE_URL``); a workload role is refused by the database."""
+    with db.system(OWNER) as conn:
         conn.execute(sa.text(
             "INSERT INTO restore_state (singleton, pending, reason, begun_at) VALUES (true, true, :r, now())"
             " ON CONFLICT (singleton) DO UPDATE SET pending = true, reason = EXCLUDED.reason, begun_at = now(),"
@@ -154,7 +163,12 @@ def detect(ctx: Context, *, mark: bool = True) -> dict[str, Any]:
     if ahead and mark and not pending(ctx.db, ROLE):
         log.error("the lake's journal is ahead of PostgreSQL for %d tenant(s): reads refused until "
                   "`oml restore reapply-erasures` has run", len(ahead))
-        begin(ctx.db, "lake_ahead")
+        try:
+            begin(ctx.db, "lake_ahead")
+        except sa.exc.SQLAlchemyError as exc:
+            # Without the owner's credentials the database fence cannot be written: this process fences itself.
+            log.error("the restore fence could not be written (%s): this process refuses every request", type(exc).__name__)
+            _local_fence.append("lake_ahead")
     return {"tenants": heads, "ahead": ahead, "pending": pending(ctx.db, ROLE)}
 
 
@@ -263,8 +277,9 @@ def reapply_erasures(ctx: Context, tenants: list[str] | None = None, *, use_lake
     summary = {"tenants": [{"tenant": r["tenant"], "journal_erasures": r["journal_erasures"],
                             "erased_from_lake": len(r["erased_from_lake"]), "rewrite": r["rewrite"]["status"]} for r in results],
                "failed": failed}
-    with ctx.db.system(ROLE) as conn:
+    with ctx.db.system(OWNER) as conn:
         if complete:
+            _local_fence.clear()
             conn.execute(sa.text(
                 "INSERT INTO restore_state (singleton, pending, reason, begun_at, completed_at, summary)"
                 " VALUES (true, false, 'operator', now(), now(), CAST(:s AS jsonb))"

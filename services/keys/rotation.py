@@ -131,6 +131,40 @@ def rewrap(ctx: Context, tenant: str, *, batch: int = BATCH) -> dict[str, Any]:
     return {"rewrapped": rewrapped, "failed": failed, "remaining": int(remaining)}
 
 
+def unwrap_check(ctx: Context, tenant: str) -> tuple[int, list[tuple[str, str, str]]]:
+    """Unwrap every wrapped DEK of a live artifact of ``tenant`` (its claim not erased) with the KeyStore; no body
+    is opened and no DEK is kept. Returns ``(DEKs checked, [(kind, artifact id, detail)])``, kind ``dek.unwrap``
+    (it does not open under the tenant's key of its version: overwritten or destroyed) or ``dek.key_missing``
+    (that version is not in this KeyStore). Reads as ``oml_server``, the one role that may read a wrapped DEK."""
+    from cryptography.exceptions import InvalidTag
+
+    n, found = 0, []
+    keys: dict[int, bytes | None] = {}
+    with ctx.db.tenant("oml_server", tenant) as conn:
+        rows = conn.execute(sa.text(
+            "SELECT d.artifact_id, d.key_version, d.wrapped FROM wrapped_deks d"
+            "  JOIN artifacts a ON a.tenant_id = d.tenant_id AND a.artifact_id = d.artifact_id"
+            "  LEFT JOIN claims c ON c.tenant_id = a.tenant_id AND c.claim_id = a.claim_id"
+            " WHERE d.tenant_id = :t AND c.erased_seq IS NULL ORDER BY d.artifact_id"), {"t": tenant}).all()
+    for r in rows:
+        n += 1
+        kv, art = int(r.key_version), str(r.artifact_id)
+        if kv not in keys:
+            try:
+                keys[kv] = ctx.keystore.get(tenant, f"encryption/{kv}")
+            except KeyNotFound:
+                keys[kv] = None
+        priv = keys[kv]
+        if priv is None:
+            found.append(("dek.key_missing", art, f"key version {kv} is not in the KeyStore"))
+            continue
+        try:
+            envelope.unwrap(bytes(r.wrapped), info=envelope.dek_info(tenant, art, kv), private_key=priv)
+        except (InvalidTag, ValueError):
+            found.append(("dek.unwrap", art, f"does not unwrap under key version {kv}"))
+    return n, found
+
+
 def versions(ctx: Context, tenant: str) -> list[dict[str, Any]]:
     """Every body-encryption key version: registration, retirement (seq and time), live DEKs, present in the KeyStore,
     and ``verified``: whether a verified event of the chain registered this public key for this version (False for a

@@ -7,7 +7,11 @@ read in ``read_events`` in the same transaction. The tenant's X25519
 private key for the DEK's key version comes from the KeyStore; nothing
 decrypted is cached. A version's body is opened only when the journal backs
 its projected status (:mod:`oml.services.reads.verified_reads`); one it
-does not back is :class:`Unverified` — to the reader, not found.
+does not back is :class:`Unverified` — to the reader, not found. A version's
+ciphertext is served only when it is the one the signed ``claim.submitted``
+names (its ``ciphertext_sha256``): a body sealed anew to the tenant's public
+key, with every stored digest rewritten, is refused (``integrity.body``) and
+counted in ``integrity_events`` under a reason naming what failed.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from oml.domain import envelope
+from oml.domain import verified_read as V
 from oml.domain.errors import OMLError, not_found
 from oml.services.keys.keystore import KeyStore
 from oml.services.reads import verified_reads
@@ -43,12 +48,11 @@ def _gone(erased: bool) -> OMLError:
 
 
 def _check_digest(row) -> None:
-    """Raise ``ValueError`` unless the ciphertext is the one admission stored.
+    """Raise ``ValueError`` unless the ciphertext is the one ``artifacts.sha256`` names.
 
-    The AAD and the HPKE wrap bind nothing secret: whoever may write ``artifacts.ciphertext`` and
-    ``wrapped_deks`` (admission, to shred) can seal a body of their own to the tenant's public key. The
-    digest is written once at admission (no role may update it) and is the journal's ``ciphertext_sha256``
-    (reconcile compares the two), so a swapped ciphertext fails here as a tampered one does.
+    For artifacts opened one at a time (a simulation's notes; the indexing feed, which first compares the
+    ciphertext with the signed ``claim.submitted`` through :func:`body_refusal`). No workload role may update the
+    digest; the owner can, which is why version bodies are judged by the signed event (:func:`decrypt_versions`).
     """
     if row.sha256 is None or hashlib.sha256(bytes(row.ciphertext)).digest() != bytes(row.sha256):
         raise ValueError("ciphertext digest")
@@ -85,24 +89,22 @@ def decrypt_artifact(conn: sa.Connection, keystore: KeyStore, tenant: str, artif
 
 
 def decrypt_version(conn: sa.Connection, keystore: KeyStore, tenant: str, version_id: str) -> dict[str, Any]:
-    """The decrypted body of a claim version (``statement``, ``source``, ``tags``, …).
-
-    Same errors as :func:`decrypt_artifact`; ``claim.not_found`` for an unknown version, and
-    :class:`Unverified` (``claim.not_found``) for one whose status the journal does not back.
-    """
-    if verified_reads.refused(conn, tenant, [version_id]):
-        raise Unverified()
-    art = conn.execute(sa.text("SELECT artifact_id FROM claim_versions WHERE tenant_id = :t AND version_id = CAST(:v AS uuid)"),
-                       {"t": tenant, "v": version_id}).scalar()
-    if art is None:
+    """The decrypted body of a claim version (``statement``, ``source``, ``tags``, …): :func:`decrypt_versions`
+    for one version, raising what it maps the version to (``claim.not_found``, :class:`Unverified`,
+    ``claim.erased``, ``integrity.body``)."""
+    got = _decrypt_versions(conn, keystore, tenant, [version_id])
+    body = got.get(str(version_id))
+    if body is None:
         raise not_found("claim version")
-    return decrypt_artifact(conn, keystore, tenant, str(art))
+    if isinstance(body, OMLError):
+        raise body
+    return body
 
 
 _BODIES = sa.text(
-    "SELECT " + verified_reads.VERDICT_COLUMNS + ", a.artifact_id AS stored_artifact, a.ciphertext, a.sha256,"
-    " d.key_version, d.wrapped, c.erased_seq IS NOT NULL AS erased"
-    + verified_reads.VERDICT_FROM +
+    "SELECT " + verified_reads.VERDICT_COLUMNS + ", " + verified_reads.SUBMITTED_COLUMNS + ","
+    " a.artifact_id AS stored_artifact, a.ciphertext, a.sha256, d.key_version, d.wrapped, c.erased_seq IS NOT NULL AS erased"
+    + verified_reads.VERDICT_FROM + verified_reads.SUBMITTED_FROM +
     # LEFT: a version whose artifact row is gone is still judged (and its refusal recorded), then not found
     " LEFT JOIN LATERAL (SELECT a.artifact_id, a.ciphertext, a.sha256 FROM artifacts a"
     "   WHERE a.tenant_id = (SELECT CAST(:t AS text)) AND a.artifact_id = v.artifact_id LIMIT 1) a ON true"
@@ -111,47 +113,96 @@ _BODIES = sa.text(
     " LEFT JOIN LATERAL (SELECT c.erased_seq FROM claims c"
     "   WHERE c.tenant_id = (SELECT CAST(:t AS text)) AND c.claim_id = v.claim_id LIMIT 1) c ON true")
 
+_TAMPERED = "a stored body failed authentication"
+
+
+def body_refusal(conn: sa.Connection, tenant: str, row: Any, ciphertext: bytes, stored_sha256: bytes | None) -> str | None:
+    """Why this stored ciphertext is not the one the signed ``claim.submitted`` admitted (a reason code), or None.
+
+    ``artifacts.sha256`` and ``claim_versions.ciphertext_sha256`` are rows: whoever can write them (the database
+    owner) could seal a body of their own to the tenant's public key, write its wrapped DEK and its digest. The
+    signed event's ``ciphertext_sha256`` is what no role can change without the tenant's signing key.
+    With verification off (``OML_VERIFY_READS=false``) ``stored_sha256`` is compared instead.
+    ``row``: read with :data:`verified_reads.SUBMITTED_COLUMNS` plus ``version_id`` and ``artifact_id``.
+    """
+    digest = hashlib.sha256(ciphertext).digest()
+    if not verified_reads.enabled():
+        return None if stored_sha256 is not None and digest == bytes(stored_sha256) else V.BODY_DIGEST
+    try:
+        signed = verified_reads.signed_body(conn, tenant, row)
+    except ValueError as exc:
+        return str(exc.args[0])
+    return V.body_reason(signed, str(row.version_id), str(row.artifact_id), digest)
+
 
 @traced("recall.decrypt")
 def decrypt_versions(conn: sa.Connection, keystore: KeyStore, tenant: str, version_ids: list[str]
                      ) -> dict[str, dict[str, Any] | OMLError]:
-    """Bodies of many versions in one round trip: version id → body, or the :class:`OMLError` that
-    :func:`decrypt_version` would raise for it (``claim.not_found``, ``claim.erased``, ``integrity.body``).
+    """Bodies of many versions in one round trip (recall's span ``recall.decrypt``): see :func:`_decrypt_versions`."""
+    return _decrypt_versions(conn, keystore, tenant, version_ids)
 
-    Each DEK is still unwrapped per artifact; the tenant's private key is read
-    from the KeyStore once per key version per call. Nothing is cached beyond the call.
-    A version whose status the journal does not back maps to :class:`Unverified`.
+
+def _decrypt_versions(conn: sa.Connection, keystore: KeyStore, tenant: str, version_ids: list[str]
+                      ) -> dict[str, dict[str, Any] | OMLError]:
+    """Bodies of many versions in one round trip: version id → body, or the :class:`OMLError` for it:
+    ``claim.not_found`` (unknown), :class:`Unverified` (a status the journal does not back), ``claim.erased``
+    (410, purged or shredded by the claim's erasure) or ``integrity.body`` (500).
+
+    ``integrity.body`` is counted in ``integrity_events`` under a reason that tells what failed
+    (:mod:`oml.domain.verified_read`): ``body.digest`` / ``body.not_submitted`` (the ciphertext is not the one the
+    signed ``claim.submitted`` names), ``dek.unwrap`` (the wrapped DEK does not open under the tenant's key:
+    overwritten), ``body.open`` (the body does not open under its DEK), ``body.missing`` / ``dek.missing``
+    (gone without an erasure). Each DEK is still unwrapped per artifact; the tenant's private key is read from
+    the KeyStore once per key version per call. Nothing is cached beyond the call but verified event ids.
     """
     ids = sorted({str(v) for v in version_ids})
     out: dict[str, dict[str, Any] | OMLError] = {v: not_found("claim version") for v in ids}
     if not ids:
         return out
-    # One statement verifies and opens: the verdict's rows (verified_reads) plus each version's artifact and
-    # wrapped DEK. Full-key lookups behind LATERAL/LIMIT fences, tenant as (SELECT :t): linear plans even when
-    # the tenant's statistics are stale (services/reads/rows.py explains; 28 ms → 1 ms for 30 bodies, measured).
+    # One statement verifies and opens: the verdict's rows (verified_reads), the signed submission behind each
+    # body, and each version's artifact and wrapped DEK. Full-key lookups behind LATERAL/LIMIT fences, tenant as
+    # (SELECT :t): linear plans even when the tenant's statistics are stale (services/reads/rows.py explains).
     rows = conn.execute(_BODIES, {"t": tenant, "ids": ids}).all()
     bad = verified_reads.judge(conn, tenant, rows)
     out.update({v: Unverified() for v in bad})
     rows = [r for r in rows if str(r.version_id) not in bad and r.stored_artifact is not None]
     keys: dict[int, X25519PrivateKey] = {}
+    refusals: list[verified_reads.Refusal] = []
+
+    def refuse(row: Any, reason: str, err: OMLError) -> None:
+        out[str(row.version_id)] = err
+        refusals.append(verified_reads.Refusal(str(row.version_id), int(row.submitted_seq or 0), reason))
+
     for row in rows:
         vid, art = str(row.version_id), str(row.artifact_id)
         if row.ciphertext is None or row.wrapped is None:
-            out[vid] = _gone(bool(row.erased))
+            err = _gone(bool(row.erased))
+            if row.erased:
+                out[vid] = err
+            else:
+                refuse(row, V.BODY_MISSING if row.ciphertext is None else V.DEK_MISSING, err)
             continue
+        why = body_refusal(conn, tenant, row, bytes(row.ciphertext), row.sha256)
+        if why is not None:
+            refuse(row, why, OMLError("integrity.body", _TAMPERED, 500))
+            continue
+        if row.key_version not in keys:
+            keys[row.key_version] = X25519PrivateKey.from_private_bytes(keystore.get(tenant, f"encryption/{row.key_version}"))
         try:
-            _check_digest(row)
-            if row.key_version not in keys:
-                keys[row.key_version] = X25519PrivateKey.from_private_bytes(
-                    keystore.get(tenant, f"encryption/{row.key_version}"))
             dek = envelope.unwrap(bytes(row.wrapped), info=envelope.dek_info(tenant, art, row.key_version),
                                   private_key=keys[row.key_version])
+        except (InvalidTag, ValueError):
+            refuse(row, V.DEK_UNWRAP, OMLError("integrity.body", "a stored body's key failed authentication", 500))
+            continue
+        try:
             plain = envelope.open_body(bytes(row.ciphertext), dek=dek,
                                        aad=envelope.body_aad(tenant, str(row.claim_id), vid, art))
         except (InvalidTag, ValueError):
-            out[vid] = OMLError("integrity.body", "a stored body failed authentication", 500)
+            refuse(row, V.BODY_OPEN, OMLError("integrity.body", _TAMPERED, 500))
             continue
         out[vid] = json.loads(plain)
+    if refusals:
+        verified_reads.record(conn, tenant, refusals)
     return out
 
 

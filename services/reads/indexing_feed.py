@@ -31,7 +31,6 @@ event, :mod:`oml.services.reads.verified_reads`).
 """
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -45,7 +44,7 @@ from oml.domain.access import Principal
 from oml.domain.errors import OMLError
 from oml.services.keys.keystore import KeyNotFound, KeyStore
 from oml.services.reads import verified_reads
-from oml.services.reads.bodies import decrypt_artifact, log_read
+from oml.services.reads.bodies import body_refusal, decrypt_artifact, log_read
 from oml.services.storage.db import Database
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -120,7 +119,7 @@ def _fields(body: dict) -> tuple[str, str | None, tuple[str, ...]] | None:
 _ROWS = sa.text(
     "SELECT v.version_id, v.claim_id, v.workarea_id, v.artifact_id, v.ciphertext_sha256, v.tainted,"
     "       v.simulation_id, c.erased_seq, w.path, a.ciphertext IS NULL AS purged,"
-    "       a.ciphertext AS ct, d.artifact_id IS NOT NULL AS has_dek, d.key_version"
+    "       a.ciphertext AS ct, d.artifact_id IS NOT NULL AS has_dek, d.key_version, " + verified_reads.SUBMITTED_COLUMNS +
     "  FROM unnest(CAST(:ids AS uuid[])) AS x(vid)"
     "  CROSS JOIN LATERAL (SELECT * FROM claim_versions v WHERE v.tenant_id = (SELECT CAST(:t AS text)) AND v.version_id = x.vid LIMIT 1) v"
     "  CROSS JOIN LATERAL (SELECT c.erased_seq FROM claims c"
@@ -130,7 +129,8 @@ _ROWS = sa.text(
     "  LEFT JOIN LATERAL (SELECT a.ciphertext FROM artifacts a"
     "                      WHERE a.tenant_id = (SELECT CAST(:t AS text)) AND a.artifact_id = v.artifact_id LIMIT 1) a ON true"
     "  LEFT JOIN LATERAL (SELECT d.artifact_id, d.key_version FROM wrapped_deks d"
-    "                      WHERE d.tenant_id = (SELECT CAST(:t AS text)) AND d.artifact_id = v.artifact_id LIMIT 1) d ON true")
+    "                      WHERE d.tenant_id = (SELECT CAST(:t AS text)) AND d.artifact_id = v.artifact_id LIMIT 1) d ON true"
+    + verified_reads.SUBMITTED_FROM)
 
 
 class IndexingFeed:
@@ -183,7 +183,9 @@ class IndexingFeed:
                     out[vid] = FeedItem(**base, error=PURGED)
                 elif not r.has_dek:
                     out[vid] = FeedItem(**base, error=DEK_MISSING)
-                elif hashlib.sha256(bytes(r.ct)).digest() != bytes(r.ciphertext_sha256):
+                elif (why := body_refusal(conn, tenant, r, bytes(r.ct), r.ciphertext_sha256)) is not None:
+                    # Not the ciphertext the signed claim.submitted names: never indexed, counted like a read's.
+                    verified_reads.record(conn, tenant, [verified_reads.Refusal(vid, int(r.submitted_seq or 0), why)])
                     out[vid] = FeedItem(**base, error=INTEGRITY)
                 else:
                     try:

@@ -128,7 +128,8 @@ VERDICT_COLUMNS = ("x.vid AS version_id, v.claim_id, v.artifact_id, v.status, v.
                    " j.seq AS j_seq, j.kid, j.canonical, j.hash, j.prev_hash, j.signature")
 VERDICT_FROM = (
     "  FROM unnest(CAST(:ids AS uuid[])) AS x(vid)"
-    "  CROSS JOIN LATERAL (SELECT v.claim_id, v.artifact_id, v.status, v.status_seq, v.self_signed, v.simulation_id"
+    "  CROSS JOIN LATERAL (SELECT v.claim_id, v.artifact_id, v.status, v.status_seq, v.self_signed, v.simulation_id,"
+    "                             v.submitted_seq"
     "                        FROM claim_versions v"
     "                       WHERE v.tenant_id = (SELECT CAST(:t AS text)) AND v.version_id = x.vid LIMIT 1) v"
     "  LEFT JOIN LATERAL (SELECT l.seq, l.status FROM version_status_log l"
@@ -136,6 +137,14 @@ VERDICT_FROM = (
     "  LEFT JOIN LATERAL (SELECT j.seq, j.kid, j.canonical, j.hash, j.prev_hash, j.signature FROM journal_events j"
     "                      WHERE j.tenant_id = (SELECT CAST(:t AS text)) AND j.seq = v.status_seq LIMIT 1) j ON true")
 _ROWS = sa.text("SELECT " + VERDICT_COLUMNS + VERDICT_FROM)
+
+#: The signed ``claim.submitted`` behind a version's body (its ``submitted_seq``), for :func:`signed_body`: joined by
+#: the body read to the verdict's statement (one more full-key lookup, no extra round trip).
+SUBMITTED_COLUMNS = ("v.submitted_seq, s.seq AS s_seq, s.kid AS s_kid, s.canonical AS s_canonical, s.hash AS s_hash,"
+                     " s.prev_hash AS s_prev_hash, s.signature AS s_signature")
+SUBMITTED_FROM = (
+    "  LEFT JOIN LATERAL (SELECT s.seq, s.kid, s.canonical, s.hash, s.prev_hash, s.signature FROM journal_events s"
+    "                      WHERE s.tenant_id = (SELECT CAST(:t AS text)) AND s.seq = v.submitted_seq LIMIT 1) s ON true")
 
 _KEY_EVENTS = sa.text(
     "SELECT seq AS j_seq, kid, canonical, hash, prev_hash, signature FROM journal_events"
@@ -194,6 +203,38 @@ def _reason(conn: sa.Connection, tenant: str, r: Any) -> str | None:
     projected = V.Projected(str(r.version_id), str(r.claim_id), r.status, bool(r.self_signed),
                             str(r.simulation_id) if r.simulation_id else None)
     return None if V.backs(cached[0], projected) else V.NOT_BACKED
+
+
+def signed_body(conn: sa.Connection, tenant: str, r: Any) -> V.SubmittedBody | None:
+    """What the signed ``claim.submitted`` at a version's ``submitted_seq`` says about its body, from a row read
+    with :data:`SUBMITTED_COLUMNS` / :data:`SUBMITTED_FROM`; None when that event is genuine but no submission.
+
+    The event is checked as a status event is (hash, strict parsing, signature under the key the chain registered
+    for its seq) and cached the same way, so a body read adds a SHA-256 per hit once its event was verified.
+    Raises :class:`ValueError` whose ``args[0]`` is a reason code (``journal.missing`` when no row is at that
+    seq, ``journal.hash``, ``journal.format``, ``journal.key``, ``journal.signature``).
+    """
+    if r.s_seq is None:
+        raise ValueError(V.JOURNAL_MISSING)
+    row = JournalRow(int(r.s_seq), bytes(r.s_canonical), bytes(r.s_hash), bytes(r.s_prev_hash), bytes(r.s_signature), r.s_kid)
+    recomputed = link(row.prev_hash, row.canonical)
+    key = ("submitted", tenant, row.seq, recomputed)
+    cached = _EVENTS.get(key)
+    if cached is None:
+        # A held version's status event is its submission: verified once, whichever check came first.
+        if _EVENTS.get((tenant, row.seq, recomputed)) is None:
+            hist = _key_history(conn, tenant, row.seq)
+            _stats["signature_checks"] += 1
+            V.check_event(tenant, row, hist.key_at(row.kid, row.seq))
+        cached = (V.submitted_body(parse_event(row.canonical, seq=row.seq, tenant=tenant)),)
+        _EVENTS.put(key, cached)
+    return cached[0]
+
+
+def record(conn: sa.Connection, tenant: str, refusals: list[Refusal]) -> None:
+    """Count ``refusals`` in ``integrity_events`` in a transaction of their own (deferred on a standby)."""
+    if refusals:
+        _record(conn.engine, tenant, refusals)
 
 
 def genuine_event(conn: sa.Connection, tenant: str, row: JournalRow) -> dict[str, Any]:

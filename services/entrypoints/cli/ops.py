@@ -108,13 +108,16 @@ def status_cmd(
     tenant: str | None = typer.Option(None, "--tenant", "-t", help="only this tenant"),
     as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
 ) -> None:
-    """Per consumer and tenant: journal head, cursor, lag and poison records; undispatched outbox rows."""
+    """Per consumer and tenant: journal head, cursor, lag and poison records; undispatched outbox rows; whether a
+    restore is pending (every request refused until `oml restore reapply-erasures` has run)."""
     from rich.table import Table
 
+    from oml.services.erasure import restore
     from oml.services.reads import verified_reads
     from oml.workers.runtime import lag
 
     with context(tenant) as ctx:
+        restore_pending = restore.pending(ctx.db)
         rows = lag.report(ctx, tenant=tenant)
         poison = lag.poison(ctx, tenant)
         integrity = verified_reads.report(ctx, tenant)
@@ -132,8 +135,11 @@ def status_cmd(
             "integrity_events": [{"tenant": i.tenant, "reason": i.reason, "versions": i.versions, "refusals": i.refusals}
                                  for i in integrity],
             "lake_lock_waits": [{"tenant": w.tenant, "count": w.count, "last_at": w.last_at.isoformat()} for w in waits],
-            "outbox_undispatched": pending}, indent=2))
+            "outbox_undispatched": pending, "restore_pending": restore_pending}, indent=2))
         return
+    if restore_pending:
+        console.print("[red]restore pending[/red]: every request is refused until `oml restore reapply-erasures` has run "
+                      "(`oml restore status` shows who set it and why)")
     table = Table(title="outbox consumers")
     for col in ("consumer", "tenant", "head", "cursor", "lag", "poison"):
         table.add_column(col, justify="right" if col in ("head", "cursor", "lag", "poison") else "left")
@@ -234,6 +240,34 @@ def index_rebuild(tenant: str = typer.Option(..., "--tenant", "-t", help="tenant
                     raise
                 _fail(exc)
     console.print(escape(f"{tenant}: replayed {n} journal events"))
+
+
+@index_app.command("verify")
+def index_verify(tenant: str = typer.Option(..., "--tenant", "-t", help="tenant slug"),
+                 no_deks: bool = typer.Option(False, "--no-deks", help="skip unwrapping every wrapped DEK (needs the KeyStore)"),
+                 as_json: bool = typer.Option(False, "--json", help="machine-readable output")) -> None:
+    """Compare index rows with the projections, consumer cursors with the journal and outbox, read-log rows with
+    their sealed batches, and unwrap every live wrapped DEK; name each difference by kind. Exit 1 on any finding
+    (`oml index rebuild` repairs the index.* kinds)."""
+    from oml.services.keys import rotation
+    from oml.workers.index import verify
+
+    with context(tenant) as ctx:
+        rep = verify.verify(ctx, tenant)
+        if not no_deks:
+            verify.add(rep, "wrapped_deks", *rotation.unwrap_check(ctx, tenant))
+    if as_json:
+        typer.echo(json.dumps(rep.as_json(), indent=2))
+    else:
+        checked = ", ".join(f"{k} {v}" for k, v in sorted(rep.checked.items()))
+        console.print(escape(f"{tenant}: checked {checked}"))
+        for f in rep.findings:
+            console.print(escape(f"{f.kind}: {f.table} {f.key} ({f.detail})"), style="red")
+        console.print("no findings" if rep.ok else escape(
+            "findings: " + ", ".join(f"{k} {n}" for k, n in rep.counts().items())
+            + ("; `oml index rebuild` repairs the index.* kinds" if set(rep.counts()) & verify.REBUILT else "")))
+    if not rep.ok:
+        raise typer.Exit(1)
 
 
 @index_app.command("enroll")

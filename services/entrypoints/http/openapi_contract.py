@@ -26,7 +26,7 @@ from oml.services.entrypoints.http.problems import PROBLEM
 
 METHODS = ("get", "post", "put", "patch", "delete")
 SCHEME = "bearer"
-PUBLIC = frozenset({("GET", "/healthz")})
+PUBLIC = frozenset({("GET", "/healthz"), ("GET", "/readyz")})
 
 # status → what it means across the API (the stable codes it carries).
 ERRORS: dict[str, str] = {

@@ -1,7 +1,9 @@
 """HTTP routes: ops — ``/healthz`` and the Prometheus ``/metrics`` endpoint (docs/workers.md, Lag).
 
-``GET /healthz`` answers ``{"status": "ok"}`` when the server can run a query
-as ``oml_server``; otherwise 503 ``service.unavailable``. No tenant data.
+``GET /healthz`` (liveness) answers ``{"status": "ok", "restore_pending": bool}`` when the server can run a
+query as ``oml_server``; otherwise 503 ``service.unavailable``. ``GET /readyz`` (readiness) answers the same
+body when the server would serve requests, and 503 ``service.restore_pending`` while a restore is pending (every
+request is refused until ``oml restore reapply-erasures`` has run; docs/backup-restore.md). No tenant data.
 
 ``GET /metrics`` (Prometheus text format) reports, per consumer and tenant,
 the journal head, the consumer's cursor, its lag in events and its poison
@@ -32,14 +34,31 @@ from oml.services.runtime.context import Context
 router = APIRouter(tags=["ops"])
 
 
-@router.get("/healthz", summary="Liveness and database reachability")
-def healthz(ctx: Context = Depends(context)) -> dict:
+def _health(ctx: Context) -> dict:
+    from oml.services.erasure import restore
+
     try:
         with ctx.db.system("oml_server") as conn:
             conn.execute(sa.text("SELECT 1"))
+            fenced = restore.pending_in(conn)
     except Exception:
         raise OMLError("service.unavailable", "the database is not reachable", 503) from None
-    return {"status": "ok"}
+    return {"status": "ok", "restore_pending": fenced}
+
+
+@router.get("/healthz", summary="Liveness and database reachability")
+def healthz(ctx: Context = Depends(context)) -> dict:
+    return _health(ctx)
+
+
+@router.get("/readyz", summary="Readiness: 503 while a restore is pending")
+def readyz(ctx: Context = Depends(context)) -> dict:
+    out = _health(ctx)
+    if out["restore_pending"]:
+        from oml.services.erasure.restore import PENDING
+
+        raise PENDING
+    return out
 
 
 class _Collector:

@@ -7,10 +7,10 @@ GRANT SELECT, INSERT, UPDATE ON erasure_rewrites TO oml_admission;
 GRANT EXECUTE ON FUNCTION oml_erasure_rewrite(text, uuid) TO oml_admission;
 GRANT EXECUTE ON FUNCTION oml_erasure_horizon(xid8) TO oml_admission;
 
--- The restore fence: admission sets and clears it (oml restore begin / reapply-erasures);
--- every workload may read it, authentication checks it.
-GRANT SELECT, INSERT, UPDATE ON restore_state TO oml_admission;
-GRANT SELECT ON restore_state TO oml_server, oml_lake_writer, oml_reconciler, oml_indexer, oml_relay;
+-- The restore fence: only the owner sets and clears it (oml restore begin / reapply-erasures run with the
+-- owner's credentials, as a restore does): one row stops every tenant, so no workload role may write it.
+-- Every workload may read it; authentication checks it.
+GRANT SELECT ON restore_state TO oml_admission, oml_server, oml_lake_writer, oml_reconciler, oml_indexer, oml_relay;
 GRANT EXECUTE ON FUNCTION oml_restore_pending() TO oml_admission, oml_server;
 
 -- While a restore is pending the server can unwrap nothing: structural, whatever

@@ -191,7 +191,7 @@ def test_mcp_stdio_with_an_unknown_key_names_the_database_before_loading_the_mod
 TENANT_COMMANDS = {
     "checkpoint issue": [], "checkpoint show": [], "erase report": ["00000000-0000-4000-8000-000000000001"],
     "erase rewrite": [], "evidence export": ["-o", "never-written.tar"], "index catch-up": [], "index enroll": [],
-    "index rebuild": [], "journal verify": [], "keys encryption-versions": [], "keys retire": [], "keys rewrap": [],
+    "index rebuild": [], "index verify": [], "journal verify": [], "keys encryption-versions": [], "keys retire": [], "keys rewrap": [],
     "keys rotate": [], "keys rotate-encryption": [], "lake catch-up": [], "lake compact": [], "lake purge": [],
     "lake status": [], "projections rebuild": [], "proof consistency": ["--from", "1"], "proof inclusion": ["--seq", "1"],
     "readlog seal": [], "readlog verify": [], "reconcile": ["--no-record"], "restore reapply-erasures": [],

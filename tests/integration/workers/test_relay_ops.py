@@ -58,7 +58,7 @@ def test_status_cli_shows_lag_and_poison(ctx, env):
 
 def test_metrics_endpoint(ctx, env, operator_key, monkeypatch):
     client = TestClient(create_app(ctx))
-    assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/healthz").json() == {"status": "ok", "restore_pending": False}
     assert client.get("/metrics").status_code == 401
     writer_key = ctx.tenancy.create_principal(env.admin, ctx.tenancy.create_identity(env.admin, "service", "w2")["identity_id"],
                                                 "writer", [env.root])["api_key"]

@@ -113,3 +113,19 @@ def test_a_changed_row_is_refused_with_its_reason(what, reason):
     with pytest.raises(ValueError) as e:
         V.check_event("example", r, key)
     assert e.value.args[0] == reason
+
+
+def test_a_body_is_judged_by_the_signed_submission():
+    digest = bytes(range(32))
+    ev = {"type": "claim.submitted", "data": {"version_id": "v1", "artifact_id": "a1", "ciphertext_sha256": digest.hex()}}
+    signed = V.submitted_body(ev)
+    assert signed == V.SubmittedBody("v1", "a1", digest)
+    assert V.body_reason(signed, "v1", "a1", digest) is None
+    assert V.body_reason(signed, "v1", "a1", bytes(32)) == V.BODY_DIGEST
+    assert V.body_reason(signed, "v2", "a1", digest) == V.BODY_NOT_SUBMITTED
+    assert V.body_reason(signed, "v1", "a2", digest) == V.BODY_NOT_SUBMITTED
+    assert V.body_reason(None, "v1", "a1", digest) == V.BODY_NOT_SUBMITTED
+    assert V.submitted_body({"type": "claim.promoted", "data": ev["data"]}) is None
+    for bad in ("zz", "00" * 31, None):
+        assert V.submitted_body({"type": "claim.submitted", "data": {**ev["data"], "ciphertext_sha256": bad}}) is None
+    assert set(V.REASONS) >= {V.BODY_DIGEST, V.BODY_NOT_SUBMITTED, V.DEK_UNWRAP, V.BODY_OPEN, V.BODY_MISSING, V.DEK_MISSING}
