@@ -105,12 +105,7 @@ def rewrap(ctx: Context, tenant: str, *, batch: int = BATCH) -> dict[str, Any]:
                 break
             for r in rows:
                 art, old = str(r.artifact_id), int(r.key_version)
-                if old not in privates:
-                    try:
-                        privates[old] = ctx.keystore.get(tenant, f"encryption/{old}")
-                    except KeyNotFound:
-                        privates[old] = None
-                priv = privates[old]
+                priv = _encryption_private(ctx, tenant, old, privates)
                 try:
                     if priv is None:
                         raise KeyNotFound(f"encryption/{old}")
@@ -131,6 +126,17 @@ def rewrap(ctx: Context, tenant: str, *, batch: int = BATCH) -> dict[str, Any]:
     return {"rewrapped": rewrapped, "failed": failed, "remaining": int(remaining)}
 
 
+def _encryption_private(ctx: Context, tenant: str, version: int, cache: dict[int, bytes | None]) -> bytes | None:
+    """The private key of ``tenant``'s encryption ``version`` from the KeyStore, or None where the KeyStore lacks it;
+    looked up once per version per walk (``cache``)."""
+    if version not in cache:
+        try:
+            cache[version] = ctx.keystore.get(tenant, f"encryption/{version}")
+        except KeyNotFound:
+            cache[version] = None
+    return cache[version]
+
+
 def unwrap_check(ctx: Context, tenant: str) -> tuple[int, list[tuple[str, str, str]]]:
     """Unwrap every wrapped DEK of a live artifact of ``tenant`` (its claim not erased) with the KeyStore; no body
     is opened and no DEK is kept. Returns ``(DEKs checked, [(kind, artifact id, detail)])``, kind ``dek.unwrap``
@@ -149,12 +155,7 @@ def unwrap_check(ctx: Context, tenant: str) -> tuple[int, list[tuple[str, str, s
     for r in rows:
         n += 1
         kv, art = int(r.key_version), str(r.artifact_id)
-        if kv not in keys:
-            try:
-                keys[kv] = ctx.keystore.get(tenant, f"encryption/{kv}")
-            except KeyNotFound:
-                keys[kv] = None
-        priv = keys[kv]
+        priv = _encryption_private(ctx, tenant, kv, keys)
         if priv is None:
             found.append(("dek.key_missing", art, f"key version {kv} is not in the KeyStore"))
             continue

@@ -14,14 +14,13 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from oml.client import (
+from oml.client import AsyncOMLClient, OMLClient
+from oml.client.errors import (
     AccessDenied,
-    AsyncOMLClient,
     ClaimNotFound,
     IdempotencyConflict,
     InvalidRequest,
     NotFound,
-    OMLClient,
     PersonalDataRefused,
     SeparationOfDuties,
     TooLarge,
