@@ -63,8 +63,9 @@ from oml.domain import fusion as fusionmod
 from oml.domain import recall as R
 from oml.domain.access import Principal
 from oml.domain.errors import invalid, workarea_not_found
+from oml.domain.timewindow import TimeWindow
 from oml.services.reads import bm25 as bm25mod
-from oml.services.reads import readlog, rows, sim_read
+from oml.services.reads import readlog, rows, sim_read, timeleg
 from oml.services.reads.bodies import decrypt_versions
 from oml.services.runtime.tracing import traced
 
@@ -104,6 +105,8 @@ class _Filters:
     provenances: list[str] | None
     valid_at: dt.datetime | None
     exclude: list[str]
+    # The time leg's window of valid_from (docs/recall.md, "Time leg"); None for every other leg.
+    window: TimeWindow | None = None
 
 
 @dataclass
@@ -151,10 +154,21 @@ def _vector_literal(vec: Sequence[float]) -> str:
 
 # ------------------------------------------------------------------ legs
 
+_LEXEMES = sa.text("SELECT tsvector_to_array(to_tsvector(CAST(:cfg AS regconfig), :q))")
+# Text with accents: the folded lexemes (what the indexer stores) and the unfolded ones (what rows indexed before
+# folding hold), in one statement.
+_LEXEMES_BOTH = sa.text("SELECT tsvector_to_array(to_tsvector(CAST(:cfg AS regconfig), :q)"
+                        " || to_tsvector(CAST(:cfg AS regconfig), :folded))")
+
+
 def _lexemes(conn: sa.Connection, text: str) -> list[str]:
-    """Lexemes PostgreSQL's parser makes of ``text`` under :data:`FTS_CONFIG` (stop words removed)."""
-    arr = conn.execute(sa.text("SELECT tsvector_to_array(to_tsvector(CAST(:cfg AS regconfig), :q))"),
-                       {"cfg": R.FTS_CONFIG, "q": text}).scalar()
+    """Lexemes PostgreSQL's parser makes of ``text`` under :data:`FTS_CONFIG` (stop words removed), accents folded
+    (:func:`oml.domain.recall.fold_accents`, as the indexer folds); for text with accents the unfolded lexemes too."""
+    folded = R.fold_accents(text)
+    if folded == text:
+        arr = conn.execute(_LEXEMES, {"cfg": R.FTS_CONFIG, "q": text}).scalar()
+    else:
+        arr = conn.execute(_LEXEMES_BOTH, {"cfg": R.FTS_CONFIG, "q": text, "folded": folded}).scalar()
     return list(arr or [])
 
 
@@ -238,6 +252,9 @@ def filter_conditions(f: _Filters, conds: list[str], params: dict[str, Any]) -> 
     if f.exclude:
         conds.append("m.version_id <> ALL(CAST(:excl AS uuid[]))")
         params["excl"] = f.exclude
+    if f.window is not None:
+        conds.append("m.valid_from >= :tw_from AND m.valid_from < :tw_to")
+        params["tw_from"], params["tw_to"] = f.window.start, f.window.end
     return " AND ".join(conds), params
 
 
@@ -351,7 +368,7 @@ _ESTIMATES_MAX = 4096
 
 def _estimate(conn: sa.Connection, tenant: str, f: _Filters) -> int:
     key = (conn.engine.url.render_as_string(), tenant, f.scopes, f.as_of is None, tuple(f.kinds or ()),
-           tuple(f.provenances or ()))
+           tuple(f.provenances or ()), None if f.window is None else (f.window.start, f.window.end))
     now = time.monotonic()
     hit = _ESTIMATES.get(key)
     if hit is not None and now - hit[0] < ESTIMATE_TTL_S:
@@ -510,7 +527,7 @@ class Recaller:
 
     def __init__(self, ctx: Context, *, embed: EmbedFn | None = None, exact_scan_max: int = R.EXACT_SCAN_MAX,
                  rrf_k: int = R.RRF_K, fusion: fusionmod.Fusion | None = None, lexical: str | None = None,
-                 bm25: tuple[float, float] = (bm25mod.K1, bm25mod.B)) -> None:
+                 bm25: tuple[float, float] = (bm25mod.K1, bm25mod.B), time_leg: bool = True) -> None:
         lexical = lexical or ctx.settings.recall_lexical
         if lexical not in ("ts_rank", "bm25"):
             raise ValueError("lexical ranking must be ts_rank or bm25")
@@ -525,6 +542,8 @@ class Recaller:
         self.rrf_k = self.fusion.k
         self.embed = embed or default_embed(ctx)
         self.exact_scan_max = exact_scan_max
+        # A hybrid read whose query names a time adds the time leg (docs/recall.md, "Time leg").
+        self.time_leg = time_leg
 
     @traced("recall")
     def recall(self, principal: Principal, req: RecallRequest, *,
@@ -551,6 +570,9 @@ class Recaller:
         # (docs/recall.md, "Latency"): the model and the database use different cores, and the vector leg,
         # the only statement that needs the vector, waits for it.
         pending = _EMBED_POOL.submit(contextvars.copy_context().run, self.embed, text) if q.use_vec else None
+        # The time expression is parsed beside it, relative to the read's valid-time instant.
+        timed = (_EMBED_POOL.submit(timeleg.parse, text, q.valid_at)
+                 if self.time_leg and q.use_vec and q.use_fts else None)
 
         tenant = principal.tenant
         # A hot standby serves the read when one can (docs/operations.md); the read log goes to the primary.
@@ -565,7 +587,7 @@ class Recaller:
 
             # Segment 2: hits. Applicable steering rows are segment-1 material, never hits (in force or not).
             f = _Filters(scopes, q.as_of, q.kinds, q.provenances, q.valid_at, [x.version_id for x in applicable])
-            legs = self._legs(conn, tenant, q, f, diag, pending, audience_simulations)
+            legs = self._legs(conn, tenant, q, f, diag, pending, audience_simulations, timed)
             found = {row[0] for got in legs.values() for row in got}
             cand = rows.load_rows(conn, tenant, found, q.as_of, audience_simulations)
             admitted = {v for v, x in cand.items() if R.visible(x.facts, read, "hit")
@@ -594,7 +616,8 @@ class Recaller:
                 "valid_time": {
                     "at": q.valid_at.isoformat(), "source": q.valid_source, "excluded_hits": outside,
                     "excluded_steering": {s: sum(1 for v in steer_valid.values() if v == s) for s in R.VALID_STATES[1:]}},
-                "fusion": self.fusion.describe() if req.retriever == "hybrid" else None,
+                "fusion": (None if req.retriever != "hybrid" else
+                           self.fusion.describe() | ({"time": self.fusion.time} if "time" in legs else {})),
                 "approximate": diag.approximate,
                 "candidates": diag.candidates,
                 "legs": diag.legs,
@@ -609,9 +632,11 @@ class Recaller:
         }
 
     def _legs(self, conn: sa.Connection, tenant: str, q: _Query, f: _Filters, diag: _Diag, pending: Any,
-              audience_simulations: frozenset[str]) -> dict[str, list[LegRow]]:
-        """Each retriever's candidates (``{"fts"|"vector": [LegRow …]}``), at most a pool of ``2k`` (and at least
-        ``R.POOL_MIN``) each; a model failure degrades to the lexical leg, said in ``diag``."""
+              audience_simulations: frozenset[str], timed: Any = None) -> dict[str, list[LegRow]]:
+        """Each retriever's candidates (``{"fts"|"vector"|"time": [LegRow …]}``), at most a pool of ``2k`` (and at
+        least ``R.POOL_MIN``) each; a model failure degrades to the lexical leg, said in ``diag``. ``timed`` is the
+        pending parse of the query's time expression: when it names one, the time leg is the vector leg over the
+        claims whose ``valid_from`` lies in its window (docs/recall.md, "Time leg")."""
         pool = max(R.POOL_MIN, 2 * q.budget.k)
         use_vec = q.use_vec
         legs: dict[str, list[LegRow]] = {}
@@ -631,6 +656,9 @@ class Recaller:
                 use_vec = False
         if use_vec and qvec is not None:
             legs["vector"] = vector_leg(conn, tenant, qvec, f, pool, diag, self.exact_scan_max)
+            win = timed.result() if timed is not None else None
+            if win is not None and not audience_simulations:
+                legs["time"] = self._time_leg(conn, tenant, qvec, dataclasses.replace(f, window=win), pool, diag)
         if audience_simulations:
             # An audience member: the simulation query, merged leg by leg by the same score.
             legs = sim_read.merge_legs(conn, tenant, legs, audience_simulations, q.text, qvec if use_vec else None,
@@ -638,6 +666,17 @@ class Recaller:
         for name, got in legs.items():
             diag.candidates[name] = len(got)
         return legs
+
+    def _time_leg(self, conn: sa.Connection, tenant: str, qvec: Sequence[float], f: _Filters, pool: int,
+                  diag: _Diag) -> list[LegRow]:
+        """The vector leg inside ``f.window``; its diagnostics under ``legs["time"]`` with the window."""
+        own = _Diag(diag.retriever)
+        got = vector_leg(conn, tenant, qvec, f, pool, own, self.exact_scan_max)
+        assert f.window is not None
+        diag.legs["time"] = own.legs.get("vector", {}) | {"window": f.window.describe()}
+        diag.approximate = diag.approximate or own.approximate
+        diag.degraded.extend(own.degraded)
+        return got
 
     def _serve(self, conn: sa.Connection, tenant: str, steering: list, considered: list, cand: dict, budget: R.Budget,
                diag: _Diag) -> tuple[list[dict], list[dict], int]:

@@ -40,6 +40,8 @@ scoring only).
 """
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import json
 import platform
 import re
@@ -113,8 +115,17 @@ def turns_of(conv: dict) -> list[dict]:
             text = f"({date}) {t['speaker']}: {t['text']}"
             if t.get("blip_caption"):
                 text += f" [image: {t['blip_caption']}]"
-            out.append({"dia_id": ids[0], "session": n, "statement": text})
+            out.append({"dia_id": ids[0], "session": n, "statement": text, "said_at": session_time(date)})
     return out
+
+
+def session_time(value: str) -> str | None:
+    """A LoCoMo session date (``"1:56 pm on 8 May, 2023"``) as ISO 8601 UTC, or None when it does not parse.
+    The dataset gives no zone; UTC is assumed, the same for every turn."""
+    try:
+        return dt.datetime.strptime(value.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=dt.UTC).isoformat()
+    except ValueError:
+        return None
 
 
 def body_of(sid: str, turn: dict, position: int) -> dict:
@@ -145,6 +156,9 @@ class Corpus:
     texts: dict[str, dict[str, str]]
     turns: int
     timings: dict[str, float]
+    #: Per conversation, the instant its questions are asked: its last session's time (the valid-time instant
+    #: of the read, and the reference of relative time expressions; docs/recall.md "Time leg").
+    asked_at: dict[str, str | None] = dataclasses.field(default_factory=dict)
 
 
 def ingest(ctx, convs: Sequence[dict], *, batch: int = 100, context_before: int | None = None, progress=None) -> Corpus:
@@ -169,6 +183,7 @@ def ingest(ctx, convs: Sequence[dict], *, batch: int = 100, context_before: int 
     claim_to_dia: dict[str, str] = {}
     workarea_of: dict[str, str] = {}
     texts: dict[str, dict[str, str]] = {}
+    asked_at: dict[str, str | None] = {}
     n_turns = 0
     for conv in convs:
         sid = conv["sample_id"]
@@ -177,9 +192,12 @@ def ingest(ctx, convs: Sequence[dict], *, batch: int = 100, context_before: int 
         workarea_of[sid] = wa
         turns = turns_of(conv)
         texts[sid] = {x["dia_id"]: x["statement"] for x in turns}
+        asked_at[sid] = max((x["said_at"] for x in turns if x["said_at"]), default=None)
         for i in range(0, len(turns), batch):
             chunk = turns[i:i + batch]
-            subs = [Submission(wa, body_of(sid, x, i + j), provenance="reported") for j, x in enumerate(chunk)]
+            # valid_from: when the turn was said (its session's time), what the time leg matches a query's time on.
+            subs = [Submission(wa, body_of(sid, x, i + j), provenance="reported", valid_from=x["said_at"])
+                    for j, x in enumerate(chunk)]
             items = adm.submit(key["writer"], subs)["items"]
             for it, x in zip(items, chunk):
                 claim_to_dia[it["claim_id"]] = f"{sid}#{x['dia_id']}"
@@ -192,7 +210,7 @@ def ingest(ctx, convs: Sequence[dict], *, batch: int = 100, context_before: int 
     catch_up(ctx, tenant, context_before=context_before)
     timings["index_s"] = time.perf_counter() - t0
     say(f"indexed {n_turns} turns in {timings['index_s']:.1f}s")
-    return Corpus(tenant, key["reader"], workarea_of, claim_to_dia, texts, n_turns, timings)
+    return Corpus(tenant, key["reader"], workarea_of, claim_to_dia, texts, n_turns, timings, asked_at)
 
 
 def questions_of(convs: Sequence[dict]) -> tuple[list[dict], int]:
@@ -258,6 +276,8 @@ def oml_rows(ctx, fusions: Mapping[str, Any] | None = None, *, lexical: str = "t
         "fts": (ts_rank, "fts"), "bm25": (Recaller(ctx, lexical="bm25"), "fts"), "vector": (ts_rank, "vector"),
         # what a recall gets by default (the settings' lexical leg, domain.fusion.DEFAULT)
         "hybrid": (Recaller(ctx), "hybrid"),
+        # the default without the time leg (docs/recall.md, "Time leg")
+        "hybrid-no-time": (Recaller(ctx, time_leg=False), "hybrid"),
         # the default before BM25 and the weighted fusion (docs/adr/0007-recall-ranking.md), and BM25 with equal weights
         "hybrid-ts_rank": (ts_rank, "hybrid"),
         "hybrid-bm25": (Recaller(ctx, lexical="bm25", fusion=equal), "hybrid"),
@@ -274,7 +294,7 @@ def recall_dia(corpus: Corpus, rec: Any, retriever: str, q: dict, k: int) -> tup
     from oml.services.reads.recall import RecallRequest
 
     out = rec.recall(corpus.reader, RecallRequest(query=q["question"], workarea_id=corpus.workarea_of[q["sample"]],
-                                                  retriever=retriever, k=k))
+                                                  retriever=retriever, k=k, valid_at=corpus.asked_at.get(q["sample"])))
     hits = out["hits"]
     return ([corpus.claim_to_dia.get(h["claim_id"]) for h in hits],
             [len(json.dumps(h["body"], ensure_ascii=False)) for h in hits], bool(out["diagnostics"]["degraded"]))
