@@ -38,6 +38,12 @@ The contract is docs/recall.md:
   the diagnostics). ``diagnostics.approximate`` is true exactly when an
   HNSW scan's answer was served, with its parameters in ``legs.vector``.
   No model → the leg is skipped, said.
+* Time leg (hybrid only): a time the query names ("in May 2023", "last
+  week"), parsed by :mod:`oml.services.reads.timeleg` relative to the read's
+  valid instant, becomes a window of ``valid_from``; the vector leg runs once
+  more inside it, and the candidates in the window are fused as a third leg
+  (docs/recall.md, "Time leg"). Accents are folded on the query as the
+  indexer folds them (:func:`oml.domain.recall.fold_accents`).
 
 Credentials: ``oml_server`` (the one role that reads wrapped DEKs) and the
 KeyStore's tenant X25519 private key and ``query-hmac`` key. Nothing
@@ -112,6 +118,7 @@ class _Filters:
 @dataclass
 class _Diag:
     retriever: str
+    window: TimeWindow | None = None
     candidates: dict[str, int] = field(default_factory=dict)
     degraded: list[dict[str, str]] = field(default_factory=list)
     legs: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -527,7 +534,8 @@ class Recaller:
 
     def __init__(self, ctx: Context, *, embed: EmbedFn | None = None, exact_scan_max: int = R.EXACT_SCAN_MAX,
                  rrf_k: int = R.RRF_K, fusion: fusionmod.Fusion | None = None, lexical: str | None = None,
-                 bm25: tuple[float, float] = (bm25mod.K1, bm25mod.B), time_leg: bool = True) -> None:
+                 bm25: tuple[float, float] = (bm25mod.K1, bm25mod.B), time_leg: bool = True,
+                 time_mode: str = "boost") -> None:
         lexical = lexical or ctx.settings.recall_lexical
         if lexical not in ("ts_rank", "bm25"):
             raise ValueError("lexical ranking must be ts_rank or bm25")
@@ -542,8 +550,11 @@ class Recaller:
         self.rrf_k = self.fusion.k
         self.embed = embed or default_embed(ctx)
         self.exact_scan_max = exact_scan_max
-        # A hybrid read whose query names a time adds the time leg (docs/recall.md, "Time leg").
-        self.time_leg = time_leg
+        # A hybrid read whose query names a time adds the time leg (docs/recall.md, "Time leg"): ``boost`` ranks
+        # every candidate in the window (from any leg), ``vector`` only the vector leg's rows in the window.
+        if time_mode not in ("boost", "vector"):
+            raise ValueError("time_mode must be boost or vector")
+        self.time_leg, self.time_mode = time_leg, time_mode
 
     @traced("recall")
     def recall(self, principal: Principal, req: RecallRequest, *,
@@ -594,7 +605,10 @@ class Recaller:
                         and R.valid_state(x.valid_from, x.valid_to, q.valid_at) == "valid"}
             diag.excluded_by_predicate = len(found - admitted)
             outside = count_outside_valid_time(conn, tenant, f, audience_simulations) if legs else dict(NONE_OUTSIDE)
-            ranked = self._rank(legs, admitted, req.retriever)
+            window = diag.window
+            in_window = ({v for v in admitted if window.contains(cand[v].valid_from)}
+                         if window is not None and self.time_mode == "boost" else None)
+            ranked = self._rank(legs, admitted, req.retriever, in_window)
             # FTS degraded inside hybrid: say the answer is the vector leg's alone.
             if req.retriever == "hybrid" and "vector" in legs and diag.legs.get("fts", {}).get("mode") == "none":
                 for d in diag.degraded:
@@ -674,6 +688,7 @@ class Recaller:
         got = vector_leg(conn, tenant, qvec, f, pool, own, self.exact_scan_max)
         assert f.window is not None
         diag.legs["time"] = own.legs.get("vector", {}) | {"window": f.window.describe()}
+        diag.window = f.window
         diag.approximate = diag.approximate or own.approximate
         diag.degraded.extend(own.degraded)
         return got
@@ -704,8 +719,8 @@ class Recaller:
             hit_items.append(item)
         return steer_items, hit_items, used
 
-    def _rank(self, legs: dict[str, list[LegRow]], admitted: set[str], retriever: str
-              ) -> list[tuple[str, float, dict[str, dict[str, float | int]]]]:
+    def _rank(self, legs: dict[str, list[LegRow]], admitted: set[str], retriever: str,
+              in_window: set[str] | None = None) -> list[tuple[str, float, dict[str, dict[str, float | int]]]]:
         """``(version id, score, {retriever: {"rank", "score"|"distance"}})`` best first.
 
         Each leg keeps its own order — FTS by ts_rank, vector by cosine
@@ -733,6 +748,18 @@ class Recaller:
             return out
         scores = {n: {v: (float(r[n]["score"]) if n == "fts" else 1.0 - float(r[n]["distance"]))
                       for v, r in per.items() if n in r} for n in order}
+        if in_window is not None and "time" in order:
+            # The time leg as a boost: every candidate whose valid_from lies in the window, from any leg, in the
+            # order the fusion of the other two legs gives it; then the window's vector rows they did not find.
+            two = [x.key for x in fusionmod.fuse(self.fusion, {n: order[n] for n in ("fts", "vector") if n in order},
+                                                 scores) if x.key in in_window]
+            found = set(two)
+            order["time"] = two + [v for v in order["time"] if v not in found]
+            for i, v in enumerate(order["time"]):
+                slot = per.setdefault(v, {})
+                dist = (slot.get("time") or slot.get("vector") or {}).get("distance")
+                slot["time"] = {"rank": i + 1} | ({} if dist is None else {"distance": dist})
+                scores["time"][v] = 0.0 if dist is None else 1.0 - float(dist)
         return [(x.key, x.score, per[x.key]) for x in fusionmod.fuse(self.fusion, order, scores)]
 
     @staticmethod

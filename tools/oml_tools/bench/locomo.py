@@ -278,6 +278,8 @@ def oml_rows(ctx, fusions: Mapping[str, Any] | None = None, *, lexical: str = "t
         "hybrid": (Recaller(ctx), "hybrid"),
         # the default without the time leg (docs/recall.md, "Time leg")
         "hybrid-no-time": (Recaller(ctx, time_leg=False), "hybrid"),
+        # the time leg as the vector leg inside the window only, not a boost of every candidate in it
+        "hybrid-time-vector": (Recaller(ctx, time_mode="vector"), "hybrid"),
         # the default before BM25 and the weighted fusion (docs/adr/0007-recall-ranking.md), and BM25 with equal weights
         "hybrid-ts_rank": (ts_rank, "hybrid"),
         "hybrid-bm25": (Recaller(ctx, lexical="bm25", fusion=equal), "hybrid"),
