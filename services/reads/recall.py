@@ -38,7 +38,7 @@ The contract is docs/recall.md:
   the diagnostics). ``diagnostics.approximate`` is true exactly when an
   HNSW scan's answer was served, with its parameters in ``legs.vector``.
   No model → the leg is skipped, said.
-* Time leg (hybrid only): a time the query names ("in May 2023", "last
+* Time leg (hybrid only, ``OML_RECALL_TIME_LEG``, off by default): a time the query names ("in May 2023", "last
   week"), parsed by :mod:`oml.services.reads.timeleg` relative to the read's
   valid instant, becomes a window of ``valid_from``; the vector leg runs once
   more inside it, and the candidates in the window are fused as a third leg
@@ -534,7 +534,7 @@ class Recaller:
 
     def __init__(self, ctx: Context, *, embed: EmbedFn | None = None, exact_scan_max: int = R.EXACT_SCAN_MAX,
                  rrf_k: int = R.RRF_K, fusion: fusionmod.Fusion | None = None, lexical: str | None = None,
-                 bm25: tuple[float, float] = (bm25mod.K1, bm25mod.B), time_leg: bool = True,
+                 bm25: tuple[float, float] = (bm25mod.K1, bm25mod.B), time_leg: bool | None = None,
                  time_mode: str = "boost") -> None:
         lexical = lexical or ctx.settings.recall_lexical
         if lexical not in ("ts_rank", "bm25"):
@@ -550,11 +550,13 @@ class Recaller:
         self.rrf_k = self.fusion.k
         self.embed = embed or default_embed(ctx)
         self.exact_scan_max = exact_scan_max
-        # A hybrid read whose query names a time adds the time leg (docs/recall.md, "Time leg"): ``boost`` ranks
+        # With the time leg (OML_RECALL_TIME_LEG by default, off), a hybrid read whose query names a time adds it
+        # (docs/recall.md, "Time leg"): ``boost`` ranks
         # every candidate in the window (from any leg), ``vector`` only the vector leg's rows in the window.
         if time_mode not in ("boost", "vector"):
             raise ValueError("time_mode must be boost or vector")
-        self.time_leg, self.time_mode = time_leg, time_mode
+        self.time_leg = ctx.settings.recall_time_leg if time_leg is None else time_leg
+        self.time_mode = time_mode
 
     @traced("recall")
     def recall(self, principal: Principal, req: RecallRequest, *,

@@ -59,8 +59,8 @@ def test_two_ingestions_rank_identically(ctx, worlds, retriever, query, lexical)
     assert a and a == b
 
 
-def test_the_default_with_its_time_leg_ranks_identically(ctx, worlds):
-    outs = [Recaller(ctx).recall(w.reader, RecallRequest(query=QUERIES[-1], k=25)) for w in worlds]
+def test_the_time_leg_ranks_identically(ctx, worlds):
+    outs = [Recaller(ctx, time_leg=True).recall(w.reader, RecallRequest(query=QUERIES[-1], k=25)) for w in worlds]
     assert all("time" in o["diagnostics"]["legs"] for o in outs)
     a, b = ([(h["body"]["statement"], h["score"]) for h in o["hits"]] for o in outs)
     assert a and a == b

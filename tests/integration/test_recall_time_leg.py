@@ -62,12 +62,18 @@ def test_the_reference_is_the_reads_valid_time(world):
 
 
 def test_no_time_named_no_time_leg(world):
-    for kw in ({}, {"time_leg": False}):
+    for kw in ({}, {"time_leg": False}):  # on (as asked here) or off
         out = ask(world, "Where did Ana go hiking with her brother?", valid_at=ASKED, **kw)
         assert "time" not in out["diagnostics"]["legs"]
         assert "time" not in out["diagnostics"]["fusion"]
     off = ask(world, "Where did Ana go hiking in May 2023?", valid_at=ASKED, time_leg=False)
     assert "time" not in off["diagnostics"]["legs"]
+
+
+def test_off_by_default(world):
+    out = Recaller(world.ctx).recall(world.reader, RecallRequest(query="Where did Ana go hiking in May 2023?",
+                                                                 valid_at=ASKED))
+    assert "time" not in out["diagnostics"]["legs"]
 
 
 def test_fts_and_vector_retrievers_have_no_time_leg(world):

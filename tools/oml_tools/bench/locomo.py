@@ -276,10 +276,9 @@ def oml_rows(ctx, fusions: Mapping[str, Any] | None = None, *, lexical: str = "t
         "fts": (ts_rank, "fts"), "bm25": (Recaller(ctx, lexical="bm25"), "fts"), "vector": (ts_rank, "vector"),
         # what a recall gets by default (the settings' lexical leg, domain.fusion.DEFAULT)
         "hybrid": (Recaller(ctx), "hybrid"),
-        # the default without the time leg (docs/recall.md, "Time leg")
-        "hybrid-no-time": (Recaller(ctx, time_leg=False), "hybrid"),
-        # the time leg as the vector leg inside the window only, not a boost of every candidate in it
-        "hybrid-time-vector": (Recaller(ctx, time_mode="vector"), "hybrid"),
+        # the default with the time leg (docs/recall.md, "Time leg"), and the leg as the window's vector rows only
+        "hybrid-time": (Recaller(ctx, time_leg=True), "hybrid"),
+        "hybrid-time-vector": (Recaller(ctx, time_leg=True, time_mode="vector"), "hybrid"),
         # the default before BM25 and the weighted fusion (docs/adr/0007-recall-ranking.md), and BM25 with equal weights
         "hybrid-ts_rank": (ts_rank, "hybrid"),
         "hybrid-bm25": (Recaller(ctx, lexical="bm25", fusion=equal), "hybrid"),
