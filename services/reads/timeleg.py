@@ -63,7 +63,7 @@ def parse(text: str, reference: dt.datetime) -> TimeWindow | None:
 
 
 def warm() -> None:
-    """Load the parser's language data now (about 0.2 s on first use) so the first read does not wait."""
+    """Load the parser's language data now (its first parse is the slow one) so the first read does not wait."""
     global _warm
     with _lock:
         if not _warm:

@@ -9,16 +9,21 @@ What it does, end to end through the product:
    ``{"statement": "({session date}) {speaker}: {text}[ [image: {caption}]]",
    "source": {"uri": "locomo:<sample>#<dia_id>", "title": …, "locator": dia_id},
    "context": {"thread": "locomo:<sample>", "position": <turn index>}}``,
-   submitted by a writer key in group commits, each **reviewed and promoted**
-   by a reviewer key of another identity;
+   ``valid_from`` its session's time (UTC assumed), submitted by a writer key
+   in group commits, each **reviewed and promoted** by a reviewer key of
+   another identity;
 3. **indexed** by the oml-indexer (``workers/index/indexer.py``: tsvector + the
    all-MiniLM-L6-v2 embedding, through the server's indexing feed);
 4. every question with evidence **recalled** by a reader key scoped to its
-   conversation's workarea (k = the largest cutoff), timing each call end to
+   conversation's workarea (k = the largest cutoff), asked at the
+   conversation's last session's time (``valid_at``: the reference of a
+   relative time such as "last week"), timing each call end to
    end (embedding, SQL, decrypt, read log), once per row: ``fts`` (the
    ts_rank leg), ``bm25`` (the BM25 leg), ``vector``, ``hybrid`` (what a
    recall gets by default: the settings' lexical leg fused by
-   ``domain.fusion.DEFAULT``), ``hybrid-ts_rank`` and ``hybrid-bm25`` (either
+   ``domain.fusion.DEFAULT``), ``hybrid-time`` and ``hybrid-time-vector`` (the
+   default with the time leg as a boost or as the window's vector rows only,
+   docs/recall.md "Time leg"), ``hybrid-ts_rank`` and ``hybrid-bm25`` (either
    leg with equal-weight RRF, k = 10) and ``hybrid-rrf60`` (ts_rank, the
    classic RRF constant 60);
 5. evidence recall@k = |evidence ∩ top-k dia_ids| / |evidence|, averaged
