@@ -26,15 +26,19 @@ from .recall import RRF_K, Ranked, fuse_rrf
 
 METHODS = ("rrf", "minmax")
 LEGS = ("fts", "vector")
+#: The legs fusion knows, in tie-break priority: the two above, then the time leg.
+ALL_LEGS = (*LEGS, "time")
 
 
 @dataclass(frozen=True)
 class Fusion:
-    """A fusion method, its RRF constant ``k`` (rrf only) and per-leg weights ``(fts, vector)``."""
+    """A fusion method, its RRF constant ``k`` (rrf only), per-leg weights ``(fts, vector)`` and the weight of
+    the time leg (docs/recall.md, "Time leg"), which runs only when the query names a time."""
 
     method: str = "rrf"
     k: int = RRF_K
     weights: tuple[float, float] = (1.0, 1.0)
+    time: float = 1.0
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -43,6 +47,8 @@ class Fusion:
             raise ValueError("the RRF constant must be positive")
         if len(self.weights) != 2 or any(not math.isfinite(w) or w < 0 for w in self.weights):
             raise ValueError("weights are two finite non-negative numbers (fts, vector)")
+        if not math.isfinite(self.time) or self.time < 0:
+            raise ValueError("the time leg's weight is a finite non-negative number")
 
     def describe(self) -> dict[str, object]:
         """The diagnostics' ``fusion`` member: ``{"method", "k" (rrf), "weights": {"fts", "vector"}}``, weights
@@ -63,10 +69,10 @@ DEFAULT = Fusion(weights=(1.0, 0.5))
 
 def fuse(fusion: Fusion, order: Mapping[str, Sequence[str]], scores: Mapping[str, Mapping[str, float]]) -> list[Ranked]:
     """Fuse legs: ``order`` maps a leg to its keys best first, ``scores`` a leg to key → score (higher is better:
-    ts_rank for fts, cosine similarity for vector). Returns :class:`Ranked` best first."""
-    weights = dict(zip(LEGS, fusion.weights))
+    ts_rank or BM25 for fts, cosine similarity for vector and time). Returns :class:`Ranked` best first."""
+    weights = dict(zip(LEGS, fusion.weights)) | {"time": fusion.time}
     if fusion.method == "rrf":
-        return fuse_rrf(order, k=fusion.k, weights=weights, priority=LEGS)
+        return fuse_rrf(order, k=fusion.k, weights=weights, priority=ALL_LEGS)
     fused: dict[str, float] = {}
     ranks: dict[str, dict[str, int]] = {}
     for leg in sorted(order):
@@ -80,15 +86,19 @@ def fuse(fusion: Fusion, order: Mapping[str, Sequence[str]], scores: Mapping[str
             fused[key] = fused.get(key, 0.0) + weights.get(leg, 1.0) * norm
             ranks.setdefault(key, {})[leg] = r
     keyed = sorted(fused, key=lambda d: (-fused[d], min(ranks[d].values()), -len(ranks[d]),
-                                         tuple(ranks[d].get(n, math.inf) for n in LEGS), d))
+                                         tuple(ranks[d].get(n, math.inf) for n in ALL_LEGS), d))
     return [Ranked(d, fused[d], dict(ranks[d])) for d in keyed]
 
 
 def parse_spec(spec: str) -> tuple[str, Fusion]:
-    """``NAME=METHOD:K[:W_FTS,W_VECTOR]`` (the benchmark's ``--fusion``) → ``(NAME, Fusion)``; raises ``ValueError``."""
+    """``NAME=METHOD:K[:W_FTS,W_VECTOR[,W_TIME]]`` (the benchmark's ``--fusion``) → ``(NAME, Fusion)``; raises
+    ``ValueError``."""
     name, _, rest = spec.partition("=")
     parts = rest.split(":")
     if not name or len(parts) not in (2, 3):
-        raise ValueError("a fusion is NAME=METHOD:K[:W_FTS,W_VECTOR]")
+        raise ValueError("a fusion is NAME=METHOD:K[:W_FTS,W_VECTOR[,W_TIME]]")
     weights = tuple(float(x) for x in parts[2].split(",")) if len(parts) == 3 else (1.0, 1.0)
-    return name, Fusion(parts[0], int(parts[1]), weights)  # type: ignore[arg-type]
+    if len(weights) not in (2, 3):
+        raise ValueError("a fusion's weights are W_FTS,W_VECTOR[,W_TIME]")
+    time = weights[2] if len(weights) == 3 else 1.0
+    return name, Fusion(parts[0], int(parts[1]), weights[:2], time)  # type: ignore[arg-type]

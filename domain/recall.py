@@ -35,6 +35,7 @@ import datetime as dt
 import hashlib
 import hmac
 import math
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -308,6 +309,21 @@ def fuse_rrf(legs: Mapping[str, Sequence[str]], *, k: int = RRF_K, weights: Mapp
     order = sorted(scores, key=lambda d: (-scores[d], min(ranks[d].values()), -len(ranks[d]),
                                           tuple(ranks[d].get(n, math.inf) for n in names), d))
     return [Ranked(d, scores[d], dict(ranks[d])) for d in order]
+
+
+# ---------------------------------------------------------------- lexical normalisation
+
+
+def fold_accents(text: str) -> str:
+    """``text`` with its combining marks removed ("Café" → "Cafe", "naïve" → "naive", "Łódź" → "Łodz"): Unicode
+    canonical decomposition (NFD), marks of category Mn dropped, then recomposed (NFC). Letters that are not a
+    base letter plus a mark (ł, ø, ß) are kept. Both sides of the lexical leg pass through it — the indexer's
+    text before ``to_tsvector`` and the query's before its lexemes are made — so an accent typed on one side
+    only still matches (docs/recall.md, "Accents"). ASCII text is returned unchanged without decomposition."""
+    if text.isascii():
+        return text
+    return unicodedata.normalize("NFC", "".join(c for c in unicodedata.normalize("NFD", text)
+                                                if unicodedata.category(c) != "Mn"))
 
 
 # ---------------------------------------------------------------- budgets

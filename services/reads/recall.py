@@ -38,6 +38,12 @@ The contract is docs/recall.md:
   the diagnostics). ``diagnostics.approximate`` is true exactly when an
   HNSW scan's answer was served, with its parameters in ``legs.vector``.
   No model → the leg is skipped, said.
+* Time leg (hybrid only, ``OML_RECALL_TIME_LEG``, off by default): a time the query names ("in May 2023", "last
+  week"), parsed by :mod:`oml.services.reads.timeleg` relative to the read's
+  valid instant, becomes a window of ``valid_from``; the vector leg runs once
+  more inside it, and the candidates in the window are fused as a third leg
+  (docs/recall.md, "Time leg"). Accents are folded on the query as the
+  indexer folds them (:func:`oml.domain.recall.fold_accents`).
 
 Credentials: ``oml_server`` (the one role that reads wrapped DEKs) and the
 KeyStore's tenant X25519 private key and ``query-hmac`` key. Nothing
@@ -63,8 +69,9 @@ from oml.domain import fusion as fusionmod
 from oml.domain import recall as R
 from oml.domain.access import Principal
 from oml.domain.errors import invalid, workarea_not_found
+from oml.domain.timewindow import TimeWindow
 from oml.services.reads import bm25 as bm25mod
-from oml.services.reads import readlog, rows, sim_read
+from oml.services.reads import readlog, rows, sim_read, timeleg
 from oml.services.reads.bodies import decrypt_versions
 from oml.services.runtime.tracing import traced
 
@@ -104,11 +111,14 @@ class _Filters:
     provenances: list[str] | None
     valid_at: dt.datetime | None
     exclude: list[str]
+    # The time leg's window of valid_from (docs/recall.md, "Time leg"); None for every other leg.
+    window: TimeWindow | None = None
 
 
 @dataclass
 class _Diag:
     retriever: str
+    window: TimeWindow | None = None
     candidates: dict[str, int] = field(default_factory=dict)
     degraded: list[dict[str, str]] = field(default_factory=list)
     legs: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -151,10 +161,21 @@ def _vector_literal(vec: Sequence[float]) -> str:
 
 # ------------------------------------------------------------------ legs
 
+_LEXEMES = sa.text("SELECT tsvector_to_array(to_tsvector(CAST(:cfg AS regconfig), :q))")
+# Text with accents: the folded lexemes (what the indexer stores) and the unfolded ones (what rows indexed before
+# folding hold), in one statement.
+_LEXEMES_BOTH = sa.text("SELECT tsvector_to_array(to_tsvector(CAST(:cfg AS regconfig), :q)"
+                        " || to_tsvector(CAST(:cfg AS regconfig), :folded))")
+
+
 def _lexemes(conn: sa.Connection, text: str) -> list[str]:
-    """Lexemes PostgreSQL's parser makes of ``text`` under :data:`FTS_CONFIG` (stop words removed)."""
-    arr = conn.execute(sa.text("SELECT tsvector_to_array(to_tsvector(CAST(:cfg AS regconfig), :q))"),
-                       {"cfg": R.FTS_CONFIG, "q": text}).scalar()
+    """Lexemes PostgreSQL's parser makes of ``text`` under :data:`FTS_CONFIG` (stop words removed), accents folded
+    (:func:`oml.domain.recall.fold_accents`, as the indexer folds); for text with accents the unfolded lexemes too."""
+    folded = R.fold_accents(text)
+    if folded == text:
+        arr = conn.execute(_LEXEMES, {"cfg": R.FTS_CONFIG, "q": text}).scalar()
+    else:
+        arr = conn.execute(_LEXEMES_BOTH, {"cfg": R.FTS_CONFIG, "q": text, "folded": folded}).scalar()
     return list(arr or [])
 
 
@@ -238,6 +259,9 @@ def filter_conditions(f: _Filters, conds: list[str], params: dict[str, Any]) -> 
     if f.exclude:
         conds.append("m.version_id <> ALL(CAST(:excl AS uuid[]))")
         params["excl"] = f.exclude
+    if f.window is not None:
+        conds.append("m.valid_from >= :tw_from AND m.valid_from < :tw_to")
+        params["tw_from"], params["tw_to"] = f.window.start, f.window.end
     return " AND ".join(conds), params
 
 
@@ -351,7 +375,7 @@ _ESTIMATES_MAX = 4096
 
 def _estimate(conn: sa.Connection, tenant: str, f: _Filters) -> int:
     key = (conn.engine.url.render_as_string(), tenant, f.scopes, f.as_of is None, tuple(f.kinds or ()),
-           tuple(f.provenances or ()))
+           tuple(f.provenances or ()), None if f.window is None else (f.window.start, f.window.end))
     now = time.monotonic()
     hit = _ESTIMATES.get(key)
     if hit is not None and now - hit[0] < ESTIMATE_TTL_S:
@@ -510,7 +534,8 @@ class Recaller:
 
     def __init__(self, ctx: Context, *, embed: EmbedFn | None = None, exact_scan_max: int = R.EXACT_SCAN_MAX,
                  rrf_k: int = R.RRF_K, fusion: fusionmod.Fusion | None = None, lexical: str | None = None,
-                 bm25: tuple[float, float] = (bm25mod.K1, bm25mod.B)) -> None:
+                 bm25: tuple[float, float] = (bm25mod.K1, bm25mod.B), time_leg: bool | None = None,
+                 time_mode: str = "boost") -> None:
         lexical = lexical or ctx.settings.recall_lexical
         if lexical not in ("ts_rank", "bm25"):
             raise ValueError("lexical ranking must be ts_rank or bm25")
@@ -525,6 +550,13 @@ class Recaller:
         self.rrf_k = self.fusion.k
         self.embed = embed or default_embed(ctx)
         self.exact_scan_max = exact_scan_max
+        # With the time leg (OML_RECALL_TIME_LEG by default, off), a hybrid read whose query names a time adds it
+        # (docs/recall.md, "Time leg"): ``boost`` ranks
+        # every candidate in the window (from any leg), ``vector`` only the vector leg's rows in the window.
+        if time_mode not in ("boost", "vector"):
+            raise ValueError("time_mode must be boost or vector")
+        self.time_leg = ctx.settings.recall_time_leg if time_leg is None else time_leg
+        self.time_mode = time_mode
 
     @traced("recall")
     def recall(self, principal: Principal, req: RecallRequest, *,
@@ -551,6 +583,9 @@ class Recaller:
         # (docs/recall.md, "Latency"): the model and the database use different cores, and the vector leg,
         # the only statement that needs the vector, waits for it.
         pending = _EMBED_POOL.submit(contextvars.copy_context().run, self.embed, text) if q.use_vec else None
+        # The time expression is parsed beside it, relative to the read's valid-time instant.
+        timed = (_EMBED_POOL.submit(timeleg.parse, text, q.valid_at)
+                 if self.time_leg and q.use_vec and q.use_fts else None)
 
         tenant = principal.tenant
         # A hot standby serves the read when one can (docs/operations.md); the read log goes to the primary.
@@ -565,14 +600,17 @@ class Recaller:
 
             # Segment 2: hits. Applicable steering rows are segment-1 material, never hits (in force or not).
             f = _Filters(scopes, q.as_of, q.kinds, q.provenances, q.valid_at, [x.version_id for x in applicable])
-            legs = self._legs(conn, tenant, q, f, diag, pending, audience_simulations)
+            legs = self._legs(conn, tenant, q, f, diag, pending, audience_simulations, timed)
             found = {row[0] for got in legs.values() for row in got}
             cand = rows.load_rows(conn, tenant, found, q.as_of, audience_simulations)
             admitted = {v for v, x in cand.items() if R.visible(x.facts, read, "hit")
                         and R.valid_state(x.valid_from, x.valid_to, q.valid_at) == "valid"}
             diag.excluded_by_predicate = len(found - admitted)
             outside = count_outside_valid_time(conn, tenant, f, audience_simulations) if legs else dict(NONE_OUTSIDE)
-            ranked = self._rank(legs, admitted, req.retriever)
+            window = diag.window
+            in_window = ({v for v in admitted if window.contains(cand[v].valid_from)}
+                         if window is not None and self.time_mode == "boost" else None)
+            ranked = self._rank(legs, admitted, req.retriever, in_window)
             # FTS degraded inside hybrid: say the answer is the vector leg's alone.
             if req.retriever == "hybrid" and "vector" in legs and diag.legs.get("fts", {}).get("mode") == "none":
                 for d in diag.degraded:
@@ -594,7 +632,8 @@ class Recaller:
                 "valid_time": {
                     "at": q.valid_at.isoformat(), "source": q.valid_source, "excluded_hits": outside,
                     "excluded_steering": {s: sum(1 for v in steer_valid.values() if v == s) for s in R.VALID_STATES[1:]}},
-                "fusion": self.fusion.describe() if req.retriever == "hybrid" else None,
+                "fusion": (None if req.retriever != "hybrid" else
+                           self.fusion.describe() | ({"time": self.fusion.time} if "time" in legs else {})),
                 "approximate": diag.approximate,
                 "candidates": diag.candidates,
                 "legs": diag.legs,
@@ -609,9 +648,11 @@ class Recaller:
         }
 
     def _legs(self, conn: sa.Connection, tenant: str, q: _Query, f: _Filters, diag: _Diag, pending: Any,
-              audience_simulations: frozenset[str]) -> dict[str, list[LegRow]]:
-        """Each retriever's candidates (``{"fts"|"vector": [LegRow …]}``), at most a pool of ``2k`` (and at least
-        ``R.POOL_MIN``) each; a model failure degrades to the lexical leg, said in ``diag``."""
+              audience_simulations: frozenset[str], timed: Any = None) -> dict[str, list[LegRow]]:
+        """Each retriever's candidates (``{"fts"|"vector"|"time": [LegRow …]}``), at most a pool of ``2k`` (and at
+        least ``R.POOL_MIN``) each; a model failure degrades to the lexical leg, said in ``diag``. ``timed`` is the
+        pending parse of the query's time expression: when it names one, the time leg is the vector leg over the
+        claims whose ``valid_from`` lies in its window (docs/recall.md, "Time leg")."""
         pool = max(R.POOL_MIN, 2 * q.budget.k)
         use_vec = q.use_vec
         legs: dict[str, list[LegRow]] = {}
@@ -631,6 +672,9 @@ class Recaller:
                 use_vec = False
         if use_vec and qvec is not None:
             legs["vector"] = vector_leg(conn, tenant, qvec, f, pool, diag, self.exact_scan_max)
+            win = timed.result() if timed is not None else None
+            if win is not None and not audience_simulations:
+                legs["time"] = self._time_leg(conn, tenant, qvec, dataclasses.replace(f, window=win), pool, diag)
         if audience_simulations:
             # An audience member: the simulation query, merged leg by leg by the same score.
             legs = sim_read.merge_legs(conn, tenant, legs, audience_simulations, q.text, qvec if use_vec else None,
@@ -638,6 +682,18 @@ class Recaller:
         for name, got in legs.items():
             diag.candidates[name] = len(got)
         return legs
+
+    def _time_leg(self, conn: sa.Connection, tenant: str, qvec: Sequence[float], f: _Filters, pool: int,
+                  diag: _Diag) -> list[LegRow]:
+        """The vector leg inside ``f.window``; its diagnostics under ``legs["time"]`` with the window."""
+        own = _Diag(diag.retriever)
+        got = vector_leg(conn, tenant, qvec, f, pool, own, self.exact_scan_max)
+        assert f.window is not None
+        diag.legs["time"] = own.legs.get("vector", {}) | {"window": f.window.describe()}
+        diag.window = f.window
+        diag.approximate = diag.approximate or own.approximate
+        diag.degraded.extend(own.degraded)
+        return got
 
     def _serve(self, conn: sa.Connection, tenant: str, steering: list, considered: list, cand: dict, budget: R.Budget,
                diag: _Diag) -> tuple[list[dict], list[dict], int]:
@@ -665,8 +721,8 @@ class Recaller:
             hit_items.append(item)
         return steer_items, hit_items, used
 
-    def _rank(self, legs: dict[str, list[LegRow]], admitted: set[str], retriever: str
-              ) -> list[tuple[str, float, dict[str, dict[str, float | int]]]]:
+    def _rank(self, legs: dict[str, list[LegRow]], admitted: set[str], retriever: str,
+              in_window: set[str] | None = None) -> list[tuple[str, float, dict[str, dict[str, float | int]]]]:
         """``(version id, score, {retriever: {"rank", "score"|"distance"}})`` best first.
 
         Each leg keeps its own order — FTS by ts_rank, vector by cosine
@@ -694,6 +750,18 @@ class Recaller:
             return out
         scores = {n: {v: (float(r[n]["score"]) if n == "fts" else 1.0 - float(r[n]["distance"]))
                       for v, r in per.items() if n in r} for n in order}
+        if in_window is not None and "time" in order:
+            # The time leg as a boost: every candidate whose valid_from lies in the window, from any leg, in the
+            # order the fusion of the other two legs gives it; then the window's vector rows they did not find.
+            two = [x.key for x in fusionmod.fuse(self.fusion, {n: order[n] for n in ("fts", "vector") if n in order},
+                                                 scores) if x.key in in_window]
+            found = set(two)
+            order["time"] = two + [v for v in order["time"] if v not in found]
+            for i, v in enumerate(order["time"]):
+                slot = per.setdefault(v, {})
+                dist = (slot.get("time") or slot.get("vector") or {}).get("distance")
+                slot["time"] = {"rank": i + 1} | ({} if dist is None else {"distance": dist})
+                scores["time"][v] = 0.0 if dist is None else 1.0 - float(dist)
         return [(x.key, x.score, per[x.key]) for x in fusionmod.fuse(self.fusion, order, scores)]
 
     @staticmethod

@@ -78,6 +78,9 @@ class Settings(BaseSettings):
     # The lexical leg's ranking: bm25 (services/storage/sql/61_bm25.sql) or ts_rank (oml_fts_search);
     # docs/recall.md, "BM25"; docs/adr/0007-recall-ranking.md.
     recall_lexical: str = "bm25"
+    # Hybrid recall's time leg for queries that name a time (docs/recall.md, "Time leg";
+    # docs/adr/0016-time-leg-and-accent-folding.md): off until it measures better on the decide half.
+    recall_time_leg: bool = False
     # Admission's worker processes (services/keys/wrapping.py, which reads them from the environment itself:
     # the worker is a child process). Declared here so a bad value stops `oml` at start, not a batch later.
     # Idle workers kept per server process (0: classify and seal in-process); DEKs of one submit wrapped under one

@@ -57,6 +57,7 @@ import sqlalchemy as sa
 
 from oml.domain.access import Principal
 from oml.domain.errors import OMLError
+from oml.domain.recall import fold_accents
 from oml.services.reads import indexing_feed as feedmod
 from oml.workers.index import context as context_index
 
@@ -402,7 +403,7 @@ def _sync_claims(conn: sa.Connection, run: _Run, claims: dict[str, int], *, casc
         if w["version_id"] in kept["memories_fts"]:
             fts_copy.append(w)
         elif w["version_id"] not in bad:
-            fts_new.append(w | {"text": win.fts_text(items[w["version_id"]])})
+            fts_new.append(w | {"text": fold_accents(win.fts_text(items[w["version_id"]]))})
     for w in inserts["memory_embeddings"]:
         if w["claim_id"] in newly_erased:
             continue

@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
+from oml.domain.recall import fold_accents
+
 if TYPE_CHECKING:  # pragma: no cover
     from oml.workers.index.indexer import Event, _Run
 
@@ -152,7 +154,7 @@ def _sync_one(conn: sa.Connection, run: _Run, sim: str, want: dict, have: dict[s
         if not fresh:
             continue
         if table == "sim_memories_fts":
-            conn.execute(_insert_sql(table, False), [p | w | {"text": items[w["version_id"]].fts_text()} for w in fresh])
+            conn.execute(_insert_sql(table, False), [p | w | {"text": fold_accents(items[w["version_id"]].fts_text())} for w in fresh])
         else:
             from oml.workers.index.indexer import _register_vector, embedder_for
 

@@ -40,6 +40,10 @@ def warm_model() -> None:
     with err.status("loading the embedding model…"):
         get_embedder(get_settings())
         backend = query_embedder(get_settings()).warm()
+        if get_settings().recall_time_leg:
+            from oml.services.reads import timeleg
+
+            timeleg.warm()
     heap.freeze()
     err.print(f"oml: embedding model loaded (queries on {backend})")
 

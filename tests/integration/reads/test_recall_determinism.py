@@ -25,8 +25,11 @@ DUPLICATES = ["The deployment window closes on Friday evening."] * 3
 FILLER = ["The cafeteria serves soup on Mondays.", "Parking permits renew every January.",
           "The quarterly report template lives in the wiki.", "Review meetings start at ten."]
 CORPUS = TIED + CLOSER + DUPLICATES + FILLER
+# Near-equal statements whose valid time differs, for the time leg (a query that names a month).
+DATED = [(f"2023-0{5 + i % 2}-{10 + i:02d}T09:00:00+00:00", f"Note {i}: the deployment window report was filed.")
+         for i in range(6)]
 QUERIES = ["deployment window report", "quarterly review", "when does the deployment window close",
-           "report ready for review"]
+           "report ready for review", "which deployment window report was filed in May 2023"]
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +39,8 @@ def worlds(ctx):
         w = make_world(ctx, tenant)
         for s in CORPUS:  # one claim, one promotion at a time: the same order of tip seqs in both tenants
             w.remember("main.docs", s)
+        for at, s in DATED:
+            w.remember("main.docs", s, valid_from=at)
         w.index()
         w.reader = w.key("reader")
         out.append(w)
@@ -52,6 +57,13 @@ def _statements(ctx, w, query: str, retriever: str, k: int = 25, lexical: str | 
 @pytest.mark.parametrize("query", QUERIES)
 def test_two_ingestions_rank_identically(ctx, worlds, retriever, query, lexical):
     a, b = (_statements(ctx, w, query, retriever, lexical=lexical) for w in worlds)
+    assert a and a == b
+
+
+def test_the_time_leg_ranks_identically(ctx, worlds):
+    outs = [Recaller(ctx, time_leg=True).recall(w.reader, RecallRequest(query=QUERIES[-1], k=25)) for w in worlds]
+    assert all("time" in o["diagnostics"]["legs"] for o in outs)
+    a, b = ([(h["body"]["statement"], h["score"]) for h in o["hits"]] for o in outs)
     assert a and a == b
 
 

@@ -9,16 +9,21 @@ What it does, end to end through the product:
    ``{"statement": "({session date}) {speaker}: {text}[ [image: {caption}]]",
    "source": {"uri": "locomo:<sample>#<dia_id>", "title": …, "locator": dia_id},
    "context": {"thread": "locomo:<sample>", "position": <turn index>}}``,
-   submitted by a writer key in group commits, each **reviewed and promoted**
-   by a reviewer key of another identity;
+   ``valid_from`` its session's time (UTC assumed), submitted by a writer key
+   in group commits, each **reviewed and promoted** by a reviewer key of
+   another identity;
 3. **indexed** by the oml-indexer (``workers/index/indexer.py``: tsvector + the
    all-MiniLM-L6-v2 embedding, through the server's indexing feed);
 4. every question with evidence **recalled** by a reader key scoped to its
-   conversation's workarea (k = the largest cutoff), timing each call end to
+   conversation's workarea (k = the largest cutoff), asked at the
+   conversation's last session's time (``valid_at``: the reference of a
+   relative time such as "last week"), timing each call end to
    end (embedding, SQL, decrypt, read log), once per row: ``fts`` (the
    ts_rank leg), ``bm25`` (the BM25 leg), ``vector``, ``hybrid`` (what a
    recall gets by default: the settings' lexical leg fused by
-   ``domain.fusion.DEFAULT``), ``hybrid-ts_rank`` and ``hybrid-bm25`` (either
+   ``domain.fusion.DEFAULT``), ``hybrid-time`` and ``hybrid-time-vector`` (the
+   default with the time leg as a boost or as the window's vector rows only,
+   docs/recall.md "Time leg"), ``hybrid-ts_rank`` and ``hybrid-bm25`` (either
    leg with equal-weight RRF, k = 10) and ``hybrid-rrf60`` (ts_rank, the
    classic RRF constant 60);
 5. evidence recall@k = |evidence ∩ top-k dia_ids| / |evidence|, averaged
@@ -40,6 +45,8 @@ scoring only).
 """
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import json
 import platform
 import re
@@ -113,8 +120,17 @@ def turns_of(conv: dict) -> list[dict]:
             text = f"({date}) {t['speaker']}: {t['text']}"
             if t.get("blip_caption"):
                 text += f" [image: {t['blip_caption']}]"
-            out.append({"dia_id": ids[0], "session": n, "statement": text})
+            out.append({"dia_id": ids[0], "session": n, "statement": text, "said_at": session_time(date)})
     return out
+
+
+def session_time(value: str) -> str | None:
+    """A LoCoMo session date (``"1:56 pm on 8 May, 2023"``) as ISO 8601 UTC, or None when it does not parse.
+    The dataset gives no zone; UTC is assumed, the same for every turn."""
+    try:
+        return dt.datetime.strptime(value.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=dt.UTC).isoformat()
+    except ValueError:
+        return None
 
 
 def body_of(sid: str, turn: dict, position: int) -> dict:
@@ -145,6 +161,9 @@ class Corpus:
     texts: dict[str, dict[str, str]]
     turns: int
     timings: dict[str, float]
+    #: Per conversation, the instant its questions are asked: its last session's time (the valid-time instant
+    #: of the read, and the reference of relative time expressions; docs/recall.md "Time leg").
+    asked_at: dict[str, str | None] = dataclasses.field(default_factory=dict)
 
 
 def ingest(ctx, convs: Sequence[dict], *, batch: int = 100, context_before: int | None = None, progress=None) -> Corpus:
@@ -169,6 +188,7 @@ def ingest(ctx, convs: Sequence[dict], *, batch: int = 100, context_before: int 
     claim_to_dia: dict[str, str] = {}
     workarea_of: dict[str, str] = {}
     texts: dict[str, dict[str, str]] = {}
+    asked_at: dict[str, str | None] = {}
     n_turns = 0
     for conv in convs:
         sid = conv["sample_id"]
@@ -177,9 +197,12 @@ def ingest(ctx, convs: Sequence[dict], *, batch: int = 100, context_before: int 
         workarea_of[sid] = wa
         turns = turns_of(conv)
         texts[sid] = {x["dia_id"]: x["statement"] for x in turns}
+        asked_at[sid] = max((x["said_at"] for x in turns if x["said_at"]), default=None)
         for i in range(0, len(turns), batch):
             chunk = turns[i:i + batch]
-            subs = [Submission(wa, body_of(sid, x, i + j), provenance="reported") for j, x in enumerate(chunk)]
+            # valid_from: when the turn was said (its session's time), what the time leg matches a query's time on.
+            subs = [Submission(wa, body_of(sid, x, i + j), provenance="reported", valid_from=x["said_at"])
+                    for j, x in enumerate(chunk)]
             items = adm.submit(key["writer"], subs)["items"]
             for it, x in zip(items, chunk):
                 claim_to_dia[it["claim_id"]] = f"{sid}#{x['dia_id']}"
@@ -192,7 +215,7 @@ def ingest(ctx, convs: Sequence[dict], *, batch: int = 100, context_before: int 
     catch_up(ctx, tenant, context_before=context_before)
     timings["index_s"] = time.perf_counter() - t0
     say(f"indexed {n_turns} turns in {timings['index_s']:.1f}s")
-    return Corpus(tenant, key["reader"], workarea_of, claim_to_dia, texts, n_turns, timings)
+    return Corpus(tenant, key["reader"], workarea_of, claim_to_dia, texts, n_turns, timings, asked_at)
 
 
 def questions_of(convs: Sequence[dict]) -> tuple[list[dict], int]:
@@ -258,6 +281,9 @@ def oml_rows(ctx, fusions: Mapping[str, Any] | None = None, *, lexical: str = "t
         "fts": (ts_rank, "fts"), "bm25": (Recaller(ctx, lexical="bm25"), "fts"), "vector": (ts_rank, "vector"),
         # what a recall gets by default (the settings' lexical leg, domain.fusion.DEFAULT)
         "hybrid": (Recaller(ctx), "hybrid"),
+        # the default with the time leg (docs/recall.md, "Time leg"), and the leg as the window's vector rows only
+        "hybrid-time": (Recaller(ctx, time_leg=True), "hybrid"),
+        "hybrid-time-vector": (Recaller(ctx, time_leg=True, time_mode="vector"), "hybrid"),
         # the default before BM25 and the weighted fusion (docs/adr/0007-recall-ranking.md), and BM25 with equal weights
         "hybrid-ts_rank": (ts_rank, "hybrid"),
         "hybrid-bm25": (Recaller(ctx, lexical="bm25", fusion=equal), "hybrid"),
@@ -274,7 +300,7 @@ def recall_dia(corpus: Corpus, rec: Any, retriever: str, q: dict, k: int) -> tup
     from oml.services.reads.recall import RecallRequest
 
     out = rec.recall(corpus.reader, RecallRequest(query=q["question"], workarea_id=corpus.workarea_of[q["sample"]],
-                                                  retriever=retriever, k=k))
+                                                  retriever=retriever, k=k, valid_at=corpus.asked_at.get(q["sample"])))
     hits = out["hits"]
     return ([corpus.claim_to_dia.get(h["claim_id"]) for h in hits],
             [len(json.dumps(h["body"], ensure_ascii=False)) for h in hits], bool(out["diagnostics"]["degraded"]))
