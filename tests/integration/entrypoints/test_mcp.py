@@ -69,7 +69,10 @@ def test_stdio_tools_with_the_sdk_client(world, ctx):
             if not foreign.is_error:
                 assert all("Tenant B" not in h["body"]["statement"] for h in payload(foreign)["hits"])
             bad = error_text(await client.call_tool("recall", {"query": "x", "retriever": "magic"}))
-            assert "admission.invalid" in bad and "magic" not in bad
+            # Malformed input answers the code HTTP gives the same act (docs/mcp.md), not admission.invalid.
+            assert "recall.invalid" in bad and "magic" not in bad
+            assert "recall.invalid" in error_text(await client.call_tool("recall", {"query": "x", "k": 1000}))
+            assert "recall.invalid" in error_text(await client.call_tool("fetch", {"claim_id": "nope"}))
             return mem
 
     mem = anyio.run(run)
