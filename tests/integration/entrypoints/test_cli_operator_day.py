@@ -97,15 +97,23 @@ def test_tenant_create_out_shows_the_public_verifier_key(ctx, tmp_path):
     assert data["admin_key"] not in r.output and data["recovery_private_key"] not in r.output
 
 
-def test_recall_text_shows_claim_ids_and_a_second_erasure_claims_no_rewrite(ctx, world):
+def test_recall_text_shows_claim_ids_and_a_second_erasure_claims_no_rewrite(ctx, world, tmp_path):
+    """As docs/operator-guide.md (Routine acts) does it: an operator key made with --out, the id read off recall."""
     reader = world.key("reader")
     r = run_cli(ctx, ["recall", "release checklist", "--retriever", "fts"], env={"OML_API_KEY": world.keys[reader.principal_id]})
     assert r.exit_code == 0, r.output
     assert f"claim {world.claim['claim_id']}" in r.stdout
-    op = {"OML_API_KEY": world.keys[world.key("operator").principal_id]}
-    first = run_cli(ctx, ["erase", "claim", world.claim["claim_id"], "--reason", "other"], env=op)
+    admin = {"OML_API_KEY": world.keys[world.admin.principal_id]}
+    ident = json.loads(run_cli(ctx, ["identity", "create", "--kind", "person", "--name", "ops on call", "--json"],
+                               env=admin).stdout)["identity_id"]
+    key = tmp_path / "operator.key"
+    made = run_cli(ctx, ["apikey", "create", "--identity", ident, "--role", "operator", "--root", world.root,
+                         "--out", str(key)], env=admin)
+    assert made.exit_code == 0 and key.read_text().strip() not in made.output, made.output
+    op = ["--key-file", str(key)]
+    first = run_cli(ctx, ["erase", "claim", world.claim["claim_id"], "--reason", "other", *op], env={"OML_API_KEY": ""})
     assert first.exit_code == 0 and "rewrite of touched relations: done" in first.stdout, first.output
-    again = run_cli(ctx, ["erase", "claim", world.claim["claim_id"], "--reason", "other"], env=op)
+    again = run_cli(ctx, ["erase", "claim", world.claim["claim_id"], "--reason", "other", *op], env={"OML_API_KEY": ""})
     assert again.exit_code == 0, again.output
     assert "already erased" in again.stdout and "rewrite: nothing to do (already erased)" in again.stdout
     assert "rewrite of touched relations" not in again.stdout
