@@ -65,8 +65,9 @@ def test_recall_input_is_recall_invalid_from_the_cli_and_mcp_as_over_http(ctx, w
                 env={"OML_API_KEY": world.keys[reader.principal_id]})
     assert r.exit_code == 2, r.output
     assert "recall.invalid" in r.stderr and "admission.invalid" not in r.stderr
-    from oml.services.entrypoints.http.app import create_app
     from fastapi.testclient import TestClient
+
+    from oml.services.entrypoints.http.app import create_app
 
     with TestClient(create_app(ctx)) as c:
         got = c.post("/v1/recall", json={"query": "checklist", "k": 1000},
