@@ -69,7 +69,7 @@ class OMLProblem(OMLClientError):
                  type: str | None = None, instance: str | None = None, extra: Mapping[str, Any] | None = None,
                  request_id: str | None = None) -> None:
         head = f"{code} ({status}): {detail}" if detail else f"{code} ({status})"
-        where = _where(extra or {})
+        where = _where(extra or {}, detail)
         super().__init__(f"{head} [{where}]" if where else head)
         self.code = code
         self.status = status
@@ -275,20 +275,40 @@ def problem_class(code: str, status: int) -> type[OMLProblem]:
     return OMLProblem
 
 
-def _where(extra: Mapping[str, Any], limit: int = 3) -> str:
-    """The field(s) a problem names, for ``str(exc)``: ``field claims[0].kind (enum)`` …; content-free by the server's rule."""
-    parts: list[str] = []
+def _where(extra: Mapping[str, Any], detail: str = "", limit: int = 3) -> str:
+    """The field(s) a problem names, for ``str(exc)``: ``field kind (literal_error): must be one of the allowed
+    values (see allowed) (allowed: person, service)`` …. Each field once; each entry's ``message`` (server-written,
+    never a submitted value) unless it repeats ``detail``, and its ``allowed`` list, so a newcomer reading a
+    traceback sees the hint the server sent."""
+    parts: dict[str, str] = {}
     if isinstance(extra.get("field"), str):
-        parts.append(f"field {extra['field']}")
+        parts[extra["field"]] = f"field {extra['field']}"
     errors = extra.get("errors")
     if isinstance(errors, list):
-        for e in errors[:limit]:
-            if isinstance(e, Mapping) and isinstance(e.get("field"), str):
-                rule = e.get("rule") if isinstance(e.get("rule"), str) else None
-                parts.append(f"field {e['field']}" + (f" ({rule})" if rule else ""))
-        if len(errors) > limit:
-            parts.append(f"{len(errors) - limit} more")
-    return "; ".join(dict.fromkeys(parts))
+        described: set[str] = set()
+        left: set[str] = set()
+        for e in errors:
+            if not (isinstance(e, Mapping) and isinstance(e.get("field"), str)):
+                continue
+            name = e["field"]
+            if name in described:
+                continue  # one entry per field: the first says what is wrong with it
+            if len(described) == limit:
+                left.add(name)
+                continue
+            described.add(name)
+            rule = e.get("rule") if isinstance(e.get("rule"), str) else None
+            text = f"field {name}" + (f" ({rule})" if rule else "")
+            message = e.get("message")
+            if isinstance(message, str) and message and message not in (rule, detail):
+                text += f": {message}"
+            allowed = e.get("allowed")
+            if isinstance(allowed, list) and allowed and all(isinstance(a, (str, int)) for a in allowed):
+                text += f" (allowed: {', '.join(map(str, allowed))})"
+            parts[name] = text
+        if left:
+            parts["\0more"] = f"{len(left)} more"
+    return "; ".join(parts.values())
 
 
 def _fallback_code(status: int) -> str:

@@ -54,7 +54,8 @@ class IdentityCreated(Written):
 
 class PrincipalCreated(Written):
     principal_id: str
-    api_key: str | None = Field(None, description="`oml_<id>_<secret>`, shown once; absent on a replay")
+    # Not in repr(): this object is what admin scripts log, print and show in tracebacks; read `.api_key` once.
+    api_key: str | None = Field(None, repr=False, description="`oml_<id>_<secret>`, shown once; absent on a replay")
 
 
 class PrincipalRevoked(Written):

@@ -8,6 +8,8 @@ content.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,8 +32,28 @@ class OMLError(Exception):
         return f"{self.code}: {self.detail}"
 
 
-def invalid(detail: str, **extra: Any) -> OMLError:
-    return OMLError("admission.invalid", detail, 422, extra)
+ADMISSION_INVALID = "admission.invalid"
+
+
+def invalid(detail: str, *, code: str = ADMISSION_INVALID, **extra: Any) -> OMLError:
+    """A 422 refusal of malformed input. ``code`` is the area's ``*.invalid`` code (``erasure.invalid``,
+    ``recall.invalid`` …; docs/api.md, "Invalid input"), so the CLI and MCP answer what HTTP answers."""
+    return OMLError(code, detail, 422, extra)
+
+
+@contextmanager
+def invalid_as(code: str) -> Iterator[None]:
+    """Re-raise an ``admission.invalid`` raised inside as ``code``, unchanged otherwise.
+
+    Shared checks (``domain.recall``'s query and budget rules) raise the generic
+    code; the area that calls them answers malformed input with its own code
+    whatever the entry point (docs/api.md, "Invalid input")."""
+    try:
+        yield
+    except OMLError as exc:
+        if exc.code == ADMISSION_INVALID:
+            exc.code = code
+        raise
 
 
 def not_found(what: str, code: str = "claim.not_found") -> OMLError:

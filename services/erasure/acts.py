@@ -66,20 +66,24 @@ def legal_hold_error(claim_ids: Iterable[str]) -> OMLError:
                     {"claim_ids": sorted(claim_ids)})
 
 
+# Malformed erasure input answers this code from the CLI, MCP and HTTP alike (docs/erasure.md).
+INVALID = "erasure.invalid"
+
+
 def _uuid(value: str, field: str) -> str:
     import uuid
 
     try:
         return str(uuid.UUID(str(value)))
     except (ValueError, AttributeError, TypeError):
-        raise invalid("must be a UUID", field=field) from None
+        raise invalid("must be a UUID", code=INVALID, field=field) from None
 
 
 def _reason(reason: str) -> str:
     """``erasure.invalid`` (422) for a reason not in :data:`ERASURE_REASONS`: the code the HTTP schema answers too,
     so the CLI and HTTP name a bad reason alike."""
     if reason not in ERASURE_REASONS:
-        raise OMLError("erasure.invalid", "reason must be an erasure reason code from the closed list", 422,
+        raise OMLError(INVALID, "reason must be an erasure reason code from the closed list", 422,
                        {"field": "reason", "allowed": sorted(ERASURE_REASONS)})
     return reason
 
@@ -350,13 +354,14 @@ class Erasure:
         rules.require_act(p.role, "erase")
         _reason(reason)
         if not isinstance(kind, str) or kind not in pii.SUBJECT_KINDS:
-            raise invalid("kind must be one of the declared subject kinds", field="kind", allowed=sorted(pii.SUBJECT_KINDS))
+            raise invalid("kind must be one of the declared subject kinds", code=INVALID, field="kind", allowed=sorted(pii.SUBJECT_KINDS))
         if not isinstance(value, str) or not value.strip() or len(value) > MAX_SUBJECT_CHARS:
-            raise invalid(f"value must be a non-empty string of at most {MAX_SUBJECT_CHARS} characters", field="value")
+            raise invalid(f"value must be a non-empty string of at most {MAX_SUBJECT_CHARS} characters", code=INVALID,
+                          field="value")
         try:
             normalised = pii.normalise_subject(kind, value)
         except ValueError:
-            raise invalid("the subject value cannot be normalised for its kind", field="value") from None
+            raise invalid("the subject value cannot be normalised for its kind", code=INVALID, field="value") from None
         h = self.adm.subject_hmac(p.tenant, kind, normalised)
         del normalised, value
 

@@ -60,12 +60,21 @@ def tree_for(conn: sa.Connection, tenant: str, cp: StoredCheckpoint) -> merkle.M
     return tree
 
 
+SIZES_SHOWN = 20
+
+
 def _checkpoint(conn, tenant: str, tree_size: int | None) -> StoredCheckpoint:
     cp = cps.load(conn, tenant, tree_size)
     if cp is None:
         if tree_size is None:
             raise OMLError("proof.not_checkpointed", "no checkpoint has been issued for this tenant yet", 409)
-        raise OMLError("checkpoint.not_found", "no checkpoint at this tree size", 404)
+        # The sizes that do exist, newest first (at most SIZES_SHOWN): a proof is only between stored checkpoints.
+        sizes = [int(n) for n in conn.execute(sa.text(
+            "SELECT tree_size FROM checkpoints WHERE tenant_id = :t ORDER BY tree_size DESC LIMIT :n"),
+            {"t": tenant, "n": SIZES_SHOWN}).scalars()]
+        raise OMLError("checkpoint.not_found", "no checkpoint at this tree size; a proof runs between stored "
+                       "checkpoints: pick one of stored_sizes (the newest)", 404,
+                       {"tree_size": tree_size, "stored_sizes": sizes})
     return cp
 
 

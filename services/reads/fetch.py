@@ -49,13 +49,15 @@ ROLE = "oml_server"
 LINEAGE_MAX_DEPTH = 8
 LINEAGE_MAX_NODES = 500
 JOURNAL_PAGE_MAX = 1000
+# Malformed read input answers the code HTTP gives these routes, from every entry point (docs/api.md).
+INVALID = "recall.invalid"
 
 
 def _uuid(value: object, name: str) -> str:
     try:
         return str(uuid.UUID(str(value)))
     except (ValueError, TypeError, AttributeError):
-        raise invalid("must be a UUID", field=name) from None
+        raise invalid("must be a UUID", code=INVALID, field=name) from None
 
 
 def _is_uuid(value: object) -> bool:
@@ -98,12 +100,12 @@ def fetch(ctx: Context, principal: Principal, *, claim_id: str | None = None, ve
 
     ``workarea_id`` scopes the read (needed to fetch a ``self_signed`` row,
     which is served only to reads scoped within its workarea). Raises
-    ``access.denied`` (403), ``admission.invalid`` (422),
+    ``access.denied`` (403), ``recall.invalid`` (422),
     ``claim.not_found`` (404), ``claim.erased`` (410).
     """
     rules.require_act(principal.role, "read")
     if (claim_id is None) == (version_id is None):
-        raise invalid("give exactly one of claim_id and version_id", field="claim_id")
+        raise invalid("give exactly one of claim_id and version_id", code=INVALID, field="claim_id")
     when = _time(as_of, "as_of")
     tenant = principal.tenant
     with ctx.db.read(ROLE, tenant, after_lsn=after_lsn) as rtx:
@@ -269,7 +271,7 @@ def lineage(ctx: Context, principal: Principal, claim_id: str, *, depth: int = L
     """
     rules.require_act(principal.role, "read")
     if not (1 <= int(depth) <= LINEAGE_MAX_DEPTH):
-        raise invalid(f"depth must be between 1 and {LINEAGE_MAX_DEPTH}", field="depth")
+        raise invalid(f"depth must be between 1 and {LINEAGE_MAX_DEPTH}", code=INVALID, field="depth")
     cid = _uuid(claim_id, "claim_id")
     tenant = principal.tenant
     scopes = R.resolve_scope(principal, None)
@@ -295,9 +297,9 @@ def journal_page(ctx: Context, principal: Principal, *, after_seq: int = 0, limi
     (``seq``, ``canonical`` base64, ``hash``, ``prev_hash``, ``signature`` hex, ``kid``)."""
     rules.require_act(principal.role, "journal")
     if not (1 <= int(limit) <= JOURNAL_PAGE_MAX):
-        raise invalid(f"limit must be between 1 and {JOURNAL_PAGE_MAX}", field="limit")
+        raise invalid(f"limit must be between 1 and {JOURNAL_PAGE_MAX}", code=INVALID, field="limit")
     if int(after_seq) < 0:
-        raise invalid("after_seq must not be negative", field="after_seq")
+        raise invalid("after_seq must not be negative", code=INVALID, field="after_seq")
     tenant = principal.tenant
     with ctx.db.tenant(ROLE, tenant) as conn:
         got = conn.execute(sa.text(

@@ -68,7 +68,7 @@ from oml.domain import claims as rules
 from oml.domain import fusion as fusionmod
 from oml.domain import recall as R
 from oml.domain.access import Principal
-from oml.domain.errors import invalid, workarea_not_found
+from oml.domain.errors import invalid, invalid_as, workarea_not_found
 from oml.domain.timewindow import TimeWindow
 from oml.services.reads import bm25 as bm25mod
 from oml.services.reads import readlog, rows, sim_read, timeleg
@@ -565,7 +565,7 @@ class Recaller:
 
         Raises ``access.denied`` (403) unless the key may read,
         ``workarea.not_found`` (404) for a scope outside its access,
-        ``admission.invalid`` (422) for a malformed request. Every answer is
+        ``recall.invalid`` (422) for a malformed request. Every answer is
         logged in ``read_events`` before it is returned (in the read's own
         transaction on the primary; on the primary in a nested transaction
         when a hot standby served it, ``readlog.unavailable`` 503 if that
@@ -574,7 +574,8 @@ class Recaller:
         """
         started = time.perf_counter()
         rules.require_act(principal.role, "read")
-        q = _parse(req)
+        with invalid_as("recall.invalid"):  # the code HTTP answers, from every entry point (docs/api.md)
+            q = _parse(req)
         text, diag = q.text, _Diag(req.retriever)
         if not q.searching:
             diag.degrade(req.retriever, "query.empty", "the query is empty: steering rows only")

@@ -110,6 +110,29 @@ def _moved_into_scope(conn: sa.Connection, tenant: str, s: verified_state.Tenant
     return None
 
 
+def revoked_seq(db: Database, api_key: str | None, role: str = "oml_server") -> int | None:
+    """The journal seq of the revocation of ``api_key``'s principal when the key is well formed, its secret matches
+    and it was revoked; ``None`` otherwise (unknown id, wrong secret, live key).
+
+    For the CLI, which reads its own database: a revoked key is then named as
+    revoked instead of sending the operator to look for another home. HTTP keeps
+    one answer for every refused key, so a caller cannot probe which ids exist.
+    """
+    parsed = parse_api_key(api_key or "")
+    if parsed is None:
+        return None
+    key_id, secret = parsed
+    with db.system(role) as conn:
+        tenant = conn.execute(sa.text("SELECT tenant_id FROM principal_directory WHERE principal_id = :p"), {"p": key_id}).scalar()
+    if tenant is None:
+        return None
+    with db.tenant(role, tenant) as conn:
+        row = conn.execute(_PRINCIPAL, {"t": tenant, "p": key_id}).one_or_none()
+    if row is None or row.revoked_seq is None or not secret_matches(secret, bytes(row.secret_hash)):
+        return None
+    return int(row.revoked_seq)
+
+
 def authenticate(db: Database, api_key: str | None, role: str = "oml_server") -> Principal:
     parsed = parse_api_key(api_key or "")
     if parsed is None:

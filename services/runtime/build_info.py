@@ -32,5 +32,22 @@ def describe() -> str:
         return f"oml {version()} (commit {c})"
     src = Path(__file__).resolve().parents[2]
     if (src / ".git").exists():
-        return f"oml {version()} (running from the clone at {src}: not a build, so no commit was recorded; see git log there)"
+        head = _clone_head(src)
+        at = f" at commit {head}" if head else ""
+        return f"oml {version()} (running from the clone at {src}{at}: not a build, so the clone's current files run)"
     return f"oml {version()} (built without a git commit: the source had no .git and OML_GIT_COMMIT was not set)"
+
+
+def _clone_head(src: Path) -> str | None:
+    """The clone's HEAD commit (``-dirty`` suffixed when tracked files changed), or None when git cannot tell."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("-dirty" if dirty.returncode == 0 and dirty.stdout.strip() else "")

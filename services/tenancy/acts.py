@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -31,8 +31,9 @@ class TenantCreated:
     tenant: str
     fingerprint: str          # trust anchor: SHA-256 of the signing public key
     verifier_key: str         # C2SP note verifier key for checkpoints
-    recovery_private_key: str  # hex; shown once, never stored
-    admin_key: str            # oml_<id>_<secret>; shown once
+    # The two secrets stay out of repr(): a logged or traceback-printed result must not carry them.
+    recovery_private_key: str = field(repr=False)  # hex; shown once, never stored
+    admin_key: str = field(repr=False)             # oml_<id>_<secret>; shown once
     admin_principal: str
     admin_identity: str
     root_workarea: str

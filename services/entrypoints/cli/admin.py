@@ -95,6 +95,7 @@ def tenant_create(tenant: str = typer.Argument(..., help=escape("tenant slug [a-
         err.print(escape(f"wrote {out} (mode 0600): it holds the recovery private key and the admin key"))
         # The fingerprint is public and is what an auditor pins: it belongs on the terminal, not only in the secret file.
         err.print(escape(f"trust anchor (signing key fingerprint): {t.fingerprint}"))
+        err.print(escape(f"checkpoint verifier key: {t.verifier_key}"))  # public too; an auditor checks notes with it
         return
     _emit(data, as_json, [
         f"tenant: {t.tenant}",

@@ -64,9 +64,13 @@ def reconcile_cmd(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
     from rich.table import Table
 
-    from oml.services.keys.anchors import trust_anchor_for
+    from oml.services.keys.anchors import is_fingerprint, trust_anchor_for
     from oml.workers.reconcile import reconciler
 
+    # Checked before any work: a mistyped anchor is a usage error, never a journalled failed reconciliation.
+    trusted_key = trusted_key.strip() if trusted_key is not None else None
+    if trusted_key is not None and not is_fingerprint(trusted_key):
+        fail("--trusted-key must be a 64-hex fingerprint (the one `oml tenant create` printed)")
     with context(tenant) as ctx:
         try:
             trust_anchor_for(ctx.settings, tenant, trusted_key)  # a malformed anchors file: a message, not a traceback

@@ -95,8 +95,8 @@ def print_problem(exc: OMLError, ctx: Context | None = None) -> None:
     if exc.code == "access.unauthenticated" and ctx is not None:
         from oml.services.runtime.home import database_label, explain
 
-        if (exc.extra or {}).get("reason") == "malformed_key":
-            return  # no database could know it: do not send the user looking for another home
+        if (exc.extra or {}).get("reason") in ("malformed_key", "revoked_key"):
+            return  # no database could know it, or this one knows it as revoked: not a matter of another home
         err.print(escape(f"asked {database_label(ctx.settings)}; home {ctx.settings.home} "
                          f"({explain(ctx.settings.home)}). A key made in another home is unknown here: "
                          "set OML_HOME (or OML_DATABASE_URL) to the one that issued it."))
@@ -193,16 +193,25 @@ def api_key(key_file: str | None, what: str = "the API key") -> str:
 
 def authenticate_key(ctx: Context, key: str):
     """The key's principal in ``ctx``'s database. ``access.unauthenticated`` either way; a value that is not an API
-    key at all (a typo, a password pasted) says so (``reason: malformed_key``) instead of suggesting another home.
-    The value is never printed."""
+    key at all (a typo, a password pasted) says so (``reason: malformed_key``), and so does a key this database
+    revoked (``reason: revoked_key``, with the revoking seq), instead of suggesting another home. The value is never
+    printed."""
     from oml.domain.access import parse_api_key
-    from oml.services.runtime.auth import authenticate
+    from oml.services.runtime.auth import authenticate, revoked_seq
 
-    if parse_api_key(key) is None:
+    parsed = parse_api_key(key)
+    if parsed is None:
         raise OMLError("access.unauthenticated", "the key given is not an OML API key: one has the form "
                        "oml_<16 hex key id>_<64 hex secret>, as `oml tenant create` or `oml apikey create` printed it",
                        401, {"reason": "malformed_key"})
-    return authenticate(ctx.db, key)
+    try:
+        return authenticate(ctx.db, key)
+    except OMLError as exc:
+        seq = revoked_seq(ctx.db, key) if exc.code == "access.unauthenticated" else None
+        if seq is None:
+            raise
+        raise OMLError("access.unauthenticated", f"key {parsed[0]} was revoked (seq {seq}): make a new one with "
+                       "`oml apikey create`", 401, {"reason": "revoked_key"}) from None
 
 
 def principal(ctx: Context, key_file: str | None, what: str = "the API key"):

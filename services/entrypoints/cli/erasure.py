@@ -96,8 +96,12 @@ def _after_erasure(ctx, out: dict, report_dir: str | None, as_json: bool) -> Non
         console.print(f"{e['claim_id']}: {state} at seq {e['seq']}")
     if not ids:
         console.print("no claim declared this subject")
-    if out.get("rewrite") and ids:  # with nothing erased there was nothing to rewrite: "done" would mislead
-        console.print(f"rewrite of touched relations: {out['rewrite']['status']}")
+    if out.get("rewrite") and ids:
+        # With nothing newly erased there was nothing to rewrite: "done" would mislead.
+        if all(e["already_erased"] for e in out["erasures"]):
+            console.print("rewrite: nothing to do (already erased)")
+        else:
+            console.print(f"rewrite of touched relations: {out['rewrite']['status']}")
     if rep:
         _show_report(rep)
 

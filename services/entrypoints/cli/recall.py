@@ -78,6 +78,8 @@ def recall_cmd(
         console.print(escape(str(it["body"].get("statement", ""))), highlight=False, soft_wrap=False)
         if _source(it):
             console.print(escape(f"source: {_source(it)}"), style="dim", highlight=False)
+        # The id `oml fetch`, `oml erase claim` and the reviews take: without it a recalled row cannot be acted on.
+        console.print(escape(f"claim {it.get('claim_id', '')}"), style="dim", highlight=False)
     if not rows:
         console.print("no steering rows and no hits")
     console.print(_footer(out["diagnostics"]))

@@ -79,7 +79,8 @@ def inclusion(seq: int = Query(..., ge=1, le=2**53 - 1, description="journal seq
 def consistency(from_: int = Query(..., alias="from", ge=1, le=2**53 - 1, description="older checkpoint's tree size"),
                 to: int | None = Query(None, ge=1, le=2**53 - 1, description="newer checkpoint's tree size (default newest)"),
                 p: Principal = Depends(principal), ctx: Context = Depends(context)) -> Response:
-    """One base64 hash per line, RFC 9162 §2.1.4 order; empty when the sizes are equal. Roles: auditor, operator."""
+    """One base64 hash per line, RFC 9162 §2.1.4 order; empty when the sizes are equal. Roles: auditor, operator.
+    ``checkpoint.not_found`` (404) when either size has no stored checkpoint, with `stored_sizes` (the newest)."""
     from oml.services.journal import proofs
 
     _audit_reader(p)

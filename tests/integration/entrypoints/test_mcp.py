@@ -69,7 +69,10 @@ def test_stdio_tools_with_the_sdk_client(world, ctx):
             if not foreign.is_error:
                 assert all("Tenant B" not in h["body"]["statement"] for h in payload(foreign)["hits"])
             bad = error_text(await client.call_tool("recall", {"query": "x", "retriever": "magic"}))
-            assert "admission.invalid" in bad and "magic" not in bad
+            # Malformed input answers the code HTTP gives the same act (docs/mcp.md), not admission.invalid.
+            assert "recall.invalid" in bad and "magic" not in bad
+            assert "recall.invalid" in error_text(await client.call_tool("recall", {"query": "x", "k": 1000}))
+            assert "recall.invalid" in error_text(await client.call_tool("fetch", {"claim_id": "nope"}))
             return mem
 
     mem = anyio.run(run)
@@ -158,6 +161,33 @@ def test_streamable_http_with_bearer_keys(world, http_server):
     assert r.status_code == 401 and r.json()["code"] == "access.unauthenticated"
     r = httpx.post(http_server, json={}, headers={"Authorization": "Bearer oml_0000000000000000_" + "0" * 64})
     assert r.status_code == 401
+
+
+def _doc_snippet(marker: str) -> str:
+    """The ```python block of docs/mcp.md that contains ``marker``."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[3] / "docs" / "mcp.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in text.split("```python\n")[1:]]
+    (block,) = [b for b in blocks if marker in b]
+    return block
+
+
+def test_the_documented_http_client_runs_as_pasted_and_a_wrong_key_reads_as_documented(world, http_server):
+    """docs/mcp.md's snippet had a top-level `async with` and an undefined key; a 401 surfaces in the SDK as an
+    ExceptionGroup around MCPError, which the page now says."""
+    import subprocess
+
+    code = _doc_snippet("OML_MCP_URL")
+    env = {**os.environ, "OML_MCP_URL": http_server}
+    ok = subprocess.run([sys.executable, "-c", code], env={**env, "OML_API_KEY": world.reader_key},
+                        capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert '"steering"' in ok.stdout and '"hits"' in ok.stdout
+    bad = subprocess.run([sys.executable, "-c", code], env={**env, "OML_API_KEY": "hunter2"},
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0
+    assert "ExceptionGroup" in bad.stderr and "Server returned an error response" in bad.stderr
 
 
 def _http_client(url: str, key: str, mode: str = "legacy"):

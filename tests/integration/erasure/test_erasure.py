@@ -168,7 +168,7 @@ def test_only_operators_erase_and_hold(ctx, kit):
     assert exc.value.code == "erasure.invalid"  # as HTTP answers (docs/erasure.md)
     with pytest.raises(OMLError) as exc:
         Erasure(ctx).erase_subject(kit.operator, "email", "not-an-address", "other")
-    assert exc.value.code == "admission.invalid" and "not-an-address" not in exc.value.detail
+    assert exc.value.code == "erasure.invalid" and "not-an-address" not in exc.value.detail
 
 
 def test_index_rows_of_an_erased_claim_are_refused(ctx, kit):

@@ -88,6 +88,9 @@ def test_refusals(ctx, ak):
     with pytest.raises(OMLError) as e:
         proofs.consistency_proof(ctx, ak.tenant, 2)
     assert e.value.code == "checkpoint.not_found"
+    # It names the sizes that exist, so the next try can pick one.
+    sizes = e.value.extra["stored_sizes"]
+    assert sizes and 2 not in sizes and sizes == sorted(sizes, reverse=True) and e.value.extra["tree_size"] == 2
     with pytest.raises(OMLError) as e:
         cps.issue_checkpoint(ctx, "no-such-tenant")
     assert e.value.code == "tenant.not_found"
@@ -133,7 +136,7 @@ def test_cli_issue_show_and_proofs(ctx, ak, vkey, tmp_path):
         old = cps.load(c, ak.tenant, first)
     merkle.verify_consistency(first, cp.size, parse_consistency_proof(r.stdout.encode()), old.root, cp.root)
     r = run_cli(ctx, ["proof", "consistency", "--tenant", ak.tenant, "--from", "1", "--to", str(cp.size)])
-    assert r.exit_code == 2 and "checkpoint.not_found" in r.output
+    assert r.exit_code == 2 and "checkpoint.not_found" in r.output and "stored_sizes" in r.stderr and str(first) in r.stderr
     r = run_cli(ctx, ["checkpoint", "show", "--tenant", ak.tenant])
     assert r.exit_code == 0 and r.stdout.encode() == note
 

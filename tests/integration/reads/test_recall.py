@@ -227,5 +227,5 @@ def test_invalid_requests_never_echo(world):
                       (dict(as_of="not a time"), "as_of"), (dict(query="x" * 5000), "query")):
         with pytest.raises(OMLError) as e:
             recall(world, **kw)
-        assert e.value.code == "admission.invalid" and e.value.extra.get("field") == field
+        assert e.value.code == "recall.invalid" and e.value.extra.get("field") == field
         assert "secret-kind" not in str(e.value) and "not a time" not in str(e.value)

@@ -69,7 +69,7 @@ def test_fetch_refuses_what_recall_would_not_serve(world):
     assert fetch(world, claim_id=world.ss["claim_id"], workarea_id=world.workareas["main.eng.dev"])["self_signed"] is True
     assert code(lambda: fetch(world, claim_id=world.gone["claim_id"])) == "claim.erased"
     assert code(lambda: fetch(world, claim_id="00000000-0000-0000-0000-000000000000")) == "claim.not_found"
-    assert code(lambda: fetch(world, claim_id="not-a-uuid")) == "admission.invalid"
+    assert code(lambda: fetch(world, claim_id="not-a-uuid")) == "recall.invalid"
     other = make_world(world.ctx, "fetch-b")
     assert code(lambda: fetch(world, principal=other.key("reader"), claim_id=world.a["claim_id"])) == "claim.not_found"
 

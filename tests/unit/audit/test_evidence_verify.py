@@ -497,9 +497,10 @@ def test_by_hand_block_stops_at_the_step_that_fails(tmp_path) -> None:
     lg.rotate(recovery=True)    # seq 4, inside the range
     lg.claims(2)
     data = lg.export(2, 6)
-    for _ in range(2):  # the same folder twice
-        r = _worked_example(tmp_path, data, lg.fingerprint)
+    for anchor in (lg.fingerprint, lg.fingerprint.upper()):  # the same folder twice; the anchor in either case
+        r = _worked_example(tmp_path, data, anchor)
         assert r.returncode == 0 and _last_step(r) == 6, r.stdout + r.stderr
+        assert "FAILED" not in r.stderr
     assert list(tmp_path.iterdir()) == [tmp_path / "export.tar"]  # it leaves no folder behind
 
     def tampered_journal_byte() -> bytes:
@@ -561,4 +562,5 @@ def test_by_hand_block_stops_at_the_step_that_fails(tmp_path) -> None:
     for step, (archive_bytes, anchor) in cases.items():
         r = _worked_example(tmp_path, archive_bytes, anchor)
         assert r.returncode != 0 and _last_step(r) == step - 1, (step, r.stdout[-2000:], r.stderr[-2000:])
+        assert r.stderr.rstrip().endswith(f"FAILED at step {step}"), (step, r.stderr[-2000:])  # named, not silent
     assert verify(forged_data, trusted_key=lg.fingerprint).exit_code == EXIT_FAILED  # the product refuses it too
