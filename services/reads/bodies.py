@@ -11,7 +11,11 @@ does not back is :class:`Unverified` — to the reader, not found. A version's
 ciphertext is served only when it is the one the signed ``claim.submitted``
 names (its ``ciphertext_sha256``): a body sealed anew to the tenant's public
 key, with every stored digest rewritten, is refused (``integrity.body``) and
-counted in ``integrity_events`` under a reason naming what failed.
+counted in ``integrity_events`` under a reason naming what failed. Its wrapped
+DEK is unwrapped only when it is the one the latest signed act for the artifact
+names (``wrapped_dek_sha256`` of ``claim.submitted`` or of the last
+``encryption_key.rewrapped``; :func:`verified_reads.dek_refusal`): another is
+``dek.digest``, never taken for an erasure.
 """
 from __future__ import annotations
 
