@@ -23,6 +23,8 @@ from oml.services.erasure.acts import Erasure
 from oml.services.journal.verify import verify_journal
 from oml.services.keys import rotation as keys_rotation
 from oml.services.reads import verified_reads
+from oml.services.reads.indexing_feed import indexing_feed
+from oml.services.runtime.auth import authenticate
 
 from support.admission import bearer, run_cli
 from support.erasure import make_ekit, owner
@@ -71,6 +73,15 @@ def _findings(ctx) -> set[tuple[str, str]]:
     return {(f["kind"], f["key"]) for f in json.loads(res.output)["findings"]}
 
 
+def _feed_error(ctx, kit, version_id: str) -> str | None:
+    """What the indexing feed answers the indexer for one version (None: served)."""
+    if not hasattr(kit, "indexer"):
+        ident = ctx.tenancy.create_identity(kit.admin, "service", "indexer")["identity_id"]
+        kit.indexer = authenticate(ctx.db, ctx.tenancy.create_principal(kit.admin, ident, "indexer", [kit.root])["api_key"])
+    (item,) = indexing_feed(ctx).fetch(kit.indexer, [version_id])
+    return item.error
+
+
 def _fingerprint(ctx) -> str:
     return hashlib.sha256(bytes.fromhex(_event(ctx, 1)["data"]["signing_key"])).hexdigest()
 
@@ -104,8 +115,10 @@ def test_a_wrapped_dek_overwritten_outside_a_journalled_act_is_named(ctx, kit, c
     assert got.status_code == 500 and got.json()["code"] == "integrity.body", got.text
     assert "dek.digest" in _reasons(ctx, c["version_id"])
     assert ("dek.digest", art) in _findings(ctx)
+    assert _feed_error(ctx, kit, c["version_id"]) == "body.integrity"  # never indexed either
     _overwrite(ctx, row.artifact_id, bytes(row.wrapped))  # put back: reads and the check are clean again
     assert client.get(f"/v1/claims/{c['claim_id']}", headers=bearer(kit.keys["reader"])).status_code == 200
+    assert _feed_error(ctx, kit, c["version_id"]) is None
     assert not {f for f in _findings(ctx) if f[1] == art}
 
 
