@@ -35,6 +35,7 @@ EVENT_RULES: dict[str, EventRule] = {
     "tenant.created": EventRule(None, system=True),              # seq 1 only (replay rule)
     "signing_key.rotated": EventRule("keys", system=True),       # system: local CLI, recovery rotation
     "encryption_key.rotated": EventRule("keys", system=True),
+    "encryption_key.rewrapped": EventRule("keys", system=True),  # system: the rewrap after a rotation
     "identity.created": EventRule("admin", system=True),         # system: bootstrap, indexer provisioning
     "principal.created": EventRule("admin", system=True),
     "principal.revoked": EventRule("admin"),

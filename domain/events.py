@@ -19,6 +19,7 @@ EVENT_TYPES = frozenset(
         "tenant.created",
         "signing_key.rotated",
         "encryption_key.rotated",
+        "encryption_key.rewrapped",
         "identity.created",
         "principal.created",
         "principal.revoked",

@@ -40,9 +40,12 @@ DEK_UNWRAP = "dek.unwrap"
 BODY_OPEN = "body.open"
 BODY_MISSING = "body.missing"
 DEK_MISSING = "dek.missing"
+# The wrapped DEK is not the one the latest signed act names for its artifact (``wrapped_dek_sha256`` of its
+# ``claim.submitted``, or of the ``encryption_key.rewrapped`` that last moved it): overwritten or destroyed.
+DEK_DIGEST = "dek.digest"
 REASONS = (STATUS_SEQ_MISSING, STATUS_LOG, JOURNAL_MISSING, JOURNAL_HASH, JOURNAL_FORMAT, JOURNAL_KEY,
            JOURNAL_SIGNATURE, NOT_BACKED, BODY_DIGEST, BODY_NOT_SUBMITTED, DEK_UNWRAP, BODY_OPEN, BODY_MISSING,
-           DEK_MISSING)
+           DEK_MISSING, DEK_DIGEST)
 
 KEY_EVENT_TYPES = ("tenant.created", "signing_key.rotated")
 
@@ -97,26 +100,78 @@ def status_event(event: dict[str, Any]) -> StatusEvent | None:
 
 @dataclass(frozen=True)
 class SubmittedBody:
-    """What a signed ``claim.submitted`` says about the body it admitted: ids and the ciphertext's SHA-256."""
+    """What a signed ``claim.submitted`` says about the body it admitted: ids, the ciphertext's SHA-256, the key
+    version its DEK was wrapped to and the wrapped DEK's SHA-256 (None in events written before admission recorded
+    it: such a DEK is judged by unwrapping alone until a rewrap names its digest)."""
 
     version_id: str
     artifact_id: str
     ciphertext_sha256: bytes
+    key_version: int | None = None
+    wrapped_dek_sha256: bytes | None = None
+
+
+def _digest(value: Any) -> bytes | None:
+    try:
+        digest = bytes.fromhex(str(value))
+    except ValueError:
+        return None
+    return digest if len(digest) == 32 else None
 
 
 def submitted_body(event: dict[str, Any]) -> SubmittedBody | None:
     """The :class:`SubmittedBody` of a parsed ``claim.submitted`` event (its ``data.version_id``,
-    ``data.artifact_id`` and ``data.ciphertext_sha256``, 64 hex digits); None for any other event or a malformed one."""
+    ``data.artifact_id``, ``data.ciphertext_sha256``, ``data.key_version`` and, when present,
+    ``data.wrapped_dek_sha256``, 64 hex digits); None for any other event or a malformed one."""
     if event.get("type") != "claim.submitted":
         return None
     data = event.get("data") or {}
-    try:
-        digest = bytes.fromhex(str(data.get("ciphertext_sha256")))
-    except ValueError:
+    digest = _digest(data.get("ciphertext_sha256"))
+    if digest is None:
         return None
-    if len(digest) != 32:
+    kv = data.get("key_version")
+    return SubmittedBody(str(data.get("version_id")), str(data.get("artifact_id")), digest,
+                         kv if isinstance(kv, int) and not isinstance(kv, bool) else None,
+                         _digest(data["wrapped_dek_sha256"]) if "wrapped_dek_sha256" in data else None)
+
+
+#: The event type of a rewrap: ``data = {"version": N, "deks": [{"artifact_id", "wrapped_dek_sha256"}, …]}``.
+REWRAPPED = "encryption_key.rewrapped"
+
+
+def rewrapped_deks(event: dict[str, Any]) -> dict[str, tuple[int, bytes]]:
+    """artifact id → (key version, SHA-256 of the new wrapped DEK) for every DEK a parsed
+    ``encryption_key.rewrapped`` names; empty for any other event. Malformed entries are left out (the reader then
+    compares with the older digest, and a rewrapped DEK is refused: ``dek.digest``)."""
+    if event.get("type") != REWRAPPED:
+        return {}
+    data = event.get("data") or {}
+    version = data.get("version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        return {}
+    out: dict[str, tuple[int, bytes]] = {}
+    for d in data.get("deks") or []:
+        digest = _digest(d.get("wrapped_dek_sha256")) if isinstance(d, dict) else None
+        if digest is not None:
+            out[str(d.get("artifact_id"))] = (version, digest)
+    return out
+
+
+def dek_reason(expected: tuple[int | None, bytes | None] | None, key_version: int, wrapped_digest: bytes) -> str | None:
+    """None when the stored wrapped DEK is the one the latest signed act names; else :data:`DEK_DIGEST`.
+
+    ``expected``: ``(key version, wrapped-DEK SHA-256)`` from the latest signed act for the artifact (its
+    ``claim.submitted``, or the last ``encryption_key.rewrapped`` naming it); a digest of None (a submission
+    journalled before the field existed, its DEK never rewrapped since by a journalled rewrap) accepts any DEK: it
+    is judged by unwrapping alone. ``wrapped_digest``: SHA-256 of the stored bytes."""
+    if expected is None:
         return None
-    return SubmittedBody(str(data.get("version_id")), str(data.get("artifact_id")), digest)
+    version, digest = expected
+    if digest is None:
+        return None
+    if version is not None and version != key_version:
+        return DEK_DIGEST
+    return None if digest == wrapped_digest else DEK_DIGEST
 
 
 def body_reason(signed: SubmittedBody | None, version_id: str, artifact_id: str, ciphertext_digest: bytes) -> str | None:

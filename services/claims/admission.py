@@ -163,8 +163,10 @@ class Admission:
     def seal_artifact(self, conn, tenant: str, body: dict, *, kind: str, claim_id: str | None, version_id: str | None, seq_hint: int,
                       key: tuple[int, bytes] | None = None, pending: batching.Batch | None = None,
                       plaintext: bytes | None = None, artifact_id: str | None = None,
-                      item: int | None = None) -> tuple[str, bytes]:
-        """Encrypt ``body`` as a new artifact; stores ciphertext and wrapped DEK; returns (artifact id, digest).
+                      item: int | None = None) -> tuple[str, bytes, bytes]:
+        """Encrypt ``body`` as a new artifact; stores ciphertext and wrapped DEK; returns (artifact id, SHA-256 of
+        the ciphertext, SHA-256 of the wrapped DEK): the act that creates the artifact journals both digests, so a
+        reader tells an overwritten DEK from an erasure (docs/journal-format.md).
 
         ``key`` is the tenant's current ``(version, public key)`` for encryption when the caller already has it;
         with ``pending`` the rows are written when that group commit flushes (item ``item`` of it: sealed
@@ -177,11 +179,12 @@ class Admission:
         info = envelope.dek_info(tenant, artifact_id, version)
         row = batching.Artifact(artifact_id, kind, claim_id, version_id, b"", b"", seq_hint, version, b"")
         if pending is not None:
-            return artifact_id, pending.seal(body, row, aad=aad, info=info, public_key=pub, plaintext=plaintext, item=item).digest
+            row = pending.seal(body, row, aad=aad, info=info, public_key=pub, plaintext=plaintext, item=item)
+            return artifact_id, row.digest, hashlib.sha256(row.wrapped_dek).digest()
         sealed = envelope.seal(body, aad=aad, info=info, public_key=pub, key_version=version, plaintext=plaintext)
         batching.write_artifacts(conn, tenant, [row._replace(ciphertext=sealed.ciphertext, digest=sealed.digest,
                                                              wrapped_dek=sealed.wrapped_dek)])
-        return artifact_id, sealed.digest
+        return artifact_id, sealed.digest, hashlib.sha256(sealed.wrapped_dek).digest()
 
     def subject_hmac(self, tenant: str, kind: str, normalised: str) -> bytes:
         key = self.keystore.get(tenant, "subject-hmac")
@@ -390,7 +393,7 @@ class Admission:
                  subjects: list[tuple[str, str]], plaintext: bytes | None) -> dict:
         """Seal item ``i``'s body, journal ``claim.submitted`` and keep its data subjects' HMACs."""
         enc = self._head_key(head)
-        artifact_id, digest = self.seal_artifact(head.conn, p.tenant, s.body, kind="body", claim_id=place.claim_id,
+        artifact_id, digest, dek_digest = self.seal_artifact(head.conn, p.tenant, s.body, kind="body", claim_id=place.claim_id,
                                                  version_id=place.version_id, seq_hint=head.seq + 1, key=enc, pending=head.batch,
                                                  plaintext=plaintext, artifact_id=place.artifact_id, item=i)
         valid_from, valid_to = _norm_time(s.valid_from, f"claims[{i}].valid_from"), _norm_time(s.valid_to, f"claims[{i}].valid_to")
@@ -401,7 +404,7 @@ class Admission:
             "workarea_id": s.workarea_id, "kind": place.kind, "provenance": place.provenance, "supersedes": s.supersedes,
             "derived_from": place.derived, "valid_from": valid_from, "valid_to": valid_to,
             "confidence": s.confidence, "artifact_id": artifact_id, "ciphertext_sha256": digest.hex(),
-            "key_version": enc[0],
+            "key_version": enc[0], "wrapped_dek_sha256": dek_digest.hex(),
         }
         if place.simulation_id is not None:
             data["simulation_id"] = place.simulation_id
@@ -469,8 +472,9 @@ class Admission:
                     data["overlay"] = True
                     data["simulation_id"] = str(v.simulation_id)
             if note is not None:
-                art, dig = self.seal_artifact(conn, p.tenant, {"note": note}, kind="note", claim_id=claim_id, version_id=vid, seq_hint=head.seq + 1)
-                data["note"] = {"artifact_id": art, "sha256": dig.hex()}
+                art, dig, dek = self.seal_artifact(conn, p.tenant, {"note": note}, kind="note", claim_id=claim_id, version_id=vid,
+                                                   seq_hint=head.seq + 1)
+                data["note"] = {"artifact_id": art, "sha256": dig.hex(), "wrapped_dek_sha256": dek.hex()}
             self.acts.append(head, {"promote": "claim.promoted", "reject": "claim.rejected", "demote": "claim.demoted"}[decision],
                          self.acts.actor(p), data)
             # No journal seq in the answer, for the reason given in submit().

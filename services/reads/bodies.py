@@ -11,7 +11,11 @@ does not back is :class:`Unverified` — to the reader, not found. A version's
 ciphertext is served only when it is the one the signed ``claim.submitted``
 names (its ``ciphertext_sha256``): a body sealed anew to the tenant's public
 key, with every stored digest rewritten, is refused (``integrity.body``) and
-counted in ``integrity_events`` under a reason naming what failed.
+counted in ``integrity_events`` under a reason naming what failed. Its wrapped
+DEK is unwrapped only when it is the one the latest signed act for the artifact
+names (``wrapped_dek_sha256`` of ``claim.submitted`` or of the last
+``encryption_key.rewrapped``; :func:`verified_reads.dek_refusal`): another is
+``dek.digest``, never taken for an erasure.
 """
 from __future__ import annotations
 
@@ -150,8 +154,10 @@ def _decrypt_versions(conn: sa.Connection, keystore: KeyStore, tenant: str, vers
 
     ``integrity.body`` is counted in ``integrity_events`` under a reason that tells what failed
     (:mod:`oml.domain.verified_read`): ``body.digest`` / ``body.not_submitted`` (the ciphertext is not the one the
-    signed ``claim.submitted`` names), ``dek.unwrap`` (the wrapped DEK does not open under the tenant's key:
-    overwritten), ``body.open`` (the body does not open under its DEK), ``body.missing`` / ``dek.missing``
+    signed ``claim.submitted`` names), ``dek.digest`` (the wrapped DEK is not the one the latest signed act for
+    its artifact names: its ``claim.submitted`` or the last ``encryption_key.rewrapped``; overwritten, even by a
+    genuine wrap of another DEK), ``dek.unwrap`` (the wrapped DEK does not open under the tenant's key:
+    overwritten, for a submission journalled before it recorded the DEK's digest), ``body.open`` (the body does not open under its DEK), ``body.missing`` / ``dek.missing``
     (gone without an erasure). Each DEK is still unwrapped per artifact; the tenant's private key is read from
     the KeyStore once per key version per call. Nothing is cached beyond the call but verified event ids.
     """
@@ -185,6 +191,9 @@ def _decrypt_versions(conn: sa.Connection, keystore: KeyStore, tenant: str, vers
         why = body_refusal(conn, tenant, row, bytes(row.ciphertext), row.sha256)
         if why is not None:
             refuse(row, why, OMLError("integrity.body", _TAMPERED, 500))
+            continue
+        if verified_reads.dek_refusal(conn, tenant, row, int(row.key_version), bytes(row.wrapped)) is not None:
+            refuse(row, V.DEK_DIGEST, OMLError("integrity.body", "a stored body's key is not the one journalled", 500))
             continue
         if row.key_version not in keys:
             keys[row.key_version] = X25519PrivateKey.from_private_bytes(keystore.get(tenant, f"encryption/{row.key_version}"))

@@ -40,6 +40,7 @@ import sqlalchemy as sa
 
 from oml.domain import claims as rules
 from oml.domain import context_window as windows
+from oml.domain import verified_read as V
 from oml.domain.access import Principal
 from oml.domain.errors import OMLError
 from oml.services.keys.keystore import KeyNotFound, KeyStore
@@ -119,7 +120,7 @@ def _fields(body: dict) -> tuple[str, str | None, tuple[str, ...]] | None:
 _ROWS = sa.text(
     "SELECT v.version_id, v.claim_id, v.workarea_id, v.artifact_id, v.ciphertext_sha256, v.tainted,"
     "       v.simulation_id, c.erased_seq, w.path, a.ciphertext IS NULL AS purged,"
-    "       a.ciphertext AS ct, d.artifact_id IS NOT NULL AS has_dek, d.key_version, " + verified_reads.SUBMITTED_COLUMNS +
+    "       a.ciphertext AS ct, d.artifact_id IS NOT NULL AS has_dek, d.key_version, d.wrapped, " + verified_reads.SUBMITTED_COLUMNS +
     "  FROM unnest(CAST(:ids AS uuid[])) AS x(vid)"
     "  CROSS JOIN LATERAL (SELECT * FROM claim_versions v WHERE v.tenant_id = (SELECT CAST(:t AS text)) AND v.version_id = x.vid LIMIT 1) v"
     "  CROSS JOIN LATERAL (SELECT c.erased_seq FROM claims c"
@@ -128,7 +129,7 @@ _ROWS = sa.text(
     "                       WHERE w.tenant_id = (SELECT CAST(:t AS text)) AND w.node_id = v.workarea_id LIMIT 1) w"
     "  LEFT JOIN LATERAL (SELECT a.ciphertext FROM artifacts a"
     "                      WHERE a.tenant_id = (SELECT CAST(:t AS text)) AND a.artifact_id = v.artifact_id LIMIT 1) a ON true"
-    "  LEFT JOIN LATERAL (SELECT d.artifact_id, d.key_version FROM wrapped_deks d"
+    "  LEFT JOIN LATERAL (SELECT d.artifact_id, d.key_version, d.wrapped FROM wrapped_deks d"
     "                      WHERE d.tenant_id = (SELECT CAST(:t AS text)) AND d.artifact_id = v.artifact_id LIMIT 1) d ON true"
     + verified_reads.SUBMITTED_FROM)
 
@@ -186,6 +187,10 @@ class IndexingFeed:
                 elif (why := body_refusal(conn, tenant, r, bytes(r.ct), r.ciphertext_sha256)) is not None:
                     # Not the ciphertext the signed claim.submitted names: never indexed, counted like a read's.
                     verified_reads.record(conn, tenant, [verified_reads.Refusal(vid, int(r.submitted_seq or 0), why)])
+                    out[vid] = FeedItem(**base, error=INTEGRITY)
+                elif verified_reads.dek_refusal(conn, tenant, r, int(r.key_version), bytes(r.wrapped)) is not None:
+                    # Not the wrapped DEK the latest signed act names for this artifact: overwritten.
+                    verified_reads.record(conn, tenant, [verified_reads.Refusal(vid, int(r.submitted_seq or 0), V.DEK_DIGEST)])
                     out[vid] = FeedItem(**base, error=INTEGRITY)
                 else:
                     try:

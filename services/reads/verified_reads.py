@@ -34,6 +34,7 @@ a process.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 from collections import OrderedDict
@@ -111,6 +112,7 @@ def set_enabled(value: bool | None) -> None:
 def clear_cache(*, keys: bool = True) -> None:
     """Forget every verified event and (``keys``) each tenant's key history: the next read re-verifies."""
     _EVENTS.clear()
+    _REWRAPS.clear()
     if keys:
         _KEYS.clear()
 
@@ -229,6 +231,75 @@ def signed_body(conn: sa.Connection, tenant: str, r: Any) -> V.SubmittedBody | N
         cached = (V.submitted_body(parse_event(row.canonical, seq=row.seq, tenant=tenant)),)
         _EVENTS.put(key, cached)
     return cached[0]
+
+
+class _Rewraps:
+    """A tenant's verified ``encryption_key.rewrapped`` events folded: artifact id → (key version, wrapped-DEK
+    SHA-256) of the last one naming it, and the seq read up to. Grows with the DEKs a tenant rewrapped (32 bytes
+    and an id each); evicted with the tenant from :data:`_REWRAPS`."""
+
+    def __init__(self) -> None:
+        self.upto = 0
+        self.deks: dict[str, tuple[int, bytes]] = {}
+
+
+_REWRAPS = LRU(CACHE_TENANTS)  # tenant -> _Rewraps
+_REWRAPS_LOCK = threading.Lock()
+_REWRAP_EVENTS = sa.text(
+    "SELECT seq AS j_seq, kid, canonical, hash, prev_hash, signature FROM journal_events"
+    " WHERE tenant_id = :t AND type = :type AND seq > :after ORDER BY seq")
+
+
+def rewrapped(conn: sa.Connection, tenant: str, *, refresh: bool) -> dict[str, tuple[int, bytes]]:
+    """Artifact id → (key version, SHA-256 of the wrapped DEK) named by the tenant's latest verified
+    ``encryption_key.rewrapped`` for it. Kept per process; ``refresh`` reads the events journalled since (one
+    statement), which a reader asks for only when a stored DEK's key version is not the one the signed acts it
+    knows name (a rewrap always moves a DEK to another version). An event that does not verify is left out (logged):
+    the DEKs it names are then judged by the older digest and refused (``dek.digest``)."""
+    with _REWRAPS_LOCK:
+        cur = _REWRAPS.get(tenant)
+        if cur is None:
+            cur = _Rewraps()
+            _REWRAPS.put(tenant, cur)
+            refresh = True
+        if refresh:
+            for r in conn.execute(_REWRAP_EVENTS, {"t": tenant, "type": V.REWRAPPED, "after": cur.upto}).all():
+                row = _journal_row(r)
+                try:
+                    hist = _key_history(conn, tenant, row.seq)
+                    _stats["signature_checks"] += 1
+                    V.check_event(tenant, row, hist.key_at(row.kid, row.seq))
+                    cur.deks.update(V.rewrapped_deks(parse_event(row.canonical, seq=row.seq, tenant=tenant)))
+                except ValueError as exc:
+                    log.warning("integrity.rewrap_event_unverified", tenant=tenant, seq=row.seq, reason=str(exc.args[0]))
+                cur.upto = max(cur.upto, row.seq)
+        return cur.deks
+
+
+def _expected_dek(signed: V.SubmittedBody | None, known: dict[str, tuple[int, bytes]], artifact_id: str
+                  ) -> tuple[int | None, bytes | None] | None:
+    if artifact_id in known:
+        return known[artifact_id]
+    return None if signed is None else (signed.key_version, signed.wrapped_dek_sha256)
+
+
+def dek_refusal(conn: sa.Connection, tenant: str, row: Any, key_version: int, wrapped: bytes) -> str | None:
+    """:data:`~oml.domain.verified_read.DEK_DIGEST` when the stored wrapped DEK is not the one the latest signed act
+    for the version's artifact names (its ``claim.submitted``'s ``wrapped_dek_sha256``, or that of the last
+    ``encryption_key.rewrapped`` naming it); None when it is, when that submission predates the field and no
+    journalled rewrap named the DEK since, or when reads are not verified. Call after :func:`body_refusal`
+    passed for ``row`` (its submission is then verified and cached: no round trip, unless the DEK's key version
+    asks for the rewraps journalled since)."""
+    if not enabled():
+        return None
+    signed = signed_body(conn, tenant, row)
+    art = str(row.artifact_id)
+    digest = hashlib.sha256(wrapped).digest()
+    known = rewrapped(conn, tenant, refresh=False)
+    expected = _expected_dek(signed, known, art)
+    if expected is not None and expected[0] is not None and expected[0] != key_version:
+        expected = _expected_dek(signed, rewrapped(conn, tenant, refresh=True), art)
+    return V.dek_reason(expected, key_version, digest)
 
 
 def record(conn: sa.Connection, tenant: str, refusals: list[Refusal]) -> None:

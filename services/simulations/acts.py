@@ -97,10 +97,11 @@ class Simulations:
                 if m not in found:
                     raise invalid("the audience names an unknown or revoked principal", field=f"audience[{i}]")
             sim = new_id()
-            art, dig = self.adm.seal_artifact(conn, p.tenant, {"name": name}, kind="note", claim_id=None, version_id=None,
+            art, dig, dek = self.adm.seal_artifact(conn, p.tenant, {"name": name}, kind="note", claim_id=None, version_id=None,
                                               seq_hint=head.seq + 1)
             ev = self.adm.acts.append(head, "simulation.opened", self.adm.acts.actor(p),
-                                  {"simulation_id": sim, "audience": members, "note": {"artifact_id": art, "sha256": dig.hex()}})
+                                  {"simulation_id": sim, "audience": members, "note": {"artifact_id": art, "sha256": dig.hex(),
+                                                                                  "wrapped_dek_sha256": dek.hex()}})
             conn.execute(sa.text("SELECT oml_sim_create_partitions(CAST(:s AS uuid))"), {"s": sim})
             return {"simulation_id": sim, "audience": members, "seq": ev.seq}
 

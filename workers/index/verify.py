@@ -3,8 +3,8 @@
 
 Derived state is written by roles that cannot change what it derives from: the index tables by
 ``oml_indexer``, consumer cursors by the indexer and the lake-writer, the outbox by admission and the relay,
-the read log by the server, wrapped DEKs by admission (and the server's rewrap). Each check recomputes what
-the row should be and names every difference with its kind:
+the read log by the server, wrapped DEKs by admission (at admission and by the journalled rewrap act). Each
+check recomputes what the row should be and names every difference with its kind:
 
 * ``index.missing`` / ``index.extra`` / ``index.stale`` — a row of ``memories_fts`` or ``memory_embeddings``
   against the tip intervals the indexer has consumed (up to its cursor): a wiped or skipped index is
@@ -15,10 +15,12 @@ the row should be and names every difference with its kind:
   will wake it (outbox rows deleted before dispatch). The relay's retention deletes dispatched rows only.
 * ``readlog.<kind>`` — a read-log row edited, inserted or deleted against its sealed, journalled batch
   (:func:`oml.services.reads.readlog.verify`).
-* ``dek.unwrap`` — a wrapped DEK of a live artifact that does not unwrap under the tenant's key of its
-  version (overwritten), told apart from an erasure (its claim's ``erased_seq``) and from a key missing
-  from the KeyStore (``dek.key_missing``): :func:`oml.services.keys.rotation.unwrap_check`, run by the
-  server's credentials and KeyStore (this module never holds a key), joined by ``oml index verify``.
+* ``dek.digest`` / ``dek.unwrap`` — a wrapped DEK of a live artifact that is not the one the latest signed act
+  for it names (its ``claim.submitted``'s or the last ``encryption_key.rewrapped``'s ``wrapped_dek_sha256``), or
+  that does not unwrap under the tenant's key of its version (overwritten), told apart from an erasure (its
+  claim's ``erased_seq``) and from a key missing from the KeyStore (``dek.key_missing``):
+  :func:`oml.services.keys.rotation.unwrap_check`, run by the server's credentials and KeyStore (this module never
+  holds a key), joined by ``oml index verify``.
 * ``restore.pending`` — the restore fence is set: every request is refused (docs/backup-restore.md).
 
 Credentials: ``oml_indexer`` (index, cursors, the fence), ``oml_relay`` (outbox), ``oml_reconciler`` (read

@@ -251,6 +251,8 @@ def keys_rewrap(tenant: str = TENANT, as_json: bool = AS_JSON) -> None:
         out = keys_rotation.rewrap(ctx, tenant)
     if not _print(out, as_json):
         console.print(f"rewrapped {out['rewrapped']} DEK(s); failed {len(out['failed'])}; still on older versions {out['remaining']}")
+        if out["events"]:
+            console.print("journalled encryption_key.rewrapped at seq " + ", ".join(map(str, out["events"])))
     if out["failed"] or out["remaining"]:
         raise typer.Exit(1)
 

@@ -14,6 +14,8 @@ GRANT SELECT (tenant_id, artifact_id, kind, claim_id, version_id, sha256, create
 GRANT UPDATE (ciphertext, purged_seq) ON artifacts TO oml_admission;
 GRANT INSERT ON wrapped_deks TO oml_admission;
 GRANT SELECT (tenant_id, artifact_id, key_version), DELETE ON wrapped_deks TO oml_admission;
+-- the rewrap act writes each new wrap in the transaction that journals its digest (encryption_key.rewrapped)
+GRANT UPDATE (wrapped, key_version) ON wrapped_deks TO oml_admission;
 GRANT INSERT ON claim_subjects TO oml_admission;
 GRANT SELECT (tenant_id, claim_id, subject_hmac), DELETE ON claim_subjects TO oml_admission;
 GRANT INSERT ON outbox TO oml_admission;

@@ -41,8 +41,9 @@ PROJECTION = "reconcile / projections rebuild --verify: projection drift"
 STATUS = "verified reads: status not backed by a genuine event (refused, integrity_events)"
 BODY = "verified reads: ciphertext not the one the signed claim.submitted names (body.digest, integrity_events); reconcile: bodies"
 GONE = "reads: integrity.body (body.missing / dek.missing), never claim.erased; reconcile: destroyed_without_erasure"
-DEK = "reads: dek.unwrap (integrity_events); oml index verify: dek.unwrap"
-NEW_DEK = "reads: a DEK that opens no signed body is body.open / body.digest; oml index verify: dek.unwrap"
+DEK = ("reads: dek.digest, the wrapped DEK is not the one the latest signed act names (claim.submitted's or"
+       " encryption_key.rewrapped's wrapped_dek_sha256; integrity_events); oml index verify: dek.digest")
+NEW_DEK = DEK + "; a DEK of another artifact does not unwrap under this one's info either"
 INDEX = "oml index verify: index.missing / index.extra / index.stale; oml index rebuild repairs; recall re-admits every hit from the projections"
 CURSOR = "oml index verify: cursor.ahead (and index.missing for the skipped events); the lake's own record: oml lake status / reconcile"
 OUTBOX = "oml index verify: outbox.missing (a consumer behind with nothing to wake it); oml status: lag"
@@ -67,6 +68,7 @@ AF = "test_authority_forgery.py::"
 RC = "test_reconcile.py::"
 VR = "test_verified_reads.py::"
 FM = "test_forgery_matrix.py::"
+DD = "test_dek_digests.py::"
 
 # (role, table, privilege) -> Entry; a privilege is DELETE or TRUNCATE (whole table), INSERT or UPDATE (the columns
 # listed in COLUMNS, else every column the role may write).
@@ -148,6 +150,8 @@ MATRIX: dict[tuple[str, str, str], Entry] = {
     ("oml_admission", "workareas", "UPDATE"): Entry(AUTHORITY, GUARD + "; " + VERIFIED_STATE, VS + "test_a_forged_reparent_does_not_widen_a_keys_scope"),
     ("oml_admission", "wrapped_deks", "INSERT"): Entry(KEYS, NEW_DEK, FM + "test_each_role_s_changes_are_refused_or_named"),
     ("oml_admission", "wrapped_deks", "DELETE"): Entry(SERVED, GONE, RC + "test_a_body_destroyed_without_an_erasure_is_reported_and_never_served_as_erased"),
+    ("oml_admission", "wrapped_deks", "UPDATE"): Entry(KEYS, DEK, DD + "test_a_wrapped_dek_overwritten_outside_a_journalled_act_is_named",
+                                                       "the rewrap act's own write, in the transaction that journals its digests"),
     # ------------------------------------------------------------------ oml_server
     ("oml_server", "integrity_events", "INSERT"): Entry(DERIVED, COUNTER, None),
     ("oml_server", "integrity_events", "UPDATE"): Entry(DERIVED, COUNTER, None, "a lowered count hides nothing the checks recompute"),
@@ -205,6 +209,7 @@ COLUMNS: dict[tuple[str, str, str], frozenset[str]] = {
     ("oml_admission", "tip_intervals", "UPDATE"): frozenset({"to_at", "to_seq"}),
     ("oml_admission", "workareas", "UPDATE"): frozenset({"development", "parent_id", "path", "pii_policy"}),
     ("oml_server", "wrapped_deks", "UPDATE"): frozenset({"key_version", "wrapped"}),
+    ("oml_admission", "wrapped_deks", "UPDATE"): frozenset({"key_version", "wrapped"}),
 }
 
 # SECURITY DEFINER functions a workload may execute, and why none writes what the matrix above does not cover.
@@ -369,11 +374,11 @@ def test_each_role_s_changes_are_refused_or_named(ctx, w):
     assert res.exit_code == 1, res.output
     got = json.loads(res.output)
     kinds = {(f["kind"], f["table"]) for f in got["findings"]}
-    assert ("dek.unwrap", "wrapped_deks") in kinds
+    assert ("dek.digest", "wrapped_deks") in kinds
     assert ("index.extra", "memories_fts") in kinds and ("index.extra", "memory_embeddings") in kinds
     assert ("cursor.ahead", "consumer_cursors") in kinds
     assert ("outbox.missing", "outbox") in kinds, got  # the indexer is behind the anchor with nothing to wake it
     # The index kinds are repaired by a rebuild; what remains is named until its cause is put right.
     assert run_cli(ctx, ["index", "rebuild", "--tenant", TENANT]).exit_code == 0
     after = {f["kind"] for f in json.loads(run_cli(ctx, ["index", "verify", "--tenant", TENANT, "--json"]).output)["findings"]}
-    assert not {k for k in after if k.startswith("index.")} and "dek.unwrap" in after
+    assert not {k for k in after if k.startswith("index.")} and "dek.digest" in after

@@ -103,11 +103,11 @@ def test_a_wrapped_dek_overwritten_by_the_server_role_is_named(ctx, w, client):
                          {"g": b"\x00" * len(bytes(art.wrapped)), "t": TENANT, "a": art.artifact_id}).rowcount == 1
     got = client.get(f"/v1/claims/{w.b['claim_id']}", headers=bearer(w.reader_key))
     assert got.status_code == 500 and got.json()["code"] == "integrity.body"
-    assert "dek.unwrap" in _reasons(ctx, vid), "a destroyed DEK must be told apart from a substituted body"
+    assert "dek.digest" in _reasons(ctx, vid), "a destroyed DEK must be told apart from a substituted body"
     res = run_cli(ctx, ["index", "verify", "--tenant", TENANT, "--json"])
     assert res.exit_code == 1, res.output
     found = {(f["kind"], f["key"]) for f in json.loads(res.output)["findings"]}
-    assert ("dek.unwrap", str(art.artifact_id)) in found
+    assert ("dek.digest", str(art.artifact_id)) in found
     with ctx.db.tenant("oml_server", TENANT) as c:  # put it back for the tests below
         c.execute(sa.text("UPDATE wrapped_deks SET wrapped = :g WHERE tenant_id = :t AND artifact_id = :a"),
                   {"g": bytes(art.wrapped), "t": TENANT, "a": art.artifact_id})

@@ -129,3 +129,24 @@ def test_a_body_is_judged_by_the_signed_submission():
     for bad in ("zz", "00" * 31, None):
         assert V.submitted_body({"type": "claim.submitted", "data": {**ev["data"], "ciphertext_sha256": bad}}) is None
     assert set(V.REASONS) >= {V.BODY_DIGEST, V.BODY_NOT_SUBMITTED, V.DEK_UNWRAP, V.BODY_OPEN, V.BODY_MISSING, V.DEK_MISSING}
+
+
+def test_a_wrapped_dek_is_judged_by_the_latest_signed_act():
+    dek, other = b"\x11" * 32, b"\x22" * 32
+    data = {"version_id": "v1", "artifact_id": "a1", "ciphertext_sha256": "00" * 32, "key_version": 1}
+    # A submission journalled before the member existed holds the DEK to no digest.
+    old = V.submitted_body({"type": "claim.submitted", "data": data})
+    assert old is not None and old.wrapped_dek_sha256 is None and old.key_version == 1
+    assert V.dek_reason((old.key_version, old.wrapped_dek_sha256), 2, other) is None
+    new = V.submitted_body({"type": "claim.submitted", "data": {**data, "wrapped_dek_sha256": dek.hex()}})
+    assert new is not None and new.wrapped_dek_sha256 == dek
+    assert V.dek_reason((1, dek), 1, dek) is None
+    assert V.dek_reason((1, dek), 1, other) == V.DEK_DIGEST
+    assert V.dek_reason((1, dek), 2, dek) == V.DEK_DIGEST  # moved to another version by no signed act
+    assert V.dek_reason((None, dek), 3, dek) is None       # a note's act names no key version
+    assert V.dek_reason(None, 1, other) is None
+    ev = {"type": V.REWRAPPED, "data": {"version": 2, "deks": [{"artifact_id": "a1", "wrapped_dek_sha256": other.hex()},
+                                                                {"artifact_id": "a2", "wrapped_dek_sha256": "zz"}]}}
+    assert V.rewrapped_deks(ev) == {"a1": (2, other)}
+    assert V.rewrapped_deks({"type": "claim.submitted", "data": ev["data"]}) == {}
+    assert V.DEK_DIGEST in V.REASONS
