@@ -122,8 +122,7 @@ def revoked_seq(db: Database, api_key: str | None, role: str = "oml_server") -> 
     if parsed is None:
         return None
     key_id, secret = parsed
-    with db.system(role) as conn:
-        tenant = conn.execute(sa.text("SELECT tenant_id FROM principal_directory WHERE principal_id = :p"), {"p": key_id}).scalar()
+    tenant = _tenant_of(db, role, key_id)
     if tenant is None:
         return None
     with db.tenant(role, tenant) as conn:
@@ -133,13 +132,18 @@ def revoked_seq(db: Database, api_key: str | None, role: str = "oml_server") -> 
     return int(row.revoked_seq)
 
 
+def _tenant_of(db: Database, role: str, key_id: str) -> str | None:
+    """The tenant a key id belongs to, from the tenant-free directory; None for an unknown id."""
+    with db.system(role) as conn:
+        return conn.execute(sa.text("SELECT tenant_id FROM principal_directory WHERE principal_id = :p"), {"p": key_id}).scalar()
+
+
 def authenticate(db: Database, api_key: str | None, role: str = "oml_server") -> Principal:
     parsed = parse_api_key(api_key or "")
     if parsed is None:
         raise UNAUTHENTICATED
     key_id, secret = parsed
-    with db.system(role) as conn:
-        tenant = conn.execute(sa.text("SELECT tenant_id FROM principal_directory WHERE principal_id = :p"), {"p": key_id}).scalar()
+    tenant = _tenant_of(db, role, key_id)
     bound = tenant or _NO_TENANT
     with db.tenant(role, bound) as conn:
         row = conn.execute(_PRINCIPAL, {"t": bound, "p": key_id}).one_or_none()
