@@ -139,8 +139,6 @@ def test_demo_exits_1_naming_the_step_that_failed(tmp_path):
     assert p.returncode == 1 and "demo FAILED" in p.stderr and "read the input" in p.stderr
 
 
-@pytest.mark.xfail(strict=False, reason="on a clean clone's first run the SIGINT sent right after the tenant line is "
-                   "sometimes not delivered as KeyboardInterrupt and the demo runs to the end; passes on a warm tree")
 def test_ctrl_c_stops_the_demo_without_a_traceback_or_an_anchor(pg_server, template_db, tmp_path):
     """Ctrl-C printed a KeyboardInterrupt traceback and left the half-made tenant in the trust anchors."""
     import signal

@@ -34,7 +34,9 @@ import datetime as dt
 import json
 import os
 import secrets
+import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,6 +137,8 @@ def run(settings, opts: Options, console: Console | None = None) -> dict[str, An
     ctx = server = agent = None
     failure: DemoFailed | None = None
     corpus = None
+    in_main = threading.current_thread() is threading.main_thread()
+    previous_sigint = signal.signal(signal.SIGINT, steps.on_sigint) if in_main else None
     try:
         try:
             corpus = corpus_mod.load(opts.data, opts.conversations, opts.turns, opts.questions)
@@ -167,6 +171,7 @@ def run(settings, opts: Options, console: Console | None = None) -> dict[str, An
         _erase(steps, ctx, w, opts, agent, out)
         _reconcile(steps, ctx, w, opts, out)
         _audit(steps, w, out)
+        steps.raise_if_interrupted()  # never an anchor for an interrupted run
         _record_anchor(ctx, w)
     except DemoFailed as exc:
         failure = exc
@@ -188,6 +193,8 @@ def run(settings, opts: Options, console: Console | None = None) -> dict[str, An
             server.stop()
         if ctx is not None:
             ctx.close()
+        if previous_sigint is not None:
+            signal.signal(signal.SIGINT, previous_sigint)
     if failure is not None:
         raise failure
     return summary

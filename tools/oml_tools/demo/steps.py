@@ -47,15 +47,33 @@ class StepRecord:
 class Steps:
     console: Console
     records: list[StepRecord] = field(default_factory=list)
+    interrupted: bool = False
+
+    def on_sigint(self, signum: int, frame: object) -> None:
+        """SIGINT handler for the run: remember the Ctrl-C, then raise ``KeyboardInterrupt`` as Python's own does.
+
+        The interpreter drops an exception raised while a finalizer runs (a ``__del__``, or a weakref callback
+        such as a pooled connection's check-in), printing only "Exception ignored"; the flag makes the next step
+        boundary (:meth:`raise_if_interrupted`) raise it again, so a Ctrl-C is never lost.
+        """
+        self.interrupted = True
+        raise KeyboardInterrupt
+
+    def raise_if_interrupted(self) -> None:
+        """Raise ``KeyboardInterrupt`` when a Ctrl-C arrived since the run began."""
+        if self.interrupted:
+            raise KeyboardInterrupt
 
     @contextmanager
     def step(self, title: str) -> Iterator[StepRecord]:
+        self.raise_if_interrupted()
         rec = StepRecord(len(self.records) + 1, title)
         self.records.append(rec)
         self.console.rule(f"[bold cyan]{rec.number}. {title}", align="left")
         started = time.perf_counter()
         try:
             yield rec
+            self.raise_if_interrupted()
         except DemoFailed as exc:
             rec.seconds = time.perf_counter() - started
             exc.step = exc.step or title
