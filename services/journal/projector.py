@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -183,219 +184,193 @@ def claims_submitted(conn: sa.Connection, tenant: str, events: list[tuple[int, d
         sets.execute(conn, _EDGES, t | sets.columns(_EDGE_COLUMNS, edges, _EDGE_TYPES))
 
 
-def _tenant_created(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
-                    data: dict[str, Any]) -> None:
+@dataclass(frozen=True)
+class Applied:
+    """One event being projected: where (``conn``, ``tenant``), which (``seq``, ``at``, ``type``) and what
+    (``actor``, ``data``, the event's own members)."""
+
+    conn: sa.Connection
+    tenant: str
+    seq: int
+    at: dt.datetime
+    actor: dict[str, Any]
+    type: str
+    data: dict[str, Any]
+
+    @property
+    def p(self) -> dict[str, Any]:
+        """The parameters every statement may name: ``:t`` (tenant), ``:seq`` and ``:at`` (the event's)."""
+        return {"t": self.tenant, "seq": self.seq, "at": self.at}
+
+    def run(self, sql: str, params: dict[str, Any] | None = None) -> sa.CursorResult:
+        """Execute ``sql`` with :attr:`p` and ``params``."""
+        return self.conn.execute(sa.text(sql), {**self.p, **(params or {})})
+
+
+def _tenant_created(e: Applied) -> None:
     """``tenant.created``."""
-    p = {"t": tenant, "seq": seq, "at": at}
-    x = conn.execute
-    for purpose, key in (("signing", data["signing_key"]), ("recovery", data["recovery_key"])):
+    for purpose, key in (("signing", e.data["signing_key"]), ("recovery", e.data["recovery_key"])):
         pub = bytes.fromhex(key)
-        x(sa.text("INSERT INTO tenant_keys (tenant_id, kid, purpose, version, public_key, registered_seq) VALUES (:t, :k, :pu, 1, :pk, :seq)"),
-          {**p, "k": _kid(pub), "pu": purpose, "pk": pub})
-    enc = bytes.fromhex(data["encryption_key"])
-    x(sa.text("INSERT INTO tenant_keys (tenant_id, kid, purpose, version, public_key, registered_seq) VALUES (:t, :k, 'encryption', 1, :pk, :seq)"),
-      {**p, "k": _kid(enc), "pk": enc})
+        e.run("INSERT INTO tenant_keys (tenant_id, kid, purpose, version, public_key, registered_seq) VALUES (:t, :k, :pu, 1, :pk, :seq)",
+              {"k": _kid(pub), "pu": purpose, "pk": pub})
+    enc = bytes.fromhex(e.data["encryption_key"])
+    e.run("INSERT INTO tenant_keys (tenant_id, kid, purpose, version, public_key, registered_seq) VALUES (:t, :k, 'encryption', 1, :pk, :seq)",
+          {"k": _kid(enc), "pk": enc})
 
 
-def _signing_key_rotated(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
-                         data: dict[str, Any]) -> None:
+def _signing_key_rotated(e: Applied) -> None:
     """``signing_key.rotated``."""
-    p = {"t": tenant, "seq": seq, "at": at}
-    x = conn.execute
-    new = bytes.fromhex(data["new_key"])
-    ver = x(sa.text("SELECT max(version) FROM tenant_keys WHERE tenant_id = :t AND purpose = 'signing'"), p).scalar() or 0
-    x(sa.text("UPDATE tenant_keys SET retired_seq = :seq WHERE tenant_id = :t AND purpose = 'signing' AND retired_seq IS NULL"), p)
-    x(sa.text("INSERT INTO tenant_keys (tenant_id, kid, purpose, version, public_key, registered_seq) VALUES (:t, :k, 'signing', :v, :pk, :seq)"),
-      {**p, "k": _kid(new), "v": ver + 1, "pk": new})
+    new = bytes.fromhex(e.data["new_key"])
+    ver = e.run("SELECT max(version) FROM tenant_keys WHERE tenant_id = :t AND purpose = 'signing'").scalar() or 0
+    e.run("UPDATE tenant_keys SET retired_seq = :seq WHERE tenant_id = :t AND purpose = 'signing' AND retired_seq IS NULL")
+    e.run("INSERT INTO tenant_keys (tenant_id, kid, purpose, version, public_key, registered_seq) VALUES (:t, :k, 'signing', :v, :pk, :seq)",
+          {"k": _kid(new), "v": ver + 1, "pk": new})
 
 
-def _encryption_key_rotated(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
-                            data: dict[str, Any]) -> None:
+def _encryption_key_rotated(e: Applied) -> None:
     """``encryption_key.rotated``."""
-    p = {"t": tenant, "seq": seq, "at": at}
-    x = conn.execute
-    new = bytes.fromhex(data["new_key"])
-    x(sa.text("UPDATE tenant_keys SET retired_seq = :seq WHERE tenant_id = :t AND purpose = 'encryption' AND retired_seq IS NULL"), p)
-    x(sa.text("INSERT INTO tenant_keys (tenant_id, kid, purpose, version, public_key, registered_seq) VALUES (:t, :k, 'encryption', :v, :pk, :seq)"),
-      {**p, "k": _kid(new), "v": data["version"], "pk": new})
+    new = bytes.fromhex(e.data["new_key"])
+    e.run("UPDATE tenant_keys SET retired_seq = :seq WHERE tenant_id = :t AND purpose = 'encryption' AND retired_seq IS NULL")
+    e.run("INSERT INTO tenant_keys (tenant_id, kid, purpose, version, public_key, registered_seq) VALUES (:t, :k, 'encryption', :v, :pk, :seq)",
+          {"k": _kid(new), "v": e.data["version"], "pk": new})
 
 
-def _identity_created(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
-                      data: dict[str, Any]) -> None:
+def _identity_created(e: Applied) -> None:
     """``identity.created``."""
-    p = {"t": tenant, "seq": seq, "at": at}
-    x = conn.execute
-    x(sa.text("INSERT INTO identities (tenant_id, identity_id, kind, created_seq) VALUES (:t, :i, :k, :seq)"
-              " ON CONFLICT (tenant_id, identity_id) DO UPDATE SET kind = EXCLUDED.kind, created_seq = EXCLUDED.created_seq"),
-      {**p, "i": data["identity_id"], "k": data["kind"]})
+    e.run("INSERT INTO identities (tenant_id, identity_id, kind, created_seq) VALUES (:t, :i, :k, :seq)"
+          " ON CONFLICT (tenant_id, identity_id) DO UPDATE SET kind = EXCLUDED.kind, created_seq = EXCLUDED.created_seq",
+          {"i": e.data["identity_id"], "k": e.data["kind"]})
 
 
-def _principal_created(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
-                       data: dict[str, Any]) -> None:
+def _principal_created(e: Applied) -> None:
     """``principal.created``."""
-    p = {"t": tenant, "seq": seq, "at": at}
-    x = conn.execute
-    x(sa.text("INSERT INTO principals (tenant_id, principal_id, identity_id, role, roots, secret_hash, created_seq)"
-              " VALUES (:t, :pid, :i, :r, CAST(:roots AS uuid[]), :h, :seq)"),
-      {**p, "pid": data["principal_id"], "i": data["identity_id"], "r": data["role"], "roots": data["roots"],
-       "h": bytes.fromhex(data["secret_sha256"])})
+    e.run("INSERT INTO principals (tenant_id, principal_id, identity_id, role, roots, secret_hash, created_seq)"
+          " VALUES (:t, :pid, :i, :r, CAST(:roots AS uuid[]), :h, :seq)",
+          {"pid": e.data["principal_id"], "i": e.data["identity_id"], "r": e.data["role"], "roots": e.data["roots"],
+           "h": bytes.fromhex(e.data["secret_sha256"])})
 
 
-def _principal_revoked(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
-                       data: dict[str, Any]) -> None:
+def _principal_revoked(e: Applied) -> None:
     """``principal.revoked``."""
-    p = {"t": tenant, "seq": seq, "at": at}
-    x = conn.execute
-    x(sa.text("UPDATE principals SET revoked_seq = :seq WHERE tenant_id = :t AND principal_id = :pid"), {**p, "pid": data["principal_id"]})
+    e.run("UPDATE principals SET revoked_seq = :seq WHERE tenant_id = :t AND principal_id = :pid", {"pid": e.data["principal_id"]})
 
 
-def _workarea_created(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
-                      data: dict[str, Any]) -> None:
+def _workarea_created(e: Applied) -> None:
     """``workarea.created``."""
-    p = {"t": tenant, "seq": seq, "at": at}
-    x = conn.execute
-    x(sa.text("INSERT INTO workareas (tenant_id, node_id, parent_id, label, path, development, pii_policy, created_seq)"
-              " VALUES (:t, :n, :par, :l, :path, :d, :pol, :seq)"),
-      {**p, "n": data["node_id"], "par": data["parent_id"], "l": data["label"],
-       "path": _path(conn, tenant, data["parent_id"], data["label"]), "d": data["development"], "pol": data["pii_policy"]})
+    e.run("INSERT INTO workareas (tenant_id, node_id, parent_id, label, path, development, pii_policy, created_seq)"
+          " VALUES (:t, :n, :par, :l, :path, :d, :pol, :seq)",
+          {"n": e.data["node_id"], "par": e.data["parent_id"], "l": e.data["label"],
+           "path": _path(e.conn, e.tenant, e.data["parent_id"], e.data["label"]), "d": e.data["development"], "pol": e.data["pii_policy"]})
 
 
-def _workarea_reparented(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
-                         data: dict[str, Any]) -> None:
+def _workarea_reparented(e: Applied) -> None:
     """``workarea.reparented``."""
-    p = {"t": tenant, "seq": seq, "at": at}
-    x = conn.execute
-    old = x(sa.text("SELECT path, label FROM workareas WHERE tenant_id = :t AND node_id = :n"), {**p, "n": data["node_id"]}).one()
-    new_path = _path(conn, tenant, data["new_parent_id"], old.label)
-    x(sa.text("UPDATE workareas SET parent_id = :par WHERE tenant_id = :t AND node_id = :n"),
-      {**p, "par": data["new_parent_id"], "n": data["node_id"]})
-    x(sa.text("UPDATE workareas SET path = :new || substr(path, length(:old) + 1)"
-              " WHERE tenant_id = :t AND (path = :old OR starts_with(path, :old || '.'))"),
-      {**p, "new": new_path, "old": old.path})
+    old = e.run("SELECT path, label FROM workareas WHERE tenant_id = :t AND node_id = :n", {"n": e.data["node_id"]}).one()
+    new_path = _path(e.conn, e.tenant, e.data["new_parent_id"], old.label)
+    e.run("UPDATE workareas SET parent_id = :par WHERE tenant_id = :t AND node_id = :n",
+          {"par": e.data["new_parent_id"], "n": e.data["node_id"]})
+    e.run("UPDATE workareas SET path = :new || substr(path, length(:old) + 1)"
+          " WHERE tenant_id = :t AND (path = :old OR starts_with(path, :old || '.'))",
+          {"new": new_path, "old": old.path})
 
 
-def _workarea_policy_set(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
-                         data: dict[str, Any]) -> None:
+def _workarea_policy_set(e: Applied) -> None:
     """``workarea.policy_set``."""
-    p = {"t": tenant, "seq": seq, "at": at}
-    x = conn.execute
-    x(sa.text("UPDATE workareas SET development = :d, pii_policy = :pol WHERE tenant_id = :t AND node_id = :n"),
-      {**p, "d": data["development"], "pol": data["pii_policy"], "n": data["node_id"]})
+    e.run("UPDATE workareas SET development = :d, pii_policy = :pol WHERE tenant_id = :t AND node_id = :n",
+          {"d": e.data["development"], "pol": e.data["pii_policy"], "n": e.data["node_id"]})
 
 
-def _claim_submitted(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
-                     data: dict[str, Any]) -> None:
+def _claim_submitted(e: Applied) -> None:
     """``claim.submitted``."""
-    claims_submitted(conn, tenant, [(seq, at, actor, data)])
+    claims_submitted(e.conn, e.tenant, [(e.seq, e.at, e.actor, e.data)])
 
 
-def _claim_reviewed(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
-                    data: dict[str, Any]) -> None:
+def _claim_reviewed(e: Applied) -> None:
     """``claim.promoted``, ``claim.rejected``, ``claim.demoted``."""
-    p = {"t": tenant, "seq": seq, "at": at}
-    x = conn.execute
-    status = {"claim.promoted": "promoted", "claim.rejected": "rejected", "claim.demoted": "demoted"}[type]
-    v = data["version_id"]
-    c = data["claim_id"]
-    if type == "claim.promoted":
+    status = {"claim.promoted": "promoted", "claim.rejected": "rejected", "claim.demoted": "demoted"}[e.type]
+    v = e.data["version_id"]
+    c = e.data["claim_id"]
+    if e.type == "claim.promoted":
         # A tainted version never opens a default tip interval (docs/simulations.md): the projector
         # itself refuses, whatever event reaches it; an overlay promotion opens a simulation tip.
-        tainted = bool(x(sa.text("SELECT tainted FROM claim_versions WHERE tenant_id = :t AND version_id = :v"),
-                         {**p, "v": v}).scalar())
-        simrules.check_default_promotion(tainted=tainted, overlay=bool(data.get("overlay", False)))
-    if type == "claim.promoted" and not data.get("overlay", False):
-        _close_tip(conn, tenant, c, seq, at)
-        _open_tip(conn, tenant, c, v, seq, at)
-    elif type == "claim.promoted":
-        _close_sim_tip(conn, tenant, data["simulation_id"], c, seq, at)
-        x(sa.text("INSERT INTO sim_tip_intervals (tenant_id, simulation_id, claim_id, version_id, from_seq, from_at)"
-                  " VALUES (:t, :s, :c, :v, :seq, :at)"), {**p, "s": data["simulation_id"], "c": c, "v": v})
-    if type == "claim.demoted":
-        _demote_sim_tip(conn, tenant, c, v, seq, at)
-    if type == "claim.demoted" and current_tip(conn, tenant, c) == v:
-        _close_tip(conn, tenant, c, seq, at)
-        rows = x(sa.text("SELECT version_id, version_no, status, tainted FROM claim_versions WHERE tenant_id = :t AND claim_id = :c"),
-                 {**p, "c": c}).all()
+        tainted = bool(e.run("SELECT tainted FROM claim_versions WHERE tenant_id = :t AND version_id = :v",
+                             {"v": v}).scalar())
+        simrules.check_default_promotion(tainted=tainted, overlay=bool(e.data.get("overlay", False)))
+    if e.type == "claim.promoted" and not e.data.get("overlay", False):
+        _close_tip(e.conn, e.tenant, c, e.seq, e.at)
+        _open_tip(e.conn, e.tenant, c, v, e.seq, e.at)
+    elif e.type == "claim.promoted":
+        _close_sim_tip(e.conn, e.tenant, e.data["simulation_id"], c, e.seq, e.at)
+        e.run("INSERT INTO sim_tip_intervals (tenant_id, simulation_id, claim_id, version_id, from_seq, from_at)"
+              " VALUES (:t, :s, :c, :v, :seq, :at)", {"s": e.data["simulation_id"], "c": c, "v": v})
+    if e.type == "claim.demoted":
+        _demote_sim_tip(e.conn, e.tenant, c, v, e.seq, e.at)
+    if e.type == "claim.demoted" and current_tip(e.conn, e.tenant, c) == v:
+        _close_tip(e.conn, e.tenant, c, e.seq, e.at)
+        rows = e.run("SELECT version_id, version_no, status, tainted FROM claim_versions WHERE tenant_id = :t AND claim_id = :c",
+                     {"c": c}).all()
         nxt = rules.tip_after_demotion(
             [rules.VersionState(str(r.version_id), r.version_no, r.status, r.tainted) for r in rows], v)
         if nxt:
-            _open_tip(conn, tenant, c, nxt, seq, at)
-    if type == "claim.demoted":
-        _set_status(conn, p, "demoted", "version_id = :v", {"v": v})
+            _open_tip(e.conn, e.tenant, c, nxt, e.seq, e.at)
+    if e.type == "claim.demoted":
+        _set_status(e.conn, e.p, "demoted", "version_id = :v", {"v": v})
     else:
-        _set_status(conn, p, status, "version_id = :v",
-                    {"rp": actor["principal"], "ri": actor["identity"], "ss": data.get("self_signed", False), "v": v},
+        _set_status(e.conn, e.p, status, "version_id = :v",
+                     {"rp": e.actor["principal"], "ri": e.actor["identity"], "ss": e.data.get("self_signed", False), "v": v},
                     ", reviewer_principal = :rp, reviewer_identity = :ri, self_signed = :ss, decided_seq = :seq")
 
 
-def _claim_erased(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
-                  data: dict[str, Any]) -> None:
+def _claim_erased(e: Applied) -> None:
     """``claim.erased``."""
-    p = {"t": tenant, "seq": seq, "at": at}
-    x = conn.execute
-    c = data["claim_id"]
-    _close_tip(conn, tenant, c, seq, at)
-    x(sa.text("UPDATE sim_tip_intervals SET to_seq = :seq, to_at = :at WHERE tenant_id = :t AND claim_id = :c AND to_seq IS NULL"),
-      {**p, "c": c})
-    _set_status(conn, p, "erased", "claim_id = :c", {"c": c})
-    x(sa.text("UPDATE claims SET erased_seq = :seq WHERE tenant_id = :t AND claim_id = :c"), {**p, "c": c})
+    c = e.data["claim_id"]
+    _close_tip(e.conn, e.tenant, c, e.seq, e.at)
+    e.run("UPDATE sim_tip_intervals SET to_seq = :seq, to_at = :at WHERE tenant_id = :t AND claim_id = :c AND to_seq IS NULL",
+          {"c": c})
+    _set_status(e.conn, e.p, "erased", "claim_id = :c", {"c": c})
+    e.run("UPDATE claims SET erased_seq = :seq WHERE tenant_id = :t AND claim_id = :c", {"c": c})
 
 
-def _claim_hold(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
-                data: dict[str, Any]) -> None:
+def _claim_hold(e: Applied) -> None:
     """``claim.hold_placed``, ``claim.hold_released``."""
-    p = {"t": tenant, "seq": seq, "at": at}
-    x = conn.execute
-    x(sa.text("UPDATE claims SET legal_hold = :h WHERE tenant_id = :t AND claim_id = :c"),
-      {**p, "h": type == "claim.hold_placed", "c": data["claim_id"]})
+    e.run("UPDATE claims SET legal_hold = :h WHERE tenant_id = :t AND claim_id = :c",
+          {"h": e.type == "claim.hold_placed", "c": e.data["claim_id"]})
 
 
-def _simulation_opened(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
-                       data: dict[str, Any]) -> None:
+def _simulation_opened(e: Applied) -> None:
     """``simulation.opened``."""
-    p = {"t": tenant, "seq": seq, "at": at}
-    x = conn.execute
-    x(sa.text("INSERT INTO simulations (tenant_id, simulation_id, audience, opened_seq) VALUES (:t, :s, CAST(:a AS text[]), :seq)"),
-      {**p, "s": data["simulation_id"], "a": data["audience"]})
+    e.run("INSERT INTO simulations (tenant_id, simulation_id, audience, opened_seq) VALUES (:t, :s, CAST(:a AS text[]), :seq)",
+          {"s": e.data["simulation_id"], "a": e.data["audience"]})
 
 
-def _simulation_closed(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
-                       data: dict[str, Any]) -> None:
+def _simulation_closed(e: Applied) -> None:
     """``simulation.closed``."""
-    p = {"t": tenant, "seq": seq, "at": at}
-    x = conn.execute
-    x(sa.text("UPDATE simulations SET closed_seq = :seq WHERE tenant_id = :t AND simulation_id = :s"), {**p, "s": data["simulation_id"]})
+    e.run("UPDATE simulations SET closed_seq = :seq WHERE tenant_id = :t AND simulation_id = :s", {"s": e.data["simulation_id"]})
     # Closing demotes the simulation's promoted versions (the event names them) and ends its tips.
-    x(sa.text("UPDATE sim_tip_intervals SET to_seq = :seq, to_at = :at WHERE tenant_id = :t AND simulation_id = :s AND to_seq IS NULL"),
-      {**p, "s": data["simulation_id"]})
-    demoted = [d["version_id"] for d in data.get("demoted", [])]
+    e.run("UPDATE sim_tip_intervals SET to_seq = :seq, to_at = :at WHERE tenant_id = :t AND simulation_id = :s AND to_seq IS NULL",
+          {"s": e.data["simulation_id"]})
+    demoted = [d["version_id"] for d in e.data.get("demoted", [])]
     if demoted:
-        _set_status(conn, p, "demoted", "simulation_id = :s AND status = 'promoted' AND version_id = ANY(CAST(:vs AS uuid[]))",
-                    {"s": data["simulation_id"], "vs": demoted})
+        _set_status(e.conn, e.p, "demoted", "simulation_id = :s AND status = 'promoted' AND version_id = ANY(CAST(:vs AS uuid[]))",
+          {"s": e.data["simulation_id"], "vs": demoted})
 
 
-def _tenant_policy_set(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
-                       data: dict[str, Any]) -> None:
+def _tenant_policy_set(e: Applied) -> None:
     """``tenant.policy_set``."""
-    p = {"t": tenant, "seq": seq, "at": at}
-    x = conn.execute
-    x(sa.text("INSERT INTO tenant_policies (tenant_id, phone_regions, set_seq) VALUES (:t, :r, :seq)"
-              " ON CONFLICT (tenant_id) DO UPDATE SET phone_regions = EXCLUDED.phone_regions, set_seq = EXCLUDED.set_seq"),
-      {**p, "r": list(data["phone_regions"])})
+    e.run("INSERT INTO tenant_policies (tenant_id, phone_regions, set_seq) VALUES (:t, :r, :seq)"
+          " ON CONFLICT (tenant_id) DO UPDATE SET phone_regions = EXCLUDED.phone_regions, set_seq = EXCLUDED.set_seq",
+          {"r": list(e.data["phone_regions"])})
 
 
-def _retention_policy_set(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: dict[str, Any], type: str,
-                          data: dict[str, Any]) -> None:
+def _retention_policy_set(e: Applied) -> None:
     """``retention.policy_set``."""
-    p = {"t": tenant, "seq": seq, "at": at}
-    x = conn.execute
-    x(sa.text("INSERT INTO retention_policies (tenant_id, readlog_days, set_seq) VALUES (:t, :d, :seq)"
-              " ON CONFLICT (tenant_id) DO UPDATE SET readlog_days = EXCLUDED.readlog_days, set_seq = EXCLUDED.set_seq"),
-      {**p, "d": data["readlog_days"]})
+    e.run("INSERT INTO retention_policies (tenant_id, readlog_days, set_seq) VALUES (:t, :d, :seq)"
+          " ON CONFLICT (tenant_id) DO UPDATE SET readlog_days = EXCLUDED.readlog_days, set_seq = EXCLUDED.set_seq",
+          {"d": e.data["readlog_days"]})
 
 
 #: Event type → the function that projects it.
-HANDLERS: dict[str, Callable[..., None]] = {
+HANDLERS: dict[str, Callable[[Applied], None]] = {
     "tenant.created": _tenant_created,
     "signing_key.rotated": _signing_key_rotated,
     "encryption_key.rotated": _encryption_key_rotated,
@@ -424,6 +399,6 @@ def apply(conn: sa.Connection, tenant: str, seq: int, at: dt.datetime, actor: di
     :data:`HANDLERS` names for its type (a type with no projection, such as a worker's report, changes nothing)."""
     handler = HANDLERS.get(type)
     if handler is not None:
-        handler(conn, tenant, seq, at, actor, type, data)
+        handler(Applied(conn, tenant, seq, at, actor, type, data))
     # Other events (readlog.anchored, retention.applied, reconciliation.completed,
     # evidence.exported) change no projection.
