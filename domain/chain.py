@@ -60,11 +60,15 @@ class KeyRing:
 
 @dataclass
 class VerifyResult:
-    ok: bool
+    """What :class:`ChainVerifier` concluded about the rows it was fed."""
+
+    ok: bool  # every row verified
+    #: A trust anchor from outside the database was given and the genesis key checked against it; without
+    #: one, ``ok`` proves only that the chain is consistent with itself.
     anchored: bool
     last_seq: int
-    head: bytes
-    bad_seq: int | None = None
+    head: bytes  # the hash of the last row that verified (genesis before any)
+    bad_seq: int | None = None  # the first row that did not verify, and why
     reason: str | None = None
     keys: KeyRing = field(default_factory=KeyRing)
     #: For a format failure, the :class:`oml.domain.event_format.EventFormatError` (its ``field`` and ``rule``).

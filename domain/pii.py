@@ -863,12 +863,7 @@ _ID_RULES: Final[tuple[_IdRule, ...]] = (
     ),
     # Brazil CPF (11 digits, two check digits): the dotted form stands alone, bare digits need context.
     _IdRule(re.compile(_L + r"\d{3}\.\d{3}\.\d{3}-\d{2}" + _R), _safe(lambda s: _br_cpf.is_valid(s)), needs=11),
-    _IdRule(
-        re.compile(_L + r"\d{11}" + _R),
-        _safe(lambda s: _br_cpf.is_valid(s)),
-        context=re.compile(r"(?i)\bcpf\b"),
-        needs=11,
-    ),
+    _IdRule(re.compile(_L + r"\d{11}" + _R), _safe(lambda s: _br_cpf.is_valid(s)), context=re.compile(r"(?i)\bcpf\b"), needs=11),
     # India Aadhaar (12 digits, Verhoeff, first digit 2-9): grouped 4-4-4 stands alone, bare needs context.
     _IdRule(re.compile(_L + r"[2-9]\d{3} \d{4} \d{4}" + _R), _safe(lambda s: _in_aadhaar.is_valid(s)), needs=12),
     _IdRule(
