@@ -33,3 +33,20 @@ def temporary_tables(ctx: Context, *roles: str) -> Iterator[None]:
     finally:
         with owner(ctx) as c:
             c.execute(sa.text(f"REVOKE TEMPORARY ON DATABASE {db} FROM {', '.join(roles)}"))
+
+
+def version_dek(ctx: Context, tenant: str, version_id: str) -> sa.Row:
+    """A version's body artifact and its wrapped DEK, read as the owner: ``claim_id``, ``artifact_id``,
+    ``submitted_seq``, ``key_version``, ``wrapped``."""
+    with owner(ctx, tenant) as c:
+        return c.execute(sa.text(
+            "SELECT v.claim_id, v.artifact_id, v.submitted_seq, d.key_version, d.wrapped FROM claim_versions v"
+            "  JOIN wrapped_deks d ON d.tenant_id = v.tenant_id AND d.artifact_id = v.artifact_id"
+            " WHERE v.tenant_id = :t AND v.version_id = :v"), {"t": tenant, "v": version_id}).one()
+
+
+def integrity_reasons(ctx: Context, tenant: str, version_id: str) -> set[str]:
+    """The reasons ``integrity_events`` holds for one version (``body.digest``, ``dek.digest``, …)."""
+    with owner(ctx, tenant) as c:
+        return set(c.execute(sa.text("SELECT reason FROM integrity_events WHERE tenant_id = :t AND version_id = :v"),
+                             {"t": tenant, "v": version_id}).scalars())

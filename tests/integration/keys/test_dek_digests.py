@@ -28,6 +28,7 @@ from oml.services.runtime.auth import authenticate
 
 from support.admission import bearer, run_cli
 from support.erasure import make_ekit, owner
+from support.owner import integrity_reasons, version_dek
 
 TENANT = "dek-digests"
 
@@ -42,24 +43,10 @@ def client(ctx):
     return TestClient(create_app(ctx), raise_server_exceptions=False)
 
 
-def _dek(ctx, version_id: str):
-    with owner(ctx, TENANT) as c:
-        return c.execute(sa.text(
-            "SELECT v.claim_id, v.artifact_id, v.submitted_seq, d.key_version, d.wrapped FROM claim_versions v"
-            "  JOIN wrapped_deks d ON d.tenant_id = v.tenant_id AND d.artifact_id = v.artifact_id"
-            " WHERE v.tenant_id = :t AND v.version_id = :v"), {"t": TENANT, "v": version_id}).one()
-
-
 def _event(ctx, seq: int) -> dict:
     with owner(ctx, TENANT) as c:
         return json.loads(bytes(c.execute(sa.text("SELECT canonical FROM journal_events WHERE tenant_id = :t AND seq = :s"),
                                           {"t": TENANT, "s": seq}).scalar_one()))
-
-
-def _reasons(ctx, version_id: str) -> set[str]:
-    with owner(ctx, TENANT) as c:
-        return set(c.execute(sa.text("SELECT reason FROM integrity_events WHERE tenant_id = :t AND version_id = :v"),
-                             {"t": TENANT, "v": version_id}).scalars())
 
 
 def _overwrite(ctx, artifact_id, wrapped: bytes) -> None:
@@ -88,7 +75,7 @@ def _fingerprint(ctx) -> str:
 
 def test_admission_journals_the_wrapped_dek_digest(ctx, kit):
     c = kit.claim("the wrapped DEK's digest is in the signed submission")
-    row = _dek(ctx, c["version_id"])
+    row = version_dek(ctx, TENANT, c["version_id"])
     data = _event(ctx, row.submitted_seq)["data"]
     assert data["wrapped_dek_sha256"] == hashlib.sha256(bytes(row.wrapped)).hexdigest()
     assert data["key_version"] == row.key_version
@@ -100,7 +87,7 @@ def test_a_wrapped_dek_overwritten_outside_a_journalled_act_is_named(ctx, kit, c
     key (it unwraps; the body then would not open). Both are dek.digest for reads and for oml index verify, and
     neither is taken for an erasure."""
     c = kit.claim(f"a body whose DEK is overwritten with {how}")
-    row = _dek(ctx, c["version_id"])
+    row = version_dek(ctx, TENANT, c["version_id"])
     art = str(row.artifact_id)
     if how == "garbage":
         forged = b"\x00" * len(bytes(row.wrapped))
@@ -113,7 +100,7 @@ def test_a_wrapped_dek_overwritten_outside_a_journalled_act_is_named(ctx, kit, c
     verified_reads.clear_cache()
     got = client.get(f"/v1/claims/{c['claim_id']}", headers=bearer(kit.keys["reader"]))
     assert got.status_code == 500 and got.json()["code"] == "integrity.body", got.text
-    assert "dek.digest" in _reasons(ctx, c["version_id"])
+    assert "dek.digest" in integrity_reasons(ctx, TENANT, c["version_id"])
     assert ("dek.digest", art) in _findings(ctx)
     assert _feed_error(ctx, kit, c["version_id"]) == "body.integrity"  # never indexed either
     _overwrite(ctx, row.artifact_id, bytes(row.wrapped))  # put back: reads and the check are clean again
@@ -124,11 +111,11 @@ def test_a_wrapped_dek_overwritten_outside_a_journalled_act_is_named(ctx, kit, c
 
 def test_an_erased_claim_still_answers_erased(ctx, kit, client):
     c = kit.claim("erased: its DEK is gone by a journalled act")
-    art = str(_dek(ctx, c["version_id"]).artifact_id)
+    art = str(version_dek(ctx, TENANT, c["version_id"]).artifact_id)
     Erasure(ctx).erase_claim(kit.operator, c["claim_id"], "data_subject_request")
     got = client.get(f"/v1/claims/{c['claim_id']}", headers=bearer(kit.keys["reader"]))
     assert got.status_code == 410 and got.json()["code"] == "claim.erased", got.text
-    assert "dek.digest" not in _reasons(ctx, c["version_id"])
+    assert "dek.digest" not in integrity_reasons(ctx, TENANT, c["version_id"])
     assert not {f for f in _findings(ctx) if f[1] == art}
 
 
@@ -146,7 +133,7 @@ def test_a_rewrap_journals_its_digests_and_every_check_still_passes(ctx, kit, cl
         named.update({d["artifact_id"]: d["wrapped_dek_sha256"] for d in ev["data"]["deks"]})
     assert sum(1 for _ in named) == out["rewrapped"]
     for c in before:
-        row = _dek(ctx, c["version_id"])
+        row = version_dek(ctx, TENANT, c["version_id"])
         assert row.key_version == out["version"]
         assert named[str(row.artifact_id)] == hashlib.sha256(bytes(row.wrapped)).hexdigest()
     # Reads still open every body, in a fresh process cache and in one that knew the digests from before.
@@ -157,10 +144,10 @@ def test_a_rewrap_journals_its_digests_and_every_check_still_passes(ctx, kit, cl
             got = client.get(f"/v1/claims/{c['claim_id']}", headers=bearer(kit.keys["reader"]))
             assert got.status_code == 200, got.text
     # A DEK overwritten after its rewrap is judged by the rewrap's digest.
-    row = _dek(ctx, before[0]["version_id"])
+    row = version_dek(ctx, TENANT, before[0]["version_id"])
     _overwrite(ctx, row.artifact_id, b"\x01" * len(bytes(row.wrapped)))
     got = client.get(f"/v1/claims/{before[0]['claim_id']}", headers=bearer(kit.keys["reader"]))
-    assert got.status_code == 500 and "dek.digest" in _reasons(ctx, before[0]["version_id"])
+    assert got.status_code == 500 and "dek.digest" in integrity_reasons(ctx, TENANT, before[0]["version_id"])
     assert ("dek.digest", str(row.artifact_id)) in _findings(ctx)
     _overwrite(ctx, row.artifact_id, bytes(row.wrapped))
     # The journal, the CLI and evidence verify accept a tenant with rewrap events.

@@ -23,7 +23,7 @@ from oml.workers.index import verify
 
 from support.admission import bearer, owner_unguarded, run_cli
 from support.mcp_calls import env_for, error_text
-from support.owner import owner
+from support.owner import integrity_reasons, owner, version_dek
 from support.recall import make_world
 
 TENANT = "signed-state"
@@ -47,25 +47,11 @@ def client(ctx):
     return TestClient(create_app(ctx))
 
 
-def _reasons(ctx, version_id: str) -> set[str]:
-    with owner(ctx, TENANT) as c:
-        return set(c.execute(sa.text("SELECT reason FROM integrity_events WHERE tenant_id = :t AND version_id = :v"),
-                             {"t": TENANT, "v": version_id}).scalars())
-
-
-def _artifact(ctx, version_id: str):
-    with owner(ctx, TENANT) as c:
-        return c.execute(sa.text(
-            "SELECT v.claim_id, v.artifact_id, d.key_version, d.wrapped FROM claim_versions v"
-            "  JOIN wrapped_deks d ON d.tenant_id = v.tenant_id AND d.artifact_id = v.artifact_id"
-            " WHERE v.tenant_id = :t AND v.version_id = :v"), {"t": TENANT, "v": version_id}).one()
-
-
 def test_a_body_the_owner_sealed_anew_is_never_served(ctx, w, client):
     """The owner seals a new body to the tenant's public key with the right AAD, writes its wrapped DEK and every
     stored digest. Fetch and recall refuse it: the signed claim.submitted names another ciphertext."""
     vid = w.a["version_id"]
-    art = _artifact(ctx, vid)
+    art = version_dek(ctx, TENANT, vid)
     with owner(ctx, TENANT) as c:
         pub = c.execute(sa.text("SELECT public_key FROM tenant_keys WHERE tenant_id = :t AND purpose = 'encryption'"
                                 " AND version = :k"), {"t": TENANT, "k": art.key_version}).scalar_one()
@@ -81,7 +67,7 @@ def test_a_body_the_owner_sealed_anew_is_never_served(ctx, w, client):
     got = client.get(f"/v1/claims/{w.a['claim_id']}", headers=bearer(w.reader_key))
     assert FORGED not in got.text, "the substituted body was served by fetch"
     assert got.status_code == 500 and got.json()["code"] == "integrity.body"
-    assert "body.digest" in _reasons(ctx, vid)
+    assert "body.digest" in integrity_reasons(ctx, TENANT, vid)
     got = client.post("/v1/recall", json={"query": "reserve fund board approved deploy freeze"}, headers=bearer(w.reader_key))
     assert FORGED not in got.text, "the substituted body was served by recall"
     params = StdioServerParameters(command=sys.executable, args=["-m", "oml.services.entrypoints.cli.main", "mcp", "--transport", "stdio"],
@@ -97,13 +83,13 @@ def test_a_body_the_owner_sealed_anew_is_never_served(ctx, w, client):
 
 def test_a_wrapped_dek_overwritten_by_the_server_role_is_named(ctx, w, client):
     vid = w.b["version_id"]
-    art = _artifact(ctx, vid)
+    art = version_dek(ctx, TENANT, vid)
     with ctx.db.tenant("oml_server", TENANT) as c:
         assert c.execute(sa.text("UPDATE wrapped_deks SET wrapped = :g WHERE tenant_id = :t AND artifact_id = :a"),
                          {"g": b"\x00" * len(bytes(art.wrapped)), "t": TENANT, "a": art.artifact_id}).rowcount == 1
     got = client.get(f"/v1/claims/{w.b['claim_id']}", headers=bearer(w.reader_key))
     assert got.status_code == 500 and got.json()["code"] == "integrity.body"
-    assert "dek.digest" in _reasons(ctx, vid), "a destroyed DEK must be told apart from a substituted body"
+    assert "dek.digest" in integrity_reasons(ctx, TENANT, vid), "a destroyed DEK must be told apart from a substituted body"
     res = run_cli(ctx, ["index", "verify", "--tenant", TENANT, "--json"])
     assert res.exit_code == 1, res.output
     found = {(f["kind"], f["key"]) for f in json.loads(res.output)["findings"]}
