@@ -50,6 +50,8 @@ OUTBOX = "oml index verify: outbox.missing (a consumer behind with nothing to wa
 READLOG = "oml readlog verify / reconcile / oml index verify: readlog.edited / inserted / deleted against the sealed batch"
 CHECKPOINT = "reconcile / evidence verify: a checkpoint must be signed under the chain's key"
 COUNTER = "a counter of refusals: the refused state is named again by the check that found it (verify, reconcile, reads)"
+IDEMPOTENCY = ("idempotency replay: the stored response's MAC under a KeyStore-derived key must verify for the tenant,"
+               " principal, key and request (integrity.unverified_state, integrity_events state.idempotency)")
 POISON = "oml status: poison records; a deleted record leaves the claim unindexed: oml index verify index.missing"
 NOT_NOTICED = None
 
@@ -97,9 +99,8 @@ MATRIX: dict[tuple[str, str, str], Entry] = {
                                                            "bookkeeping of a physical rewrite after a shred; the shred itself is "
                                                            "checked (GONE); a rewrite marked done without running leaves dead tuples"),
     ("oml_admission", "erasure_rewrites", "UPDATE"): Entry(DERIVED, NOT_NOTICED, None, "as INSERT"),
-    ("oml_admission", "idempotency_keys", "INSERT"): Entry(DERIVED, NOT_NOTICED, None,
-                                                           "a stored write acknowledgement (ids) replayed to the same principal "
-                                                           "and request; every id in it is checkable by fetch"),
+    ("oml_admission", "idempotency_keys", "INSERT"): Entry(SERVED, IDEMPOTENCY, "test_idempotency_forgery.py::test_a_forged_response_is_never_replayed",
+                                                           "a stored write acknowledgement (ids) is replayed only under the server's MAC"),
     ("oml_admission", "idempotency_keys", "DELETE"): Entry(DERIVED, NOT_NOTICED, None, "a retry becomes a second write, journalled"),
     ("oml_admission", "identities", "INSERT"): Entry(AUTHORITY, VERIFIED_STATE, AF + "test_an_unregistered_actor_is_refused_to_workloads_and_reported_for_the_owner"),
     ("oml_admission", "identities", "UPDATE"): Entry(AUTHORITY, VERIFIED_STATE, AF + "test_an_unregistered_actor_is_refused_to_workloads_and_reported_for_the_owner"),
