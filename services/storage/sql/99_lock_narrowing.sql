@@ -36,7 +36,7 @@ GRANT UPDATE (refusals, last_at) ON integrity_events TO oml_server;
 CREATE OR REPLACE FUNCTION oml_integrity_only_grows() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog AS $$
 BEGIN
   IF NEW.refusals < OLD.refusals THEN
-    RAISE EXCEPTION 'integrity_events: a refusal count may only grow' USING ERRCODE = '23000';
+    RAISE EXCEPTION 'a refusal count may only grow' USING ERRCODE = '23000';
   END IF;
   RETURN NEW;
 END $$;
