@@ -18,10 +18,10 @@ import logging
 import re
 from typing import Any
 
+import sqlalchemy as sa
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-import sqlalchemy as sa
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from oml.domain.errors import WORKAREA_BY_ID, OMLError
