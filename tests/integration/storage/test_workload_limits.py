@@ -126,3 +126,19 @@ def test_the_server_cannot_delete_or_lower_integrity_events(fast, kits):
         c.execute(sa.text("UPDATE integrity_events SET refusals = refusals + 1, last_at = now() WHERE tenant_id = :t"),
                   {"t": a.tenant})
         assert c.execute(sa.text("SELECT sum(refusals) FROM integrity_events WHERE tenant_id = :t"), {"t": a.tenant}).scalar() == 4
+
+
+def test_a_statement_past_its_limit_is_service_unavailable(ctx):
+    from oml.services.storage import timeouts
+
+    db = Database(ctx.db.owner_url.render_as_string(hide_password=False), None, 1, statement_timeout_ms=100)
+    try:
+        with pytest.raises(sa.exc.DBAPIError) as caught:
+            with db.system("oml_server") as c:
+                c.execute(sa.text("SELECT pg_sleep(5)"))
+        refusal = timeouts.refusal(caught.value)
+        assert refusal is not None and (refusal.code, refusal.status, refusal.extra) == (
+            "service.unavailable", 503, {"reason": "statement_timeout"})
+        assert timeouts.refusal(ValueError("not a database error")) is None
+    finally:
+        db.dispose()
