@@ -125,6 +125,9 @@ class KeySource:
 def _tool_error(exc: Exception):
     from mcp.server.mcpserver.exceptions import ToolError
 
+    from oml.services.storage import timeouts
+
+    exc = timeouts.refusal(exc) or exc
     if isinstance(exc, OMLError):
         extra = {k: v for k, v in exc.extra.items() if k in ("field", "allowed", "findings", "errors")}
         return ToolError(f"{exc.code}: {exc.detail}" + (f" {json.dumps(extra, sort_keys=True)}" if extra else ""))

@@ -9,7 +9,9 @@ Tenancy, claims, keys, erasure, simulations, restore and the workers' reports al
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +64,20 @@ def request_digest(payload: Any) -> bytes:
     return hashlib.sha256(encode() if callable(encode) else canonical(payload)).digest()
 
 
+#: HKDF info of the key that authenticates stored responses, derived from the tenant's ``query-hmac`` KeyStore key.
+RESPONSE_KEY_INFO = b"oml.idempotency.v1"
+
+
+def response_mac(key: bytes, tenant: str, principal: str, key_digest: str, digest: bytes, response: dict) -> bytes:
+    """HMAC-SHA-256 binding a stored response to its tenant, principal, ``Idempotency-Key`` digest and request digest
+    (each length-prefixed; the response as RFC 8785 canonical JSON), under ``key`` (docs/security-model.md,
+    "Idempotency records")."""
+    mac = hmac.new(key, RESPONSE_KEY_INFO + b"\x00", hashlib.sha256)
+    for part in (tenant.encode(), principal.encode(), key_digest.encode(), digest, canonical(response)):
+        mac.update(len(part).to_bytes(8, "big") + part)
+    return mac.digest()
+
+
 class ActRunner:
     """Transactions, idempotency, actors and the append point of every act.
 
@@ -74,6 +90,21 @@ class ActRunner:
         self.signer = signer
         self.idempotency_hours = idempotency_hours
         self.verified = verified_states.of(db)
+        self._response_keys: dict[str, bytes] = {}
+        self._response_keys_lock = threading.Lock()
+
+    def _response_key(self, tenant: str) -> bytes:
+        """The tenant's response-MAC key (HKDF-SHA256 of its ``query-hmac`` KeyStore key), kept per process."""
+        with self._response_keys_lock:
+            key = self._response_keys.get(tenant)
+            if key is None:
+                from cryptography.hazmat.primitives import hashes
+                from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+                base = self.signer.keystore.get(tenant, "query-hmac")
+                key = self._response_keys[tenant] = HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
+                                                         info=RESPONSE_KEY_INFO).derive(base)
+            return key
 
     def tx(self, tenant: str):
         """A transaction bound to ``tenant`` under ``oml_admission`` (no head lock: :class:`journal.Head` takes it)."""
@@ -98,13 +129,17 @@ class ActRunner:
         if not (1 <= len(key) <= 200) or not key.isprintable():
             raise invalid("Idempotency-Key must be 1-200 printable characters", field="Idempotency-Key")
         return pipelined.Query(
-            "SELECT request_digest, response FROM idempotency_keys WHERE tenant_id = %(t)s AND principal_id = %(p)s AND key = %(k)s"
+            "SELECT request_digest, response, response_mac FROM idempotency_keys WHERE tenant_id = %(t)s AND principal_id = %(p)s AND key = %(k)s"
             " AND expires_at > now()", {"t": p.tenant, "p": p.principal_id, "k": idempotency_key_digest(key)}, prepare=True)
 
     def first_response(self, p: Principal, key: str | None, digest: bytes | None, conn: sa.Connection,
                        rows: list | None = None) -> dict | None:
         """The first response for (tenant, principal, key), or ``None``; ``idempotency.conflict`` (409) if the
-        request differs. ``rows``: :meth:`idempotency_lookup`'s result when already run in this transaction."""
+        request differs. ``rows``: :meth:`idempotency_lookup`'s result when already run in this transaction.
+
+        A stored response is replayed only when its MAC (:func:`response_mac`, under a key the KeyStore holds and no
+        database role does) verifies for this tenant, principal, key and request: a record a workload wrote, or
+        copied from another key, is refused with ``integrity.unverified_state`` (500), recorded, and never replayed."""
         query = self.idempotency_lookup(p, key)
         if query is None:
             return None
@@ -115,7 +150,14 @@ class ActRunner:
         row = rows[0]
         if bytes(row.request_digest) != digest:
             raise OMLError("idempotency.conflict", "this Idempotency-Key was used with a different request", 409)
-        return dict(row.response) | {"replayed": True}
+        response = dict(row.response)
+        expected = response_mac(self._response_key(p.tenant), p.tenant, p.principal_id, idempotency_key_digest(key),
+                                digest or b"", response)
+        if row.response_mac is None or not hmac.compare_digest(bytes(row.response_mac), expected):
+            raise self.verified.refusal(p.tenant, 0, "state.idempotency",
+                                        "the stored response for this Idempotency-Key is not one this server wrote;"
+                                        " retry with a new key")
+        return response | {"replayed": True}
 
     def remember(self, p: Principal, key: str | None, digest: bytes | None, response: dict, conn: sa.Connection) -> None:
         """Keep ``response`` for (tenant, principal, key) for :attr:`idempotency_hours`; nothing without a key."""
@@ -127,9 +169,13 @@ class ActRunner:
             {"t": p.tenant, "p": p.principal_id, "k": k},
         )
         conn.execute(
-            sa.text("INSERT INTO idempotency_keys (tenant_id, principal_id, key, request_digest, response, status, expires_at)"
-                    " VALUES (:t, :p, :k, :d, CAST(:r AS jsonb), 200, now() + make_interval(hours => :h))"),
-            {"t": p.tenant, "p": p.principal_id, "k": k, "d": digest, "r": json.dumps(response), "h": self.idempotency_hours},
+            sa.text("INSERT INTO idempotency_keys (tenant_id, principal_id, key, request_digest, response, response_mac, status,"
+                    " expires_at) VALUES (:t, :p, :k, :d, CAST(:r AS jsonb), :m, 200, now() + make_interval(hours => :h))"),
+            {"t": p.tenant, "p": p.principal_id, "k": k, "d": digest, "r": json.dumps(response),
+             # over the response as it will be read back (JSON), so the replay's check sees the same value
+             "m": response_mac(self._response_key(p.tenant), p.tenant, p.principal_id, k, digest or b"",
+                               json.loads(json.dumps(response))),
+             "h": self.idempotency_hours},
         )
 
     def run(self, p: Principal, idem_key: str | None, request: Any, fn: Callable[[journal.Head], dict],

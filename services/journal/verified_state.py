@@ -31,6 +31,7 @@ reconcile and evidence verify.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import weakref
@@ -52,6 +53,8 @@ NO_VERSION = "00000000-0000-0000-0000-000000000000"
 
 _ROWS = sa.text("SELECT seq, kid, canonical, hash, prev_hash, signature FROM journal_events"
                 " WHERE tenant_id = :t AND seq >= :s AND (CAST(:upto AS bigint) IS NULL OR seq <= :upto) ORDER BY seq")
+_AT = sa.text("SELECT seq, kid, canonical, hash, prev_hash, signature FROM journal_events"
+              " WHERE tenant_id = :t AND seq = ANY(CAST(:seqs AS bigint[])) ORDER BY seq")
 _RECORD = sa.text(
     "INSERT INTO integrity_events (tenant_id, version_id, status_seq, reason) VALUES (:t, CAST(:v AS uuid), :s, :r)"
     " ON CONFLICT (tenant_id, version_id, status_seq, reason)"
@@ -68,7 +71,9 @@ class TenantState:
     claim → under legal hold (claims with a hold event only); ``erased``: erased claim ids;
     ``phone_regions``: the latest ``tenant.policy_set``'s, or None. ``broken``: ``(seq, reason)`` of the
     first event that did not verify -- nothing after it is trusted, so every act is refused until it is
-    repaired.
+    repaired. ``broken_rows``: a digest of the stored rows at the verified head and at the broken seq, taken
+    when the state was first found broken; when they change (a restore, a repaired row) the state is verified
+    again from event 1 (:meth:`VerifiedStates.repaired`).
     """
 
     tenant: str
@@ -81,6 +86,7 @@ class TenantState:
     erased: set[str] = field(default_factory=set)
     phone_regions: list[str] | None = None
     broken: tuple[int, str] | None = None
+    broken_rows: bytes | None = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -214,14 +220,44 @@ class VerifiedStates:
                 continue
             if not s.verify(JournalRow(int(r.seq), bytes(r.canonical), bytes(r.hash), bytes(r.prev_hash),
                                        bytes(r.signature), r.kid)):
+                s.broken_rows = self._rows_digest(conn, s)  # what a repair must change (:meth:`repaired`)
                 break
 
     @staticmethod
     def _reset(s: TenantState) -> None:
         fresh = TenantState(s.tenant, ChainVerifier(s.tenant))
         for f in ("verifier", "principals", "workareas", "encryption", "simulations", "holds", "erased",
-                  "phone_regions", "broken"):
+                  "phone_regions", "broken", "broken_rows"):
             setattr(s, f, getattr(fresh, f))
+
+    @staticmethod
+    def _rows_digest(conn: sa.Connection, s: TenantState) -> bytes:
+        """SHA-256 over the stored rows at the verified head and at the broken seq (whichever exist)."""
+        assert s.broken is not None
+        h = hashlib.sha256()
+        for r in conn.execute(_AT, {"t": s.tenant, "seqs": [s.seq, s.broken[0]]}):
+            for part in (str(r.seq).encode(), r.kid.encode(), bytes(r.canonical), bytes(r.hash), bytes(r.prev_hash),
+                         bytes(r.signature)):
+                h.update(len(part).to_bytes(8, "big") + part)
+        return h.digest()
+
+    def repaired(self, conn: sa.Connection, s: TenantState) -> bool:
+        """Whether a broken state's rows changed since it broke (call with ``s.lock`` held); when they did, the
+        state is reset, to be verified again from event 1 by the caller's catch-up. One query per call, made only
+        while the tenant is broken (its acts are refused anyway). The first call after the state broke records
+        the rows as they are. A row an operator repaired or a restore brought back is so noticed without a
+        restart; an unchanged bad row keeps the tenant refused."""
+        if s.broken is None:
+            return False
+        digest = self._rows_digest(conn, s)
+        if s.broken_rows is None:
+            s.broken_rows = digest
+            return False
+        if digest == s.broken_rows:
+            return False
+        log.warning("integrity.state_reverified", tenant=s.tenant, broken_seq=s.broken[0])
+        self._reset(s)
+        return True
 
     def at_head(self, conn: sa.Connection, tenant: str, seq: int, head_hash: bytes) -> TenantState:
         """The tenant's verified state at the locked chain head ``(seq, head_hash)`` (an act holds the lock, so no
@@ -229,6 +265,7 @@ class VerifiedStates:
         to the head does not verify or the head is not the verified chain's."""
         s = self._state(tenant)
         with s.lock:
+            self.repaired(conn, s)
             if s.broken is None and (s.seq != seq or s.head != head_hash):
                 if s.seq >= seq:
                     self._reset(s)
@@ -246,6 +283,8 @@ class VerifiedStates:
         ``strict=False`` returns the state verified up to that event instead (:attr:`TenantState.broken` says where)."""
         s = self._state(tenant)
         with s.lock:
+            if refresh:
+                self.repaired(conn, s)
             if s.broken is None and (refresh or s.seq == 0):
                 self._catch_up(conn, s, None)
             if s.broken is not None and strict:

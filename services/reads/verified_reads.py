@@ -90,7 +90,7 @@ class LRU:
 
 
 _EVENTS = LRU(CACHE_EVENTS)   # (tenant, seq, hash) -> StatusEvent | None (a genuine event that sets no status)
-_KEYS = LRU(CACHE_TENANTS)    # tenant -> KeyHistory
+_KEYS = LRU(CACHE_TENANTS)    # tenant -> _Keys
 _KEYS_LOCK = threading.Lock()
 _override: bool | None = None
 _stats = {"signature_checks": 0}
@@ -163,20 +163,58 @@ _PENDING: dict[tuple[str, str, int, str], int] = {}
 _PENDING_LOCK = threading.Lock()
 
 
-def _key_history(conn: sa.Connection, tenant: str, before: int) -> V.KeyHistory:
-    """The tenant's key history, extended with every key event below ``before`` (all committed: seq is commit order)."""
+class _Keys:
+    """A tenant's :class:`~oml.domain.verified_read.KeyHistory` and how far it may be trusted.
+
+    ``upto``: every key event with seq <= upto is known to have been offered. It moves only to just below an event
+    that verified under the history (:func:`_checked`): that event was committed under the chain-head lock after
+    every event below it, so no key event below it can appear later. An event that does not verify (a row a
+    workload wrote at any seq it liked) moves nothing, so it cannot pin the history below a key event journalled
+    afterwards. ``seen``: (seq, hash) of every key event row offered, so a row read again is not offered twice; a
+    key event that appears below one already offered (a restored or repaired journal) rebuilds the history."""
+
+    def __init__(self, tenant: str) -> None:
+        self.hist = V.KeyHistory(tenant)
+        self.upto = 0
+        self.offered = 0
+        self.seen: set[tuple[int, bytes]] = set()
+
+
+def _key_history(conn: sa.Connection, tenant: str, before: int) -> _Keys:
+    """The tenant's key history, extended with every key event below ``before`` committed when read."""
     with _KEYS_LOCK:
-        hist = _KEYS.get(tenant)
-        if hist is None:
-            hist = V.KeyHistory(tenant)
-            _KEYS.put(tenant, hist)
-        if hist.upto < before - 1:
-            for r in conn.execute(_KEY_EVENTS, {"t": tenant, "types": list(V.KEY_EVENT_TYPES), "after": hist.upto,
-                                                "before": before}):
-                if not hist.add_key_event(_journal_row(r)):
-                    log.warning("integrity.key_event_unverified", tenant=tenant, seq=int(r.j_seq))
-            hist.upto = before - 1
-        return hist
+        keys = _KEYS.get(tenant)
+        if keys is None:
+            keys = _Keys(tenant)
+            _KEYS.put(tenant, keys)
+        if keys.upto < before - 1:
+            args = {"t": tenant, "types": list(V.KEY_EVENT_TYPES), "after": keys.upto, "before": before}
+            rows = conn.execute(_KEY_EVENTS, args).all()
+            if any(int(r.j_seq) <= keys.offered and (int(r.j_seq), bytes(r.hash)) not in keys.seen for r in rows):
+                log.warning("integrity.key_history_rebuilt", tenant=tenant)
+                keys = _Keys(tenant)
+                _KEYS.put(tenant, keys)
+                rows = conn.execute(_KEY_EVENTS, args | {"after": 0}).all()
+            for r in rows:
+                row = _journal_row(r)
+                if (row.seq, row.hash) in keys.seen:
+                    continue
+                keys.seen.add((row.seq, row.hash))
+                keys.offered = max(keys.offered, row.seq)
+                if not keys.hist.add_key_event(row):
+                    log.warning("integrity.key_event_unverified", tenant=tenant, seq=row.seq)
+        return keys
+
+
+def _checked(conn: sa.Connection, tenant: str, row: JournalRow) -> V.StatusEvent | None:
+    """:func:`~oml.domain.verified_read.check_event` of ``row`` under the key history at its seq; on success the
+    history is trusted up to just below it (:class:`_Keys`). Raises :class:`ValueError` (a reason code)."""
+    keys = _key_history(conn, tenant, row.seq)
+    _stats["signature_checks"] += 1
+    ev = V.check_event(tenant, row, keys.hist.key_at(row.kid, row.seq))
+    with _KEYS_LOCK:
+        keys.upto = max(keys.upto, row.seq - 1)
+    return ev
 
 
 def _journal_row(r: Any) -> JournalRow:
@@ -194,10 +232,8 @@ def _reason(conn: sa.Connection, tenant: str, r: Any) -> str | None:
     key = (tenant, row.seq, link(row.prev_hash, row.canonical))
     cached = _EVENTS.get(key)
     if cached is None:
-        hist = _key_history(conn, tenant, row.seq)
-        _stats["signature_checks"] += 1
         try:
-            ev = V.check_event(tenant, row, hist.key_at(row.kid, row.seq))
+            ev = _checked(conn, tenant, row)
         except ValueError as exc:
             return str(exc.args[0])
         cached = (ev,)
@@ -225,9 +261,7 @@ def signed_body(conn: sa.Connection, tenant: str, r: Any) -> V.SubmittedBody | N
     if cached is None:
         # A held version's status event is its submission: verified once, whichever check came first.
         if _EVENTS.get((tenant, row.seq, recomputed)) is None:
-            hist = _key_history(conn, tenant, row.seq)
-            _stats["signature_checks"] += 1
-            V.check_event(tenant, row, hist.key_at(row.kid, row.seq))
+            _checked(conn, tenant, row)
         cached = (V.submitted_body(parse_event(row.canonical, seq=row.seq, tenant=tenant)),)
         _EVENTS.put(key, cached)
     return cached[0]
@@ -266,9 +300,7 @@ def rewrapped(conn: sa.Connection, tenant: str, *, refresh: bool) -> dict[str, t
             for r in conn.execute(_REWRAP_EVENTS, {"t": tenant, "type": V.REWRAPPED, "after": cur.upto}).all():
                 row = _journal_row(r)
                 try:
-                    hist = _key_history(conn, tenant, row.seq)
-                    _stats["signature_checks"] += 1
-                    V.check_event(tenant, row, hist.key_at(row.kid, row.seq))
+                    _checked(conn, tenant, row)
                     cur.deks.update(V.rewrapped_deks(parse_event(row.canonical, seq=row.seq, tenant=tenant)))
                 except ValueError as exc:
                     log.warning("integrity.rewrap_event_unverified", tenant=tenant, seq=row.seq, reason=str(exc.args[0]))
@@ -318,9 +350,7 @@ def genuine_event(conn: sa.Connection, tenant: str, row: JournalRow) -> dict[str
     """
     key = ("genuine", tenant, row.seq, link(row.prev_hash, row.canonical))
     if _EVENTS.get(key) is None:
-        hist = _key_history(conn, tenant, row.seq)
-        _stats["signature_checks"] += 1
-        V.check_event(tenant, row, hist.key_at(row.kid, row.seq))
+        _checked(conn, tenant, row)
         _EVENTS.put(key, True)
     return parse_event(row.canonical, seq=row.seq, tenant=tenant)
 

@@ -61,12 +61,13 @@ def open_context(settings: Settings | None = None, *, migrate: bool = True) -> C
     settings = settings or get_settings()
     url = owner_url(settings)
     db = Database(url, settings.role_password, settings.pool_size, settings.role_passwords,
-                  replica_urls=settings.replica_urls, replica_wait_s=settings.replica_wait_s)
+                  replica_urls=settings.replica_urls, replica_wait_s=settings.replica_wait_s,
+                  lock_timeout_ms=settings.db_lock_timeout_ms, statement_timeout_ms=settings.db_statement_timeout_ms)
     # With auto_migrate off the process never connects as the owner (it may not hold its password).
     if settings.auto_migrate:
         embedded.check_pgvector(db.engine(None))
         if migrate:
-            upgrade(str(db.owner_url.render_as_string(hide_password=False)))
+            upgrade(str(db.owner_url.render_as_string(hide_password=False)), settings.role_connection_limit)
     keystore = DeferredKeyStore(settings)
     if not settings.database_url:
         keystore.open()  # embedded default: one process plays every workload; load (and warn) at start

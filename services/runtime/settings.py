@@ -97,6 +97,13 @@ class Settings(BaseSettings):
     http_host: str = "127.0.0.1"
     http_port: int = 8765
     pool_size: int = 5
+    # Each workload connection's lock_timeout and statement_timeout (milliseconds, 0: none): a statement that waits
+    # longer for a lock another session holds is refused with 503 service.unavailable (services/storage/timeouts.py;
+    # docs/operator-guide.md, "Lock waits and connection limits").
+    db_lock_timeout_ms: int = Field(10_000, ge=0)
+    db_statement_timeout_ms: int = Field(0, ge=0)
+    # CONNECTION LIMIT of each workload role, set by every migration run (0 or less: none); docs/operator-guide.md.
+    role_connection_limit: int = 50
 
     @field_validator("recall_lexical", "query_embedding", mode="before")
     @classmethod

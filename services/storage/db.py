@@ -45,7 +45,7 @@ import sqlalchemy as sa
 from psycopg import pq
 from sqlalchemy import event
 
-from oml.services.storage import pipelined
+from oml.services.storage import pipelined, timeouts
 
 log = logging.getLogger(__name__)
 
@@ -148,11 +148,15 @@ class Database:
             replaced per role, as for the primary); reads go there through :meth:`read`.
         replica_wait_s: how long :meth:`read` waits for a standby to replay a requested position
             before it reads from the primary instead (seconds).
+        lock_timeout_ms, statement_timeout_ms: each workload connection's ``lock_timeout`` and
+            ``statement_timeout`` (milliseconds, 0: none; :mod:`oml.services.storage.timeouts`). The owner's
+            connections (migrations) have neither.
     """
 
     def __init__(self, owner_url: str, role_password: str | None = None, pool_size: int = 5,
                  role_passwords: dict[str, str] | None = None, replica_urls: list[str] | None = None,
-                 replica_wait_s: float = 0.5) -> None:
+                 replica_wait_s: float = 0.5, lock_timeout_ms: int = timeouts.LOCK_TIMEOUT_MS,
+                 statement_timeout_ms: int = timeouts.STATEMENT_TIMEOUT_MS) -> None:
         url = _psycopg(owner_url)
         self.owner_url = url
         self.replica_urls = [_psycopg(u) for u in replica_urls or []]
@@ -163,6 +167,8 @@ class Database:
         self.role_password = role_password
         self.role_passwords = dict(role_passwords or {})
         self.pool_size = pool_size
+        self.lock_timeout_ms = lock_timeout_ms
+        self.statement_timeout_ms = statement_timeout_ms
         self._engines: dict[str, sa.Engine] = {}
         self._lock = threading.Lock()
 
@@ -190,7 +196,11 @@ class Database:
                     pool_reset_on_return="rollback",
                     # Nothing is prepared automatically (a generic plan could ignore an index a
                     # recall needs, such as a tenant partition's HNSW); a statement executed with prepare=True is.
-                    connect_args={"prepare_threshold": 2**31 - 1},
+                    # A workload's statement waits at most lock_timeout for a lock a compromised credential may
+                    # hold; startup options, so RESET ALL at checkout restores them (services/storage/timeouts.py).
+                    connect_args={"prepare_threshold": 2**31 - 1} | ({} if role is None else {
+                        "options": " ".join(filter(None, (str(url.query.get("options") or ""),
+                                                          timeouts.options(self.lock_timeout_ms, self.statement_timeout_ms))))}),
                     # Parameters carry plaintext (the indexer's text, a subject under erasure): never
                     # in SQLAlchemy's INFO log nor in a StatementError's message (docs/erasure.md, Logs).
                     hide_parameters=True,

@@ -137,6 +137,14 @@ def context(*tenants: str | None, new_home: bool = False) -> Iterator[Context]:
     except OMLError as exc:
         print_problem(exc, ctx)
         raise typer.Exit(EXIT_USAGE) from None
+    except Exception as exc:
+        from oml.services.storage import timeouts
+
+        busy = timeouts.refusal(exc)  # a lock or statement wait past its limit: 503 service.unavailable
+        if busy is None:
+            raise
+        print_problem(busy, ctx)
+        raise typer.Exit(EXIT_FAILED) from None
     finally:
         ctx.close()
 

@@ -18,12 +18,14 @@ import logging
 import re
 from typing import Any
 
+import sqlalchemy as sa
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from oml.domain.errors import WORKAREA_BY_ID, OMLError
+from oml.services.storage import timeouts
 
 log = logging.getLogger("oml.http")
 
@@ -182,3 +184,14 @@ def install(app: FastAPI) -> None:
     async def _internal(request: Request, exc: Exception):
         log.error("unhandled error type=%s path=%s", type(exc).__name__, request.url.path)
         return problem(500, "internal.error", "an internal error occurred; nothing was committed")
+
+    @app.exception_handler(sa.exc.DBAPIError)
+    async def _database(request: Request, exc: sa.exc.DBAPIError):
+        # A statement that waited past lock_timeout / statement_timeout: 503 with a reason, retry is safe.
+        busy = timeouts.refusal(exc)
+        if busy is not None:
+            log.warning("database wait refused reason=%s path=%s", busy.extra["reason"], request.url.path)
+            resp = problem(busy.status, busy.code, busy.detail, **busy.extra)
+            resp.headers["Retry-After"] = "1"
+            return resp
+        return await _internal(request, exc)

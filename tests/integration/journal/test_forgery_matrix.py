@@ -50,6 +50,8 @@ OUTBOX = "oml index verify: outbox.missing (a consumer behind with nothing to wa
 READLOG = "oml readlog verify / reconcile / oml index verify: readlog.edited / inserted / deleted against the sealed batch"
 CHECKPOINT = "reconcile / evidence verify: a checkpoint must be signed under the chain's key"
 COUNTER = "a counter of refusals: the refused state is named again by the check that found it (verify, reconcile, reads)"
+IDEMPOTENCY = ("idempotency replay: the stored response's MAC under a KeyStore-derived key must verify for the tenant,"
+               " principal, key and request (integrity.unverified_state, integrity_events state.idempotency)")
 POISON = "oml status: poison records; a deleted record leaves the claim unindexed: oml index verify index.missing"
 NOT_NOTICED = None
 
@@ -97,10 +99,8 @@ MATRIX: dict[tuple[str, str, str], Entry] = {
                                                            "bookkeeping of a physical rewrite after a shred; the shred itself is "
                                                            "checked (GONE); a rewrite marked done without running leaves dead tuples"),
     ("oml_admission", "erasure_rewrites", "UPDATE"): Entry(DERIVED, NOT_NOTICED, None, "as INSERT"),
-    ("oml_admission", "idempotency_keys", "INSERT"): Entry(DERIVED, NOT_NOTICED, None,
-                                                           "a stored write acknowledgement (ids) replayed to the same principal "
-                                                           "and request; every id in it is checkable by fetch"),
-    ("oml_admission", "idempotency_keys", "UPDATE"): Entry(DERIVED, NOT_NOTICED, None, "as INSERT"),
+    ("oml_admission", "idempotency_keys", "INSERT"): Entry(SERVED, IDEMPOTENCY, "test_idempotency_forgery.py::test_a_forged_response_is_never_replayed",
+                                                           "a stored write acknowledgement (ids) is replayed only under the server's MAC"),
     ("oml_admission", "idempotency_keys", "DELETE"): Entry(DERIVED, NOT_NOTICED, None, "a retry becomes a second write, journalled"),
     ("oml_admission", "identities", "INSERT"): Entry(AUTHORITY, VERIFIED_STATE, AF + "test_an_unregistered_actor_is_refused_to_workloads_and_reported_for_the_owner"),
     ("oml_admission", "identities", "UPDATE"): Entry(AUTHORITY, VERIFIED_STATE, AF + "test_an_unregistered_actor_is_refused_to_workloads_and_reported_for_the_owner"),
@@ -154,7 +154,8 @@ MATRIX: dict[tuple[str, str, str], Entry] = {
                                                        "the rewrap act's own write, in the transaction that journals its digests"),
     # ------------------------------------------------------------------ oml_server
     ("oml_server", "integrity_events", "INSERT"): Entry(DERIVED, COUNTER, None),
-    ("oml_server", "integrity_events", "UPDATE"): Entry(DERIVED, COUNTER, None, "a lowered count hides nothing the checks recompute"),
+    ("oml_server", "integrity_events", "UPDATE"): Entry(DERIVED, COUNTER, "test_workload_limits.py::test_the_server_cannot_delete_or_lower_integrity_events",
+                                                        "the upsert's refusals and last_at only; a count only grows (trigger), no DELETE"),
     ("oml_server", "read_events", "INSERT"): Entry(DERIVED, READLOG, SIG + "test_derived_state_changes_are_named_and_rebuild_repairs_the_index"),
     ("oml_server", "wrapped_deks", "UPDATE"): Entry(KEYS, DEK, SIG + "test_a_wrapped_dek_overwritten_by_the_server_role_is_named"),
     # ------------------------------------------------------------------ oml_indexer
@@ -165,13 +166,12 @@ MATRIX: dict[tuple[str, str, str], Entry] = {
     ("oml_indexer", "index_threads", "DELETE"): Entry(DERIVED, "oml index rebuild recomputes context windows", None, "ranking text only"),
     ("oml_indexer", "memories_fts", "INSERT"): Entry(DERIVED, INDEX, FM + "test_each_role_s_changes_are_refused_or_named"),
     ("oml_indexer", "memories_fts", "UPDATE"): Entry(DERIVED, INDEX, SIG + "test_derived_state_changes_are_named_and_rebuild_repairs_the_index",
-                                                    "tsv / embedding content: ranking only, repaired by rebuild, not compared"),
+                                                    "tip columns and path only (column grant): repaired by rebuild"),
     ("oml_indexer", "memories_fts", "DELETE"): Entry(DERIVED, INDEX, SIG + "test_derived_state_changes_are_named_and_rebuild_repairs_the_index"),
     ("oml_indexer", "memory_embeddings", "INSERT"): Entry(DERIVED, INDEX, FM + "test_each_role_s_changes_are_refused_or_named"),
     ("oml_indexer", "memory_embeddings", "UPDATE"): Entry(DERIVED, INDEX, SIG + "test_derived_state_changes_are_named_and_rebuild_repairs_the_index"),
     ("oml_indexer", "memory_embeddings", "DELETE"): Entry(DERIVED, INDEX, SIG + "test_derived_state_changes_are_named_and_rebuild_repairs_the_index"),
     ("oml_indexer", "poison_messages", "INSERT"): Entry(DERIVED, POISON, None),
-    ("oml_indexer", "poison_messages", "UPDATE"): Entry(DERIVED, POISON, None),
     ("oml_indexer", "poison_messages", "DELETE"): Entry(DERIVED, POISON, None),
     ("oml_indexer", "sim_memories_fts", "INSERT"): Entry(DERIVED, "oml index rebuild; recall re-admits every hit from the projections", None,
                                                          "simulation index rows: not compared by oml index verify"),
@@ -184,7 +184,6 @@ MATRIX: dict[tuple[str, str, str], Entry] = {
     ("oml_lake_writer", "consumer_cursors", "INSERT"): Entry(DERIVED, CURSOR, FM + "test_each_role_s_changes_are_refused_or_named"),
     ("oml_lake_writer", "consumer_cursors", "UPDATE"): Entry(DERIVED, CURSOR, FM + "test_each_role_s_changes_are_refused_or_named"),
     ("oml_lake_writer", "poison_messages", "INSERT"): Entry(DERIVED, POISON, None),
-    ("oml_lake_writer", "poison_messages", "UPDATE"): Entry(DERIVED, POISON, None),
     # ------------------------------------------------------------------ oml_relay
     ("oml_relay", "outbox", "UPDATE"): Entry(DERIVED, OUTBOX, FM + "test_each_role_s_changes_are_refused_or_named", "dispatched_at set: never delivered"),
     ("oml_relay", "outbox", "DELETE"): Entry(DERIVED, OUTBOX, SIG + "test_derived_state_changes_are_named_and_rebuild_repairs_the_index"),
@@ -210,6 +209,22 @@ COLUMNS: dict[tuple[str, str, str], frozenset[str]] = {
     ("oml_admission", "workareas", "UPDATE"): frozenset({"development", "parent_id", "path", "pii_policy"}),
     ("oml_server", "wrapped_deks", "UPDATE"): frozenset({"key_version", "wrapped"}),
     ("oml_admission", "wrapped_deks", "UPDATE"): frozenset({"key_version", "wrapped"}),
+    # Column grants keep a workload from LOCK TABLE on a shared table (99_lock_narrowing.sql).
+    ("oml_admission", "chain_heads", "UPDATE"): frozenset({"seq", "hash"}),
+    ("oml_admission", "merkle_state", "UPDATE"): frozenset({"tree_size", "frontier"}),
+    ("oml_admission", "retention_policies", "UPDATE"): frozenset({"readlog_days", "set_seq"}),
+    ("oml_admission", "tenant_policies", "UPDATE"): frozenset({"phone_regions", "set_seq"}),
+    ("oml_admission", "erasure_rewrites", "UPDATE"): frozenset({"requested_seq", "requested_xid", "requested_at", "done_seq",
+                                                                "done_at", "stats_cleared"}),
+    ("oml_lake_writer", "consumer_cursors", "UPDATE"): frozenset({"seq", "updated_at"}),
+    ("oml_indexer", "consumer_cursors", "UPDATE"): frozenset({"seq", "updated_at"}),
+    ("oml_indexer", "index_threads", "UPDATE"): frozenset({"version_id", "workarea_id", "thread_sha256", "position", "window_claims"}),
+    ("oml_indexer", "memories_fts", "UPDATE"): frozenset({"tip_to_seq", "tip_to_at", "path"}),
+    ("oml_indexer", "memory_embeddings", "UPDATE"): frozenset({"tip_to_seq", "tip_to_at", "path"}),
+    ("oml_indexer", "sim_memories_fts", "UPDATE"): frozenset({"tip_to_seq", "tip_to_at", "path"}),
+    ("oml_indexer", "sim_memory_embeddings", "UPDATE"): frozenset({"tip_to_seq", "tip_to_at", "path"}),
+    ("oml_relay", "outbox", "UPDATE"): frozenset({"dispatched_at"}),
+    ("oml_server", "integrity_events", "UPDATE"): frozenset({"refusals", "last_at"}),
 }
 
 # SECURITY DEFINER functions a workload may execute, and why none writes what the matrix above does not cover.
@@ -239,6 +254,9 @@ _GRANTS = sa.text(
     " SELECT r, relname, p, a.attname FROM roles, rels"
     "   JOIN pg_attribute a ON a.attrelid = rels.oid AND a.attnum > 0 AND NOT a.attisdropped, unnest(ARRAY['INSERT', 'UPDATE']) p"
     "  WHERE has_column_privilege(r, rels.oid, a.attnum, p)")
+_TABLE_UPDATE = sa.text(
+    "SELECT r AS role, c.relname FROM unnest(CAST(:roles AS text[])) r, pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+    " WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND NOT c.relispartition AND has_table_privilege(r, c.oid, 'UPDATE')")
 _FUNCTIONS = sa.text(
     "SELECT r AS role, p.proname FROM unnest(CAST(:roles AS text[])) r, pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
     " WHERE n.nspname = 'public' AND p.prosecdef AND has_function_privilege(r, p.oid, 'EXECUTE')")
@@ -266,6 +284,10 @@ def test_every_write_grant_is_in_the_matrix(ctx):
     # The restore fence is the owner's alone (one row refuses every tenant), and the reconciler writes nothing.
     assert not [k for k in granted if k[1] == "restore_state"]
     assert not [k for k in granted if k[0] == "oml_reconciler"]
+    # No table-level UPDATE is left (a column grant everywhere): only DELETE still lets a workload LOCK TABLE.
+    with owner(ctx) as c:
+        table_update = c.execute(_TABLE_UPDATE, {"roles": list(ROLES)}).all()
+    assert table_update == [], table_update
 
 
 def test_no_change_to_authority_keys_or_served_bodies_goes_unnoticed(ctx):

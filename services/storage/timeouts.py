@@ -1,0 +1,42 @@
+"""How long a workload's statement may wait for a lock or run, and the refusal when it waited too long
+(docs/security-model.md, "Locks and connections"; docs/operator-guide.md).
+
+Every workload role may lock rows other tenants' acts never touch, but a statement of one tenant's act can still
+wait behind a lock a compromised credential holds on a shared row or table. Each pooled connection of a workload
+role is opened with ``lock_timeout`` (``OML_DB_LOCK_TIMEOUT_MS``) and ``statement_timeout``
+(``OML_DB_STATEMENT_TIMEOUT_MS``, 0: none) as startup options: they are the session's defaults, so the
+checkout's ``RESET ALL`` restores them, and a per-role default a workload set for itself (``ALTER ROLE … SET``)
+does not override them. A transaction that needs a longer wait sets its own with ``set_config(…, true)`` (the
+lake-writer's lock, an erasure's rewrite).
+
+A statement that waited past either limit raises ``LockNotAvailable`` (55P03) or ``QueryCanceled`` (57014);
+:func:`refusal` turns it into ``503 service.unavailable`` with ``reason`` ``lock_timeout`` or
+``statement_timeout``: the transaction rolled back, nothing was committed, and a retry is safe.
+"""
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from oml.domain.errors import OMLError
+
+LOCK_TIMEOUT_MS = 10_000
+STATEMENT_TIMEOUT_MS = 0
+
+_REASONS = {"55P03": "lock_timeout", "57014": "statement_timeout"}
+
+
+def options(lock_timeout_ms: int, statement_timeout_ms: int) -> str:
+    """libpq's ``options`` startup parameter setting both limits (milliseconds; 0 turns a limit off)."""
+    return f"-c lock_timeout={int(lock_timeout_ms)} -c statement_timeout={int(statement_timeout_ms)}"
+
+
+def refusal(exc: BaseException) -> OMLError | None:
+    """``service.unavailable`` (503, ``reason`` ``lock_timeout`` or ``statement_timeout``) for a database error
+    raised because a statement waited past its limit; None for any other error."""
+    orig = getattr(exc, "orig", None) if isinstance(exc, sa.exc.DBAPIError) else exc
+    reason = _REASONS.get(getattr(orig, "sqlstate", None) or "")
+    if reason is None:
+        return None
+    what = "a lock another session holds" if reason == "lock_timeout" else "the statement's time limit"
+    return OMLError("service.unavailable", f"the database did not answer in time ({what}); nothing was committed,"
+                    " retry later", 503, {"reason": reason})
