@@ -391,11 +391,14 @@ class Erasure:
         return self._after(p.tenant, out, rewrite)
 
     def _verified_holds(self, head: journal.Head, locked: dict[str, Any]) -> None:
-        """Refuse (``integrity.unverified_state``, 500, recorded) when a live claim's ``legal_hold`` is not what its
-        verified hold events say: an erasure cannot be undone, so it never rests on the row alone."""
+        """Refuse (``integrity.unverified_state``, 500, recorded) when a claim's ``erased_seq`` or, for a live claim,
+        its ``legal_hold`` is not what its verified ``claim.erased`` and hold events say: an erasure cannot be undone,
+        and "already erased" keeps the data, so neither decision rests on the row alone."""
         v = self.adm.acts.verified
         state = head.verified if head.verified is not None else v.current(head.conn, head.tenant)
         for cid, r in locked.items():
+            if (r.erased_seq is not None) != (cid in state.erased):
+                raise v.mismatch(head.tenant, state.seq, f"claim {cid}'s erasure")
             if r.erased_seq is None and bool(r.legal_hold) != state.holds.get(cid, False):
                 raise v.mismatch(head.tenant, state.seq, f"claim {cid}'s legal hold")
 
