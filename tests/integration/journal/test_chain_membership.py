@@ -24,8 +24,8 @@ from fastapi.testclient import TestClient
 
 from oml.domain import chain, signing
 from oml.domain.canonical import now
-from oml.domain.events import SYSTEM, Actor, encode, event_object
 from oml.domain.errors import OMLError
+from oml.domain.events import SYSTEM, Actor, encode, event_object
 from oml.services.entrypoints.http.app import create_app
 from oml.services.reads import readlog
 from oml.services.reads.recall import Recaller, RecallRequest
