@@ -2,9 +2,10 @@
 
 A projection row is a cache of the journal, and a workload credential can write a row together with a
 hash-linked event whose signature is wrong: ``97_authority_guards.sql`` compares the row with the event's
-values, not with its signature. So the decisions that say who may do what and which key encrypts --
-admission's wrap key, rotation and rewrap, holds and erasure, workarea policy and scope, simulations'
-open/closed state and audience, API keys -- are taken from :class:`TenantState`: the tenant's chain
+values, not with its signature (and ``97_chain_membership.sql`` keeps every journal row on the chain this state
+reads). So the decisions that say who may do what and which key encrypts -- admission's wrap key, rotation and
+rewrap, holds and erasure (already erased or not), workarea policy and scope, simulations' open/closed state and
+audience, API keys, the read-log retention window -- are taken from :class:`TenantState`: the tenant's chain
 verified from event 1 by :class:`oml.domain.chain.ChainVerifier` (hash links, strict format, each signature
 under the key the chain itself registered for that seq), and the authority it carries, derived from
 those verified events only. The rows stay as caches: an act reads its row, compares it with the verified
