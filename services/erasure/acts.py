@@ -8,8 +8,9 @@ the idempotency record, in one transaction):
   ``{"claim_id", "reason", "artifacts": [{"artifact_id", "sha256"}…]}``:
   ids and ciphertext digests only, never a subject or its HMAC.
 * :meth:`Erasure.erase_subject` — every claim whose declared subjects include
-  the given one (found by its HMAC in ``claim_subjects``, across workareas),
-  one ``claim.erased`` per claim, all in one transaction.
+  the given one (found by its HMAC in ``claim_subjects``, across workareas, and
+  kept only when a verified body of the claim declares it), one ``claim.erased``
+  per claim, all in one transaction.
 * :meth:`Erasure.place_hold` / :meth:`Erasure.release_hold` —
   ``claim.hold_placed`` / ``claim.hold_released`` ``{"claim_id", "reason"}``;
   erasing a held claim is refused with ``erasure.legal_hold`` (409).
@@ -31,6 +32,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -39,6 +41,7 @@ from oml.domain import claims as rules
 from oml.domain.access import Principal
 from oml.domain.errors import OMLError, invalid, not_found
 from oml.domain.events import ERASURE_REASONS, Actor
+from oml.services.erasure import subject_binding
 from oml.services.journal import journal
 from oml.services.storage.db import Database
 from oml.workers.index import context as context_index
@@ -342,12 +345,17 @@ class Erasure:
 
         The value is normalised as at admission (:func:`oml.domain.pii.normalise_subject`)
         and looked up by its HMAC; neither the value nor the HMAC is
-        journalled, logged or returned. All or nothing: when any matching
-        claim is under legal hold the whole request is refused
-        (``erasure.legal_hold``, naming the held claim ids); when any lies
-        outside the key's workareas it is refused with ``access.denied``.
-        Same return shape as :meth:`erase_claim`; no matching claim is an
-        empty list, not an error.
+        journalled, logged or returned. A claim found by the HMAC is erased
+        only when one of its bodies, opened as a verified read, declares the
+        subject (:mod:`oml.services.erasure.subject_binding`): another is left
+        alone and listed in ``skipped`` as ``{"claim_id", "reason"}``
+        (``subject.not_declared`` / ``subject.body_unverified``), counted in
+        ``integrity_events`` (``state.subject_link``). All or nothing over the
+        claims that declare it: when any is under legal hold the whole request
+        is refused (``erasure.legal_hold``, naming the held claim ids); when any
+        lies outside the key's workareas it is refused with ``access.denied``.
+        Same return shape as :meth:`erase_claim` plus ``skipped``; no matching
+        claim is an empty list, not an error.
         """
         from oml.domain import pii
 
@@ -367,9 +375,14 @@ class Erasure:
 
         def act(head):
             conn = head.conn
-            ids = [str(c) for c in conn.execute(sa.text(
+            matched = [str(c) for c in conn.execute(sa.text(
                 "SELECT claim_id FROM claim_subjects WHERE tenant_id = :t AND subject_hmac = :h"),
                 {"t": p.tenant, "h": h}).scalars()]
+            # A claim_subjects row is a lookup a workload may write: only claims whose signed bodies declare the
+            # subject are erased; the others are left alone and named (subject_binding).
+            ids, skipped = subject_binding.check(self.ctx, p.tenant, h, matched, partial(self.adm.subject_hmac, p.tenant))
+            if skipped:
+                self.adm.acts.verified.record(p.tenant, head.seq, "state.subject_link")
             locked = lock_claims(conn, p.tenant, ids)
             if any(not p.can_access(r.path) for r in locked.values()):
                 raise OMLError("access.denied", "some claims for this subject lie outside the key's workareas", 403)
@@ -384,18 +397,21 @@ class Erasure:
                     out.append(_already(r))
                 else:
                     out.append(erase_locked(head, self.adm.acts.append, self.adm.acts.actor(p), cid, reason))
-            return {"tenant": p.tenant, "erasures": out}
+            return {"tenant": p.tenant, "erasures": out, "skipped": skipped}
 
         # The idempotency record keeps a digest over the keyed HMAC, never over the value.
         out = self.adm.acts.run(p, idempotency_key, {"act": "erase.subject", "kind": kind, "subject": h.hex(), "reason": reason}, act)
         return self._after(p.tenant, out, rewrite)
 
     def _verified_holds(self, head: journal.Head, locked: dict[str, Any]) -> None:
-        """Refuse (``integrity.unverified_state``, 500, recorded) when a live claim's ``legal_hold`` is not what its
-        verified hold events say: an erasure cannot be undone, so it never rests on the row alone."""
+        """Refuse (``integrity.unverified_state``, 500, recorded) when a claim's ``erased_seq`` or, for a live claim,
+        its ``legal_hold`` is not what its verified ``claim.erased`` and hold events say: an erasure cannot be undone,
+        and "already erased" keeps the data, so neither decision rests on the row alone."""
         v = self.adm.acts.verified
         state = head.verified if head.verified is not None else v.current(head.conn, head.tenant)
         for cid, r in locked.items():
+            if (r.erased_seq is not None) != (cid in state.erased):
+                raise v.mismatch(head.tenant, state.seq, f"claim {cid}'s erasure")
             if r.erased_seq is None and bool(r.legal_hold) != state.holds.get(cid, False):
                 raise v.mismatch(head.tenant, state.seq, f"claim {cid}'s legal hold")
 

@@ -230,9 +230,9 @@ class ActRunner:
             raise OMLError("access.denied", "the actor is not an active principal of this tenant", 403)
         return role
 
-    def system_event(self, tenant: str, type: str, data: dict[str, Any] | Callable[[sa.Connection], dict[str, Any] | None],
-                     actor: Actor = SYSTEM, *, effect: Callable[[sa.Connection, journal.Appended], None] | None = None
-                     ) -> journal.Appended | None:
+    def system_event(self, tenant: str, type: str, data: dict[str, Any] | Callable[..., dict[str, Any] | None],
+                     actor: Actor = SYSTEM, *, effect: Callable[[sa.Connection, journal.Appended], None] | None = None,
+                     verified: bool = False) -> journal.Appended | None:
         """Journal a worker's report (``reconciliation.completed``, ``readlog.anchored``, …).
 
         ``data`` may be a callable ``(conn) -> dict | None`` run after the
@@ -240,15 +240,22 @@ class ActRunner:
         append; ``None`` appends nothing and returns ``None``. ``effect(conn,
         appended)`` runs in the same transaction after the append (e.g.
         marking the read-log rows a ``readlog.anchored`` seals): the event and
-        its effect commit together or not at all.
+        its effect commit together or not at all. ``verified``: an act that
+        decides from authority (read-log retention) -- the callable is called
+        as ``(conn, state)`` with the tenant's verified state at the locked head
+        (:class:`verified_states.TenantState`; raises ``integrity.unverified_state``,
+        500, when the chain up to the head does not verify), and the appended
+        row is linked onto that state after the commit.
         """
         with self.tx(tenant) as conn:
             head = journal.Head(conn, tenant)
             if callable(data):
-                data = data(conn)
+                data = data(conn, self.verified_head(head)) if verified else data(conn)
                 if data is None:
                     return None
             ev = self.append(head, type, actor, data)
             if effect is not None:
                 effect(conn, ev)
-            return ev
+        if verified:
+            self.verified.advance(tenant, head.linked)
+        return ev

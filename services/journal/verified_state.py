@@ -2,9 +2,10 @@
 
 A projection row is a cache of the journal, and a workload credential can write a row together with a
 hash-linked event whose signature is wrong: ``97_authority_guards.sql`` compares the row with the event's
-values, not with its signature. So the decisions that say who may do what and which key encrypts --
-admission's wrap key, rotation and rewrap, holds and erasure, workarea policy and scope, simulations'
-open/closed state and audience, API keys -- are taken from :class:`TenantState`: the tenant's chain
+values, not with its signature (and ``97_chain_membership.sql`` keeps every journal row on the chain this state
+reads). So the decisions that say who may do what and which key encrypts -- admission's wrap key, rotation and
+rewrap, holds and erasure (already erased or not), workarea policy and scope, simulations' open/closed state and
+audience, API keys, the read-log retention window -- are taken from :class:`TenantState`: the tenant's chain
 verified from event 1 by :class:`oml.domain.chain.ChainVerifier` (hash links, strict format, each signature
 under the key the chain itself registered for that seq), and the authority it carries, derived from
 those verified events only. The rows stay as caches: an act reads its row, compares it with the verified
@@ -69,7 +70,8 @@ class TenantState:
     ``{parent, label, development, pii_policy}``; ``encryption``: ``(version, X25519 public key)`` in
     registration order (the last is current); ``simulations``: id → ``{audience, closed_seq}``; ``holds``:
     claim → under legal hold (claims with a hold event only); ``erased``: erased claim ids;
-    ``phone_regions``: the latest ``tenant.policy_set``'s, or None. ``broken``: ``(seq, reason)`` of the
+    ``phone_regions``: the latest ``tenant.policy_set``'s, or None; ``readlog_days``: the read-log retention window
+    (days) of the latest ``retention.policy_set``, or None. ``broken``: ``(seq, reason)`` of the
     first event that did not verify -- nothing after it is trusted, so every act is refused until it is
     repaired. ``broken_rows``: a digest of the stored rows at the verified head and at the broken seq, taken
     when the state was first found broken; when they change (a restore, a repaired row) the state is verified
@@ -85,6 +87,7 @@ class TenantState:
     holds: dict[str, bool] = field(default_factory=dict)
     erased: set[str] = field(default_factory=set)
     phone_regions: list[str] | None = None
+    readlog_days: int | None = None
     broken: tuple[int, str] | None = None
     broken_rows: bytes | None = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -143,6 +146,8 @@ class TenantState:
             self.workareas[d["node_id"]].update(development=bool(d["development"]), pii_policy=d["pii_policy"])
         elif t == "tenant.policy_set":
             self.phone_regions = list(d["phone_regions"]) if isinstance(d.get("phone_regions"), list) else None
+        elif t == "retention.policy_set":
+            self.readlog_days = int(d["readlog_days"])
         elif t in ("claim.hold_placed", "claim.hold_released"):
             self.holds[d["claim_id"]] = t == "claim.hold_placed"
         elif t == "claim.erased":
@@ -227,7 +232,7 @@ class VerifiedStates:
     def _reset(s: TenantState) -> None:
         fresh = TenantState(s.tenant, ChainVerifier(s.tenant))
         for f in ("verifier", "principals", "workareas", "encryption", "simulations", "holds", "erased",
-                  "phone_regions", "broken", "broken_rows"):
+                  "phone_regions", "readlog_days", "broken", "broken_rows"):
             setattr(s, f, getattr(fresh, f))
 
     @staticmethod
@@ -320,6 +325,13 @@ class VerifiedStates:
 
     def refusal(self, tenant: str, seq: int, reason: str, detail: str) -> OMLError:
         """Record a refused act (``integrity_events``: no version, ``seq``, ``reason``) and return its problem."""
+        self.record(tenant, seq, reason)
+        return OMLError(CODE, f"refused: the act would rest on state the signed journal does not back ({detail})", 500,
+                        {"seq": seq, "reason": reason})
+
+    def record(self, tenant: str, seq: int, reason: str) -> None:
+        """Count, in a transaction of its own, a row the verified journal does not back (``integrity_events``: no
+        version, ``seq``, ``reason``), and log it: for a refusal, or for rows an act left alone (ids only)."""
         log.error("integrity.unverified_state", tenant=tenant, seq=seq, reason=reason)
         try:
             with self.db.engine("oml_server").begin() as c:
@@ -327,8 +339,6 @@ class VerifiedStates:
                 c.execute(_RECORD, {"t": tenant, "v": NO_VERSION, "s": seq, "r": reason})
         except sa.exc.SQLAlchemyError as exc:  # a read-only standby: the log line above stays
             log.warning("integrity.record_failed", tenant=tenant, error=type(exc).__name__)
-        return OMLError(CODE, f"refused: the act would rest on state the signed journal does not back ({detail})", 500,
-                        {"seq": seq, "reason": reason})
 
     def workarea_differs(self, s: TenantState, row: Any) -> str | None:
         """What of a ``workareas`` row (``node_id, parent_id, path, development, pii_policy``) differs from the

@@ -57,6 +57,7 @@ from oml.services.reads.bodies import log_read
 from oml.services.runtime.tracing import traced
 
 if TYPE_CHECKING:  # pragma: no cover
+    from oml.services.journal.verified_state import TenantState
     from oml.services.runtime.context import Context
     from oml.services.storage.db import Database, ReadTx
 
@@ -240,7 +241,8 @@ def apply_retention(ctx: Context, tenant: str, *, principal: Principal | None = 
     ``batches`` as ``[first, last]`` ranges, ``reads_removed`` and
     ``reads_expected`` — a difference records reads that were already
     missing) even when nothing is due, so every run is on the record.
-    Raises ``retention.no_policy`` (409) when no window was set.
+    Raises ``retention.no_policy`` (409) when no window was set, ``integrity.unverified_state`` (500, recorded)
+    when the ``retention_policies`` row is not the window the verified journal set, or the chain does not verify.
     """
     if principal is not None:
         rules.require_act(principal.role, "retention")
@@ -250,8 +252,12 @@ def apply_retention(ctx: Context, tenant: str, *, principal: Principal | None = 
     at = at or now()
     result: dict[str, Any] = {}
 
-    def build(conn: sa.Connection) -> dict:
+    def build(conn: sa.Connection, state: TenantState) -> dict:
         days = conn.execute(sa.text("SELECT readlog_days FROM retention_policies WHERE tenant_id = :t"), {"t": tenant}).scalar()
+        # Deleting reads cannot be undone: the window is the one the verified journal set, and a row that says
+        # otherwise is refused (docs/security-model.md, "Acting only on verified state").
+        if (int(days) if days is not None else None) != state.readlog_days:
+            raise ctx.acts.verified.mismatch(tenant, state.seq, "the read-log retention policy")
         if days is None:
             raise OMLError("retention.no_policy", "no read-log retention window is set for this tenant", 409)
         cutoff = at - dt.timedelta(days=int(days))
@@ -269,7 +275,7 @@ def apply_retention(ctx: Context, tenant: str, *, principal: Principal | None = 
         return data
 
     actor = Actor(principal.principal_id, principal.identity_id) if principal is not None else SYSTEM
-    ev = ctx.acts.system_event(tenant, "retention.applied", build, actor=actor)
+    ev = ctx.acts.system_event(tenant, "retention.applied", build, actor=actor, verified=True)
     return dict(result, seq=ev.seq)
 
 

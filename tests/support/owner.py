@@ -50,3 +50,16 @@ def integrity_reasons(ctx: Context, tenant: str, version_id: str) -> set[str]:
     with owner(ctx, tenant) as c:
         return set(c.execute(sa.text("SELECT reason FROM integrity_events WHERE tenant_id = :t AND version_id = :v"),
                              {"t": tenant, "v": version_id}).scalars())
+
+
+@contextmanager
+def chain_checks_off(conn: sa.Connection) -> Iterator[None]:
+    """The chain-membership triggers (``97_chain_membership.sql``) disabled on the schema owner's ``conn`` for the body,
+    enabled again after it in the same transaction: what an owner who cuts the journal's tail and moves the head back
+    does first (the owner may disable a table's triggers; no workload may). Rows written meanwhile are never checked."""
+    triggers = (("journal_events", "oml_chain_member"), ("chain_heads", "oml_chain_head"))
+    for table, trigger in triggers:
+        conn.execute(sa.text(f"ALTER TABLE {table} DISABLE TRIGGER {trigger}"))
+    yield
+    for table, trigger in triggers:
+        conn.execute(sa.text(f"ALTER TABLE {table} ENABLE TRIGGER {trigger}"))

@@ -94,6 +94,9 @@ def _after_erasure(ctx, out: dict, report_dir: str | None, as_json: bool) -> Non
     for e in out["erasures"]:
         state = "already erased" if e["already_erased"] else "erased"
         console.print(f"{e['claim_id']}: {state} at seq {e['seq']}")
+    for k in out.get("skipped") or []:
+        # Found by the subject's HMAC, but no verified body of the claim declares the subject: not erased.
+        console.print(f"{k['claim_id']}: left alone ({k['reason']}): its signed bodies do not back the subject link")
     if not ids:
         console.print("no claim declared this subject")
     if out.get("rewrite") and ids:

@@ -72,8 +72,9 @@ def erase_claim(claim_id: str, req: EraseIn, p: Principal = Depends(principal), 
 @router.post("/v1/erasures/subject", summary="Erase every claim that declared a data subject")
 def erase_subject(req: SubjectIn, p: Principal = Depends(principal), ctx: Context = Depends(context),
                   idempotency_key: str | None = IdemKey) -> dict:
-    """Finds the claims by the subject's keyed HMAC across workareas, erases each (one ``claim.erased``
-    per claim, one transaction, all or nothing). Errors: ``access.denied`` (a claim outside the key's
+    """Finds the claims by the subject's keyed HMAC across workareas, erases each whose signed body declares
+    the subject (one ``claim.erased`` per claim, one transaction, all or nothing) and lists the others in
+    ``skipped`` (``{"claim_id", "reason"}``). Errors: ``access.denied`` (a claim outside the key's
     workareas), ``erasure.legal_hold`` (naming the held claim ids), ``erasure.invalid``."""
     out = Erasure(ctx).erase_subject(p, req.kind, req.value, req.reason, idempotency_key=idempotency_key,
                                      rewrite=req.rewrite)

@@ -29,6 +29,7 @@ from oml.workers.reconcile import reconciler
 
 from support.admission import bearer, owner, run_cli
 from support.audit import CANARY, add_claims, lake_copy, populate, resign_history, seal_reads
+from support.owner import chain_checks_off
 from support.paths import DOCS
 
 
@@ -233,7 +234,7 @@ def test_a_cut_tail_fails_against_the_previous_checkpoint(ctx):
     ak = populate(ctx, "ev-cut", 2, canary=False)
     genuine = issue_checkpoint(ctx, ak.tenant)
     keep = genuine.tree_size - 3
-    with owner(ctx, ak.tenant) as c:
+    with owner(ctx, ak.tenant) as c, chain_checks_off(c):
         c.execute(sa.text("DELETE FROM journal_events WHERE tenant_id = :t AND seq > :k"), {"t": ak.tenant, "k": keep})
         h = c.execute(sa.text("SELECT hash FROM journal_events WHERE tenant_id = :t AND seq = :k"), {"t": ak.tenant, "k": keep}).scalar()
         c.execute(sa.text("UPDATE chain_heads SET seq = :k, hash = :h WHERE tenant_id = :t"), {"k": keep, "h": h, "t": ak.tenant})

@@ -37,6 +37,10 @@ CRITICAL = (AUTHORITY, KEYS, SERVED)
 GUARD = "refused by the authority guard unless the journal carries the act (97_authority_guards.sql); a forged event: journal verify"
 VERIFIED_STATE = "verified-state check (the acts consult the verified authority replay, not the row)"
 JOURNAL = "journal verify / reconcile: hash chain and signature"
+CHAIN = ("refused at commit unless every journal row lies on the chain, at or below the head, and the head never moves "
+         "back and names its row's hash (97_chain_membership.sql)")
+SUBJECT_LINK = ("subject erasure erases only claims a verified body of which declares the subject; others are skipped "
+                "and counted (integrity_events, state.subject_link)")
 PROJECTION = "reconcile / projections rebuild --verify: projection drift"
 STATUS = "verified reads: status not backed by a genuine event (refused, integrity_events)"
 BODY = "verified reads: ciphertext not the one the signed claim.submitted names (body.digest, integrity_events); reconcile: bodies"
@@ -71,6 +75,8 @@ RC = "test_reconcile.py::"
 VR = "test_verified_reads.py::"
 FM = "test_forgery_matrix.py::"
 DD = "test_dek_digests.py::"
+CM = "test_chain_membership.py::"
+SB = "test_subject_binding.py::"
 
 # (role, table, privilege) -> Entry; a privilege is DELETE or TRUNCATE (whole table), INSERT or UPDATE (the columns
 # listed in COLUMNS, else every column the role may write).
@@ -78,17 +84,17 @@ MATRIX: dict[tuple[str, str, str], Entry] = {
     # ------------------------------------------------------------------ oml_admission
     ("oml_admission", "artifacts", "INSERT"): Entry(SERVED, BODY, SIG + "test_a_body_the_owner_sealed_anew_is_never_served"),
     ("oml_admission", "artifacts", "UPDATE"): Entry(SERVED, BODY + "; " + GONE, AF + "test_a_body_resealed_to_the_tenant_key_is_not_served"),
-    ("oml_admission", "chain_heads", "INSERT"): Entry(DERIVED, JOURNAL, "test_admission_tamper.py::test_deleted_tail_is_found"),
-    ("oml_admission", "chain_heads", "UPDATE"): Entry(DERIVED, JOURNAL, "test_admission_tamper.py::test_deleted_tail_is_found"),
+    ("oml_admission", "chain_heads", "INSERT"): Entry(DERIVED, CHAIN + "; " + JOURNAL, CM + "test_the_head_never_moves_back_nor_off_the_chain"),
+    ("oml_admission", "chain_heads", "UPDATE"): Entry(DERIVED, CHAIN + "; " + JOURNAL, CM + "test_the_head_never_moves_back_nor_off_the_chain"),
     ("oml_admission", "checkpoints", "INSERT"): Entry(DERIVED, CHECKPOINT, RC + "test_a_checkpoint_signed_by_an_unregistered_key_is_unknown_key"),
     ("oml_admission", "claim_edges", "INSERT"): Entry(SERVED, PROJECTION, RC + "test_a_projection_row_changed_directly_is_projection_drift",
                                                       "lineage only; bodies are judged per version"),
-    ("oml_admission", "claim_subjects", "INSERT"): Entry(DERIVED, NOT_NOTICED, None,
-                                                         "an extra subject HMAC makes a subject erasure erase one claim more: "
-                                                         "an over-erasure, journalled as claim.erased"),
+    ("oml_admission", "claim_subjects", "INSERT"): Entry(SERVED, SUBJECT_LINK, SB + "test_a_forged_subject_link_does_not_erase_an_unrelated_claim",
+                                                         "a link decides which claims a subject erasure destroys"),
     ("oml_admission", "claim_subjects", "DELETE"): Entry(DERIVED, NOT_NOTICED, None,
                                                          "a deleted subject HMAC lets a subject erasure miss a claim: HMACs are "
-                                                         "not journalled (personal data), so nothing recomputes them yet"),
+                                                         "not journalled (personal data); the claims an erasure finds are checked "
+                                                         "against their signed bodies, a claim it no longer finds is not"),
     ("oml_admission", "claim_versions", "INSERT"): Entry(SERVED, GUARD + "; " + STATUS, AF + "test_forged_versions_inserted_as_a_set_are_refused_by_name"),
     ("oml_admission", "claim_versions", "UPDATE"): Entry(SERVED, GUARD + "; " + STATUS, VR + "test_a_workload_cannot_write_a_status_the_journal_does_not_give"),
     ("oml_admission", "claims", "INSERT"): Entry(SERVED, PROJECTION, RC + "test_a_projection_row_changed_directly_is_projection_drift",
@@ -106,8 +112,10 @@ MATRIX: dict[tuple[str, str, str], Entry] = {
     ("oml_admission", "identities", "UPDATE"): Entry(AUTHORITY, VERIFIED_STATE, AF + "test_an_unregistered_actor_is_refused_to_workloads_and_reported_for_the_owner"),
     ("oml_admission", "index_threads", "DELETE"): Entry(DERIVED, "oml index rebuild recomputes context windows", None,
                                                         "context windows change index text (ranking), never access"),
-    ("oml_admission", "journal_events", "INSERT"): Entry(AUTHORITY, JOURNAL + "; " + VERIFIED_STATE,
-                                                         "test_admission_tamper.py::test_each_tampering_fails_at_that_seq"),
+    ("oml_admission", "journal_events", "INSERT"): Entry(AUTHORITY, CHAIN + "; " + JOURNAL + "; " + VERIFIED_STATE,
+                                                         CM + "test_an_orphan_reparent_does_not_widen_a_readers_scope",
+                                                         "an orphan above the head is refused at commit; a row on the chain "
+                                                         "under a key the chain never registered: the verified state"),
     ("oml_admission", "memories_fts", "DELETE"): Entry(DERIVED, INDEX, SIG + "test_derived_state_changes_are_named_and_rebuild_repairs_the_index"),
     ("oml_admission", "memories_fts", "UPDATE"): Entry(DERIVED, INDEX, SIG + "test_derived_state_changes_are_named_and_rebuild_repairs_the_index"),
     ("oml_admission", "memory_embeddings", "DELETE"): Entry(DERIVED, INDEX, SIG + "test_derived_state_changes_are_named_and_rebuild_repairs_the_index"),

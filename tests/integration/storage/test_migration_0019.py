@@ -15,12 +15,12 @@ ALTER TABLE idempotency_keys DROP COLUMN response_mac;
 GRANT UPDATE ON chain_heads, idempotency_keys TO oml_admission;
 GRANT UPDATE, DELETE ON integrity_events TO oml_server;
 GRANT UPDATE ON outbox TO oml_relay;
-UPDATE alembic_version SET version_num = '0017';
+UPDATE alembic_version SET version_num = '0018';
 """
 _TABLE = sa.text("SELECT has_table_privilege(:r, :t, :p)")
 
 
-def test_upgrade_from_0017_narrows_update_grants(ctx):
+def test_upgrade_from_0018_narrows_update_grants(ctx):
     with owner(ctx) as c:
         c.execute(sa.text(BEFORE))
         assert c.execute(_TABLE, {"r": "oml_admission", "t": "chain_heads", "p": "UPDATE"}).scalar()

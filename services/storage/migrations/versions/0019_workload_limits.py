@@ -9,7 +9,7 @@ retries with a new key); each workload role's connection limit is set by every m
 from oml.services.storage.migrations import sqlfiles
 
 revision = "0019"
-down_revision = "0017"
+down_revision = "0018"
 
 
 def upgrade() -> None:
