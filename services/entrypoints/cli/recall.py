@@ -26,6 +26,7 @@ from oml.services.entrypoints.cli.common import (
     key_file_option,
     principal,
     require_home,
+    visible,
 )
 
 readlog_app = typer.Typer(no_args_is_help=True, help="The read log: seal batches into the journal, verify anchors.")
@@ -74,10 +75,11 @@ def recall_cmd(
     for i, (segment, score, it) in enumerate(rows, 1):
         head = "  ".join(x for x in (f"{i}.", segment, score, it["workarea"]["path"], it["kind"]) if x)
         console.print(escape(head), style="bold", highlight=False)
-        # Stored text may hold "[...]": escaped, or Rich would read it as markup and drop it.
-        console.print(escape(str(it["body"].get("statement", ""))), highlight=False, soft_wrap=False)
+        # Stored text may hold "[...]": escaped, or Rich would read it as markup and drop it; and terminal controls
+        # or line breaks: shown escaped (visible), so a body cannot drive the terminal or print a line of its own.
+        console.print(escape(visible(str(it["body"].get("statement", "")))), highlight=False, soft_wrap=False)
         if _source(it):
-            console.print(escape(f"source: {_source(it)}"), style="dim", highlight=False)
+            console.print(escape(visible(f"source: {_source(it)}")), style="dim", highlight=False)
         # The id `oml fetch`, `oml erase claim` and the reviews take: without it a recalled row cannot be acted on.
         console.print(escape(f"claim {it.get('claim_id', '')}"), style="dim", highlight=False)
     if not rows:
