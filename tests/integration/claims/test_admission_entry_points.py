@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from oml.domain.errors import OMLError
 from oml.services.claims.admission import Submission
 from oml.services.entrypoints.http.app import create_app
+
 from support.admission import bearer, journal_len
 from support.recall import make_world
 

@@ -20,6 +20,7 @@ from oml.services.claims.admission import Admission, Submission
 from oml.services.reads.recall import Recaller, RecallRequest
 from oml.workers.index import indexer, verify
 from oml.workers.runtime import lag
+
 from support.admission import run_cli
 from support.recall import make_world
 
