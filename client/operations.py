@@ -15,6 +15,7 @@ returns an awaitable of the same value).
 """
 from __future__ import annotations
 
+import json as _json
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -92,6 +93,32 @@ def _validated(model: type, value: Any, code: str = "admission.invalid") -> Any:
                                        extra={"errors": errors, "client_side": True}) from None
 
 
+def _invalid_code(path: str) -> str:
+    """The invalid-input code the server answers on ``path`` (docs/api.md, "Invalid input")."""
+    if path.startswith("/v1/simulations/{simulation_id}/claims"):
+        return "admission.invalid"  # writes inside a simulation are admission writes
+    for prefix, code in (("/v1/recall", "recall.invalid"), ("/v1/own-work", "recall.invalid"),
+                         ("/v1/review-queue", "review.invalid"), ("/v1/erasures", "erasure.invalid"),
+                         ("/v1/claims/{claim_id}/hold", "erasure.invalid"), ("/v1/evidence", "evidence.invalid"),
+                         ("/v1/simulations", "simulation.invalid"), ("/v1/indexing-feed", "indexing.invalid")):
+        if path.startswith(prefix):
+            return code
+    return "review.invalid" if path.endswith("/review") else "admission.invalid"
+
+
+def _serialisable(value: Any, code: str) -> None:
+    """Refuse, before sending, a body JSON cannot carry or the server cannot read back: nested past Python's recursion
+    limit, an integer past its 4300-digit conversion limit, a value that contains itself. Raises the
+    ``InvalidRequest`` subclass of ``code`` (``client_side``), as the server's ``json_invalid`` refusal would."""
+    try:
+        _json.dumps(value, ensure_ascii=False)
+    except (ValueError, RecursionError):
+        error = {"field": "body", "rule": "json_invalid",
+                 "message": "the body cannot be written as JSON (nested too deeply, a number too long, or a cycle)"}
+        raise problem_class(code, 422)(code, 422, "the request does not match the schema (checked before sending)",
+                                       extra={"errors": [error], "client_side": True}) from None
+
+
 def _error(e: Any) -> dict[str, Any]:
     """One pydantic error in the server's ``errors[i]`` shape; a closed list names its values as ``allowed``."""
     out: dict[str, Any] = {"field": ".".join(str(part) for part in e["loc"]) or "body", "rule": e["type"],
@@ -130,6 +157,8 @@ class Operations:
         from .http import Call
 
         spec: OperationSpec = method.__oml_operation__  # type: ignore[attr-defined]
+        if json is not None and content is None:
+            _serialisable(json, _invalid_code(spec.path))
         if parse is None and spec.returns is not None:
             parse = _model_parser(spec.returns)
         return self._send(Call(spec.method, spec.path, path_params or {}, params, json, content, headers,

@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from oml.domain import claims as rules
-from oml.domain import envelope
+from oml.domain import envelope, input_rules
 from oml.domain import simulation as simrules
 from oml.domain.access import Principal
 from oml.domain.canonical import MAX_DEPTH, CanonicalError, canonical, format_time, new_id
@@ -105,18 +105,35 @@ def _check_fields(s: Submission, i: int) -> None:
         raise invalid("provenance simulation requires a simulation", field=f"claims[{i}].provenance")
     if s.confidence is not None and not (0 <= s.confidence <= 1000):
         raise invalid("confidence must be an integer 0-1000", field=f"claims[{i}].confidence")
-    if not isinstance(s.body.get("statement"), str) or not s.body["statement"].strip():
+    if not isinstance(s.body.get("statement"), str) or input_rules.is_blank(s.body["statement"]):
         raise invalid("body.statement must be a non-empty string", field=f"claims[{i}].body.statement")
+
+
+def _check_body(body: Any, i: int, limit: int) -> None:
+    """Refuse item ``i``'s body unless it is a JSON object that keeps :mod:`oml.domain.input_rules` (no NUL, no lone
+    surrogate, no float, safe integers, bounded nesting) within ``limit`` characters: the rules HTTP's request
+    models apply, checked here so every entry point (MCP, CLI, Python) refuses what HTTP refuses."""
+    field = f"claims[{i}].body"
+    if not isinstance(body, dict):
+        raise invalid("body must be a JSON object", field=field)
+    try:
+        input_rules.check_json(body)
+    except ValueError as exc:
+        raise invalid(str(exc), field=field, rule="value_error") from None
+    if input_rules.body_chars(body) > limit:
+        raise invalid(f"the body is longer than {limit} characters", field=field, rule="max_body_chars")
 
 
 class Admission:
     """Submit and review. ``acts`` is the process's act runner (shared with every capability that journals);
-    ``classify`` replaces the personal-data classifier in tests."""
+    ``classify`` replaces the personal-data classifier in tests; ``max_body_chars`` bounds each body's compact JSON
+    (the setting of that name, :func:`oml.domain.input_rules.body_chars`)."""
 
     def __init__(self, db: Database, keystore: KeyStore, signer: Signer | None = None, *,
                  idempotency_hours: int = 24, classify: Callable[[dict], Sequence[Any]] | None = None,
-                 acts: ActRunner | None = None) -> None:
+                 acts: ActRunner | None = None, max_body_chars: int = 65_536) -> None:
         self.db = db
+        self.max_body_chars = max_body_chars
         self.keystore = keystore
         self.acts = acts or ActRunner(db, signer or Signer(keystore), idempotency_hours=idempotency_hours)
         self.signer = self.acts.signer
@@ -249,6 +266,8 @@ class Admission:
         items = [dataclasses.replace(s, workarea_id=s.workarea_id.lower())
                  if workareas.is_uuid(s.workarea_id) and s.workarea_id.lower() != s.workarea_id else s
                  for s in items]
+        for i, s in enumerate(items):
+            _check_body(s.body, i, self.max_body_chars)
         plaintexts: list[bytes] = []
         for i, s in enumerate(items):
             # Before the request digest, which canonicalises every body: a float is a refusal, not a 500.
@@ -592,6 +611,8 @@ def _norm_time(value: str | None, field: str) -> str | None:
         return None
     import datetime as dt
 
+    if not isinstance(value, str) or input_rules.text_fault(value):
+        raise invalid("must be an ISO 8601 time with a zone", field=field)
     try:
         t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except (ValueError, AttributeError):

@@ -135,6 +135,57 @@ def _tool_error(exc: Exception):
     return ToolError("internal.error: an internal error occurred; nothing was committed")
 
 
+def _argument_errors(exc: Any) -> list[dict[str, Any]]:
+    """The content-free ``errors`` of refused tool arguments, shaped as HTTP's schema refusals: field and rule, a
+    message that quotes no input, a closed list's ``allowed``; an unknown argument is named ``arguments`` (its name
+    is submitted text, as HTTP names the object an unknown member was found in)."""
+    from oml.services.entrypoints.http.problems import schema_error
+
+    out = []
+    for e in exc.errors(include_input=False, include_url=False):
+        if e.get("type") == "extra_forbidden" and len(tuple(e.get("loc", ()))) <= 1:
+            out.append({"field": "arguments", "rule": "extra_forbidden", "message": "unknown argument"})
+        else:
+            out.append(schema_error(e))
+    return out
+
+
+def _strict_arguments(server: Any, name: str, code: str) -> None:
+    """Validate tool ``name``'s arguments as HTTP validates a request body (docs/api.md, "Invalid input"): closed
+    (an unknown argument is refused) and strict (no coercion: ``"5"`` is not an integer, ``2.5`` not one either),
+    refused with ``code`` and :func:`_argument_errors`, never pydantic's text (which quotes the input).
+
+    The SDK validates arguments with a model built from the tool's signature before the tool runs, and answers a
+    mismatch with pydantic's own message (``input_value=…``); it also drops unknown arguments and coerces
+    ``"5"`` to 5. Here the tool's metadata hands the call's arguments through as sent, and the tool's body is
+    wrapped to validate them with a closed, strict subclass of that same model; the published input schema is the
+    signature's, marked closed (``additionalProperties: false``)."""
+    from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
+    from pydantic import ConfigDict, ValidationError
+
+    class AsSent(FuncMetadata):
+        def validate_arguments(self, arguments_to_validate: dict[str, Any]) -> dict[str, Any]:
+            return {"arguments": arguments_to_validate}
+
+    tool = server._tool_manager.get_tool(name)  # the SDK has no public accessor for a registered tool
+    meta = tool.fn_metadata
+    model = type(f"{name}_arguments", (meta.arg_model,), {"model_config": ConfigDict(extra="forbid", strict=True)})
+    body = tool.fn
+
+    async def checked(arguments: Any, **direct: Any) -> Any:
+        try:
+            kwargs = model.model_validate(arguments if arguments is not None else {}).model_dump_one_level()
+        except ValidationError as exc:
+            raise _tool_error(OMLError(code, "the arguments do not match the tool's input schema", 422,
+                                       {"errors": _argument_errors(exc)})) from None
+        return await body(**kwargs, **direct)
+
+    tool.fn = checked
+    tool.is_async = True
+    tool.parameters = {**tool.parameters, "additionalProperties": False}  # the published schema says it is closed
+    tool.fn_metadata = AsSent(**{f: getattr(meta, f) for f in FuncMetadata.model_fields})
+
+
 async def _call(fn: Callable[[], Any]) -> Any:
     try:
         return await anyio.to_thread.run_sync(fn)
@@ -234,6 +285,8 @@ def build_server(ctx: Context, *, stdio_keys: list[str] | None = None):
 
         return await _call(run)
 
+    for name, code in (("recall", "recall.invalid"), ("fetch", "recall.invalid"), ("remember", "admission.invalid")):
+        _strict_arguments(server, name, code)
     return server
 
 

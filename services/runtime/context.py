@@ -31,7 +31,7 @@ class Context:
     def admission(self):
         from oml.services.claims.admission import Admission
 
-        return Admission(self.db, self.keystore, acts=self.acts)
+        return Admission(self.db, self.keystore, acts=self.acts, max_body_chars=self.settings.max_body_chars)
 
     @cached_property
     def acts(self):

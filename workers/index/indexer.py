@@ -30,7 +30,10 @@ or reordering messages changes nothing. Per tenant, one batch at a time: the
 cursor row is locked ``FOR UPDATE`` and advanced in the same transaction as
 the index rows, so a crash mid-batch leaves the previous state and the batch
 is redone. A version the feed cannot serve (e.g. its DEK is gone) is
-recorded in ``poison_messages`` with the reason code and skipped.
+recorded in ``poison_messages`` with the reason code and skipped; so is a
+version whose derived rows the database refuses (``index.refused``: text
+PostgreSQL cannot store, such as NUL, or a tsvector past its 1 MB limit), so
+that one such version never stops the indexing of the claims after it.
 
 Public API::
 
@@ -73,6 +76,8 @@ BATCH_EVENTS = 500
 TS_CONFIG = "english"
 TABLES = ("memories_fts", "memory_embeddings")
 SIM_TABLES = ("sim_memories_fts", "sim_memory_embeddings")
+#: The poison reason of a version whose derived index rows the database refuses (:func:`insert_or_refuse`).
+REFUSED = "index.refused"
 
 
 def after_write_hook(tenant: str, last_seq: int) -> None:
@@ -318,6 +323,41 @@ def _existing(conn, table: str, tenant: str, claims: list[str]) -> dict[tuple[st
     return {(str(r.version_id), r.tip_from_seq): r for r in rows}
 
 
+def _refused(exc: sa.exc.DBAPIError) -> bool:
+    """True when the database (or its driver) refuses a row's data rather than failing: a data exception (SQLSTATE
+    class 22; psycopg's own refusal of NUL in text) or a program limit (class 54: a tsvector over 1 MB)."""
+    state = str(getattr(exc.orig, "sqlstate", None) or "")
+    return isinstance(exc, sa.exc.DataError) or state.startswith(("22", "54"))
+
+
+def insert_or_refuse(conn: sa.Connection, statement: Any, rows: list[dict]) -> set[str]:
+    """Insert ``rows`` (each with a ``version_id``) with ``statement``; returns the version ids whose rows the
+    database refused (:func:`_refused`), inserting every other version's rows.
+
+    The batch goes in under one savepoint; only when the database refuses it is each version's rows tried alone
+    under its own savepoint, so the usual batch costs one savepoint. Any other error is raised."""
+    try:
+        with conn.begin_nested():
+            conn.execute(statement, rows)
+        return set()
+    except sa.exc.DBAPIError as exc:
+        if not _refused(exc):
+            raise
+    by_version: dict[str, list[dict]] = {}
+    for r in rows:
+        by_version.setdefault(r["version_id"], []).append(r)
+    refused: set[str] = set()
+    for vid, vrows in by_version.items():
+        try:
+            with conn.begin_nested():
+                conn.execute(statement, vrows)
+        except sa.exc.DBAPIError as exc:
+            if not _refused(exc):
+                raise
+            refused.add(vid)
+    return refused
+
+
 def _poison(conn, tenant: str, seq: int, reason: str) -> None:
     conn.execute(sa.text("INSERT INTO poison_messages (tenant_id, consumer, seq, reason) VALUES (:t, :c, :s, :r)"
                          " ON CONFLICT (tenant_id, consumer, seq) DO NOTHING"),
@@ -417,7 +457,14 @@ def _sync_claims(conn: sa.Connection, run: _Run, claims: dict[str, int], *, casc
     if emb_copy:
         conn.execute(_COPY["memory_embeddings"], [p | w for w in emb_copy])
     if fts_new:
-        conn.execute(_INSERT_FTS, [p | w for w in fts_new])
+        # A version whose text the database cannot index is poison, not a failure of the batch: raised, it would
+        # stop the tenant's cursor and every promotion after it would never become recallable.
+        refused = insert_or_refuse(conn, _INSERT_FTS, [p | w for w in fts_new])
+        for vid in sorted(refused):
+            claim = next(w["claim_id"] for w in fts_new if w["version_id"] == vid)
+            log.warning("indexer: tenant %s: the database refused a version's index rows; recorded as poison", tenant)
+            _poison(conn, tenant, claims.get(claim, max(claims.values())), REFUSED)
+        emb_new = [w for w in emb_new if w["version_id"] not in refused]
     if emb_new:
         texts = {w["version_id"]: win.embedding_text(items[w["version_id"]]) for w in emb_new}
         order = sorted(texts)

@@ -145,16 +145,23 @@ def _sync_one(conn: sa.Connection, run: _Run, sim: str, want: dict, have: dict[s
     need = sorted({w["version_id"] for t in TABLES for w in inserts[t] if w["version_id"] not in kept[t]})
     items = run.fetch(need) if need else {}
     p = {"t": tenant}
+    refused: set[str] = set()  # TABLES lists the full-text table first: a refused version gets no embedding either
     for table in TABLES:
         copies = [w for w in inserts[table] if w["version_id"] in kept[table]]
-        fresh = [w for w in inserts[table] if w["version_id"] not in kept[table]
+        fresh = [w for w in inserts[table] if w["version_id"] not in kept[table] and w["version_id"] not in refused
                  and items.get(w["version_id"]) is not None and items[w["version_id"]].ok]
         if copies:
             conn.execute(_insert_sql(table, True), [p | w for w in copies])
         if not fresh:
             continue
         if table == "sim_memories_fts":
-            conn.execute(_insert_sql(table, False), [p | w | {"text": fold_accents(items[w["version_id"]].fts_text())} for w in fresh])
+            from oml.workers.index.indexer import insert_or_refuse
+
+            # As the shared tables (indexer.REFUSED): a version the database cannot index is skipped, not a failure.
+            refused |= insert_or_refuse(conn, _insert_sql(table, False),
+                                        [p | w | {"text": fold_accents(items[w["version_id"]].fts_text())} for w in fresh])
+            if refused:
+                log.warning("sim-indexer: tenant %s: the database refused %d simulation version(s)' index rows", tenant, len(refused))
         else:
             from oml.workers.index.indexer import _register_vector, embedder_for
 

@@ -12,7 +12,10 @@ check recomputes what the row should be and names every difference with its kind
   recorded as poison are left out (``oml status`` shows those). ``oml index rebuild`` repairs all three.
 * ``cursor.ahead`` — a consumer's cursor past the tenant's journal head.
 * ``outbox.missing`` — a consumer behind the head with no undispatched outbox row past its cursor: nothing
-  will wake it (outbox rows deleted before dispatch). The relay's retention deletes dispatched rows only.
+  will wake it (outbox rows deleted, or marked dispatched, before delivery), or it was woken and its catch-up
+  fails on every try, which the database cannot tell apart (the worker log names the error type). A version
+  whose index rows the database refuses is not such a failure: the indexer records it as poison
+  (``index.refused``) and moves on. The relay's retention deletes dispatched rows only.
 * ``readlog.<kind>`` — a read-log row edited, inserted or deleted against its sealed, journalled batch
   (:func:`oml.services.reads.readlog.verify`).
 * ``dek.digest`` / ``dek.unwrap`` — a wrapped DEK of a live artifact that is not the one the latest signed act
@@ -142,7 +145,9 @@ def _outbox(ctx: Context, tenant: str, rep: Report) -> None:
         seq = cursors.get(consumer, 0)
         if seq < head and (newest is None or int(newest) <= seq):
             rep.findings.append(Finding(OUTBOX_MISSING, "outbox", consumer,
-                                        f"cursor {seq} < head {head} and no undispatched outbox row past it"))
+                                        f"cursor {seq} < head {head} and no undispatched outbox row past it: nothing will "
+                                        "wake it, or it was woken and its catch-up fails on every try (the worker log "
+                                        "names the error type)"))
 
 
 def _readlog(ctx: Context, tenant: str, rep: Report) -> None:

@@ -3,7 +3,9 @@
 Every message that carries text not written here (a problem's detail, a
 rule such as ``[a-z0-9][a-z0-9-]{0,62}``, a path) goes through
 :func:`rich.markup.escape`: Rich would otherwise read ``[...]`` as markup
-and silently drop it.
+and silently drop it. Stored text (a claim's statement or source, a name)
+also goes through :func:`visible`, since markup escaping leaves terminal
+escape sequences and line breaks alone.
 """
 from __future__ import annotations
 
@@ -63,13 +65,41 @@ class SortedGroup(TyperGroup):
         return sorted(super().list_commands(ctx))
 
 
+# Characters a terminal acts on instead of showing: C0 and C1 controls and DEL (ESC starts colour, cursor,
+# clear-screen, title and OSC 52 clipboard sequences), line and paragraph separators, and the bidirectional
+# overrides and isolates, which reorder what follows them on screen.
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _shown(c: str) -> str:
+    o = ord(c)
+    if c in _NAMED:
+        return _NAMED[c]
+    if o < 0x20 or 0x7F <= o <= 0x9F:
+        return f"\\x{o:02x}"
+    if c in _BIDI or c in "\u2028\u2029":
+        return f"\\u{o:04x}"
+    return c
+
+
+def visible(text: str) -> str:
+    """``text`` with every character a terminal would act on written as a visible escape (``\\n``, ``\\x1b``,
+    ``\\u202e``): stored text printed by the CLI is one line that cannot move the cursor, recolour, write the
+    clipboard or fake another line of output (a ``claim <id>`` line an operator might act on)."""
+    if text.isprintable():  # the usual case; isprintable() is False for every character _shown rewrites
+        return text
+    return "".join(_shown(c) for c in text)
+
+
 def emit(data: dict, as_json: bool, lines: list[str]) -> None:
-    """``data`` as one JSON object, or ``lines`` as plain text (no markup is interpreted)."""
+    """``data`` as one JSON object, or ``lines`` as plain text (no markup is interpreted; controls are shown
+    escaped, :func:`visible`)."""
     if as_json:
         typer.echo(json.dumps(data, indent=2, sort_keys=True))
     else:
         for line in lines:
-            typer.echo(line)
+            typer.echo(visible(line))
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> None:

@@ -14,6 +14,8 @@ import sys
 
 import typer
 from rich.markup import escape
+from rich.padding import Padding
+from rich.text import Text
 
 from oml.services.entrypoints.cli.common import (
     JSON,
@@ -26,6 +28,7 @@ from oml.services.entrypoints.cli.common import (
     key_file_option,
     principal,
     require_home,
+    visible,
 )
 
 readlog_app = typer.Typer(no_args_is_help=True, help="The read log: seal batches into the journal, verify anchors.")
@@ -74,10 +77,9 @@ def recall_cmd(
     for i, (segment, score, it) in enumerate(rows, 1):
         head = "  ".join(x for x in (f"{i}.", segment, score, it["workarea"]["path"], it["kind"]) if x)
         console.print(escape(head), style="bold", highlight=False)
-        # Stored text may hold "[...]": escaped, or Rich would read it as markup and drop it.
-        console.print(escape(str(it["body"].get("statement", ""))), highlight=False, soft_wrap=False)
+        console.print(_stored(str(it["body"].get("statement", ""))), highlight=False, soft_wrap=False)
         if _source(it):
-            console.print(escape(f"source: {_source(it)}"), style="dim", highlight=False)
+            console.print(_stored(f"source: {_source(it)}", "dim"), highlight=False, soft_wrap=False)
         # The id `oml fetch`, `oml erase claim` and the reviews take: without it a recalled row cannot be acted on.
         console.print(escape(f"claim {it.get('claim_id', '')}"), style="dim", highlight=False)
     if not rows:
@@ -98,6 +100,13 @@ def _footer(d: dict) -> str:
 
     return escape("  ".join(f"{name} {show(d.get(key, 0))}" for key, name in
                             (("candidates", "candidates"), ("returned", "returned"), ("excluded_by_budget", "excluded by budget"))))
+
+
+def _stored(text: str, style: str = "") -> Padding:
+    """A writer's stored text for the terminal: a Rich ``Text`` (``[...]`` is never read as markup), its controls
+    and line breaks shown escaped (:func:`visible`: no escape sequence reaches the terminal), indented two columns so
+    that no wrapped line of it starts where the row's own lines do (a ``claim <id>`` line an operator acts on)."""
+    return Padding(Text(visible(text), style=style), (0, 0, 0, 2))
 
 
 def _source(item: dict) -> str:

@@ -14,7 +14,7 @@ import json
 import typer
 from rich.markup import escape
 
-from oml.services.entrypoints.cli.common import JSON, console, context, fail, key_file_option, principal, read_secret
+from oml.services.entrypoints.cli.common import JSON, console, context, fail, key_file_option, principal, read_secret, visible
 from oml.services.entrypoints.cli.common import emit as _emit
 
 sim_app = typer.Typer(no_args_is_help=True, help="Simulations: sandboxes with an audience (admin or operator key).")
@@ -54,7 +54,7 @@ def list_(key_file: str | None = KEY_FILE, as_json: bool = JSON) -> None:
         return
     table = Table("simulation", "name", "status", "audience", "open tips", "versions", "opened", "closed")
     for r in out["items"]:
-        table.add_row(r["simulation_id"], escape(r["name"] or ""), r["status"], str(len(r["audience"])), str(r["open_tips"]),
+        table.add_row(r["simulation_id"], escape(visible(r["name"] or "")), r["status"], str(len(r["audience"])), str(r["open_tips"]),
                       str(r["versions"]), *("" if r[k] is None else str(r[k]) for k in ("opened_seq", "closed_seq")))
     console.print(table)
 

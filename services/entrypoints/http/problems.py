@@ -133,6 +133,12 @@ def _not_json(request: Request) -> str | None:
     return m.get_content_type()  # type/subtype only: parameters are dropped
 
 
+def schema_error(e: dict) -> dict:
+    """One content-free entry of a schema refusal's ``errors`` from one pydantic error (field, rule, message; a
+    closed list's ``allowed``). Also the MCP server's, for tool arguments."""
+    return _error(e)
+
+
 def _error(e: dict) -> dict:
     rule = e.get("type", "invalid")
     loc = tuple(e.get("loc", ()))
@@ -177,6 +183,12 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
+        if exc.status_code == 400 and isinstance(exc.__cause__, (RecursionError, ValueError)):
+            # FastAPI answers a body its JSON parser gives up on (nesting past the recursion limit, an integer past
+            # Python's 4300 digits) with a bare 400: it is malformed JSON like any other, the route's 422.
+            return problem(422, area_code(request), "the request does not match the schema", errors=[{
+                "field": "body", "rule": "json_invalid",
+                "message": "the body is not valid JSON (nested too deeply, or a number too long to read)"}])
         code = {404: "http.not_found", 405: "http.method_not_allowed", 413: "http.too_large"}.get(exc.status_code, "http.error")
         return problem(exc.status_code, code, str(exc.detail) if exc.status_code != 422 else "invalid request")
 

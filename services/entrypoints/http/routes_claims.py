@@ -10,7 +10,6 @@ as the decryption, so an unlogged read cannot be served.
 """
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +24,7 @@ from oml.domain import claims as rules
 from oml.domain.access import Principal
 from oml.domain.errors import OMLError, invalid
 from oml.domain.events import REASON_CODES
+from oml.domain.input_rules import body_chars
 from oml.services.claims.admission import Submission
 from oml.services.entrypoints.http.deps import context, principal
 from oml.services.entrypoints.http.read_after import stamp_position
@@ -66,7 +66,7 @@ class BatchIn(Closed):
 def _check_sizes(ctx: Context, claims: list[ClaimIn]) -> None:
     limit = ctx.settings.max_body_chars
     for i, c in enumerate(claims):
-        if len(json.dumps(c.body, ensure_ascii=False, separators=(",", ":"))) > limit:
+        if body_chars(c.body) > limit:
             raise invalid(f"the body is longer than {limit} characters", field=f"claims[{i}].body", rule="max_body_chars")
 
 

@@ -9,7 +9,6 @@ audience gets ``simulation.not_found`` (404) for it, as for an unknown id.
 """
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from fastapi import APIRouter, Depends
@@ -18,6 +17,7 @@ from pydantic import Field
 from oml.client import wire as W
 from oml.domain.access import Principal
 from oml.domain.errors import invalid
+from oml.domain.input_rules import body_chars
 from oml.services.entrypoints.http.deps import context, principal
 from oml.services.entrypoints.http.routes_admin import IdemKey
 from oml.services.entrypoints.http.routes_claims import BatchIn, ClaimIn, _check_sizes, single_claim
@@ -107,7 +107,7 @@ def supersede_inside(req: SupersedeIn, simulation_id: SimId, claim_id: uuid_path
     """A held tainted version of the claim; promoted by an audience reviewer it shadows the default tip for
     the audience only. Errors: ``claim.not_found`` (404), ``simulation.not_found`` (404),
     ``simulation.closed`` (409)."""
-    if len(json.dumps(req.body, ensure_ascii=False, separators=(",", ":"))) > ctx.settings.max_body_chars:
+    if body_chars(req.body) > ctx.settings.max_body_chars:
         raise invalid(f"the body is longer than {ctx.settings.max_body_chars} characters", field="body", rule="max_body_chars")
     return _svc(ctx).supersede(p, simulation_id, claim_id, req.body, supersedes=req.supersedes,
                                derived_from=req.derived_from, valid_from=req.valid_from, valid_to=req.valid_to,

@@ -5,7 +5,9 @@ Every request model derives from :class:`Closed` (``extra="forbid"``,
 a string). Every string — fields, JSON object keys and string values inside
 a claim body — is bounded and refuses NUL and lone surrogates (JSON can
 carry ``\\u0000`` and ``\\ud800`` escapes that the raw-byte checks in
-``app.py`` never see). Error messages name the rule, never the value.
+``app.py`` never see). Error messages name the rule, never the value. The string
+and body rules are :mod:`oml.domain.input_rules`, which admission applies again
+for every other entry point.
 """
 from __future__ import annotations
 
@@ -14,43 +16,11 @@ from typing import Annotated, Any
 from fastapi import Path
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
-MAX_DEPTH = 16
-MAX_SAFE_INT = 2**53 - 1
+from oml.domain.input_rules import check_json, clean
 
 
 class Closed(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
-
-
-def clean(s: str) -> str:
-    """Refuse NUL and strings that are not encodable as UTF-8 (lone surrogates)."""
-    if "\x00" in s:
-        raise ValueError("must not contain NUL")
-    try:
-        s.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("must be valid UTF-8 (no lone surrogates)") from None
-    return s
-
-
-def check_json(value: Any, depth: int = 0) -> Any:
-    """Walk a JSON value: clean every key and string, refuse floats and unsafe integers, bound the depth."""
-    if depth > MAX_DEPTH:
-        raise ValueError(f"nesting deeper than {MAX_DEPTH} levels")
-    if isinstance(value, str):
-        clean(value)
-    elif isinstance(value, float):
-        raise ValueError("floating-point numbers are not allowed (RFC 8785 events and bodies carry integers only)")
-    elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_SAFE_INT:
-        raise ValueError("integers must stay within ±(2^53-1)")
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            clean(k)
-            check_json(v, depth + 1)
-    elif isinstance(value, list):
-        for v in value:
-            check_json(v, depth + 1)
-    return value
 
 
 def _body(value: dict[str, Any]) -> dict[str, Any]:

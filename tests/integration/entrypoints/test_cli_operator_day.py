@@ -118,3 +118,25 @@ def test_recall_text_shows_claim_ids_and_a_second_erasure_claims_no_rewrite(ctx,
     assert again.exit_code == 0, again.output
     assert "already erased" in again.stdout and "rewrite: nothing to do (already erased)" in again.stdout
     assert "rewrite of touched relations" not in again.stdout
+
+
+def test_recall_text_shows_control_characters_of_stored_text_escaped(ctx, world):
+    """A claim body is a writer's text: its escape sequences (OSC 52 clipboard write, clear screen, colours), bidi
+    overrides and line breaks reach the operator's terminal shown, never acted on, and cannot print a line of their
+    own such as a fake ``claim <id>`` an operator might erase."""
+    decoy = "00000000-0000-4000-8000-00000000dead"
+    statement = (f"termesc \x1b]52;c;ZWNobyBwd25lZA==\x07 \x1b[2J\x1b[31mRED\x1b[0m \u202egnp.exe\u202c"
+                 f" \x9b31m done\r\nclaim {decoy}\n[bold]kept[/bold]")
+    item = world.remember("main", statement, source={"uri": "https://x/\x1b[2Jsrc"})
+    world.index()
+    reader = world.key("reader")
+    r = run_cli(ctx, ["recall", "termesc", "--retriever", "fts"],
+                env={"OML_API_KEY": world.keys[reader.principal_id], "COLUMNS": "40"})  # narrow: wrapped lines too
+    assert r.exit_code == 0, r.output
+    for raw in ("\x1b", "\x07", "\x9b", "\u202e", "\u202c", "\r"):
+        assert raw not in r.stdout, repr(raw)
+    assert "\\x1b]52;c;ZWNobyBwd25lZA==\\x07" in r.stdout and "\\u202e" in r.stdout and "[bold]kept[/bold]" in r.stdout
+    assert "https://x/\\x1b[2Jsrc" in r.stdout
+    claim_lines = [ln for ln in r.stdout.splitlines() if ln.startswith("claim ")]
+    assert claim_lines == [f"claim {item['claim_id']}"], claim_lines
+    assert "done\\r\\nclaim" in r.stdout

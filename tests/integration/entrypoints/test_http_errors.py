@@ -178,6 +178,22 @@ def test_a_body_that_is_not_utf8_gets_the_routes_code(env):
         assert (r.status_code, r.json()["code"]) == (422, code), r.text
 
 
+@pytest.mark.parametrize("raw", ['{"query": "x", "k": ' + "9" * 5000 + "}", '{"query": "x", "deep": ' + "[" * 5000 + "]" * 5000 + "}",
+                                 '{"body": ' + '{"a":' * 100_000 + "1" + "}" * 100_000 + "}"],
+                         ids=["5000-digit integer", "5000-deep arrays", "100000-deep objects"])
+def test_a_body_the_json_parser_gives_up_on_is_the_routes_json_invalid(env, ctx, raw):
+    """Python's JSON parser raises RecursionError past its nesting limit and ValueError past 4300 digits; FastAPI
+    answered those with a bare 400 ``http.error``, which docs/api.md does not list."""
+    k = env["k"]
+    before = journal_len(ctx, k.tenant)
+    for path, code in (("/v1/recall", "recall.invalid"), ("/v1/claims", "admission.invalid")):
+        r = _post(env, path, k.writer_key, content=raw.encode(), headers={"content-type": "application/json"})
+        assert (r.status_code, r.json()["code"]) == (422, code), r.text[:300]
+        [e] = r.json()["errors"]
+        assert (e["field"], e["rule"]) == ("body", "json_invalid")
+    assert journal_len(ctx, k.tenant) == before
+
+
 def test_a_workarea_path_where_an_id_belongs_says_where_the_id_is(env, ctx):
     """Listings print `main` beside the id; every input wants the id (docs/api.md, "Workarea ids, not paths")."""
     from support.admission import run_cli

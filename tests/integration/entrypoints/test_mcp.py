@@ -252,6 +252,65 @@ def test_remember_without_a_key_is_deduplicated_per_session(world, http_server, 
     assert (later["claim_id"] == first["claim_id"]) is (mode == "auto")
 
 
+def test_remember_refuses_what_http_refuses_and_appends_nothing(world, http_server, ctx):
+    """The body rules are admission's (docs/api.md, "Invalid input"): NUL anywhere, an over-long body or a blank
+    statement is ``admission.invalid`` over MCP as over HTTP, before anything is appended."""
+    from support.admission import journal_len
+
+    wa = world.workareas["main.team"]
+    cases = [{"statement": "nul \x00 inside"}, {"statement": "fine", "tags": ["a\x00"]},
+             {"statement": "fine", "source_title": "t\x00"}, {"statement": "x" * 70_000},
+             {"statement": "fine", "tags": ["t"] * 20_000}, {"statement": " \u200b\u200b "},
+             {"statement": "fine", "valid_from": "2026-01-01T00:00:00\x00Z"}]
+
+    async def run():
+        client, _ = _http_client(http_server, world.agent_writer_key, "auto")
+        async with client as c:
+            return [error_text(await c.call_tool("remember", {**args, "workarea_id": wa})) for args in cases]
+
+    before = journal_len(ctx, world.tenant)
+    for text in anyio.run(run):
+        assert "admission.invalid" in text and "\x00" not in text, text[:300]
+    assert journal_len(ctx, world.tenant) == before
+
+
+def test_tool_arguments_are_strict_closed_and_refused_with_oml_codes(world, http_server):
+    """The SDK's own argument check answered pydantic's text, echoing the input and naming no OML code, coerced
+    ``"5"`` to 5 and dropped unknown arguments; HTTP refuses all of these (strict, closed request models)."""
+    canary = "canary-4b1d-private"
+    calls = [("recall", {"query": "standup", "k": 2.5}, "recall.invalid"),
+             ("recall", {"query": "standup", "k": "5"}, "recall.invalid"),
+             ("recall", {"query": 7}, "recall.invalid"),
+             ("recall", {"query": "standup", "kinds": canary}, "recall.invalid"),
+             ("recall", {"query": "standup", canary: 1}, "recall.invalid"),
+             ("recall", {"query": "standup", "tenant": "mcp-b"}, "recall.invalid"),
+             ("recall", {}, "recall.invalid"),
+             ("fetch", {"claim_id": 12}, "recall.invalid"),
+             ("fetch", {"bogus": canary}, "recall.invalid"),
+             ("remember", {"statement": {"a": canary}}, "admission.invalid"),
+             ("remember", {"statement": "fine", "tags": canary}, "admission.invalid"),
+             ("remember", {"statement": "fine", "bogus": canary}, "admission.invalid")]
+
+    async def run():
+        out = []
+        async with _http_client(http_server, world.reader_key, "auto")[0] as r, \
+                _http_client(http_server, world.agent_writer_key, "auto")[0] as w:
+            for tool, args, _ in calls:
+                out.append(error_text(await (w if tool == "remember" else r).call_tool(tool, args)))
+        return out
+
+    for (tool, args, code), text in zip(calls, anyio.run(run)):
+        assert f"{code}: " in text, (tool, args, text)
+        assert canary not in text and "pydantic" not in text and "input_value" not in text, text
+        assert "2.5" not in text
+    # What is well formed still works.
+    async def ok():
+        async with _http_client(http_server, world.reader_key, "auto")[0] as c:
+            return payload(await c.call_tool("recall", {"query": "team standup weekday", "retriever": "fts", "k": 5}))
+
+    assert world.fact["claim_id"] in {h["claim_id"] for h in anyio.run(ok)["hits"]}
+
+
 def test_http_bodies_past_the_limit_are_refused_while_streaming(world, http_server, ctx):
     chunk = b"x" * 65_536
     n = ctx.settings.max_request_bytes // len(chunk) + 2

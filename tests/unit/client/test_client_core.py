@@ -235,3 +235,26 @@ def test_a_shape_the_server_would_refuse_is_the_documented_invalid_request_not_p
         with pytest.raises(RecallInvalid):
             c.recall("q", budget={"max_chars": "many"})
     assert sent == []
+
+
+def test_a_body_json_cannot_carry_is_the_documented_invalid_request_not_valueerror():
+    """A 5000-digit integer raised a bare ValueError and a 1200-deep body a RecursionError from the JSON encoder;
+    the server would answer ``json_invalid`` (422), so the client raises the same InvalidRequest. Nothing is sent."""
+    from oml.client.errors import RecallInvalid
+
+    deep: list = []
+    cur = deep
+    for _ in range(1200):
+        cur.append([])
+        cur = cur[0]
+    sent = []
+    transport = httpx.MockTransport(lambda request: sent.append(request) or httpx.Response(500))
+    with OMLClient("http://oml.test", "oml_0123456789abcdef_" + "x" * 43, transport=transport) as c:
+        for body in ({"statement": "s", "n": 10**5000}, {"statement": "s", "deep": deep}):
+            with pytest.raises(InvalidRequest) as exc:
+                c.submit("00000000-0000-4000-8000-000000000000", body)
+            assert exc.value.code == "admission.invalid" and exc.value.client_side
+            assert [(e["field"], e["rule"]) for e in exc.value.errors] == [("body", "json_invalid")]
+        with pytest.raises(RecallInvalid):
+            c.recall("q", k=10**5000)
+    assert sent == []
