@@ -24,7 +24,7 @@ from oml.domain.canonical import canonical
 from oml.domain.errors import OMLError, invalid
 from oml.domain.events import SYSTEM, Actor
 from oml.services.journal import batch as batching
-from oml.services.journal import journal, projector
+from oml.services.journal import journal, projector, state_snapshots
 from oml.services.journal import verified_state as verified_states
 from oml.services.keys.signer import Signer
 from oml.services.storage import pipelined
@@ -82,14 +82,18 @@ class ActRunner:
     """Transactions, idempotency, actors and the append point of every act.
 
     ``signer`` signs every event (docs/key-management.md); ``idempotency_hours``: how long a response is
-    replayed for a repeated ``Idempotency-Key``.
+    replayed for a repeated ``Idempotency-Key``; ``snapshots``: when verified-state snapshots are written
+    (:class:`state_snapshots.Policy`; its defaults when None).
     """
 
-    def __init__(self, db: Database, signer: Signer, *, idempotency_hours: int = 24) -> None:
+    def __init__(self, db: Database, signer: Signer, *, idempotency_hours: int = 24,
+                 snapshots: state_snapshots.Policy | None = None) -> None:
         self.db = db
         self.signer = signer
         self.idempotency_hours = idempotency_hours
         self.verified = verified_states.of(db)
+        # Verified-state snapshots MACed under the KeyStore this runner signs with (services/journal/state_snapshots.py).
+        self.verified.use_snapshots(signer.keystore, snapshots)
         self._response_keys: dict[str, bytes] = {}
         self._response_keys_lock = threading.Lock()
 

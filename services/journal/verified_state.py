@@ -24,7 +24,9 @@ Cost. The state lives per process and per tenant and is advanced incrementally:
 * a read (authentication, simulation reads, rewrap outside an act) compares with the state as it is and
   catches up (:meth:`VerifiedStates.current`) only when the row differs from it.
 
-The first act on a tenant in a process verifies its whole chain once (one signature check per event).
+The first act on a tenant in a process verifies its whole chain once (one signature check per event) -- or,
+when the tenant has a verified-state snapshot whose MAC verifies and whose head is the journal's row at its seq, only
+the events after it (:mod:`oml.services.journal.state_snapshots`; docs/adr/0021-verified-state-snapshots.md).
 
 The derived authority mirrors the members of :class:`oml.domain.replay.Registry` an act needs; that
 replay (which also judges whether each actor was permitted) stays the job of ``oml journal verify``,
@@ -45,6 +47,7 @@ import structlog
 
 from oml.domain.chain import ChainVerifier, JournalRow, genesis
 from oml.domain.errors import OMLError
+from oml.services.journal import state_snapshots
 
 log = structlog.get_logger("oml.integrity")
 
@@ -90,7 +93,10 @@ class TenantState:
     readlog_days: int | None = None
     broken: tuple[int, str] | None = None
     broken_rows: bytes | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    #: The seq of the last snapshot this process wrote or resumed from, and when it wrote one (``time.monotonic``).
+    snapshot_seq: int = field(default=0, compare=False)
+    snapshot_at: float = field(default=float("-inf"), compare=False)
 
     @property
     def seq(self) -> int:
@@ -196,6 +202,16 @@ class VerifiedStates:
         self.db = db
         self._states: dict[str, TenantState] = {}
         self._lock = threading.Lock()
+        self.snapshots: state_snapshots.Snapshots | None = None
+        #: Events verified (signature and format checked) by this object's catch-ups since it was made: what a
+        #: test reads to tell a resume from a snapshot from a verification from event 1.
+        self.verified_events = 0
+
+    def use_snapshots(self, keystore: Any, policy: state_snapshots.Policy | None = None) -> None:
+        """Resume first uses from, and write, verified-state snapshots MACed under ``keystore``'s tenant keys
+        (:mod:`oml.services.journal.state_snapshots`). Without it (a process with no KeyStore) a state is always
+        verified from event 1."""
+        self.snapshots = state_snapshots.Snapshots(self.db, keystore, policy or state_snapshots.Policy(), self.record)
 
     def _state(self, tenant: str) -> TenantState:
         with self._lock:
@@ -215,11 +231,26 @@ class VerifiedStates:
     def _catch_up(self, conn: sa.Connection, s: TenantState, upto: int | None) -> None:
         """Read and verify the events after ``s.seq`` (to ``upto``). The event at ``s.seq`` is read back too: when
         its hash is not the verified head (the database was restored or rewritten) the state starts again from
-        event 1."""
+        event 1. A state at event 0 first resumes from the tenant's snapshot when one is trusted
+        (:meth:`_resume`); a snapshot whose journal row has another hash is refused the same way, and recorded. One
+        past the head is only skipped: a key holder wrote it, and a lagging standby or a journal restored alone
+        shows it so."""
+        snaps = self.snapshots
+        resumed = self._resume(s) if snaps is not None and s.seq == 0 and s.broken is None else None
+        if snaps is not None and resumed is not None and upto is not None and resumed > upto:
+            snaps.skip(s.tenant, resumed, f"its seq is past the chain head {upto}")
+            self._reset(s)
+            resumed = None
         rows = conn.execute(_ROWS, {"t": s.tenant, "s": s.seq, "upto": upto}).all()
         if s.seq > 0 and (not rows or rows[0].seq != s.seq or bytes(rows[0].hash) != s.head):
+            if snaps is not None and resumed is not None:
+                if rows:
+                    snaps.refuse(s.tenant, resumed, "the journal row at its seq has another hash")
+                else:
+                    snaps.skip(s.tenant, resumed, "its seq is past the chain head this connection reads")
             self._reset(s)
             rows = conn.execute(_ROWS, {"t": s.tenant, "s": 0, "upto": upto}).all()
+        verified = 0
         for r in rows:
             if r.seq <= s.seq:
                 continue
@@ -227,12 +258,28 @@ class VerifiedStates:
                                        bytes(r.signature), r.kid)):
                 s.broken_rows = self._rows_digest(conn, s)  # what a repair must change (:meth:`repaired`)
                 break
+            verified += 1
+        self.verified_events += verified
+        if snaps is not None and snaps.due(s, verified):
+            snaps.save(s)
+
+    def _resume(self, s: TenantState) -> int | None:
+        """Load the tenant's trusted snapshot into ``s`` (at event 0); its seq, or None when there is none."""
+        if self.snapshots is None:
+            return None
+        loaded = self.snapshots.load(s.tenant)
+        if loaded is None:
+            return None
+        for name, value in loaded.fields.items():
+            setattr(s, name, value)
+        s.snapshot_seq = loaded.seq
+        return loaded.seq
 
     @staticmethod
     def _reset(s: TenantState) -> None:
         fresh = TenantState(s.tenant, ChainVerifier(s.tenant))
         for f in ("verifier", "principals", "workareas", "encryption", "simulations", "holds", "erased",
-                  "phone_regions", "readlog_days", "broken", "broken_rows"):
+                  "phone_regions", "readlog_days", "broken", "broken_rows", "snapshot_seq"):
             setattr(s, f, getattr(fresh, f))
 
     @staticmethod
@@ -322,6 +369,8 @@ class VerifiedStates:
         s = self._state(tenant)
         with s.lock:
             s.own(rows)
+            if self.snapshots is not None and self.snapshots.due(s, 0):
+                self.snapshots.save(s)
 
     def refusal(self, tenant: str, seq: int, reason: str, detail: str) -> OMLError:
         """Record a refused act (``integrity_events``: no version, ``seq``, ``reason``) and return its problem."""

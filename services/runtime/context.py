@@ -37,9 +37,13 @@ class Context:
     def acts(self):
         """The process's one act runner: every capability that journals acts through it."""
         from oml.services.journal.acts import ActRunner
+        from oml.services.journal.state_snapshots import Policy
         from oml.services.keys.signer import Signer
 
-        return ActRunner(self.db, Signer(self.keystore), idempotency_hours=self.settings.idempotency_retention_hours)
+        s = self.settings
+        return ActRunner(self.db, Signer(self.keystore), idempotency_hours=s.idempotency_retention_hours,
+                         snapshots=Policy(s.verified_state_snapshot_events, s.verified_state_snapshot_every,
+                                          s.verified_state_snapshot_interval_s))
 
     @cached_property
     def tenancy(self):

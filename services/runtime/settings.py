@@ -91,6 +91,12 @@ class Settings(BaseSettings):
     admission_wrap_batch: Literal["0", "1"] = "1"
     backup_retention_days: int = 35
     idempotency_retention_hours: int = 24
+    # Verified-state snapshots (services/journal/state_snapshots.py; docs/operator-guide.md, "Cold start after a restart"): a catch-up
+    # that verified at least this many events writes one (0: never write; existing ones are still read), so does a
+    # state this many events past its last snapshot; at most one per tenant per process per interval (seconds).
+    verified_state_snapshot_events: int = Field(10_000, ge=0)
+    verified_state_snapshot_every: int = Field(50_000, ge=1)
+    verified_state_snapshot_interval_s: float = Field(10.0, ge=0)
     outbox_retention_hours: int = 24
     max_request_bytes: int = 1_048_576
     max_body_chars: int = 65_536

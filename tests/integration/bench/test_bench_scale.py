@@ -28,5 +28,10 @@ def test_every_curve_runs_at_tiny_sizes(ctx):
     # Reconcile ran on a real journal and came out clean (measure raises otherwise): every submission is an event.
     assert all(r["events"] > r["claims"] for r in res["by_journal"])
     assert set(res["slopes"]["by_journal"]) == {"reconcile s", "export s"}
+    # The verified state is brought over what the bulk load appended before admission is timed, on its own column;
+    # a restart (the state forgotten) verifies again, every event without a snapshot at these sizes.
+    assert all(r["first_verify"]["events"] > 0 and r["restart_verify"]["events"] > 0 for r in res["by_size"])
+    assert all("first_verify" in r for r in res["by_tenants"])
     lines = scale.render(res)
+    assert any("first verify" in line for line in lines)
     assert any("log-log slope over tenant count" in line for line in lines)

@@ -56,6 +56,8 @@ CHECKPOINT = "reconcile / evidence verify: a checkpoint must be signed under the
 COUNTER = "a counter of refusals: the refused state is named again by the check that found it (verify, reconcile, reads)"
 IDEMPOTENCY = ("idempotency replay: the stored response's MAC under a KeyStore-derived key must verify for the tenant,"
                " principal, key and request (integrity.unverified_state, integrity_events state.idempotency)")
+SNAPSHOT = ("verified-state snapshots: resumed only when the MAC under a KeyStore-derived key verifies and the journal row"
+            " at its seq has its head hash; else refused (integrity_events state.snapshot) and the chain verified from event 1")
 POISON = "oml status: poison records; a deleted record leaves the claim unindexed: oml index verify index.missing"
 NOT_NOTICED = None
 
@@ -134,6 +136,11 @@ MATRIX: dict[tuple[str, str, str], Entry] = {
                                                           "a batch is believed only through its journalled anchor"),
     ("oml_admission", "retention_policies", "INSERT"): Entry(AUTHORITY, GUARD + "; " + VERIFIED_STATE, AF + "test_a_tenant_policy_changed_around_the_journal_is_refused"),
     ("oml_admission", "retention_policies", "UPDATE"): Entry(AUTHORITY, GUARD + "; " + VERIFIED_STATE, AF + "test_a_tenant_policy_changed_around_the_journal_is_refused"),
+    ("oml_admission", "verified_state_snapshots", "INSERT"): Entry(AUTHORITY, SNAPSHOT,
+                                                                   "test_state_snapshots.py::test_a_snapshot_forged_as_the_workload_is_refused_and_recorded",
+                                                                   "a snapshot stands for the verified authority up to its seq"),
+    ("oml_admission", "verified_state_snapshots", "DELETE"): Entry(DERIVED, NOT_NOTICED, None,
+                                                                   "the next cold start verifies the chain from event 1: time, never trust"),
     ("oml_admission", "sim_memories_fts", "DELETE"): Entry(DERIVED, "oml index rebuild; recall re-admits every hit from the projections", None,
                                                            "simulation index rows: not compared by oml index verify"),
     ("oml_admission", "sim_memories_fts", "UPDATE"): Entry(DERIVED, "oml index rebuild; recall re-admits every hit from the projections", None,
