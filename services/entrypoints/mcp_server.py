@@ -203,6 +203,7 @@ def build_server(ctx: Context, *, stdio_keys: list[str] | None = None):
 
     keys = KeySource(ctx, stdio_keys)
     recaller = Recaller(ctx)
+    ctx.acts  # noqa: B018 - wires verified-state snapshots before the first authentication (as create_app does)
     server = MCPServer("oml", instructions=INSTRUCTIONS, version="0.1.0", log_level="WARNING")
 
     def headers_of(context: ToolContext) -> Any:

@@ -92,8 +92,10 @@ class ActRunner:
         self.signer = signer
         self.idempotency_hours = idempotency_hours
         self.verified = verified_states.of(db)
-        # Verified-state snapshots MACed under the KeyStore this runner signs with (services/journal/state_snapshots.py).
-        self.verified.use_snapshots(signer.keystore, snapshots)
+        # Verified-state snapshots MACed under the KeyStore this runner signs with (services/journal/state_snapshots.py);
+        # a runner made without a policy keeps the one the process's settings gave.
+        if snapshots is not None or self.verified.snapshots is None:
+            self.verified.use_snapshots(signer.keystore, snapshots)
         self._response_keys: dict[str, bytes] = {}
         self._response_keys_lock = threading.Lock()
 

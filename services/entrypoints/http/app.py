@@ -38,6 +38,9 @@ def create_app(ctx: Context) -> FastAPI:
     # the contract is /openapi.json (docs/api.md).
     app = FastAPI(title="OML", version="0.1.0", description="Governed memory for AI agents.", docs_url=None, redoc_url=None)
     app.state.ctx = ctx
+    # The act runner wires verified-state snapshots (services/journal/state_snapshots.py) into the process's verified
+    # state: made now, so the first authenticated request after a start resumes from a snapshot too.
+    ctx.acts  # noqa: B018
     problems.install(app)
 
     # A pure ASGI middleware, not @app.middleware("http"): it must count the body as it streams.

@@ -123,6 +123,7 @@ def _submit(ctx, w, kit, n: int) -> None:
 def test_a_restarted_process_resumes_from_the_snapshot_and_verifies_only_the_tail(ctx):
     tenant = "snapshot-resume"
     kit, w = _history(ctx, tenant)
+    assert verified_state.of(ctx.db).snapshots is not None  # the process's act runner wired them
     at = _snapshot_now(ctx, tenant)
     (snap,) = _snapshots(ctx, tenant)
     assert snap.seq == at == journal_len(ctx, tenant) and snap.version == state_snapshots.VERSION
