@@ -6,6 +6,7 @@ import sqlalchemy as sa
 from alembic import command
 
 from oml.services.storage.migrate import alembic_config
+from oml.services.storage.migrations.sqlfiles import SQL
 
 from support.admission import owner
 
@@ -29,5 +30,8 @@ def test_upgrade_from_0019_creates_the_snapshot_table(ctx):
         for role in ("oml_server", "oml_indexer", "oml_lake_writer", "oml_relay", "oml_reconciler"):
             for priv in ("SELECT", "INSERT", "UPDATE", "DELETE"):
                 assert not c.execute(_TABLE, {"r": role, "p": priv}).scalar(), (role, priv)
-    # Re-runnable: applying it again changes nothing.
-    command.upgrade(alembic_config(ctx.db.owner_url.render_as_string(hide_password=False)), "head")
+    # Re-runnable: the file applied again (as a later revision may) keeps the table, its policy and grants.
+    with owner(ctx) as c:
+        c.exec_driver_sql((SQL / "99_verified_state_snapshots.sql").read_text())
+        assert c.execute(_TABLE, {"r": "oml_admission", "p": "INSERT"}).scalar()
+        assert c.execute(sa.text("SELECT count(*) FROM pg_policies WHERE tablename = 'verified_state_snapshots'")).scalar() == 1
