@@ -72,9 +72,10 @@ class Settings(BaseSettings):
     # Where the ONNX export of the model is cached (OML_MODEL_CACHE; default <home>/models): homes may share one.
     model_cache: Path | None = None
     # Statements of the claims this many positions before a claim in its declared thread join its index
-    # text (0: off); docs/recall.md, "Context at indexing time". Changing it takes effect for rows
-    # indexed afterwards: run oml index rebuild.
-    index_context_before: int = 1
+    # text (0: off); docs/recall.md, "Context at indexing time". 2 measured best on the LoCoMo decide half
+    # (1, 2 and 3 tried; docs/benchmarks.md). Changing it takes effect for rows indexed afterwards: run oml index
+    # rebuild.
+    index_context_before: int = 2
     # The lexical leg's ranking: bm25 (services/storage/sql/61_bm25.sql) or ts_rank (oml_fts_search);
     # docs/recall.md, "BM25"; docs/adr/0007-recall-ranking.md.
     recall_lexical: str = "bm25"
