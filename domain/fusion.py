@@ -26,19 +26,22 @@ from .recall import RRF_K, Ranked, fuse_rrf
 
 METHODS = ("rrf", "minmax")
 LEGS = ("fts", "vector")
-#: The legs fusion knows, in tie-break priority: the two above, then the time leg.
-ALL_LEGS = (*LEGS, "time")
+#: The legs fusion knows, in tie-break priority: the two above, then the time leg, then the lexical leg run again
+#: with pseudo-relevance feedback (services/reads/prf.py).
+ALL_LEGS = (*LEGS, "time", "prf")
 
 
 @dataclass(frozen=True)
 class Fusion:
     """A fusion method, its RRF constant ``k`` (rrf only), per-leg weights ``(fts, vector)`` and the weight of
-    the time leg (docs/recall.md, "Time leg"), which runs only when the query names a time."""
+    the time leg (docs/recall.md, "Time leg"), which runs only when the query names a time, and of the expanded
+    lexical leg (``prf``, docs/recall.md "Pseudo-relevance feedback"), which runs only when that is on."""
 
     method: str = "rrf"
     k: int = RRF_K
     weights: tuple[float, float] = (1.0, 1.0)
     time: float = 1.0
+    prf: float = 1.0
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -49,6 +52,8 @@ class Fusion:
             raise ValueError("weights are two finite non-negative numbers (fts, vector)")
         if not math.isfinite(self.time) or self.time < 0:
             raise ValueError("the time leg's weight is a finite non-negative number")
+        if not math.isfinite(self.prf) or self.prf < 0:
+            raise ValueError("the expanded lexical leg's weight is a finite non-negative number")
 
     def describe(self) -> dict[str, object]:
         """The diagnostics' ``fusion`` member: ``{"method", "k" (rrf), "weights": {"fts", "vector"}}``, weights
@@ -70,7 +75,7 @@ DEFAULT = Fusion(weights=(1.0, 0.5))
 def fuse(fusion: Fusion, order: Mapping[str, Sequence[str]], scores: Mapping[str, Mapping[str, float]]) -> list[Ranked]:
     """Fuse legs: ``order`` maps a leg to its keys best first, ``scores`` a leg to key → score (higher is better:
     ts_rank or BM25 for fts, cosine similarity for vector and time). Returns :class:`Ranked` best first."""
-    weights = dict(zip(LEGS, fusion.weights)) | {"time": fusion.time}
+    weights = dict(zip(LEGS, fusion.weights)) | {"time": fusion.time, "prf": fusion.prf}
     if fusion.method == "rrf":
         return fuse_rrf(order, k=fusion.k, weights=weights, priority=ALL_LEGS)
     fused: dict[str, float] = {}

@@ -71,6 +71,7 @@ from oml.domain.access import Principal
 from oml.domain.errors import invalid, invalid_as, workarea_not_found
 from oml.domain.timewindow import TimeWindow
 from oml.services.reads import bm25 as bm25mod
+from oml.services.reads import prf as prfmod
 from oml.services.reads import readlog, rows, sim_read, timeleg
 from oml.services.reads.bodies import decrypt_versions
 from oml.services.runtime.tracing import traced
@@ -444,6 +445,8 @@ def vector_leg(conn: sa.Connection, tenant: str, qvec: Sequence[float], f: _Filt
 # ------------------------------------------------------------------ the service
 
 EmbedFn = Callable[[str], Sequence[float]]
+# Legs scored by a lexical score (higher is better); the others carry a cosine distance.
+_SCORED = ("fts", "prf")
 
 
 #: Query embeddings run here, beside the read's transaction, not before it (docs/adr/0007-recall-ranking.md):
@@ -535,7 +538,7 @@ class Recaller:
     def __init__(self, ctx: Context, *, embed: EmbedFn | None = None, exact_scan_max: int = R.EXACT_SCAN_MAX,
                  rrf_k: int = R.RRF_K, fusion: fusionmod.Fusion | None = None, lexical: str | None = None,
                  bm25: tuple[float, float] = (bm25mod.K1, bm25mod.B), time_leg: bool | None = None,
-                 time_mode: str = "boost") -> None:
+                 time_mode: str = "boost", prf: prfmod.PRF | str | None = None) -> None:
         lexical = lexical or ctx.settings.recall_lexical
         if lexical not in ("ts_rank", "bm25"):
             raise ValueError("lexical ranking must be ts_rank or bm25")
@@ -557,6 +560,11 @@ class Recaller:
             raise ValueError("time_mode must be boost or vector")
         self.time_leg = ctx.settings.recall_time_leg if time_leg is None else time_leg
         self.time_mode = time_mode
+        # Pseudo-relevance feedback on hybrid reads' BM25 leg (OML_RECALL_PRF by default, off): RM3 over the
+        # top admitted rows, the lexical leg run again with their terms (services/reads/prf.py).
+        self.prf = prfmod.parse(ctx.settings.recall_prf) if prf is None else (prfmod.parse(prf) if isinstance(prf, str) else prf)
+        if self.prf is not None and self.prf.mode == "leg":
+            self.fusion = dataclasses.replace(self.fusion, prf=self.prf.weight)
 
     @traced("recall")
     def recall(self, principal: Principal, req: RecallRequest, *,
@@ -606,6 +614,9 @@ class Recaller:
             cand = rows.load_rows(conn, tenant, found, q.as_of, audience_simulations)
             admitted = {v for v, x in cand.items() if R.visible(x.facts, read, "hit")
                         and R.valid_state(x.valid_from, x.valid_to, q.valid_at) == "valid"}
+            if (self.prf is not None and req.retriever == "hybrid" and self.lexical == "bm25" and not audience_simulations
+                    and legs.get("fts")):
+                found, admitted = self._feedback(conn, tenant, q, f, legs, found, admitted, cand, read, diag)
             diag.excluded_by_predicate = len(found - admitted)
             outside = count_outside_valid_time(conn, tenant, f, audience_simulations) if legs else dict(NONE_OUTSIDE)
             window = diag.window
@@ -634,7 +645,8 @@ class Recaller:
                     "at": q.valid_at.isoformat(), "source": q.valid_source, "excluded_hits": outside,
                     "excluded_steering": {s: sum(1 for v in steer_valid.values() if v == s) for s in R.VALID_STATES[1:]}},
                 "fusion": (None if req.retriever != "hybrid" else
-                           self.fusion.describe() | ({"time": self.fusion.time} if "time" in legs else {})),
+                           self.fusion.describe() | ({"time": self.fusion.time} if "time" in legs else {})
+                           | ({"prf": self.fusion.prf} if "prf" in legs else {})),
                 "approximate": diag.approximate,
                 "candidates": diag.candidates,
                 "legs": diag.legs,
@@ -683,6 +695,33 @@ class Recaller:
         for name, got in legs.items():
             diag.candidates[name] = len(got)
         return legs
+
+    def _feedback(self, conn: sa.Connection, tenant: str, q: _Query, f: _Filters, legs: dict[str, list[LegRow]],
+                  found: set[str], admitted: set[str], cand: dict, read: R.ReadScope, diag: _Diag
+                  ) -> tuple[set[str], set[str]]:
+        """RM3 (services/reads/prf.py): expansion lexemes from the lexical leg's top rows *among those admitted*,
+        the BM25 leg run again on the query plus them, its new rows loaded and admitted like the others; the
+        result is the ``prf`` leg or replaces ``fts``. Diagnostics under ``legs["prf"]`` (counts only)."""
+        assert self.prf is not None
+        pool = max(R.POOL_MIN, 2 * q.budget.k)
+        fb = prfmod.feedback(legs["fts"], admitted, self.prf.docs)
+        folded = R.fold_accents(q.text)
+        terms = prfmod.expansion_terms(conn, tenant, fb, _lexemes(conn, q.text if folded == q.text else q.text + " " + folded),
+                                       self.prf.terms)
+        info: dict[str, Any] = {"feedback_rows": len(fb), "terms": len(terms), "mode": self.prf.mode}
+        diag.legs["prf"] = info
+        if not terms:
+            return found, admitted
+        own = _Diag(diag.retriever)
+        got = bm25mod.bm25_leg(conn, q.text + "\n" + " ".join(terms), f, pool, own, self.bm25)
+        new = {row[0] for row in got} - found
+        if new:
+            cand.update(rows.load_rows(conn, tenant, new, q.as_of, frozenset()))
+            admitted = admitted | {v for v in new if v in cand and R.visible(cand[v].facts, read, "hit")
+                                   and R.valid_state(cand[v].valid_from, cand[v].valid_to, q.valid_at) == "valid"}
+        legs["fts" if self.prf.mode == "replace" else "prf"] = got
+        diag.candidates["prf"] = len(got)
+        return found | new, admitted
 
     def _time_leg(self, conn: sa.Connection, tenant: str, qvec: Sequence[float], f: _Filters, pool: int,
                   diag: _Diag) -> list[LegRow]:
@@ -740,7 +779,7 @@ class Recaller:
             ranked = [(v, s) for v, s, _ in got if v in admitted and not (v in seen or seen.add(v))]
             order[name] = [v for v, _ in ranked]
             for i, (v, sc) in enumerate(ranked):
-                per.setdefault(v, {})[name] = {"rank": i + 1, ("score" if name == "fts" else "distance"): sc}
+                per.setdefault(v, {})[name] = {"rank": i + 1, ("score" if name in _SCORED else "distance"): sc}
         single = [n for n in ("fts", "vector") if n in legs]
         if retriever != "hybrid" or len(single) == 1:
             name = retriever if retriever != "hybrid" else single[0]
@@ -749,7 +788,7 @@ class Recaller:
                 raw = per[key][name]
                 out.append((key, float(raw["score"]) if name == "fts" else 1.0 - float(raw["distance"]), per[key]))
             return out
-        scores = {n: {v: (float(r[n]["score"]) if n == "fts" else 1.0 - float(r[n]["distance"]))
+        scores = {n: {v: (float(r[n]["score"]) if n in _SCORED else 1.0 - float(r[n]["distance"]))
                       for v, r in per.items() if n in r} for n in order}
         if in_window is not None and "time" in order:
             # The time leg as a boost: every candidate whose valid_from lies in the window, from any leg, in the

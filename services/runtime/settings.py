@@ -72,15 +72,19 @@ class Settings(BaseSettings):
     # Where the ONNX export of the model is cached (OML_MODEL_CACHE; default <home>/models): homes may share one.
     model_cache: Path | None = None
     # Statements of the claims this many positions before a claim in its declared thread join its index
-    # text (0: off); docs/recall.md, "Context at indexing time". Changing it takes effect for rows
-    # indexed afterwards: run oml index rebuild.
-    index_context_before: int = 1
+    # text (0: off); docs/recall.md, "Context at indexing time". 2 measured best on the LoCoMo decide half
+    # (1, 2 and 3 tried; docs/benchmarks.md). Changing it takes effect for rows indexed afterwards: run oml index
+    # rebuild.
+    index_context_before: int = 2
     # The lexical leg's ranking: bm25 (services/storage/sql/61_bm25.sql) or ts_rank (oml_fts_search);
     # docs/recall.md, "BM25"; docs/adr/0007-recall-ranking.md.
     recall_lexical: str = "bm25"
     # Hybrid recall's time leg for queries that name a time (docs/recall.md, "Time leg";
     # docs/adr/0016-time-leg-and-accent-folding.md): off until it measures better on the decide half.
     recall_time_leg: bool = False
+    # Pseudo-relevance feedback (RM3) on hybrid recall's lexical leg: off, or DOCS,TERMS[,WEIGHT[,MODE]]
+    # (services/reads/prf.py; docs/recall.md, "Pseudo-relevance feedback"). Off until it measures better.
+    recall_prf: str = "off"
     # Admission's worker processes (services/keys/wrapping.py, which reads them from the environment itself:
     # the worker is a child process). Declared here so a bad value stops `oml` at start, not a batch later.
     # Idle workers kept per server process (0: classify and seal in-process); DEKs of one submit wrapped under one
@@ -122,6 +126,17 @@ class Settings(BaseSettings):
         if v not in allowed:
             raise ValueError(f"must be one of {', '.join(allowed)}, not {value!r}")
         return v
+
+    @field_validator("recall_prf", mode="before")
+    @classmethod
+    def _prf_spec(cls, value: object) -> object:
+        # Parsed when the settings load, so a malformed spec stops `oml` at start.
+        if isinstance(value, str):
+            from oml.services.reads.prf import parse
+
+            parse(value)
+            return value.strip().lower() or "off"
+        return value
 
     @field_validator("admission_wrap_processes", "admission_wrap_share", mode="before")
     @classmethod

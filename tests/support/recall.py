@@ -59,7 +59,7 @@ class World:
                  reviewer: Principal | None = None, **kw) -> dict:
         """Submit one claim (optionally a new version: ``claim_id``/``supersedes`` in ``kw``) and promote it."""
         body = {"statement": statement}
-        for extra in ("source", "tags", "subject"):
+        for extra in ("source", "tags", "subject", "context"):
             if extra in kw:
                 body[extra] = kw.pop(extra)
         sub = Submission(self.area(path), body, kind=kind, **kw)

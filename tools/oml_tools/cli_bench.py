@@ -18,6 +18,9 @@ def register(app: typer.Typer) -> None:
 
     recall_bench.register(bench_app)
     locomo.register(bench_app)
+    from oml_tools.bench import locomo_legs
+
+    locomo_legs.register(bench_app)
     from oml_tools.bench import reconcile as reconcile_bench
 
     reconcile_bench.register(bench_app)

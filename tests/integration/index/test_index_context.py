@@ -2,7 +2,9 @@
 
 Real PostgreSQL + pgvector, the real model, the real indexing feed and the
 real erasure. Each claim declares ``{"thread", "position"}``; the indexer
-indexes its statement with the statement before it (window of 1).
+indexes its statement with the statement before it: the mechanics below run
+with a window of 1, passed explicitly, whatever the default; the last test
+checks the default window (``index_context_before``) itself.
 """
 from __future__ import annotations
 
@@ -60,7 +62,7 @@ def test_window_is_indexed_and_never_served(ctx, kit):
     # Same thread name in another workarea, and another thread here: neither is in b's window.
     _turn(kit, f"the {elsewhere} was parked by the pier", 0, "chat-1", workarea=kit.wb)
     _turn(kit, f"the {other} stayed home", 0, "chat-2")
-    indexer.catch_up(ctx, kit.tenant)
+    indexer.catch_up(ctx, kit.tenant, context_before=1)
 
     (tsv,) = _tsv(ctx, kit.tenant, b["claim_id"])
     assert word in tsv and elsewhere not in tsv and other not in tsv
@@ -88,7 +90,7 @@ def test_erasure_removes_the_claim_from_its_neighbours_index_text(ctx, kit):
     a = _turn(kit, f"the {word} crane at the harbour", 0, "chat-3")
     b = _turn(kit, "it was broken again", 1, "chat-3")
     c = _turn(kit, "they fixed it on friday", 2, "chat-3")
-    indexer.catch_up(ctx, kit.tenant)
+    indexer.catch_up(ctx, kit.tenant, context_before=1)
     assert any(word in t for t in _tsv(ctx, kit.tenant, b["claim_id"]))
     before = _vectors(ctx, kit.tenant, b["claim_id"])[0]
 
@@ -105,7 +107,7 @@ def test_erasure_removes_the_claim_from_its_neighbours_index_text(ctx, kit):
     assert _window(ctx, kit.tenant, c["claim_id"]).w == [b["claim_id"]]
 
     # The indexer rebuilds b without a: own words only, own embedding only.
-    indexer.catch_up(ctx, kit.tenant)
+    indexer.catch_up(ctx, kit.tenant, context_before=1)
     (tsv,) = _tsv(ctx, kit.tenant, b["claim_id"])
     assert word not in tsv and "broken" in tsv
     (after,) = _vectors(ctx, kit.tenant, b["claim_id"])
@@ -117,11 +119,11 @@ def test_erasure_removes_the_claim_from_its_neighbours_index_text(ctx, kit):
 def test_a_late_or_superseded_neighbour_rebuilds_the_window(ctx, kit):
     first, second = canary(), canary()
     b = _turn(kit, "we met there twice", 1, "chat-4")
-    indexer.catch_up(ctx, kit.tenant)
+    indexer.catch_up(ctx, kit.tenant, context_before=1)
     assert _window(ctx, kit.tenant, b["claim_id"]).w == []
     # The earlier turn arrives after the later one: b is re-indexed with it.
     a = _turn(kit, f"the {first} cafe downtown", 0, "chat-4")
-    indexer.catch_up(ctx, kit.tenant)
+    indexer.catch_up(ctx, kit.tenant, context_before=1)
     assert first in _tsv(ctx, kit.tenant, b["claim_id"])[0]
     assert _window(ctx, kit.tenant, b["claim_id"]).w == [a["claim_id"]]
     # The neighbour is superseded: b's window follows its new tip.
@@ -129,7 +131,7 @@ def test_a_late_or_superseded_neighbour_rebuilds_the_window(ctx, kit):
                                                                  "context": {"thread": "chat-4", "position": 0}},
                                                        claim_id=a["claim_id"], supersedes=a["version_id"])])["items"][0]
     ctx.admission.review(kit.reviewer, new["version_id"], "promote", "accurate")
-    indexer.catch_up(ctx, kit.tenant)
+    indexer.catch_up(ctx, kit.tenant, context_before=1)
     (tsv,) = _tsv(ctx, kit.tenant, b["claim_id"])
     assert second in tsv and first not in tsv
 
@@ -140,3 +142,17 @@ def test_window_zero_indexes_own_words_only(ctx, kit):
     b = _turn(kit, "so did the other one", 1, "chat-5")
     indexer.catch_up(ctx, kit.tenant, context_before=0)
     assert all(word not in t for t in _tsv(ctx, kit.tenant, b["claim_id"]))
+
+
+def test_the_default_window_reaches_back_its_setting_and_no_further(ctx, kit):
+    """With the default setting, a turn is found through the words of each of the ``index_context_before`` turns
+    before it, and not through the one before those (docs/recall.md, "Context at indexing time")."""
+    before = ctx.settings.index_context_before
+    assert before >= 1
+    words = [canary() for _ in range(before + 1)]
+    turns = [_turn(kit, f"the {w} was mentioned", i, "chat-6") for i, w in enumerate(words)]
+    last = _turn(kit, "and that settled it", before + 1, "chat-6")
+    indexer.catch_up(ctx, kit.tenant)
+    (tsv,) = _tsv(ctx, kit.tenant, last["claim_id"])
+    assert words[0] not in tsv and all(w in tsv for w in words[1:])
+    assert _window(ctx, kit.tenant, last["claim_id"]).w == [t["claim_id"] for t in turns[1:]]

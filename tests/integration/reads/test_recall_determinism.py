@@ -80,3 +80,31 @@ def test_rrf_ties_are_broken_by_the_legs_orders(ctx, worlds):
              h["retrievers"].get("fts", {}).get("rank", float("inf")), h["retrievers"].get("vector", {}).get("rank", float("inf")))
             for h in out["hits"]]
     assert keys == sorted(keys) and len(set(keys)) == len(keys)
+
+
+# A conversation whose turns declare their thread and position, indexed with the default context window
+# (index_context_before): short replies are found through the turns before them, and repeated replies tie.
+THREAD = ["Nina: the deployment window moved to Friday evening.", "Omar: yes.", "Nina: the report is ready for review.",
+          "Omar: yes.", "Nina: the quarterly review starts at ten.", "Omar: ok, thanks.", "Nina: the report was filed.",
+          "Omar: yes.", "Nina: the deployment window closes on Friday.", "Omar: ok, thanks."]
+
+
+@pytest.fixture(scope="module")
+def threaded(ctx):
+    out = []
+    for tenant in ("rank-thread-a", "rank-thread-b"):
+        w = make_world(ctx, tenant)
+        for i, s in enumerate(THREAD):
+            w.remember("main.chat", s, context={"thread": "chat-1", "position": i})
+        w.index()
+        w.reader = w.key("reader")
+        out.append(w)
+    return out
+
+
+@pytest.mark.parametrize("retriever", ["fts", "vector", "hybrid"])
+@pytest.mark.parametrize("query", QUERIES)
+def test_two_ingestions_of_a_thread_rank_identically_with_the_default_window(ctx, threaded, retriever, query):
+    assert ctx.settings.index_context_before >= 1
+    a, b = (_statements(ctx, w, query, retriever) for w in threaded)
+    assert a and a == b

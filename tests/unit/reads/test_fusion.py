@@ -58,3 +58,14 @@ def test_specs_and_refusals():
         F.Fusion("rrf", 0)
     with pytest.raises(ValueError):
         F.Fusion("rrf", 10, (1.0, -1.0))
+
+
+def test_the_expanded_lexical_leg_is_weighted_and_ranks_after_the_others_in_ties():
+    # The RM3 leg (services/reads/prf.py) counts at its weight; a refused weight is said.
+    order = {"fts": ["a", "b"], "vector": ["b", "a"], "prf": ["b", "c"]}
+    got = F.fuse(F.Fusion(weights=(1.0, 1.0), prf=0.5), order, {})
+    assert [x.key for x in got] == ["b", "a", "c"]
+    assert got[0].score == pytest.approx(1 / 12 + 1 / 11 + 0.5 / 11)
+    assert F.ALL_LEGS[-1] == "prf"
+    with pytest.raises(ValueError, match="expanded lexical leg"):
+        F.Fusion(prf=-1.0)

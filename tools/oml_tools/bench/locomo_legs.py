@@ -1,0 +1,324 @@
+"""``oml bench locomo-legs --data PATH``: LoCoMo evidence recall of each ranking leg and of fusions of them.
+
+A measurement harness for ranking choices, beside ``oml bench locomo``
+(``tools/oml_tools/bench/locomo.py``, whose ingestion, questions and scoring
+it reuses):
+
+1. the conversations are ingested, promoted and indexed as there (one
+   tenant, one workarea per conversation, the context window);
+2. every question is recalled through the product by a reader key, once per
+   **leg**: ``bm25`` (the lexical leg, retriever ``fts``, k = 50, the pool a
+   hybrid read fuses), ``minilm`` (the vector leg, k = 50), each ``--bm25``
+   variant; and once per **product row** (``hybrid``: the default read,
+   k = 25; each ``--prf NAME=SPEC``: hybrid with pseudo-relevance feedback,
+   services/reads/prf.py), timed end to end;
+3. each ``--model NAME=MODEL_DIR:ONNX_FILE`` is a **second dense model
+   outside the product**: its ONNX export (any file whose graph takes
+   ``input_ids, attention_mask``) runs on ONNX Runtime with the model
+   directory's tokenizer, mean pooling and normalisation
+   (``workers/index/onnx_embedding.py``); it embeds every turn's index text
+   (the turn with its context window, as the indexer builds it) in batches
+   of 32 on 2 threads, timed per claim, and each question alone on one thread,
+   interleaved with the product's MiniLM query model, timed per query; its
+   leg is an exact cosine top-50 within the question's conversation;
+4. **fusions** of those leg lists are computed in process with
+   :func:`oml.domain.recall.fuse_rrf`, the product's own fusion: spec
+   ``LEG:W,LEG:W,…@K``. The spec ``bm25:1,minilm:0.5@10`` is the default read
+   and must reproduce the ``hybrid`` row (printed as a check).
+
+Evidence recall@5/10/25 per row on the decide and the confirm half and
+overall, and per category. Latency is printed for the product rows only; a
+fusion row with a second model would cost its query encoding (printed) and
+one more vector statement on top of the ``hybrid`` row.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from oml.services.entrypoints.cli.common import JSON
+from oml_tools.bench import emit
+from oml_tools.bench.locomo import CATEGORIES, CUTOFFS, DECIDE, Scores, _pct, ingest, load, questions_of, recall_dia, turns_of
+
+POOL = 50
+
+
+def parse_fusion(spec: str) -> tuple[list[tuple[str, float]], int]:
+    """``LEG:W,LEG:W,…@K`` → ([(leg, weight)…], k); raises ``ValueError``."""
+    legs_part, _, k = spec.partition("@")
+    legs = []
+    for part in legs_part.split(","):
+        name, _, w = part.partition(":")
+        legs.append((name.strip(), float(w) if w else 1.0))
+    return legs, int(k or 10)
+
+
+def fuse(lists: Mapping[str, Sequence[str]], spec: str) -> list[str]:
+    from oml.domain.recall import fuse_rrf
+
+    legs, k = parse_fusion(spec)
+    if len(legs) == 1:
+        return list(lists[legs[0][0]])
+    order = {name: lists[name] for name, _ in legs}
+    return [x.key for x in fuse_rrf(order, k=k, weights=dict(legs), priority=[n for n, _ in legs])]
+
+
+def window_texts(convs: Sequence[dict], before: int) -> dict[str, list[tuple[str, str]]]:
+    """Per conversation, ``(dia id, index text)`` in thread order: the turn's statement after the ``before``
+    previous statements, newline-separated (``domain.context_window.window_text``, as the indexer builds it)."""
+    from oml.domain.context_window import window_text
+
+    out: dict[str, list[tuple[str, str]]] = {}
+    for conv in convs:
+        turns = turns_of(conv)
+        stmts = [t["statement"] for t in turns]
+        out[conv["sample_id"]] = [(t["dia_id"], window_text(stmts[i], stmts[max(0, i - before):i]))
+                                  for i, t in enumerate(turns)]
+    return out
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def onnx_model(model_dir: str, onnx_file: str, cache_root: Path, threads: int):
+    """An :class:`~oml.workers.index.onnx_embedding.OnnxEmbedder` over an export made elsewhere: ``onnx_file`` is
+    placed in a cache directory with a sidecar naming the model directory's digest, so nothing is exported."""
+    from oml.workers.index.onnx_embedding import ONNX_NAME, SIDECAR_NAME, OnnxEmbedder, source_digest
+
+    src = Path(onnx_file).resolve()
+    cache = cache_root / f"{Path(model_dir).name}-{src.stem}"
+    cache.mkdir(parents=True, exist_ok=True)
+    target = cache / ONNX_NAME
+    if not target.exists():
+        os.symlink(src, target)
+    sidecar = cache / SIDECAR_NAME
+    if not sidecar.exists():
+        sidecar.write_text(json.dumps({"source_sha256": source_digest(model_dir), "onnx_sha256": _sha256(src),
+                                       "source": str(Path(model_dir).resolve()), "external": str(src)}))
+    return OnnxEmbedder(model_dir, cache, threads=threads)
+
+
+def _top(qvec, mat, ids: Sequence[str], sid: str, n: int) -> list[str]:
+    import numpy as np
+
+    sims = mat @ qvec
+    idx = np.argsort(-sims, kind="stable")[:n]
+    return [f"{sid}#{ids[i]}" for i in idx]
+
+
+def run(ctx, data: Path, *, conversations: str | None = None, decide: Sequence[str] = DECIDE,
+        models: Mapping[str, tuple[str, str]] | None = None, bm25: Mapping[str, tuple[float, float]] | None = None,
+        prf: Mapping[str, str] | None = None, fusions: Sequence[str] = (), cache_root: Path | None = None,
+        context_before: int | None = None, progress=None) -> dict[str, Any]:
+    """Ingest once; collect each leg's and product row's answers; embed with the second models; score every
+    leg, product row and fusion (module docstring)."""
+    import platform
+
+    import numpy as np
+
+    from oml.services.reads.recall import Recaller
+    from oml.workers.index.embedding import model_path
+    from oml.workers.index.onnx_embedding import OnnxEmbedder, cache_dir_for
+
+    say = progress or (lambda _m: None)
+    convs = load(data, conversations)
+    before = ctx.settings.index_context_before if context_before is None else context_before
+    corpus = ingest(ctx, convs, context_before=before, progress=say)
+    questions, skipped = questions_of(convs)
+    present = {c["sample_id"] for c in convs}
+    groups = {"decide": set(decide) & present, "confirm": present - set(decide)}
+    kmax = max(CUTOFFS)
+
+    lists: list[dict[str, list[str]]] = [{} for _ in questions]
+    results: dict[str, Any] = {}
+    lat: dict[str, list[float]] = {}
+
+    def product(name: str, rec: Any, retriever: str, k: int, keep: bool) -> None:
+        sc = Scores(CUTOFFS)
+        ms: list[float] = []
+        for i, q in enumerate(questions):
+            t1 = time.perf_counter()
+            dia, _sizes, _deg = recall_dia(corpus, rec, retriever, q, k)
+            ms.append((time.perf_counter() - t1) * 1000)
+            sc.add(q, dia, ms[-1])
+            if keep:
+                lists[i][name] = [d for d in dia if d]
+        results[name] = sc.summary(groups)
+        lat[name] = ms
+        say(f"{name}: recall@10 {results[name]['recall']['overall'][10]:.3f}")
+
+    base = Recaller(ctx, lexical="bm25")
+    recall_dia(corpus, base, "hybrid", questions[0], kmax)  # warm the model, pools and plans
+    product("bm25", base, "fts", POOL, True)
+    product("minilm", base, "vector", POOL, True)
+    product("hybrid", Recaller(ctx), "hybrid", kmax, False)
+    for name, spec in (prf or {}).items():
+        product(name, Recaller(ctx, prf=spec), "hybrid", kmax, False)
+    for name, params in (bm25 or {}).items():
+        product(name, Recaller(ctx, lexical="bm25", bm25=params), "fts", POOL, True)
+
+    encode: dict[str, Any] = {}
+    if models:
+        cache_root = cache_root or Path(ctx.settings.home) / "bench-models"
+        texts = window_texts(convs, before)
+        flat = [t for sid in texts for _, t in texts[sid]]
+        mini_path = model_path(ctx.settings)
+        mini = OnnxEmbedder(mini_path, cache_dir_for(ctx.settings.model_cache or Path(ctx.settings.home) / "models",
+                                                     mini_path), threads=1)
+        query_models = {"minilm": mini}
+        mats: dict[str, dict[str, Any]] = {}
+        for name, (mdir, onnx_file) in models.items():
+            batch = onnx_model(mdir, onnx_file, cache_root, threads=2)
+            key = hashlib.sha256((_sha256(Path(onnx_file)) + "\0" + "\0".join(flat)).encode()).hexdigest()[:16]
+            saved = cache_root / f"docs-{key}.npy"
+            t0 = time.perf_counter()
+            if saved.exists():
+                allv = np.load(saved)
+                doc_ms = json.loads(saved.with_suffix(".json").read_text())["ms_per_claim"]
+            else:
+                allv = batch.encode(flat)
+                doc_ms = (time.perf_counter() - t0) * 1000 / len(flat)
+                np.save(saved, allv)
+                saved.with_suffix(".json").write_text(json.dumps({"ms_per_claim": doc_ms}))
+            say(f"{name}: {len(flat)} index texts embedded, {doc_ms:.1f} ms per claim (batches of 32, 2 threads)")
+            mats[name], at = {}, 0
+            for sid, rows in texts.items():
+                mats[name][sid] = (allv[at:at + len(rows)], [d for d, _ in rows])
+                at += len(rows)
+            encode[name] = {"ms_per_claim": doc_ms, "dimension": int(allv.shape[1])}
+            del batch
+            query_models[name] = onnx_model(mdir, onnx_file, cache_root, threads=1)
+        qms: dict[str, list[float]] = {n: [] for n in query_models}
+        names = list(query_models)
+        for i, q in enumerate(questions):
+            for j in range(len(names)):  # interleaved, the order rotating per question
+                name = names[(i + j) % len(names)]
+                t1 = time.perf_counter()
+                vec = query_models[name].encode([q["question"]])[0]
+                qms[name].append((time.perf_counter() - t1) * 1000)
+                if name in mats:
+                    mat, ids = mats[name][q["sample"]]
+                    lists[i][name] = _top(vec, mat, ids, q["sample"], POOL)
+        for name, xs in qms.items():
+            encode.setdefault(name, {}).update({"query_ms_p50": _pct(xs, 50), "query_ms_p95": _pct(xs, 95),
+                                                "query_ms_mean": statistics.fmean(xs)})
+        for name in mats:
+            sc = Scores(CUTOFFS)
+            for i, q in enumerate(questions):
+                sc.add(q, lists[i][name], 0.0)
+            results[name] = sc.summary(groups)
+
+    fused: dict[str, Any] = {}
+    for spec in fusions:
+        legs, _k = parse_fusion(spec)
+        if any(name not in lists[0] for name, _ in legs):
+            continue
+        sc = Scores(CUTOFFS)
+        for i, q in enumerate(questions):
+            sc.add(q, fuse(lists[i], spec)[:kmax], 0.0)
+        fused[spec] = sc.summary(groups)
+    return {"conversations": [c["sample_id"] for c in convs], "turns": corpus.turns, "questions": len(questions),
+            "skipped_no_evidence": skipped, "groups": {g: sorted(m) for g, m in groups.items()},
+            "timings": corpus.timings, "context_before": before,
+            "results": results, "fusions": fused, "encode": encode,
+            "latency_ms": {n: {"p50": _pct(v, 50), "p95": _pct(v, 95)} for n, v in lat.items()},
+            # per question: its sample, category, evidence and each leg's list (for --save; not rendered)
+            "per_question": [{"sample": q["sample"], "category": q["category"], "question": q["question"],
+                              "evidence": sorted(q["evidence"]), "lists": lists[i]} for i, q in enumerate(questions)],
+            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+                        "load_average": list(os.getloadavg())}}
+
+
+def render(res: dict[str, Any]) -> list[str]:
+    res = json.loads(json.dumps(res))
+    lines = [f"oml bench locomo-legs — {len(res['conversations'])} conversations ({', '.join(res['conversations'])}), "
+             f"{res['turns']} turns, {res['questions']} questions with evidence ({res['skipped_no_evidence']} skipped: none)",
+             f"machine: {res['machine']['cpus']} CPUs, {res['machine']['platform']}, Python {res['machine']['python']}, "
+             f"load average at the end {res['machine']['load_average']}",
+             f"ingest+promote {res['timings']['ingest_and_promote_s']:.1f}s, index {res['timings']['index_s']:.1f}s, "
+             f"context window: {res['context_before']} turn(s) before",
+             "row                                  decide @5/@10/@25     confirm @5/@10/@25    all @10  open-dom @10  p50/p95 ms"]
+
+    def line(name: str, v: dict) -> str:
+        d, c = v["groups"]["decide"], v["groups"]["confirm"]
+        lat = res["latency_ms"].get(name)
+        tail = f"  {lat['p50']:5.1f}/{lat['p95']:5.1f}" if lat else ""
+        return (f"{name:<36} {d['5']:.3f}/{d['10']:.3f}/{d['25']:.3f}   {c['5']:.3f}/{c['10']:.3f}/{c['25']:.3f}   "
+                f"{v['recall']['overall']['10']:.3f}    {v['recall'].get('open-domain', {}).get('10', float('nan')):.3f}{tail}")
+
+    for name, v in res["results"].items():
+        lines.append(line(name, v))
+    lines.append("fusions (in process, domain.recall.fuse_rrf over the legs above; LEG:WEIGHT,…@K)")
+    for name, v in res["fusions"].items():
+        lines.append(line(name, v))
+    if res["encode"]:
+        lines.append("encoding: per query one thread, interleaved (ms p50/p95/mean); per indexed claim batches of 32 on 2 threads")
+        for name, e in res["encode"].items():
+            claim = f"  per claim {e['ms_per_claim']:.1f} ms (dim {e['dimension']})" if "ms_per_claim" in e else ""
+            lines.append(f"  {name:<14} query {e['query_ms_p50']:.1f}/{e['query_ms_p95']:.1f}/{e['query_ms_mean']:.1f}{claim}")
+    cats = [c for c in CATEGORIES.values() if c in next(iter(res["results"].values()))["recall"]]
+    lines.append("per category recall@10: " + ", ".join(
+        f"{c} n={next(iter(res['results'].values()))['questions_per_category'][c]}" for c in cats))
+    for name, v in list(res["results"].items()) + list(res["fusions"].items()):
+        lines.append(f"  {name:<36} " + " ".join(f"{v['recall'][c]['10']:.3f}" for c in cats))
+    return lines
+
+
+def default_fusions(models: Sequence[str], bm25_rows: Sequence[str]) -> list[str]:
+    """The fusion grid: the default read (a check), RRF k × the vector leg's weight, each second model alone
+    fused with BM25 and with BM25 + MiniLM, and each BM25 variant at the default fusion."""
+    out = ["bm25:1,minilm:0.5@10"]
+    out += [f"bm25:1,minilm:{w}@{k}" for k in (5, 10, 20, 60) for w in (0.3, 0.5, 0.7, 1.0) if (k, w) != (10, 0.5)]
+    for m in models:
+        out += [f"bm25:1,{m}:{w}@10" for w in (0.5, 0.7, 1.0)]
+        out += [f"bm25:1,minilm:{a},{m}:{b}@{k}" for a, b, k in
+                ((0.5, 0.5, 10), (0.3, 0.7, 10), (0.25, 0.5, 10), (0.5, 1.0, 10), (0.3, 0.3, 10), (0.5, 0.5, 20))]
+    out += [f"{b}:1,minilm:0.5@10" for b in bm25_rows]
+    return out
+
+
+def register(bench_app: typer.Typer) -> None:
+    @bench_app.command("locomo-legs")
+    def locomo_legs(data: Path = typer.Option(..., "--data", exists=True, dir_okay=False, help="LoCoMo JSON"),
+                    conversations: str = typer.Option("", "--conversations", help="sample ids, or N for the first N"),
+                    decide: str = typer.Option(",".join(DECIDE), "--decide", help="conversations choices are made on"),
+                    model: list[str] = typer.Option([], "--model", help="second dense model NAME=MODEL_DIR:ONNX_FILE"),
+                    bm25: list[str] = typer.Option([], "--bm25", help="BM25 leg variant NAME=K1,B"),
+                    prf: list[str] = typer.Option([], "--prf", help="hybrid row with pseudo-relevance feedback NAME=DOCS,TERMS[,WEIGHT[,MODE]]"),
+                    fusion: list[str] = typer.Option([], "--fusion", help="extra fusion LEG:W,LEG:W@K"),
+                    save: Path = typer.Option(None, "--save", help="also write the JSON result here"),
+                    context_window: int = typer.Option(None, "--context-window", min=0, max=8,
+                                                       help="turns before each turn indexed with it (default: the setting)"),
+                    as_json: bool = JSON) -> None:
+        """Evidence recall of each leg, product row and in-process fusion on LoCoMo (one ingestion)."""
+        from oml.services.entrypoints.cli.common import context, err
+
+        models = {}
+        for m in model:
+            name, _, rest = m.partition("=")
+            mdir, _, onnx_file = rest.rpartition(":")
+            models[name] = (mdir, onnx_file)
+        params = {n: (float(v.split(",")[0]), float(v.split(",")[1])) for n, _, v in (x.partition("=") for x in bm25)}
+        prfs = dict(x.partition("=")[::2] for x in prf)
+        fusions = default_fusions(list(models), list(params)) + list(fusion)
+        with context() as ctx:
+            res = run(ctx, data, conversations=conversations or None, decide=[x.strip() for x in decide.split(",") if x.strip()],
+                      models=models, bm25=params, prf=prfs, fusions=fusions, context_before=context_window,
+                      progress=lambda m: err.print(m))
+        if save:
+            save.write_text(json.dumps(res, indent=1))
+        res.pop("per_question")
+        emit(res, render, as_json)
