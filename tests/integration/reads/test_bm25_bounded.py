@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from oml.domain import recall as R
 from oml.services.reads import bm25
 from oml.services.reads.recall import Recaller, RecallRequest
 from oml.workers.index import indexer
@@ -74,16 +75,16 @@ def _lexemes(conn, text: str) -> list[str]:
 
 def _oracle(conn, terms, scopes, valid_at, exclude, lim):
     return [(str(r.version_id), r.score) for r in conn.execute(sa.text(
-        "SELECT version_id, score FROM oml_bm25_search(to_tsquery('english', :q), CAST(:terms AS text[]),"
+        "SELECT version_id, score FROM oml_bm25_search(CAST(:q AS tsquery), CAST(:terms AS text[]),"
         " CAST(:s AS text[]), NULL, NULL, NULL, :va, CAST(:ex AS uuid[]), :lim)"),
-        {"q": " | ".join(terms), "terms": terms, "s": scopes, "va": valid_at, "ex": exclude, "lim": lim}).all()]
+        {"q": R.tsquery_text(terms, "|"), "terms": terms, "s": scopes, "va": valid_at, "ex": exclude, "lim": lim}).all()]
 
 
 def _bounded(conn, terms, scopes, valid_at, exclude, lim, depth, fetched):
     got = conn.execute(sa.text(
-        "SELECT version_id, score, exact, bound FROM oml_bm25_topk(to_tsquery('english', :q), CAST(:terms AS text[]),"
+        "SELECT version_id, score, exact, bound FROM oml_bm25_topk(CAST(:q AS tsquery), CAST(:terms AS text[]),"
         " CAST(:s AS text[]), :va, CAST(:ex AS uuid[]), :lim, :d, :f)"),
-        {"q": " | ".join(terms), "terms": terms, "s": scopes, "va": valid_at, "ex": exclude, "lim": lim, "d": depth,
+        {"q": R.tsquery_text(terms, "|"), "terms": terms, "s": scopes, "va": valid_at, "ex": exclude, "lim": lim, "d": depth,
          "f": fetched}).all()
     return [(str(r.version_id), r.score) for r in got[:-1]], got[-1].exact, got[-1].bound
 
@@ -236,3 +237,13 @@ def test_bounded_function_refuses_without_a_tenant(ctx, tenant):
     with ctx.db.system("oml_server") as conn, pytest.raises(Exception, match="no tenant bound"):
         conn.execute(sa.text("SELECT * FROM oml_bm25_topk(CAST('crane' AS tsquery), ARRAY['crane'],"
                              " ARRAY['main'], NULL, NULL, 10, 1024, 256)")).all()
+
+
+@pytest.mark.parametrize("role", ["oml_server", "oml_indexer", "oml_admission", "oml_reconciler"])
+def test_no_workload_reads_or_writes_the_bm25_tables_directly(ctx, tenant, role):
+    """Only the SECURITY DEFINER search reads them (as oml_search) and only the owner's triggers write them."""
+    with ctx.db.engine(None).connect() as c:
+        for table in ("bm25_groups", "bm25_df", "bm25_postings"):
+            for priv in ("SELECT", "INSERT", "UPDATE", "DELETE"):
+                assert not c.execute(sa.text("SELECT has_table_privilege(:r, :t, :p)"),
+                                     {"r": role, "t": table, "p": priv}).scalar(), (role, table, priv)
