@@ -240,39 +240,46 @@ CREATE OR REPLACE FUNCTION oml_bm25_topk_sql() RETURNS text
  idf AS MATERIALIZED (
    SELECT lx.lexeme, lx.df, ln(1 + (st.n - lx.df + 0.5) / (lx.df + 0.5)) AS idf FROM lx CROSS JOIN st),
  per AS MATERIALIZED (SELECT greatest(1, ceil($11::float8 / greatest((SELECT count(*) FROM g), 1)))::int AS l),
- -- each lexeme''s list in each group, best impact first, at most per.l deep
+ -- each lexeme''s list in each group, best impact first, at most per.l deep; lexemes and groups by number
+ -- (li, gi), so the aggregates below hash and sort integers
+ gn AS MATERIALIZED (SELECT g.workarea_id, g.self_signed, row_number() OVER (ORDER BY g.workarea_id, g.self_signed)::int AS gi
+                       FROM g),
  lists AS MATERIALIZED (
-   SELECT l.lexeme, g.workarea_id, g.self_signed, p.version_id, p.tip_from_seq, p.impact, p.tf, p.dl
-     FROM unnest($10) AS l(lexeme) CROSS JOIN g CROSS JOIN per
+   SELECT l.li::int AS li, gn.gi, p.version_id, p.tip_from_seq, p.impact, p.tf, p.dl
+     FROM unnest($10) WITH ORDINALITY AS l(lexeme, li) CROSS JOIN gn CROSS JOIN per
      CROSS JOIN LATERAL (SELECT p.version_id, p.tip_from_seq, p.impact, p.tf, p.dl FROM bm25_postings p
-                          WHERE p.tenant_id = $9 AND p.lexeme = l.lexeme AND p.workarea_id = g.workarea_id
-                            AND p.self_signed = g.self_signed
+                          WHERE p.tenant_id = $9 AND p.lexeme = l.lexeme AND p.workarea_id = gn.workarea_id
+                            AND p.self_signed = gn.self_signed
                           ORDER BY p.impact DESC, p.tip_from_seq DESC LIMIT per.l) p),
  -- the last impact read of each list that holds more postings than were read (its df says so)
  cut AS MATERIALIZED (
-   SELECT z.lexeme, max(z.last)::float8 AS last
-     FROM (SELECT ls.lexeme, ls.workarea_id, ls.self_signed, min(ls.impact) AS last, count(*) AS got
-             FROM lists ls GROUP BY 1, 2, 3) z
-     JOIN bm25_df d ON d.tenant_id = $9 AND d.lexeme = z.lexeme AND d.workarea_id = z.workarea_id
-                   AND d.self_signed = z.self_signed
+   SELECT z.li, max(z.last)::float8 AS last
+     FROM (SELECT ls.li, ls.gi, min(ls.impact) AS last, count(*) AS got FROM lists ls GROUP BY 1, 2) z
+     JOIN gn ON gn.gi = z.gi
+     JOIN bm25_df d ON d.tenant_id = $9 AND d.lexeme = ($10)[z.li] AND d.workarea_id = gn.workarea_id
+                   AND d.self_signed = gn.self_signed
     WHERE d.df > z.got
     GROUP BY 1),
- -- a lexeme''s bound on the term of any posting not read, at this read''s avgdl
+ -- per lexeme number: idf, and its bound on the term of any posting not read, at this read''s avgdl
  lb AS MATERIALIZED (
-   SELECT i.lexeme, i.idf * coalesce(c.last, 0) * greatest(1, st.avgdl / oml_bm25_reference_dl()) * (1 + 1e-6) AS b
-     FROM idf i CROSS JOIN st LEFT JOIN cut c ON c.lexeme = i.lexeme),
+   SELECT array_agg(i.idf ORDER BY l.li) AS idf,
+          array_agg(i.idf * coalesce(c.last, 0) * greatest(1, st.avgdl / oml_bm25_reference_dl()) * (1 + 1e-6)
+                    ORDER BY l.li) AS b
+     FROM unnest($10) WITH ORDINALITY AS l(lexeme, li) JOIN idf i ON i.lexeme = l.lexeme
+     CROSS JOIN st LEFT JOIN cut c ON c.li = l.li::int),
+ tot AS MATERIALIZED (SELECT coalesce((SELECT sum(u) FROM unnest(lb.b) AS u), 0) AS b FROM lb),
  -- a seen row: the exact terms of the lexemes it was seen under, and the bounds of the others
  ub AS MATERIALIZED (
    SELECT s.version_id, s.tip_from_seq, s.partial, s.partial + greatest(0, tot.b - s.seen_b) AS ub
      FROM (SELECT ls.version_id, ls.tip_from_seq,
-                  sum(i.idf * ls.tf * 2.2 / (ls.tf + 1.2 * (0.25 + 0.75 * ls.dl / st.avgdl))) AS partial,
-                  sum(lb.b) AS seen_b
-             FROM lists ls JOIN idf i ON i.lexeme = ls.lexeme JOIN lb ON lb.lexeme = ls.lexeme CROSS JOIN st
+                  sum(lb.idf[ls.li] * ls.tf * 2.2 / (ls.tf + 1.2 * (0.25 + 0.75 * ls.dl / st.avgdl))) AS partial,
+                  sum(lb.b[ls.li]) AS seen_b
+             FROM lists ls CROSS JOIN lb CROSS JOIN st
             GROUP BY 1, 2) s
-     CROSS JOIN (SELECT coalesce(sum(lb.b), 0) AS b FROM lb) tot),
+     CROSS JOIN tot),
  -- the candidates of highest partial score (what was seen of them is exact), upper bound breaking ties; rows
  -- the read leaves out (x) take no fetch slot
- pick AS MATERIALIZED (SELECT u.version_id, u.tip_from_seq, u.ub FROM ub u
+ pick AS MATERIALIZED (SELECT u.version_id, u.tip_from_seq, u.partial FROM ub u
                         WHERE u.version_id NOT IN (SELECT x.version_id FROM x)
                         ORDER BY u.partial DESC, u.ub DESC LIMIT $12),
  cand AS MATERIALIZED (
@@ -290,10 +297,12 @@ CREATE OR REPLACE FUNCTION oml_bm25_topk_sql() RETURNS text
  top AS MATERIALIZED (SELECT s.version_id, s.claim_id, s.score, s.tip_from_seq FROM sc s
                        ORDER BY s.score DESC, s.tip_from_seq DESC, s.version_id LIMIT $8),
  -- the largest upper bound of a row not scored exactly: never seen (the sum of the lexemes'' bounds) or
- -- seen and not fetched
- rest AS (SELECT greatest((SELECT coalesce(sum(lb.b), 0) FROM lb),
+ -- seen and not fetched (a row whose partial score is at most the last fetched row''s: all of those not fetched,
+ -- and some fetched ones, which only loosens the bound)
+ rest AS (SELECT greatest((SELECT tot.b FROM tot),
                           (SELECT coalesce(max(u.ub), 0) FROM ub u
-                            WHERE (u.version_id, u.tip_from_seq) NOT IN (SELECT p.version_id, p.tip_from_seq FROM pick p)
+                            WHERE (SELECT count(*) FROM pick) >= $12
+                              AND u.partial <= (SELECT min(p.partial) FROM pick p)
                               AND u.version_id NOT IN (SELECT x.version_id FROM x))) AS bound)
  SELECT tp.version_id, tp.claim_id, tp.score, tp.tip_from_seq, NULL::boolean, NULL::float8
    FROM (SELECT * FROM top ORDER BY score DESC, tip_from_seq DESC, version_id) tp
