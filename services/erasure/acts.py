@@ -55,12 +55,15 @@ ROLE = "oml_admission"
 NIL = "00000000-0000-0000-0000-000000000000"
 # Relations an erasure rewrites; sim_* targets are added per simulation touched. pg_statistic goes
 # last: every ANALYZE before it leaves the previous statistics as dead tuples in that catalog.
-BASE_TARGETS = ("wrapped_deks", "artifacts", "claim_subjects", "memories_fts", "memory_embeddings", "pg_statistic")
+BASE_TARGETS = ("wrapped_deks", "artifacts", "claim_subjects", "memories_fts", "memory_embeddings", "bm25_postings", "bm25_df",
+                "pg_statistic")
 SIM_TARGETS = ("sim_memories_fts", "sim_memory_embeddings")
 # A claim born in a simulation never had a row in the shared index tables (the shared indexer skips every
 # tainted version), so its erasure leaves them alone: rewriting them re-analyses the statistics the vector
 # leg's plan choice reads, which would let a key outside the audience notice the erasure.
-SHARED_INDEX_TARGETS = ("memories_fts", "memory_embeddings")
+# bm25_postings and bm25_df are kept from memories_fts by its triggers (63_bm25_postings.sql): the shred's delete
+# of the claim's memories_fts rows removes its postings and the frequencies that reach 0.
+SHARED_INDEX_TARGETS = ("memories_fts", "memory_embeddings", "bm25_postings", "bm25_df")
 MAX_SUBJECT_CHARS = 1000
 
 

@@ -10,6 +10,17 @@ whose counts would tell of rows the reader may not read;
 docs/adr/0007-recall-ranking.md). Ties: newer tip first, then the version id
 (the function's order). The SQL function's k1/b defaults are the same
 values; callers always pass them.
+
+Reads with the default k1/b and no ``as_of``, ``kinds`` or ``provenances``
+filter (the default read) go to the bounded top-k ``oml_bm25_topk``
+(``services/storage/sql/63_bm25_postings.sql``; docs/adr/0020-bm25-bounded-top-k.md):
+maintained statistics, at most :data:`DEPTH` postings per query lexeme in
+impact order, :data:`FETCHED` candidates scored exactly under the read's
+predicate. Its scores are the exhaustive function's; when it cannot prove
+that no row left unscored beats the last hit, the leg says
+``approximate: true`` with the ``bound`` (the highest score such a row could
+have) and the read's ``diagnostics.approximate`` is true. Other reads keep
+the exhaustive ``oml_bm25_search``.
 """
 from __future__ import annotations
 
@@ -20,14 +31,29 @@ import sqlalchemy as sa
 from oml.domain import recall as R
 from oml.services.runtime.tracing import traced
 
-#: Robertson and Zaragoza (2009)'s usual defaults.
+#: Robertson and Zaragoza (2009)'s usual defaults (also the stored impact's, 63_bm25_postings.sql).
 K1 = 1.2
 B = 0.75
+#: Postings read per query lexeme by the bounded search, shared among the scope's workareas (at least 1 each).
+DEPTH = 2048
+#: Candidates of highest upper bound the bounded search scores exactly (at least the leg's pool).
+FETCHED = 512
 
 _CALL = sa.text(
     "SELECT version_id, score, tip_from_seq FROM oml_bm25_search(CAST(:q AS tsquery), CAST(:terms AS text[]),"
     " CAST(:scopes AS text[]), CAST(:as_of AS timestamptz), CAST(:kinds AS text[]),"
     " CAST(:provs AS text[]), CAST(:valid AS timestamptz), CAST(:excl AS uuid[]), :lim, :k1, :b)")
+
+
+_TOPK = sa.text(
+    "SELECT version_id, score, tip_from_seq, exact, bound FROM oml_bm25_topk(CAST(:q AS tsquery),"
+    " CAST(:terms AS text[]), CAST(:scopes AS text[]), CAST(:valid AS timestamptz), CAST(:excl AS uuid[]), :lim,"
+    " :depth, :fetched)")
+
+
+def bounded(f: Any, params: tuple[float, float]) -> bool:
+    """Whether a read goes to the bounded search: default (k1, b), current tips, no kind or provenance filter."""
+    return params == (K1, B) and f.as_of is None and f.kinds is None and f.provenances is None
 
 
 @traced("recall.fts")  # the lexical leg, whichever ranking (docs/operations.md, spans)
@@ -45,7 +71,26 @@ def bm25_leg(conn: sa.Connection, text: str, f: Any, n: int, diag: Any, params: 
         diag.degrade("fts", "fts.no_lexemes", "the query has no searchable words (empty, stop words or punctuation only)")
         return []
     info["mode"] = "or"
+    if bounded(f, params):
+        return _topk(conn, lex, f, n, info, diag)
+    info["search"] = "exhaustive"
     got = conn.execute(_CALL, {"q": R.tsquery_text(lex, "|"), "terms": lex,
                                "scopes": list(f.scopes), "as_of": f.as_of, "kinds": f.kinds, "provs": f.provenances,
                                "valid": f.valid_at, "excl": f.exclude or None, "lim": n, "k1": params[0], "b": params[1]}).all()
     return [(str(r.version_id), float(r.score), (-int(r.tip_from_seq),)) for r in got]
+
+
+def _topk(conn: sa.Connection, lex: list[str], f: Any, n: int, info: dict[str, Any], diag: Any
+          ) -> list[tuple[str, float, tuple]]:
+    """The bounded search's hits; ``info`` gains ``search: "bounded"``, ``approximate`` and ``bound``."""
+    got = conn.execute(_TOPK, {"q": R.tsquery_text(lex, "|"), "terms": lex, "scopes": list(f.scopes),
+                               "valid": f.valid_at, "excl": f.exclude or None, "lim": n, "depth": DEPTH,
+                               "fetched": max(FETCHED, n)}).all()
+    hits = [r for r in got if r.version_id is not None]
+    last = got[-1]  # the function's last row carries exact and the bound
+    info["search"] = "bounded"
+    info["approximate"] = not last.exact
+    info["bound"] = round(float(last.bound), 6)
+    if not last.exact:
+        diag.approximate = True
+    return [(str(r.version_id), float(r.score), (-int(r.tip_from_seq),)) for r in hits]

@@ -18,9 +18,11 @@ The contract is docs/recall.md:
 * Valid time: hits must be valid at ``valid_at``, defaulting to ``as_of`` or
   now; segment 1 applies its rows' valid time at the read's instant; what
   valid time left out is counted (``diagnostics.valid_time``).
-* Lexical leg (``fts``): BM25 by default (``oml_bm25_search``, 61_bm25.sql,
-  :mod:`oml.services.reads.bm25`: corpus statistics over the rows the read
-  admits), or ``ts_rank`` (``oml_fts_search()``, 60_search.sql: the AND
+* Lexical leg (``fts``): BM25 by default (:mod:`oml.services.reads.bm25`:
+  corpus statistics over the rows the read admits; the default read runs the
+  bounded top-k ``oml_bm25_topk``, 63_bm25_postings.sql, over maintained
+  statistics and impact-ordered postings, other reads the exhaustive
+  ``oml_bm25_search``, 61_bm25.sql), or ``ts_rank`` (``oml_fts_search()``, 60_search.sql: the AND
   query first, the OR query when AND finds fewer rows than the pool holds);
   both SECURITY DEFINER so GIN is used under RLS, over one candidate text.
   Lexemes come from ``to_tsvector`` on the server. No lexeme (empty, stop
@@ -36,7 +38,9 @@ The contract is docs/recall.md:
   transaction, its output re-sorted from a MATERIALIZED CTE, and an exact
   search replaces it if it still returned fewer rows than asked (said in
   the diagnostics). ``diagnostics.approximate`` is true exactly when an
-  HNSW scan's answer was served, with its parameters in ``legs.vector``.
+  HNSW scan's answer was served, with its parameters in ``legs.vector``, or
+  when the bounded BM25 search could not prove its top-k exact
+  (``legs.fts.approximate`` and ``legs.fts.bound``).
   No model → the leg is skipped, said.
 * Time leg (hybrid only, ``OML_RECALL_TIME_LEG``, off by default): a time the query names ("in May 2023", "last
   week"), parsed by :mod:`oml.services.reads.timeleg` relative to the read's
@@ -694,6 +698,8 @@ class Recaller:
                                        f, pool, diag, self.exact_scan_max)
         for name, got in legs.items():
             diag.candidates[name] = len(got)
+        if diag.legs.get("fts", {}).get("approximate"):
+            diag.approximate = True  # the vector leg's exact fallback clears only its own flag
         return legs
 
     def _feedback(self, conn: sa.Connection, tenant: str, q: _Query, f: _Filters, legs: dict[str, list[LegRow]],

@@ -47,14 +47,18 @@ QUERY_TEXT_FUNCTIONS: dict[str, str] = {
     "oml_fts_candidates_sql": "returns the lexical candidates' SQL text; its callers bind the tenant from the GUC as $9",
     "oml_fts_search_sql": "returns the search's SQL text; its callers bind the tenant from the GUC as $9",
     "oml_sim_fts_search_sql": "returns the simulation search's SQL text; its callers bind the tenant from the GUC",
+    "oml_bm25_topk_sql": "returns the bounded BM25 search's SQL text; its caller binds the tenant from the GUC as $9",
+    "oml_bm25_maintain_sql": "returns the text of the BM25 triggers' statements, which take the tenant from the rows written",
 }
 
 #: Tables that must be LIST-partitioned by tenant (one HNSW / GIN graph per tenant): on Citus the
 #: per-tenant partitions follow the distribution column.
-PER_TENANT_PARTITIONED = ("memories_fts", "memory_embeddings")
+PER_TENANT_PARTITIONED = ("memories_fts", "memory_embeddings", "bm25_postings", "bm25_df")
 
 # A statement-level trigger reads its rows from a transition table and joins tenant tables on their tenant_id.
 _JOINS_ON_TENANT = re.compile(r"\b\w+\.tenant_id\s*=\s*\w+\.tenant_id\b")
+# ... or selects the tenant_id of the rows in its transition table (the BM25 triggers, 63_bm25_postings.sql).
+_FROM_TRANSITION = re.compile(r"\bSELECT\s+tenant_id\b[^;]*?\bFROM\s+oml_(?:new|old)\b", re.S)
 _TENANT_GUC = re.compile(r"oml_current_tenant\(\)|oml_bound_tenant\(\)|current_setting\(\s*'oml\.tenant_id'")
 
 
@@ -136,7 +140,8 @@ def _function_findings(conn: sa.Connection, tenant_tables: set[str]) -> list[str
         first = (r.proargnames or [""])[0] or ""
         if _TENANT_GUC.search(src) or first in ("t", "tenant", "p_tenant", "tenant_id"):
             continue
-        if r.is_trigger and (re.search(r"\b(NEW|OLD)\.tenant_id\b", src) or _JOINS_ON_TENANT.search(src)):
+        if r.is_trigger and (re.search(r"\b(NEW|OLD)\.tenant_id\b", src) or _JOINS_ON_TENANT.search(src)
+                             or _FROM_TRANSITION.search(src)):
             continue  # a trigger acts on the tenant of the rows being written (its own row, or its transition table's)
         out.append(f"function {r.proname}: touches {touched[0]} but takes the tenant neither from the GUC nor as its first argument")
     return out

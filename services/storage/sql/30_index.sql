@@ -30,24 +30,5 @@ BEGIN
   END LOOP;
 END $$;
 
--- Creates the tenant's index partitions. SECURITY DEFINER because only the
--- owner may attach partitions; the tenant comes from the bound GUC, never from
--- an argument, so admission cannot create partitions for another tenant.
-CREATE OR REPLACE FUNCTION oml_create_tenant_partitions() RETURNS void
-  LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
-DECLARE
-  t text := oml_bound_tenant();  -- refuses when no tenant is bound (01_tenant_binding.sql)
-  n int;
-BEGIN
-  SELECT tenant_no INTO n FROM tenants WHERE tenant_id = t;
-  IF n IS NULL THEN RAISE EXCEPTION 'unknown tenant'; END IF;
-  EXECUTE format('CREATE TABLE IF NOT EXISTS %I PARTITION OF memories_fts FOR VALUES IN (%L)', 'memories_fts_p' || n, t);
-  EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON %I USING gin (tsv)', 'memories_fts_p' || n || '_tsv', 'memories_fts_p' || n);
-  EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON %I (path text_pattern_ops)', 'memories_fts_p' || n || '_path', 'memories_fts_p' || n);
-  EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY', 'memories_fts_p' || n);
-  EXECUTE format('CREATE TABLE IF NOT EXISTS %I PARTITION OF memory_embeddings FOR VALUES IN (%L)', 'memory_embeddings_p' || n, t);
-  EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON %I USING hnsw (embedding vector_cosine_ops)', 'memory_embeddings_p' || n || '_hnsw', 'memory_embeddings_p' || n);
-  EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON %I (path text_pattern_ops)', 'memory_embeddings_p' || n || '_path', 'memory_embeddings_p' || n);
-  EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY', 'memory_embeddings_p' || n);
-END $$;
-REVOKE ALL ON FUNCTION oml_create_tenant_partitions() FROM PUBLIC;
+-- oml_create_tenant_partitions(), which creates a tenant's partitions of these and of the BM25 tables, is
+-- defined in 63_bm25_postings.sql, after the tables it partitions.

@@ -8,15 +8,15 @@ CREATE INDEX IF NOT EXISTS claim_subjects_claim ON claim_subjects (tenant_id, cl
 -- One row per tenant and target; requested_* name the latest erasure that
 -- needs the rewrite, done_seq the latest one a completed rewrite covered.
 -- target: artifacts | wrapped_deks | claim_subjects | memories_fts |
--- memory_embeddings | sim_memories_fts | sim_memory_embeddings | pg_statistic
+-- memory_embeddings | bm25_postings | bm25_df | sim_memories_fts | sim_memory_embeddings | pg_statistic
 -- (the catalog: ANALYZE and the statistics reset leave the old statistics,
 -- frequent lexemes included, as dead tuples in its heap); simulation_id is
 -- the nil UUID except for the sim_* targets.
 CREATE TABLE erasure_rewrites (
   tenant_id      text NOT NULL,
   target         text NOT NULL CHECK (target IN ('artifacts','wrapped_deks','claim_subjects','memories_fts',
-                                                  'memory_embeddings','sim_memories_fts','sim_memory_embeddings',
-                                                  'pg_statistic')),
+                                                  'memory_embeddings','bm25_postings','bm25_df','sim_memories_fts',
+                                                  'sim_memory_embeddings','pg_statistic')),
   simulation_id  uuid NOT NULL DEFAULT '00000000-0000-0000-0000-000000000000',
   requested_seq  bigint NOT NULL,
   requested_xid  xid8 NOT NULL,           -- the erasure's transaction: older snapshots may still see old tuples
@@ -102,75 +102,5 @@ BEGIN
 END $$;
 REVOKE ALL ON FUNCTION oml_erasure_horizon(xid8) FROM PUBLIC;
 
--- Rewrites one erasure target for the tenant bound to the transaction (never
--- an argument): CLUSTER on the primary key, which rewrites heap, TOAST and
--- every index like VACUUM FULL (VACUUM cannot run inside a function), then
--- clears the relation's planner statistics (PostgreSQL 18+; ANALYZE of an
--- emptied table keeps the old ones) and the parent's inherited ones, and
--- ANALYZEs. Partitioned targets rewrite the tenant's (or the simulation's)
--- partition only; the others are not partitioned and are rewritten whole, for
--- every tenant, under an ACCESS EXCLUSIVE lock (docs/erasure.md, Cost).
--- Target pg_statistic rewrites that catalog (see erasure_rewrites); its
--- stats_cleared says whether the owner was allowed to. Returns the rewritten
--- relation and whether statistics were cleared; no row when the partition
--- does not exist.
-CREATE OR REPLACE FUNCTION oml_erasure_rewrite(target text, sim uuid DEFAULT NULL)
-  RETURNS TABLE (relation text, stats_cleared boolean)
-  LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
-DECLARE
-  t text := oml_bound_tenant();  -- refuses when no tenant is bound (01_tenant_binding.sql)
-  n int;
-  rel regclass;
-  parent text;
-  idx text;
-  a record;
-  cleared boolean := current_setting('server_version_num')::int >= 180000;
-BEGIN
-  IF target IN ('artifacts', 'wrapped_deks', 'claim_subjects') THEN
-    rel := target::regclass;
-  ELSIF target IN ('memories_fts', 'memory_embeddings') THEN
-    SELECT tenant_no INTO n FROM tenants WHERE tenant_id = t;
-    IF n IS NULL THEN RAISE EXCEPTION 'unknown tenant'; END IF;
-    rel := to_regclass(format('public.%I', target || '_p' || n));
-    parent := target;
-  ELSIF target IN ('sim_memories_fts', 'sim_memory_embeddings') THEN
-    IF sim IS NULL OR NOT EXISTS (SELECT 1 FROM simulations s WHERE s.tenant_id = t AND s.simulation_id = sim) THEN
-      RAISE EXCEPTION 'unknown simulation';
-    END IF;
-    SELECT c.oid INTO rel FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-     WHERE i.inhparent = target::regclass AND pg_get_expr(c.relpartbound, c.oid) = format('FOR VALUES IN (%L)', sim);
-    parent := target;
-  ELSIF target = 'pg_statistic' THEN
-    -- Rewritten last, after the ANALYZEs: needs MAINTAIN on pg_statistic (PostgreSQL 17+) or a superuser owner.
-    relation := 'pg_catalog.pg_statistic';
-    BEGIN
-      EXECUTE 'CLUSTER pg_catalog.pg_statistic USING pg_statistic_relid_att_inh_index';
-      stats_cleared := true;
-    EXCEPTION WHEN insufficient_privilege THEN
-      stats_cleared := false;
-    END;
-    RETURN NEXT;
-    RETURN;
-  ELSE
-    RAISE EXCEPTION 'not an erasure target' USING ERRCODE = 'invalid_parameter_value';
-  END IF;
-  IF rel IS NULL THEN
-    RETURN;
-  END IF;
-  SELECT ic.relname INTO idx FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid
-   WHERE i.indrelid = rel AND i.indisprimary;
-  EXECUTE format('CLUSTER %s USING %I', rel, idx);
-  IF cleared THEN
-    FOR a IN SELECT attname FROM pg_attribute WHERE attrelid = rel AND attnum > 0 AND NOT attisdropped LOOP
-      PERFORM pg_clear_attribute_stats('public', (SELECT relname FROM pg_class WHERE oid = rel), a.attname, false);
-      IF parent IS NOT NULL THEN
-        PERFORM pg_clear_attribute_stats('public', parent, a.attname, true);
-      END IF;
-    END LOOP;
-  END IF;
-  EXECUTE format('ANALYZE %s', rel);
-  relation := rel::text;
-  stats_cleared := cleared;
-  RETURN NEXT;
-END $$;
-REVOKE ALL ON FUNCTION oml_erasure_rewrite(text, uuid) FROM PUBLIC;
+-- The rewrite function itself, oml_erasure_rewrite(), is in 71_erasure_rewrite.sql (re-runnable: a migration that
+-- adds a target re-applies it).

@@ -58,7 +58,8 @@ def test_erase_claim_shreds_every_version_and_note(ctx, kit):
     assert counts(ctx, kit.tenant, v1["claim_id"]) == dict.fromkeys(before, 0)
     assert out["rewrite"]["status"] == "done"
     assert {r["target"] for r in out["rewrite"]["relations"]} == {
-        "wrapped_deks", "artifacts", "claim_subjects", "memories_fts", "memory_embeddings", "pg_statistic"}
+        "wrapped_deks", "artifacts", "claim_subjects", "memories_fts", "memory_embeddings", "bm25_postings",
+        "bm25_df", "pg_statistic"}
     assert out["rewrite"]["relations"][-1]["target"] == "pg_statistic"
 
     ev = _event(ctx, kit.tenant, e["seq"])

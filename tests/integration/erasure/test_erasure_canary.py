@@ -4,8 +4,9 @@ Claims carrying unique canary tokens are written, promoted, indexed by the
 real oml-indexer (real model), copied to the lake by the real lake-writer —
 both woken through Dramatiq messages on a real Redis the test starts —
 recalled, fetched and exported. The scan first finds the canary where
-plaintext-derived copies legitimately live (the tsvector column, planner
-statistics and the relation files after a CHECKPOINT). Then the claims are
+plaintext-derived copies legitimately live (the tsvector column, the BM25
+postings and document frequencies, planner statistics and the relation files
+after a CHECKPOINT). Then the claims are
 erased (by subject and by id), the lake purged and a CHECKPOINT run, and
 the canary is absent from every column of every table (``pg_statistic``
 included), from this database's relation files (``base/<oid>/`` and
@@ -218,6 +219,9 @@ def test_canary_is_nowhere_after_erasure(ctx, redis_url, logs, tmp_path):
         checkpoint(ctx)
         found = scan_tables(ctx, [tok_a, tok_b])
         assert any(r.startswith("public.memories_fts_p") for r in found), found
+        # the BM25 postings and document frequencies kept from it (63_bm25_postings.sql) hold the lexeme too
+        assert any(r.startswith("public.bm25_postings_p") for r in found), found
+        assert any(r.startswith("public.bm25_df_p") for r in found), found
         assert "pg_catalog.pg_statistic" in found, found
         files = scan_relation_files(ctx, [tok_a, tok_b])
         assert files, "the file scan found nothing before erasure: it cannot be trusted afterwards"

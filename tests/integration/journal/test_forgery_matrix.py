@@ -244,7 +244,7 @@ COLUMNS: dict[tuple[str, str, str], frozenset[str]] = {
 
 # SECURITY DEFINER functions a workload may execute, and why none writes what the matrix above does not cover.
 FUNCTIONS: dict[tuple[str, str], str] = {
-    ("oml_admission", "oml_create_tenant_partitions"): "creates the bound tenant's index partitions (DDL, no rows)",
+    ("oml_admission", "oml_create_tenant_partitions"): "creates the bound tenant's index and BM25 partitions (DDL, no rows)",
     ("oml_admission", "oml_erasure_horizon"): "reads the oldest snapshot (no write)",
     ("oml_admission", "oml_erasure_rewrite"): "rewrites a relation of the bound tenant in place (no logical change)",
     ("oml_admission", "oml_restore_pending"): "reads the restore fence",
@@ -252,6 +252,7 @@ FUNCTIONS: dict[tuple[str, str], str] = {
     ("oml_admission", "oml_sim_drop_partitions"): "drops a simulation's index partitions: derived rows, oml index rebuild",
     ("oml_indexer", "oml_lock_window_claims"): "row locks only",
     ("oml_server", "oml_bm25_search"): "read only",
+    ("oml_server", "oml_bm25_topk"): "read only",
     ("oml_server", "oml_fts_search"): "read only",
     ("oml_server", "oml_fts_search_plan"): "read only",
     ("oml_server", "oml_restore_pending"): "reads the restore fence",

@@ -12,7 +12,7 @@ from support.admission import owner
 
 BEFORE = """
 DROP TABLE verified_state_snapshots;
-UPDATE alembic_version SET version_num = '0019';
+UPDATE alembic_version SET version_num = '0020';
 """
 _TABLE = sa.text("SELECT has_table_privilege(:r, 'verified_state_snapshots', :p)")
 

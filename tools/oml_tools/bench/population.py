@@ -157,7 +157,7 @@ def bulk_load(ctx: Context, tenant: str, items: Sequence[Item], *, author: tuple
         for table in ("claims", "claim_versions", "tip_intervals", "artifacts", "wrapped_deks"):
             c.execute(sa.text(f"ANALYZE {table}"))
         # VACUUM merges GIN's pending list (fastupdate): until then every FTS search reads all of it.
-        for table in ("memories_fts", "memory_embeddings"):
+        for table in ("memories_fts", "memory_embeddings", "bm25_postings", "bm25_df", "bm25_groups"):
             c.execute(sa.text(f"VACUUM ANALYZE {table}"))
     return out
 

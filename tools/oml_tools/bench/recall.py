@@ -157,13 +157,17 @@ def build_hnsw(ctx, tenant: str) -> float:
 
 
 def maintain(ctx, tenant: str) -> None:
-    """Analyse the projections and vacuum the tenant's index partitions (merges GIN's pending list)."""
+    """Analyse the projections and vacuum the tenant's index partitions (merges GIN's pending list; sets the
+    visibility map the BM25 postings' index-only scans read)."""
     with ctx.db.engine(None).connect().execution_options(isolation_level="AUTOCOMMIT") as c:
         n = _partition(c, tenant)
         for table in ("claims", "claim_versions", "tip_intervals", "artifacts", "wrapped_deks"):
             c.execute(sa.text(f"ANALYZE {table}"))
         c.execute(sa.text(f"VACUUM ANALYZE memories_fts_p{n}"))
         c.execute(sa.text(f"VACUUM ANALYZE memory_embeddings_p{n}"))
+        c.execute(sa.text(f"VACUUM ANALYZE bm25_postings_p{n}"))
+        c.execute(sa.text(f"VACUUM ANALYZE bm25_df_p{n}"))
+        c.execute(sa.text("ANALYZE bm25_groups"))
 
 
 def _rebuild_indexes(ctx, tenant: str) -> float:

@@ -5,7 +5,7 @@ Applies the re-runnable file, which new databases run through 0001.
 from oml.services.storage.migrations import sqlfiles
 
 revision = "0021"
-down_revision = "0019"
+down_revision = "0020"
 
 
 def upgrade() -> None:
