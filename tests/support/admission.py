@@ -38,6 +38,18 @@ class Kit:
     dual_identity: str
 
 
+def reader_of_a(ctx: Context, kit: Kit):
+    """Workareas ``a`` and ``b`` under ``kit``'s root and a reader key scoped to ``a`` alone:
+    ``(admin principal, a, b, reader's API key)``."""
+    from oml.services.runtime.auth import authenticate
+
+    admin = authenticate(ctx.db, kit.admin_key)
+    a = ctx.tenancy.create_workarea(admin, "a", kit.root)["node_id"]
+    b = ctx.tenancy.create_workarea(admin, "b", kit.root)["node_id"]
+    ident = ctx.tenancy.create_identity(admin, "person", "reader of a")["identity_id"]
+    return admin, a, b, ctx.tenancy.create_principal(admin, ident, "reader", [a])["api_key"]
+
+
 def make_kit(ctx: Context, tenant: str) -> Kit:
     from oml.services.runtime.auth import authenticate
 

@@ -101,3 +101,18 @@ def make_world(ctx: Context, tenant: str, root_label: str = "main") -> World:
 def read_events(ctx: Context, tenant: str) -> list:
     with owner(ctx, tenant) as c:
         return c.execute(sa.text("SELECT * FROM read_events WHERE tenant_id = :t ORDER BY read_id"), {"t": tenant}).all()
+
+
+def world_with_reads(ctx: Context, tenant: str, text: str, reads: int = 3):
+    """A world with one indexed claim (``text``) that a reader key has recalled ``reads`` times (FTS, a constant
+    query vector): ``(world, reader, operator, recaller)``, for read-log tests."""
+    from oml.services.reads.recall import Recaller, RecallRequest
+
+    w = make_world(ctx, tenant)
+    w.remember("main", text)
+    w.index()
+    reader, operator = w.key("reader"), w.key("operator")
+    rec = Recaller(ctx, embed=lambda _t: [0.0] * 383 + [1.0])
+    for i in range(reads):
+        rec.recall(reader, RecallRequest(query=f"fact retention {i}", retriever="fts"))
+    return w, reader, operator, rec

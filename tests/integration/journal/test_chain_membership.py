@@ -28,12 +28,11 @@ from oml.domain.errors import OMLError
 from oml.domain.events import SYSTEM, Actor, encode, event_object
 from oml.services.entrypoints.http.app import create_app
 from oml.services.reads import readlog
-from oml.services.reads.recall import Recaller, RecallRequest
 from oml.services.runtime.auth import authenticate
 
-from support.admission import bearer, make_kit
+from support.admission import bearer, make_kit, reader_of_a
 from support.owner import owner
-from support.recall import make_world, read_events
+from support.recall import read_events, world_with_reads
 
 ROLE = "oml_admission"  # the stolen workload credential
 WORKLOADS = ("oml_admission", "oml_server", "oml_lake_writer", "oml_reconciler", "oml_indexer", "oml_relay")
@@ -164,11 +163,7 @@ def test_the_head_never_moves_back_nor_off_the_chain(ctx):
 def test_an_orphan_reparent_does_not_widen_a_readers_scope(ctx):
     kit = make_kit(ctx, "orphan-reparent")
     client = TestClient(create_app(ctx))
-    admin = authenticate(ctx.db, kit.admin_key)
-    a = ctx.tenancy.create_workarea(admin, "a", kit.root)["node_id"]
-    b = ctx.tenancy.create_workarea(admin, "b", kit.root)["node_id"]
-    ident = ctx.tenancy.create_identity(admin, "person", "reader of a")["identity_id"]
-    reader = ctx.tenancy.create_principal(admin, ident, "reader", [a])["api_key"]
+    admin, a, b, reader = reader_of_a(ctx, kit)
     v = _submit(client, kit.writer_key, b, "kept in b")
     r = client.post(f"/v1/versions/{v['version_id']}/review", json={"decision": "promote", "reason": "accurate"},
                     headers=bearer(kit.reviewer_key))
@@ -200,13 +195,7 @@ def test_an_orphan_erasure_does_not_make_erase_keep_the_data(ctx):
 
 
 def _readlog_world(ctx, tenant: str):
-    w = make_world(ctx, tenant)
-    w.remember("main", "A fact to read before the retention window.")
-    w.index()
-    reader, operator = w.key("reader"), w.key("operator")
-    rec = Recaller(ctx, embed=lambda _t: [0.0] * 383 + [1.0])
-    for i in range(3):
-        rec.recall(reader, RecallRequest(query=f"fact retention {i}", retriever="fts"))
+    w, _, operator, _ = world_with_reads(ctx, tenant, "A fact to read before the retention window.")
     readlog.set_policy(ctx, operator, 30)
     readlog.seal(ctx, tenant)
     return w, operator

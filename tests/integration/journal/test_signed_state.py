@@ -22,7 +22,7 @@ from oml.domain.events import SYSTEM, Actor, encode, event_object
 from oml.services.entrypoints.http.app import create_app
 from oml.services.runtime.auth import authenticate
 
-from support.admission import bearer, make_kit, run_cli
+from support.admission import bearer, make_kit, reader_of_a, run_cli
 from support.owner import owner
 
 ROLE = "oml_admission"  # the stolen workload credential
@@ -217,11 +217,7 @@ def test_genuine_acts_pass_and_catch_up_with_other_processes(ctx):
 def test_a_forged_reparent_does_not_widen_a_keys_scope(ctx):
     kit = make_kit(ctx, "signed-reparent")
     client = TestClient(create_app(ctx))
-    admin = authenticate(ctx.db, kit.admin_key)
-    a = ctx.tenancy.create_workarea(admin, "a", kit.root)["node_id"]
-    b = ctx.tenancy.create_workarea(admin, "b", kit.root)["node_id"]
-    reader_ident = ctx.tenancy.create_identity(admin, "person", "reader of a")["identity_id"]
-    reader = ctx.tenancy.create_principal(admin, reader_ident, "reader", [a])["api_key"]
+    admin, a, b, reader = reader_of_a(ctx, kit)
     v = submit(client, kit.writer_key, b, "kept in b").json()
     r = client.post(f"/v1/versions/{v['version_id']}/review", json={"decision": "promote", "reason": "accurate"},
                     headers=bearer(kit.reviewer_key))

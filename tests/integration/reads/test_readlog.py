@@ -14,7 +14,7 @@ from oml.domain.errors import OMLError
 from oml.services.reads import readlog
 from oml.services.reads.recall import Recaller, RecallRequest
 
-from support.recall import make_world, owner, read_events
+from support.recall import make_world, owner, read_events, world_with_reads
 
 
 @pytest.fixture(scope="module")
@@ -108,13 +108,7 @@ def test_tampering_is_named_by_verify(world, ctx):
 
 
 def test_retention_is_journalled_and_retires_whole_batches(ctx):
-    w = make_world(ctx, "rlog-ret")
-    w.remember("main", "A fact to read for retention.")
-    w.index()
-    reader, operator = w.key("reader"), w.key("operator")
-    rec = Recaller(ctx, embed=lambda _t: [0.0] * 383 + [1.0])
-    for i in range(3):
-        rec.recall(reader, RecallRequest(query=f"fact retention {i}", retriever="fts"))
+    w, reader, operator, rec = world_with_reads(ctx, "rlog-ret", "A fact to read for retention.")
     readlog.seal(ctx, w.tenant)
     rec.recall(reader, RecallRequest(query="one more", retriever="fts"))
     with pytest.raises(OMLError) as e:
