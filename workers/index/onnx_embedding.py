@@ -154,12 +154,10 @@ def export(model_dir: str | Path, target: Path) -> None:
                           do_constant_folding=True, dynamo=False)
 
 
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of the file at ``path``, hex."""
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def ensure_exported(model_dir: str | Path, cache_dir: str | Path) -> tuple[Path, bool]:
@@ -175,7 +173,7 @@ def ensure_exported(model_dir: str | Path, cache_dir: str | Path) -> tuple[Path,
     target = cache_dir / ONNX_NAME
     with _export_lock:
         meta = _read_sidecar(cache_dir)
-        if meta.get("source_sha256") == digest and target.is_file() and meta.get("onnx_sha256") == _file_sha256(target):
+        if meta.get("source_sha256") == digest and target.is_file() and meta.get("onnx_sha256") == file_sha256(target):
             return target, False
         cache_dir.mkdir(parents=True, exist_ok=True)
         import torch
@@ -186,7 +184,7 @@ def ensure_exported(model_dir: str | Path, cache_dir: str | Path) -> tuple[Path,
         else:
             log.info("embedding: exporting the query model to ONNX under %s (once per model)", cache_dir)
         _atomic_write(target, lambda tmp: export(model_dir, Path(tmp)))
-        meta = {"source_sha256": digest, "onnx_sha256": _file_sha256(target), "source": str(Path(model_dir).resolve()),
+        meta = {"source_sha256": digest, "onnx_sha256": file_sha256(target), "source": str(Path(model_dir).resolve()),
                 "torch": torch.__version__, "opset": OPSET}
         _atomic_write(cache_dir / SIDECAR_NAME, lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1) + "\n"))
         return target, True

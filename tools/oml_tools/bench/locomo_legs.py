@@ -45,6 +45,7 @@ from typing import Any
 import typer
 
 from oml.services.entrypoints.cli.common import JSON
+from oml.workers.index.onnx_embedding import file_sha256
 from oml_tools.bench import emit
 from oml_tools.bench.locomo import CATEGORIES, CUTOFFS, DECIDE, Scores, _pct, ingest, load, questions_of, recall_dia, turns_of
 
@@ -85,14 +86,6 @@ def window_texts(convs: Sequence[dict], before: int) -> dict[str, list[tuple[str
     return out
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def onnx_model(model_dir: str, onnx_file: str, cache_root: Path, threads: int):
     """An :class:`~oml.workers.index.onnx_embedding.OnnxEmbedder` over an export made elsewhere: ``onnx_file`` is
     placed in a cache directory with a sidecar naming the model directory's digest, so nothing is exported."""
@@ -106,7 +99,7 @@ def onnx_model(model_dir: str, onnx_file: str, cache_root: Path, threads: int):
         os.symlink(src, target)
     sidecar = cache / SIDECAR_NAME
     if not sidecar.exists():
-        sidecar.write_text(json.dumps({"source_sha256": source_digest(model_dir), "onnx_sha256": _sha256(src),
+        sidecar.write_text(json.dumps({"source_sha256": source_digest(model_dir), "onnx_sha256": file_sha256(src),
                                        "source": str(Path(model_dir).resolve()), "external": str(src)}))
     return OnnxEmbedder(model_dir, cache, threads=threads)
 
@@ -182,7 +175,7 @@ def run(ctx, data: Path, *, conversations: str | None = None, decide: Sequence[s
         mats: dict[str, dict[str, Any]] = {}
         for name, (mdir, onnx_file) in models.items():
             batch = onnx_model(mdir, onnx_file, cache_root, threads=2)
-            key = hashlib.sha256((_sha256(Path(onnx_file)) + "\0" + "\0".join(flat)).encode()).hexdigest()[:16]
+            key = hashlib.sha256((file_sha256(Path(onnx_file)) + "\0" + "\0".join(flat)).encode()).hexdigest()[:16]
             saved = cache_root / f"docs-{key}.npy"
             t0 = time.perf_counter()
             if saved.exists():
