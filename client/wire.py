@@ -243,8 +243,9 @@ class RecallDiagnostics(Wire):
     as_of: str | None = None
     valid_time: ValidTime
     fusion: dict[str, Any] | None = None
-    approximate: bool = Field(description="an HNSW (approximate) scan's answer was served; legs.vector has its "
-                                          "ef_search, iterative_scan, max_scan_tuples and exact_scan_max")
+    approximate: bool = Field(description="an approximate answer was served: an HNSW scan's (legs.vector has its "
+                                          "ef_search, iterative_scan, max_scan_tuples and exact_scan_max) or a "
+                                          "bounded BM25 top-k not proved exact (legs.fts.approximate, legs.fts.bound)")
     candidates: dict[str, int]
     legs: dict[str, dict[str, Any]]
     returned: dict[str, int]

@@ -44,7 +44,11 @@ ERRORS: dict[str, str] = {
 }
 PUBLIC_ERRORS = ("413", "422")
 DEFAULT = "any other problem: `claim.erased` (410), `service.unavailable` / `service.restore_pending` (503), " \
-          "`internal.error` (500; nothing was committed)"
+          "`internal.error` (500; nothing was committed), `integrity.unverified_state` (500; the act would rest on " \
+          "state the signed journal does not back; nothing was committed). `503 service.unavailable` also answers a " \
+          "request whose statement waited past the database's lock or statement limit (`reason`: `lock_timeout` or " \
+          "`statement_timeout`; a `Retry-After` header; nothing was committed, so a retry, with the same " \
+          "`Idempotency-Key`, is safe; docs/operator-guide.md, \"Lock waits and connection limits\")"
 
 PROBLEM_SCHEMA: dict[str, Any] = {
     "title": "Problem",

@@ -120,7 +120,13 @@ def _invalid(w) -> None:
       "true, never pydantic's `ValidationError`. Callers matching the code text should "
       "match the `.invalid` suffix (or status 422): reads, exports, erasures and reviews answered `admission.invalid` "
       "before; a body refused before it is parsed (not UTF-8, NUL) gets the code of the route its method and path "
-      "match. A rule checked past the schema (a blank `body.statement`, a body over `max_body_chars`) answers the "
+      "match. The claim body rules are admission's, so every entry point (HTTP, MCP, the Python API inside the "
+      "process) refuses the same bodies with `admission.invalid` (`domain/input_rules.py`): no NUL and no lone "
+      "surrogate in any key or string, no float, integers within ±(2^53−1), nesting of at most 16 levels, at most "
+      "`max_body_chars` characters of compact JSON, and a `statement` that is not blank; blank means nothing visible, "
+      "so whitespace, separators and invisible format characters alone (U+200B ZERO WIDTH SPACE, U+FEFF, U+2060 …; "
+      "Unicode categories Zs, Zl, Zp, Cc, Cf) are blank. The client checks before sending that the body can be "
+      "written as JSON at all (the same `InvalidRequest`, `rule: json_invalid`, `client_side` true). A rule checked past the schema (a blank `body.statement`, a body over `max_body_chars`) answers the "
       "same `errors` array, with one entry, beside the `field` member it always had. Members of `errors[i]`: "
       "`field` (`claims[0].body.statement` in a batch, `body.statement` on a one-claim route; `body` for the body as "
       "a whole), `rule` (pydantic's error type, or `json_invalid` with `position`, `line` and `column` for malformed "
@@ -168,7 +174,9 @@ def render(spec: dict[str, Any]) -> str:
     w("**Errors** are RFC 9457 `application/problem+json` objects `{type, title, status, code, detail, …}` with a stable "
       "`code`; schema violations are `422 <area>.invalid` with `errors: [{field, rule, message}]` that name the field "
       "and the rule and never echo the submitted value. Bodies over the size limit are `413 http.too_large`; bodies that "
-      "are not UTF-8 or contain NUL (raw or as a `\\u0000` escape) are refused before anything is appended.")
+      "are not UTF-8 or contain NUL (raw or as a `\\u0000` escape) are refused before anything is appended. A body "
+      "JSON parsing gives up on (nested past the parser's recursion limit, an integer of more than 4300 digits) is "
+      "malformed JSON like any other: `422 <area>.invalid` with `rule: json_invalid`.")
     w("")
     _errors(spec, w)
     _invalid(w)

@@ -74,7 +74,9 @@ def erase_subject(req: SubjectIn, p: Principal = Depends(principal), ctx: Contex
                   idempotency_key: str | None = IdemKey) -> dict:
     """Finds the claims by the subject's keyed HMAC across workareas, erases each whose signed body declares
     the subject (one ``claim.erased`` per claim, one transaction, all or nothing) and lists the others in
-    ``skipped`` (``{"claim_id", "reason"}``). Errors: ``access.denied`` (a claim outside the key's
+    ``skipped`` (``{"claim_id", "reason"}``; ``reason`` is ``subject.not_declared``, its verified bodies open
+    and none declares the subject, or ``subject.body_unverified``, no body of it opens as a verified read, so
+    the link cannot be checked). Errors: ``access.denied`` (a claim outside the key's
     workareas), ``erasure.legal_hold`` (naming the held claim ids), ``erasure.invalid``."""
     out = Erasure(ctx).erase_subject(p, req.kind, req.value, req.reason, idempotency_key=idempotency_key,
                                      rewrite=req.rewrite)
