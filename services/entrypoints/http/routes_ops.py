@@ -84,9 +84,11 @@ class _Collector:
             poison.add_metric([r.consumer, r.tenant], r.poison)
         yield from (head, cursor, lag, poison)
         # Recorded in integrity_events by every server process, so the count is the deployment's, not this process's.
-        refused = CounterMetricFamily("oml_integrity_read_refusals", "Reads refused because the journal does not back "
-                                      "the version's projected status (docs/security-model.md, Verified reads).",
-                                      labels=["tenant", "reason"])
+        refused = CounterMetricFamily("oml_integrity_read_refusals", "Refusals recorded in integrity_events: reads and "
+                                      "acts on state the signed journal does not back, replays of idempotency records "
+                                      "without a valid MAC (state.idempotency), subject links no body declares "
+                                      "(state.subject_link), untrusted verified-state snapshots (state.snapshot) "
+                                      "(docs/operations.md, Metrics to watch).", labels=["tenant", "reason"])
         for i in self.integrity:
             refused.add_metric([i.tenant, i.reason], i.refusals)
         yield refused
