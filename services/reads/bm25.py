@@ -36,7 +36,7 @@ K1 = 1.2
 B = 0.75
 #: Postings read per query lexeme by the bounded search, shared among the scope's workareas (at least 1 each).
 DEPTH = 2048
-#: Candidates of highest upper bound the bounded search scores exactly (at least the leg's pool).
+#: Candidates of highest partial score the bounded search scores exactly (at least the leg's pool).
 FETCHED = 512
 
 _CALL = sa.text(

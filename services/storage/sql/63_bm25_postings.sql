@@ -11,7 +11,7 @@
 -- reader cannot read; the few rows a read leaves out although they are counted (exclusions, rows whose
 -- declared valid time excludes the read's instant) are subtracted exactly. bm25_df and bm25_postings are
 -- LIST-partitioned per tenant like memories_fts (oml_create_tenant_partitions below), so the erasure rewrite
--- of a tenant's partitions (70_erasure.sql) covers them; bm25_groups holds counts and lengths only.
+-- of a tenant's partitions (71_erasure_rewrite.sql) covers them; bm25_groups holds counts and lengths only.
 --
 -- They are kept by statement-level triggers on memories_fts with transition tables: one set-based statement
 -- per table per writing statement, whoever writes (indexer, admission's path moves and deletions, erasure,

@@ -1,5 +1,5 @@
--- Erasure (docs/design.md §Erasure; docs/erasure.md): rewrite bookkeeping, the
--- rewrite function, the guard on index rows of erased claims, the restore fence.
+-- Erasure (docs/design.md §Erasure; docs/erasure.md): rewrite bookkeeping, the guard on index rows of erased
+-- claims, the restore fence (the rewrite function is in 71_erasure_rewrite.sql).
 
 -- Subject erasure finds claims by HMAC (primary key); the shred deletes by claim.
 CREATE INDEX IF NOT EXISTS claim_subjects_claim ON claim_subjects (tenant_id, claim_id);
