@@ -2,10 +2,10 @@
 docs/security-model.md, "The subject link").
 
 ``claim_subjects`` is a lookup that ``oml_admission`` may write: as an attacker holding that credential, a row is
-inserted linking an unrelated claim to a subject's HMAC (copied from a genuine row: the role may read them). Before
-the binding check, a subject erasure destroyed the unrelated claim; a link to a held claim, or to one outside the
-operator's workareas, refused the whole erasure. Now each is left alone and named in ``skipped``, the claims that
-declare the subject are erased, and the refusal is counted.
+inserted linking an unrelated claim to a subject's HMAC (copied from a genuine row: the role may read them). The
+tests prove that such a linked claim — unrelated, held, or outside the operator's workareas — is left alone and named
+in ``skipped`` (it neither is destroyed nor refuses the whole erasure), that the claims that declare the subject are
+erased, and that the refusal is counted (``state.subject_link``).
 """
 from __future__ import annotations
 

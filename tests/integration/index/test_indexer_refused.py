@@ -1,11 +1,11 @@
 """A version whose index rows the database refuses is poison, not a wedge (docs/workers.md, "Poison messages").
 
 A tsvector past PostgreSQL's 1 MB limit (or text holding NUL) makes the database refuse the version's
-``memories_fts`` row. Raised, that failed every catch-up of the tenant, so no later promotion ever became
-recallable, and ``oml index rebuild`` failed the same way. The indexer now records the version as poison
-(``index.refused``) and indexes everything else.
+``memories_fts`` row. The test proves that the indexer records such a version as poison (``index.refused``) and
+indexes everything else, in catch-up and in ``oml index rebuild``: a raised refusal would fail every catch-up of the
+tenant, so no later promotion would become recallable.
 
-Admission refuses such bodies today (docs/api.md, "Invalid input"), so the test writes one as an owner would:
+Admission refuses such bodies (docs/api.md, "Invalid input"), so the test writes one as an owner would:
 through an ``Admission`` built without the body limit.
 """
 from __future__ import annotations

@@ -3,10 +3,10 @@
 Each forgery is made with one workload credential, ``oml_admission``, as an attacker holding it would. The first
 kind is an **orphan**: a journal row of the type an authority guard looks for, inserted above the chain head without
 moving the head, plus the projection row that names it. The guards accept a row when a journal row of the right type
-sits at the seq it names, and the verified state reads the journal only up to the head, so before the chain checks
-the orphan was acted on: a reparent widened a reader's scope, an erasure answered "already erased" and kept the data,
-a retention window deleted the read log. Now the transaction is refused at commit, and each act does what the
-genuine journal says. Then the same orphans with the chain check switched off by the schema owner (a database whose
+sits at the seq it names, and the verified state reads the journal only up to the head, so an orphan acted on would
+widen a reader's scope (a reparent), make an erasure answer "already erased" and keep the data, or make retention
+delete the read log. The tests prove that the transaction inserting it is refused at commit, and that each act does
+what the genuine journal says. Then the same orphans with the chain check switched off by the schema owner (a database whose
 owner disabled it): the acts themselves compare their rows with the verified state and refuse.
 """
 from __future__ import annotations
