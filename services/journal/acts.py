@@ -104,12 +104,9 @@ class ActRunner:
         with self._response_keys_lock:
             key = self._response_keys.get(tenant)
             if key is None:
-                from cryptography.hazmat.primitives import hashes
-                from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+                from oml.services.keys.keystore import query_hmac_subkey
 
-                base = self.signer.keystore.get(tenant, "query-hmac")
-                key = self._response_keys[tenant] = HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
-                                                         info=RESPONSE_KEY_INFO).derive(base)
+                key = self._response_keys[tenant] = query_hmac_subkey(self.signer.keystore, tenant, RESPONSE_KEY_INFO)
             return key
 
     def tx(self, tenant: str):

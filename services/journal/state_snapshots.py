@@ -146,15 +146,13 @@ class Snapshots:
         with self._lock:
             k = self._keys.get(tenant)
             if k is None:
-                from cryptography.hazmat.primitives import hashes
-                from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+                from oml.services.keys.keystore import query_hmac_subkey
 
                 try:
-                    base = self.keystore.get(tenant, "query-hmac")
+                    k = self._keys[tenant] = query_hmac_subkey(self.keystore, tenant, KEY_INFO)
                 except Exception as exc:  # noqa: BLE001 - no key, no snapshots: the state is verified from event 1
                     log.warning("integrity.snapshot_no_key", tenant=tenant, error=type(exc).__name__)
                     return None
-                k = self._keys[tenant] = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=KEY_INFO).derive(base)
             return k
 
     def load(self, tenant: str) -> Loaded | None:

@@ -117,6 +117,15 @@ class LocalKeyStore:
         return sorted(p.name[:-4].replace("__", "/") for p in d.glob("*.key"))
 
 
+def query_hmac_subkey(keystore: KeyStore, tenant: str, info: bytes) -> bytes:
+    """A 32-byte key for one purpose, derived (HKDF-SHA256, RFC 5869, no salt, ``info`` naming the purpose) from the
+    tenant's ``query-hmac`` key: the server holds it, no database role does. Raises :class:`KeyNotFound`."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(keystore.get(tenant, "query-hmac"))
+
+
 def load_master_key(value: str | None, home: Path) -> bytes:
     """``OML_MASTER_KEY`` (64 hex chars) or, on the embedded default, ``<home>/master.key`` (created if absent)."""
     if value:

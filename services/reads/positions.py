@@ -18,19 +18,17 @@ import os
 import re
 
 from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from oml.domain.errors import OMLError
+from oml.services.keys.keystore import query_hmac_subkey
 
 HEADER = "OML-Read-After"
 _LSN = re.compile(r"^[0-9A-F]{1,8}/[0-9A-F]{1,8}$")
 
 
 def _key(keystore, tenant: str) -> bytes:
-    base = keystore.get(tenant, "query-hmac")
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"oml.read-position.v1").derive(base)
+    return query_hmac_subkey(keystore, tenant, b"oml.read-position.v1")
 
 
 def issue(keystore, tenant: str, lsn: str) -> str:
