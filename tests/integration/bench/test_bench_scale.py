@@ -19,8 +19,8 @@ def test_slope_is_the_log_log_least_squares_fit():
 
 def test_every_curve_runs_at_tiny_sizes(ctx):
     res = scale.run(ctx, sizes=(60, 120), journalled=(8, 16), tenants=(1, 2), bulk_total=40, journal_total=8,
-                    admit_n=6, queries=5, base_texts=30)
-    assert [r["claims"] for r in res["by_size"]] == [60, 120]
+                    admit_n=6, queries=5, base_texts=30, narrow=(10,))
+    assert [r["claims"] for r in res["by_size"]] == [60, 120]  # the narrow workarea counts in the tenant's size
     assert [r["claims"] for r in res["by_journal"]] == [8, 16]
     assert [r["tenants"] for r in res["by_tenants"]] == [1, 2]
     for r in res["by_size"] + res["by_tenants"]:
@@ -32,6 +32,12 @@ def test_every_curve_runs_at_tiny_sizes(ctx):
     # a restart (the state forgotten) verifies again, every event without a snapshot at these sizes.
     assert all(r["first_verify"]["events"] > 0 and r["restart_verify"]["events"] > 0 for r in res["by_size"])
     assert all("first_verify" in r for r in res["by_tenants"])
+    # The narrow reader's vector leg filtered the tenant down to its 10 claims: an exact search, every question.
+    assert all(r["narrow"][10]["hybrid"]["vector_search"] == {"exact": 5} for r in res["by_size"])
+    assert set(res["slopes"]["by_size_narrow"][10]) == set(res["slopes"]["by_size"]) - {"admission claims/s", "index build s"}
     lines = scale.render(res)
     assert any("first verify" in line for line in lines)
+    assert any("a workarea of 10 claims" in line for line in lines)
+    # The build's memory holds the graph at these sizes: pgvector never reported a spill.
+    assert all(r["build"]["memory"] == "512MB" and r["build"]["spilled_after"] is None for r in res["by_size"])
     assert any("log-log slope over tenant count" in line for line in lines)

@@ -11,9 +11,9 @@ of the corpus swapped in to make every row distinct; each row's vector is
 its base turn's all-MiniLM-L6-v2 embedding plus small noise, renormalised.
 Without the data set, synthetic sentences and clustered random vectors are
 used (said in the output). After each load the tenant partition's HNSW
-index is rebuilt (drop + create, ``maintenance_work_mem`` 512MB) — pgvector's
-bulk-load practice — and the tables are vacuumed and
-analysed.
+index is rebuilt (drop + create, ``maintenance_work_mem`` sized to hold the
+graph: :func:`build_memory`) — pgvector's bulk-load practice — and the tables
+are vacuumed and analysed.
 
 Measured per size, over the same ``--queries`` questions (LoCoMo questions,
 cycled), scope = the whole tenant, k = 10:
@@ -39,6 +39,7 @@ served by a hot standby interleaved with the primary
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform
@@ -145,15 +146,61 @@ def _drop_hnsw(ctx, tenant: str) -> None:
         c.execute(sa.text(f"DROP INDEX IF EXISTS memory_embeddings_p{_partition(c, tenant)}_hnsw"))
 
 
-def build_hnsw(ctx, tenant: str) -> float:
-    """Drop and re-create the tenant partition's HNSW index (as oml_create_tenant_partitions defines it); seconds."""
+#: What one row of the tenant's partition takes in pgvector's in-memory HNSW graph, bytes: the 384-float vector plus
+#: its neighbour lists at m = 16, rounded up from the spill point pgvector reported at 512MB (docs/benchmarks.md,
+#: "The HNSW build").
+GRAPH_BYTES_PER_ROW = 2_600
+
+
+def build_memory(rows: int) -> str:
+    """A ``maintenance_work_mem`` that holds the whole graph of ``rows`` rows (:data:`GRAPH_BYTES_PER_ROW`), at least
+    512MB: pgvector builds in memory until the graph outgrows it, then switches to a much slower on-disk phase."""
+    return f"{max(512, -(-rows * GRAPH_BYTES_PER_ROW // 2**20))}MB"
+
+
+@dataclasses.dataclass
+class HnswBuild:
+    """One HNSW build: ``seconds``, the ``memory`` and parallel ``workers`` it ran with, and ``spilled_after`` — the
+    tuples pgvector had placed when the graph no longer fitted (its NOTICE), ``None`` when it fitted."""
+
+    seconds: float
+    memory: str
+    workers: int
+    spilled_after: int | None = None
+
+
+def build_hnsw(ctx, tenant: str, memory: str | None = None, workers: int | None = None) -> HnswBuild:
+    """Drop and re-create the tenant partition's HNSW index (as oml_create_tenant_partitions defines it).
+
+    ``memory``: ``maintenance_work_mem`` (default :func:`build_memory` of the partition's rows); ``workers``:
+    ``max_parallel_maintenance_workers`` (default the server's)."""
+    spilled: list[int] = []
+
+    def notice(diag: Any) -> None:
+        m = re.search(r"no longer fits into maintenance_work_mem after (\d+) tuples", diag.message_primary or "")
+        if m:
+            spilled.append(int(m.group(1)))
+
     with ctx.db.engine(None).connect().execution_options(isolation_level="AUTOCOMMIT") as c:
         n = _partition(c, tenant)
-        c.execute(sa.text("SET maintenance_work_mem = '512MB'"))
-        t0 = time.perf_counter()
-        c.execute(sa.text(f"DROP INDEX IF EXISTS memory_embeddings_p{n}_hnsw"))
-        c.execute(sa.text(f"CREATE INDEX memory_embeddings_p{n}_hnsw ON memory_embeddings_p{n} USING hnsw (embedding vector_cosine_ops)"))
-        return time.perf_counter() - t0
+        if memory is None:
+            memory = build_memory(int(c.execute(sa.text(f"SELECT count(*) FROM memory_embeddings_p{n}")).scalar()))
+        c.execute(sa.text("SELECT set_config('maintenance_work_mem', :m, false)"), {"m": memory})
+        if workers is not None:
+            c.execute(sa.text("SELECT set_config('max_parallel_maintenance_workers', :w, false)"), {"w": str(workers)})
+        used = int(c.execute(sa.text("SHOW max_parallel_maintenance_workers")).scalar())
+        raw = c.connection.driver_connection
+        raw.add_notice_handler(notice)
+        try:
+            t0 = time.perf_counter()
+            c.execute(sa.text(f"DROP INDEX IF EXISTS memory_embeddings_p{n}_hnsw"))
+            c.execute(sa.text(f"CREATE INDEX memory_embeddings_p{n}_hnsw ON memory_embeddings_p{n}"
+                              " USING hnsw (embedding vector_cosine_ops)"))
+            seconds = time.perf_counter() - t0
+        finally:
+            raw.remove_notice_handler(notice)
+            c.execute(sa.text("RESET maintenance_work_mem; RESET max_parallel_maintenance_workers"))
+    return HnswBuild(seconds, memory, used, spilled[0] if spilled else None)
 
 
 def maintain(ctx, tenant: str) -> None:

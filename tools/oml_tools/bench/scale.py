@@ -10,7 +10,8 @@ Two populations, because the cheap one cannot serve every measurement:
   hybrid; ``Recaller.recall`` end to end as ``oml_server``, verified reads
   as configured; each question asked twice, the second pass timed), **index build** (drop + ``CREATE INDEX … USING
   hnsw`` on the tenant's ``memory_embeddings`` partition, the whole
-  partition, ``maintenance_work_mem`` 512MB), and **admission** into a tenant
+  partition, ``maintenance_work_mem`` sized to hold the graph, the server's
+  parallel workers; whether the graph still spilled is printed), and **admission** into a tenant
   of that size (``--admit`` claims through ``Admission.submit`` in group
   commits of 100: classification, envelope, signature, chain, projections,
   outbox). Before admission is timed the tenant's verified state is brought
@@ -84,6 +85,7 @@ class Scaled:
     bt: BenchTenant
     keys: dict[str, Any]           # role -> Principal: writer, reviewer, reader
     areas: list[tuple[str, str]]   # (node id, path)
+    narrow: list[tuple[int, Any]] = dataclasses.field(default_factory=list)  # (claims in the workarea, its reader)
 
 
 def scaled_tenant(ctx, prefix: str, areas: int) -> Scaled:
@@ -128,6 +130,24 @@ class Corpus:
         return out
 
 
+def add_narrow(ctx, t: Scaled, corpus: Corpus, sizes: Sequence[int]) -> int:
+    """For each size, a workarea ``narrow-<size>`` under the root holding that many bulk-loaded claims and a reader
+    whose only root it is (``t.narrow``); returns the claims loaded. The general workareas hold the rest of the
+    tenant, so these readers' vector leg filters a large partition down to a few rows (docs/recall.md)."""
+    from oml.services.runtime.auth import authenticate
+    from oml_tools.bench.recall import _drop_hnsw, _load
+
+    bt = t.bt
+    _drop_hnsw(ctx, bt.tenant)
+    for n in sizes:
+        node = ctx.tenancy.create_workarea(bt.admin, f"narrow-{n}", bt.root)["node_id"]
+        ident = ctx.tenancy.create_identity(bt.admin, "service", f"bench-narrow-{n}")["identity_id"]
+        reader = authenticate(ctx.db, ctx.tenancy.create_principal(bt.admin, ident, "reader", [node])["api_key"])
+        _load(ctx, bt.tenant, t.keys, [(node, f"main.narrow-{n}")], corpus.pop.rows(n))
+        t.narrow.append((n, reader))
+    return sum(sizes)
+
+
 def load(ctx, t: Scaled, corpus: Corpus, n: int) -> float:
     """Bulk-load ``n`` more claims into ``t`` (HNSW dropped first); seconds."""
     from oml_tools.bench.recall import _drop_hnsw, _load
@@ -138,17 +158,19 @@ def load(ctx, t: Scaled, corpus: Corpus, n: int) -> float:
     return time.perf_counter() - t0
 
 
-def index(ctx, tenant: str) -> float:
-    """HNSW build of the tenant's partition (seconds, timed), then the vacuum and analyse recall needs (not timed)."""
+def index(ctx, tenant: str) -> Any:
+    """HNSW build of the tenant's partition (:class:`~oml_tools.bench.recall.HnswBuild`, timed), then the vacuum and
+    analyse recall needs (not timed)."""
     from oml_tools.bench.recall import build_hnsw, maintain
 
-    seconds = build_hnsw(ctx, tenant)
+    build = build_hnsw(ctx, tenant)
     maintain(ctx, tenant)
-    return seconds
+    return build
 
 
-def recall_latency(ctx, readers: Sequence[Any], questions: Sequence[str], k: int = 10) -> dict[str, dict[str, float]]:
-    """p50/p95 ms per retriever; question ``i`` is asked by ``readers[i % len(readers)]``.
+def recall_latency(ctx, readers: Sequence[Any], questions: Sequence[str], k: int = 10) -> dict[str, dict[str, Any]]:
+    """p50/p95 ms per retriever, and how its vector leg searched (``{"exact": n, "hnsw": m, …}`` over the timed
+    pass, from ``diagnostics.legs.vector.search``); question ``i`` is asked by ``readers[i % len(readers)]``.
 
     Each retriever's questions are asked twice and the second pass is timed: the steady state, with
     connections, plans and the verified-reads cache warm (``oml bench recall`` measures the cold cache).
@@ -156,11 +178,21 @@ def recall_latency(ctx, readers: Sequence[Any], questions: Sequence[str], k: int
     from oml.services.reads.recall import Recaller, RecallRequest
 
     rec = Recaller(ctx)
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for r in RETRIEVERS:
-        passes = [[timed_ms(lambda: rec.recall(readers[i % len(readers)], RecallRequest(query=q, retriever=r, k=k)))
-                   for i, q in enumerate(questions)] for _ in range(2)]
-        out[r] = {"p50": pct(passes[1], 50), "p95": pct(passes[1], 95)}
+        searches: dict[str, int] = {}
+
+        def ask(i: int, q: str) -> None:
+            got = rec.recall(readers[i % len(readers)], RecallRequest(query=q, retriever=r, k=k))
+            search = got["diagnostics"].get("legs", {}).get("vector", {}).get("search")
+            if search:
+                searches[search] = searches.get(search, 0) + 1
+
+        passes = []
+        for _ in range(2):
+            searches.clear()
+            passes.append([timed_ms(lambda i=i, q=q: ask(i, q)) for i, q in enumerate(questions)])
+        out[r] = {"p50": pct(passes[1], 50), "p95": pct(passes[1], 95), "vector_search": dict(searches)}
     return out
 
 
@@ -232,20 +264,26 @@ class Audit:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def size_curve(ctx, corpus: Corpus, sizes: Sequence[int], admit_n: int, say: Callable[[str], None]) -> list[dict[str, Any]]:
-    """One bulk-loaded tenant grown to each size: load, index build, recall, admission into it."""
+def size_curve(ctx, corpus: Corpus, sizes: Sequence[int], admit_n: int, say: Callable[[str], None],
+               narrow: Sequence[int] = ()) -> list[dict[str, Any]]:
+    """One bulk-loaded tenant grown to each size: load, index build, recall, admission into it. ``narrow``: the
+    :func:`add_narrow` workareas, loaded first (they count in the tenant's size), each read by its own reader at
+    every size (``row["narrow"]``: workarea claims -> :func:`recall_latency`)."""
     t = scaled_tenant(ctx, "bench-scale", N_AREAS)
-    rows, have = [], 0
+    rows, have = [], add_narrow(ctx, t, corpus, narrow)
     for size in sorted(sizes):
-        load_s = load(ctx, t, corpus, size - have)
-        have = size
-        index_s = index(ctx, t.bt.tenant)
-        say(f"{t.bt.tenant}: {size} claims (load {load_s:.0f}s, HNSW {index_s:.0f}s); measuring")
+        load_s = load(ctx, t, corpus, max(0, size - have))
+        have = max(size, have)
+        build = index(ctx, t.bt.tenant)
+        index_s = build.seconds
+        say(f"{t.bt.tenant}: {have} claims (load {load_s:.0f}s, HNSW {index_s:.0f}s with {build.memory}); measuring")
         rec = recall_latency(ctx, [t.keys["reader"]], corpus.questions)
+        scoped = {n: recall_latency(ctx, [reader], corpus.questions) for n, reader in t.narrow}
         a = admit(ctx, [t.bt], corpus, admit_n, 100)
         restart = first_verification(ctx, [t.bt], cold=True)  # a restarted process: from the snapshot, if one is trusted
-        rows.append({"claims": size, "load_s": load_s, "index_s": index_s, "recall": rec, "admission_per_s": a["per_s"],
-                     "first_verify": a["first"], "restart_verify": restart})
+        rows.append({"claims": have, "load_s": load_s, "index_s": index_s, "build": dataclasses.asdict(build),
+                     "recall": rec, "narrow": scoped,
+                     "admission_per_s": a["per_s"], "first_verify": a["first"], "restart_verify": restart})
     return rows
 
 
@@ -273,7 +311,7 @@ def tenant_curve(ctx, corpus: Corpus, counts: Sequence[int], bulk_total: int, jo
         index_s = 0.0
         for t in bulk:
             load(ctx, t, corpus, bulk_total // n)
-            index_s += index(ctx, t.bt.tenant)
+            index_s += index(ctx, t.bt.tenant).seconds
         say(f"{n} tenants: {bulk_total // n} bulk-loaded claims each (HNSW {index_s:.0f}s in all); measuring")
         rec = recall_latency(ctx, [t.keys["reader"] for t in bulk], corpus.questions)
         a = admit(ctx, [t.bt for t in bulk], corpus, admit_n, 10)
@@ -290,13 +328,17 @@ def slopes(rows: list[dict[str, Any]], x: str, metrics: dict[str, Callable[[dict
     return {name: slope([r[x] for r in rows], [f(r) for r in rows]) for name, f in metrics.items()}
 
 
-def _recall_metrics() -> dict[str, Callable[[dict[str, Any]], float]]:
-    return {f"recall {r} {p}": (lambda row, r=r, p=p: row["recall"][r][p]) for r in RETRIEVERS for p in ("p50", "p95")}
+def _recall_metrics(narrow: int | None = None) -> dict[str, Callable[[dict[str, Any]], float]]:
+    """Recall p50/p95 per retriever of a row: the whole-tenant reader's, or the ``narrow``-claim workarea's."""
+    def pick(row: dict[str, Any]) -> dict[str, Any]:
+        return row["recall"] if narrow is None else row["narrow"][narrow]
+
+    return {f"recall {r} {p}": (lambda row, r=r, p=p: pick(row)[r][p]) for r in RETRIEVERS for p in ("p50", "p95")}
 
 
 def run(ctx, *, sizes: Sequence[int] = (3_000, 10_000, 30_000, 100_000), journalled: Sequence[int] = (500, 1_500, 5_000),
         tenants: Sequence[int] = (1, 10, 100), bulk_total: int = 20_000, journal_total: int = 1_000, admit_n: int = 500,
-        queries: int = 50, base_texts: int | None = 1_000, progress=None) -> dict[str, Any]:
+        queries: int = 50, base_texts: int | None = 1_000, narrow: Sequence[int] = (), progress=None) -> dict[str, Any]:
     """Run the three curves; returns their rows, the slopes and the machine."""
     say = progress or (lambda _m: None)
     started = time.perf_counter()
@@ -304,7 +346,7 @@ def run(ctx, *, sizes: Sequence[int] = (3_000, 10_000, 30_000, 100_000), journal
     say(f"corpus ready ({len(corpus.pop.texts)} base texts)")
     audit = Audit(ctx)
     try:
-        by_size = size_curve(ctx, corpus, sizes, admit_n, say)
+        by_size = size_curve(ctx, corpus, sizes, admit_n, say, narrow)
         by_journal = journal_curve(ctx, corpus, journalled, audit, say)
         by_tenants = tenant_curve(ctx, corpus, tenants, bulk_total, journal_total, admit_n, audit, say)
     finally:
@@ -316,6 +358,7 @@ def run(ctx, *, sizes: Sequence[int] = (3_000, 10_000, 30_000, 100_000), journal
         "slopes": {
             "by_size": slopes(by_size, "claims", {"admission claims/s": lambda r: r["admission_per_s"],
                                                   "index build s": lambda r: r["index_s"], **_recall_metrics()}),
+            "by_size_narrow": {n: slopes(by_size, "claims", _recall_metrics(n)) for n in narrow},
             "by_journal": slopes(by_journal, "claims", {"reconcile s": lambda r: r["reconcile_s"],
                                                         "export s": lambda r: r["export_s"]}),
             "by_tenants": slopes(by_tenants, "tenants", {"admission claims/s": lambda r: r["admission_per_s"],
@@ -355,6 +398,20 @@ def render(res: dict[str, Any]) -> list[str]:
         out.append(f"{r['claims']:>8} {r['load_s']:7.1f} {r['index_s']:7.1f} {fv['s']:7.2f} /{fv['events']:>7.0f}"
                    f" {rv['s']:6.2f} /{rv['events']:>6.0f} {r['admission_per_s']:8.1f}{cells}")
     out.append(f"  log-log slope over size: {_fmt_slopes(res['slopes']['by_size'])}")
+    out.append("  HNSW build (maintenance_work_mem, parallel workers): " + "; ".join(
+        f"{r['claims']}: {b['memory']}, {b['workers']}, "
+        + ("fitted" if b["spilled_after"] is None else f"spilled after {b['spilled_after']} tuples")
+        for r in res["by_size"] for b in [r["build"]]))
+    for n, s in res["slopes"].get("by_size_narrow", {}).items():
+        out += ["", f"1b. the same tenant read by a reader whose one root is a workarea of {n} claims"
+                    " (vector search: how the vector leg searched, over the hybrid reads)",
+                f"{'claims':>8} {'vector search':>24}{rec_head}   (recall ms)"]
+        for r in res["by_size"]:
+            got = r["narrow"][n]
+            cells = "".join(f" {got[x]['p50']:11.1f} {got[x]['p95']:7.1f}" for x in RETRIEVERS)
+            paths = ", ".join(f"{k} {v}" for k, v in sorted(got["hybrid"]["vector_search"].items())) or "-"
+            out.append(f"{r['claims']:>8} {paths:>24}{cells}")
+        out.append(f"  log-log slope over size: {_fmt_slopes(s)}")
     out += ["", "2. tenant size, real admission only (a verifiable journal): reconcile end to end and evidence export of 1..head",
             f"{'claims':>8} {'events':>7} {'admit/s':>8} {'reconcile s':>12} {'export s':>9} {'archive KiB':>12}"]
     for r in res["by_journal"]:
@@ -390,15 +447,17 @@ def register(bench_app: typer.Typer) -> None:
               journal_total: int = typer.Option(1_000, "--journal-total", min=1),
               admit_n: int = typer.Option(500, "--admit", min=1, help="claims admitted per admission measurement"),
               queries: int = typer.Option(50, "--queries", min=5),
+              narrow: str = typer.Option("", "--narrow", help="sizes of small workarea scopes read inside the"
+                                         " bulk-loaded tenant, e.g. 1000,20000 (loaded first; none by default)"),
               as_json: bool = JSON) -> None:
         """Growth curve on one machine: admission, recall p50/p95, HNSW build, reconcile and export vs. size and tenant count."""
         from oml.services.entrypoints.cli.common import context, err
 
         kw = dict(sizes=_ints(sizes), journalled=_ints(journalled), tenants=_ints(tenants), bulk_total=bulk_total,
-                  journal_total=journal_total, admit_n=admit_n, queries=queries)
+                  journal_total=journal_total, admit_n=admit_n, queries=queries, narrow=_ints(narrow))
         if quick:
             kw.update(sizes=[1000, 3000], journalled=[100, 300], tenants=[1, 10], bulk_total=2000, journal_total=200,
-                      admit_n=100, queries=20, base_texts=300)
+                      admit_n=100, queries=20, base_texts=300, narrow=[200])
         with context() as ctx:
             res = run(ctx, **kw, progress=lambda m: err.print(m))
         emit(res, render, as_json)
