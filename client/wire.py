@@ -203,7 +203,7 @@ class Memory(Wire):
     supersedes: str | None = None
     tip_since: str | None = None
     score: float | None = Field(None, description="hits: weighted RRF score (hybrid), BM25 score or ts_rank (fts, by the server's lexical ranking) or cosine similarity (vector)")
-    retrievers: dict[str, dict[str, float]] = Field(default_factory=dict,
+    retrievers: dict[str, dict[str, int | float]] = Field(default_factory=dict,
                                                    description="per retriever that found it: its rank and raw score or distance")
     body: dict[str, Any]
     source: Any = Field(None, description="the body's citation (uri, title, locator)")

@@ -134,8 +134,9 @@ def print_problem(exc: OMLError, ctx: Context | None = None) -> None:
 
 def require_home(settings) -> None:
     """``home.not_found`` (exit 2) when the embedded database's home does not exist yet: a command that can only
-    find something in an existing home (every one but ``tenant create``, ``serve`` and ``worker``) must not create
-    one, and leave a new PostgreSQL server running, because ``OML_HOME`` has a typo or it ran from another folder."""
+    find something in an existing home (every one but ``tenant create``, ``serve``, ``worker``, ``demo`` and the
+    benchmarks) must not create one, and leave a new PostgreSQL server running, because ``OML_HOME`` has a typo or
+    it ran from another folder."""
     from pathlib import Path
 
     from oml.services.runtime.home import explain

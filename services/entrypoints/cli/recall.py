@@ -80,13 +80,33 @@ def recall_cmd(
         console.print(_stored(str(it["body"].get("statement", ""))), highlight=False, soft_wrap=False)
         if _source(it):
             console.print(_stored(f"source: {_source(it)}", "dim"), highlight=False, soft_wrap=False)
-        # The id `oml fetch`, `oml erase claim` and the reviews take: without it a recalled row cannot be acted on.
+        # The id `oml erase claim`, `oml hold` and the reviews take: without it a recalled row cannot be acted on.
         console.print(escape(f"claim {it.get('claim_id', '')}"), style="dim", highlight=False)
     if not rows:
         console.print("no steering rows and no hits")
     console.print(_footer(out["diagnostics"]))
     for deg in out["diagnostics"]["degraded"]:
         console.print("[yellow]degraded[/yellow] " + escape(f"{deg['retriever']}: {deg['reason']} — {deg['detail']}"))
+    for line in _approximate(out["diagnostics"]):
+        console.print("[yellow]approximate[/yellow] " + escape(line))
+
+
+def _approximate(d: dict) -> list[str]:
+    """One line per leg whose answer may differ from brute force (docs/recall.md, "Approximate answers are
+    flagged"); empty when ``diagnostics.approximate`` is false. The JSON carries the flag; a person reading the
+    rows needs it too, since nothing else on the screen tells an HNSW answer from an exact one."""
+    if not d.get("approximate"):
+        return []
+    legs = d.get("legs") or {}
+    vec, fts = legs.get("vector") or {}, legs.get("fts") or {}
+    lines = []
+    if vec.get("search") == "hnsw":
+        lines.append(f"vector: an HNSW scan served it ({vec.get('qualifying')} qualifying rows, above the exact-scan "
+                     f"limit {vec.get('exact_scan_max')}; ef_search {vec.get('ef_search')}): the top k can differ from "
+                     "brute force; narrow the scope with --workarea or use -r fts for an exact answer")
+    if fts.get("approximate"):
+        lines.append(f"fts: the bounded BM25 search could not prove its top k exact (bound {fts.get('bound')})")
+    return lines or ["the answer may differ from an exhaustive search (see --json diagnostics.legs)"]
 
 
 def _footer(d: dict) -> str:

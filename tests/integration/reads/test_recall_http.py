@@ -39,6 +39,10 @@ def test_recall_over_http(world):
     assert out["hits"][0]["version_id"] == world.fact2["version_id"]
     assert out["hits"][0]["source"] == {"uri": "https://ci.example/docs", "title": "CI"}
     assert out["diagnostics"]["fusion"] == {"method": "rrf", "k": 10, "weights": {"fts": 1.0, "vector": 0.5}}
+    # A leg's rank is a position, served as the integer docs/recall.md shows (1, not 1.0); its score stays a number.
+    legs = out["hits"][0]["retrievers"]
+    assert legs["fts"]["rank"] == 1 and all(type(leg["rank"]) is int for leg in legs.values()), legs
+    assert type(legs["fts"]["score"]) is float and type(legs["vector"]["distance"]) is float, legs
 
 
 def test_fetch_lineage_and_journal(world):

@@ -193,6 +193,12 @@ def test_approximate_answers_are_flagged_with_their_scan(ctx, pop):
     fts = Recaller(ctx, embed=lambda _t: q, exact_scan_max=0).recall(
         pop["dense_reader"], RecallRequest(query="zyzzyva", retriever="fts", k=5))["diagnostics"]
     assert fts["approximate"] is False
+    # `oml recall` says so under its rows too: the flag is in --json only otherwise.
+    from oml.services.entrypoints.cli.recall import _approximate
+
+    flagged = _approximate(diag)
+    assert len(flagged) == 1 and flagged[0].startswith("vector: an HNSW scan") and ">100 qualifying rows" in flagged[0]
+    assert _approximate(exact) == [] and _approximate(fts) == []
 
 
 def test_fts_on_population_uses_scope_and_counts(ctx, pop):

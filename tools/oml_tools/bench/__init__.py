@@ -141,7 +141,9 @@ def run_and_emit(run: Callable[..., dict[str, Any]], render: Callable[[dict[str,
     """A benchmark command's body: ``run(ctx, **kw)`` in the configured context, then :func:`emit` its result."""
     from oml.services.entrypoints.cli.common import context
 
-    with context() as ctx:
+    # A benchmark makes its own tenants, so it starts from nothing like `oml demo`: docs/benchmarks.md runs each
+    # one under a fresh scratch OML_HOME, which every other reading command refuses as home.not_found.
+    with context(new_home=True) as ctx:
         res = run(ctx, **kw)
     emit(res, render, as_json)
 

@@ -445,7 +445,7 @@ def register(bench_app: typer.Typer) -> None:
             params = {n: (float(v.split(",")[0]), float(v.split(",")[1])) for n, _, v in (x.partition("=") for x in bm25)}
         except (ValueError, IndexError):
             raise typer.BadParameter("NAME=K1,B", param_hint="--bm25") from None
-        with context() as ctx:
+        with context(new_home=True) as ctx:
             res = run(ctx, data, conversations=conversations or None, context_before=context_window,
                       decide=[x.strip() for x in decide.split(",") if x.strip()], fusions=fusions,
                       only=[x.strip() for x in rows.split(",") if x.strip()], lexical=lexical, bm25=params,

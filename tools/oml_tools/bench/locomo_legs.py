@@ -307,7 +307,7 @@ def register(bench_app: typer.Typer) -> None:
         params = {n: (float(v.split(",")[0]), float(v.split(",")[1])) for n, _, v in (x.partition("=") for x in bm25)}
         prfs = dict(x.partition("=")[::2] for x in prf)
         fusions = default_fusions(list(models), list(params)) + list(fusion)
-        with context() as ctx:
+        with context(new_home=True) as ctx:
             res = run(ctx, data, conversations=conversations or None, decide=[x.strip() for x in decide.split(",") if x.strip()],
                       models=models, bm25=params, prf=prfs, fusions=fusions, context_before=context_window,
                       progress=lambda m: err.print(m))

@@ -139,6 +139,6 @@ def register(bench_app: typer.Typer) -> None:
         except ImportError:
             err.print("mem0 is not installed: pip install -e './tools[peers]'")
             raise typer.Exit(2) from None
-        with context() as ctx:
+        with context(new_home=True) as ctx:
             res = run(ctx, data, conversations=conversations or None, progress=lambda m: err.print(m))
         emit(res, render, as_json)

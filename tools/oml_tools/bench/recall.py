@@ -431,7 +431,7 @@ def register(bench_app: typer.Typer) -> None:
             sz, others, other_size, queries = [2000, 5000], 1, 2000, 30
         from oml_tools.bench.replica import ReplicaProbe
 
-        with context() as ctx:
+        with context(new_home=True) as ctx:
             probe = ReplicaProbe(ctx, replica_url) if (with_replica or replica_url) else None
             try:
                 res = run(ctx, sizes=sz, others=others, other_size=other_size, queries=queries, progress=lambda m: err.print(m),
