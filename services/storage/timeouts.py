@@ -10,8 +10,11 @@ does not override them. A transaction that needs a longer wait sets its own with
 lake-writer's lock, an erasure's rewrite).
 
 A statement that waited past either limit raises ``LockNotAvailable`` (55P03) or ``QueryCanceled`` (57014);
-:func:`refusal` turns it into ``503 service.unavailable`` with ``reason`` ``lock_timeout`` or
-``statement_timeout``: the transaction rolled back, nothing was committed, and a retry is safe.
+one that PostgreSQL chose to end a lock cycle raises ``DeadlockDetected`` (40P01): two transactions that each
+write rows the other's statements must update (the BM25 statistics that every writer of ``memories_fts`` keeps,
+63_bm25_postings.sql: an indexer batch and an erasure or a path move in the same workareas). :func:`refusal` turns
+each into ``503 service.unavailable`` with ``reason`` ``lock_timeout``, ``statement_timeout`` or ``deadlock``: the
+transaction rolled back, nothing was committed, and a retry is safe.
 """
 from __future__ import annotations
 
@@ -22,7 +25,9 @@ from oml.domain.errors import OMLError
 LOCK_TIMEOUT_MS = 10_000
 STATEMENT_TIMEOUT_MS = 0
 
-_REASONS = {"55P03": "lock_timeout", "57014": "statement_timeout"}
+_REASONS = {"55P03": "lock_timeout", "57014": "statement_timeout", "40P01": "deadlock"}
+_WHAT = {"lock_timeout": "a lock another session holds", "statement_timeout": "the statement's time limit",
+         "deadlock": "a lock cycle with another transaction"}
 
 
 def options(lock_timeout_ms: int, statement_timeout_ms: int) -> str:
@@ -31,12 +36,12 @@ def options(lock_timeout_ms: int, statement_timeout_ms: int) -> str:
 
 
 def refusal(exc: BaseException) -> OMLError | None:
-    """``service.unavailable`` (503, ``reason`` ``lock_timeout`` or ``statement_timeout``) for a database error
-    raised because a statement waited past its limit; None for any other error."""
+    """``service.unavailable`` (503, ``reason`` ``lock_timeout``, ``statement_timeout`` or ``deadlock``) for a
+    database error raised because a statement waited past its limit or was ended to break a lock cycle; None for
+    any other error."""
     orig = getattr(exc, "orig", None) if isinstance(exc, sa.exc.DBAPIError) else exc
     reason = _REASONS.get(getattr(orig, "sqlstate", None) or "")
     if reason is None:
         return None
-    what = "a lock another session holds" if reason == "lock_timeout" else "the statement's time limit"
-    return OMLError("service.unavailable", f"the database did not answer in time ({what}); nothing was committed,"
-                    " retry later", 503, {"reason": reason})
+    return OMLError("service.unavailable", f"the database did not answer in time ({_WHAT[reason]}); nothing was"
+                    " committed, retry later", 503, {"reason": reason})

@@ -205,7 +205,7 @@ REVOKE ALL ON FUNCTION oml_bm25_rebuild() FROM PUBLIC;
 -- 4. exact: every row not scored exactly -- never seen, or seen and not fetched -- has an upper bound below
 --    the last returned score (or nothing was left unseen and unfetched). The function returns the hits and
 --    one last row with a NULL version_id carrying exact and the bound (the largest upper bound of a row not
---    scored).
+--    scored); a NULL bound there says oml_bm25_topk answered with the exhaustive search instead (see it).
 CREATE OR REPLACE FUNCTION oml_bm25_topk_sql() RETURNS text
   LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $f$ SELECT
     'WITH g AS MATERIALIZED (
@@ -323,6 +323,21 @@ BEGIN
   PERFORM oml_search_limit(lim);
   IF depth IS NULL OR depth < 1 OR fetched IS NULL OR fetched < lim THEN
     RAISE EXCEPTION 'depth must be positive and fetched at least the limit' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  -- bm25_df and bm25_postings are kept per workarea, not per path: summed over the scope's workareas they equal
+  -- the scope's rows only while each workarea's rows carry one path. A row the indexer wrote with the path it read
+  -- before a move committed keeps the old one until its next batch refreshes paths; while a workarea's rows lie both
+  -- inside and outside this scope, its counts would tell of rows the reader cannot read (a document frequency above
+  -- N makes an idf negative). Such a read is answered by the exhaustive search, marked by a NULL bound.
+  IF EXISTS (SELECT 1 FROM (SELECT b.workarea_id, b.self_signed,
+                                   EXISTS (SELECT 1 FROM unnest(scopes) AS s(p) WHERE b.path = s.p OR starts_with(b.path, s.p || '.'))
+                                   AND (NOT b.self_signed OR b.path = ANY(scopes)) AS inside
+                              FROM bm25_groups b WHERE b.tenant_id = t) z
+              GROUP BY z.workarea_id, z.self_signed HAVING bool_or(z.inside) AND NOT bool_and(z.inside)) THEN
+    RETURN QUERY SELECT e.version_id, e.claim_id, e.score, e.tip_from_seq, NULL::boolean, NULL::float8
+                   FROM oml_bm25_search(q, terms, scopes, NULL, NULL, NULL, valid_at, exclude, lim) e;
+    RETURN QUERY SELECT NULL::uuid, NULL::uuid, NULL::float8, NULL::bigint, true, NULL::float8;
+    RETURN;
   END IF;
   RETURN QUERY EXECUTE oml_bm25_topk_sql()
     USING q, scopes, NULL::timestamptz, NULL::text[], NULL::text[], valid_at, exclude, lim, t, terms, depth, fetched;

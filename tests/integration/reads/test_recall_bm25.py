@@ -117,3 +117,35 @@ def test_bm25_scores_ignore_rows_outside_the_readers_scope(ctx):
     # ... but its words move the scores the reader sees:
     assert s1[a["claim_id"]] == pytest.approx(s1[b["claim_id"]]), (
         f"zephyr row {s1[a['claim_id']]:.4f} vs kestrel row {s1[b['claim_id']]:.4f}: out-of-scope rows hold 'zephyr'")
+
+
+def test_bm25_scores_ignore_a_moved_workareas_rows_while_one_row_keeps_its_old_path(ctx):
+    """A batch of the indexer that read a workarea's path before a move committed writes its row with the old path
+    (the move's own update of the index rows cannot see it); its next batch refreshes it. Meanwhile that workarea's
+    rows lie on both sides of a reader's scope. The maintained document frequencies are per workarea, so the
+    bounded search would count every row of the moved workarea for a reader of the old parent: its scores must
+    still not move with them (the read falls back to the exhaustive search)."""
+    w = make_world(ctx, "bm25-stale-path")
+    a = w.remember("main.eng", "zephyr plans")
+    b = w.remember("main.eng", "kestrel plans")
+    for i in range(5):
+        w.remember("main.eng.pay", f"zephyr salary review {i}")
+    w.area("main.hr")
+    w.index()
+    reader = w.key("reader", "main.eng")
+    moved = w.ctx.tenancy.reparent_workarea(w.admin, w.workareas["main.eng.pay"], w.workareas["main.hr"])
+    assert moved["path"] == "main.hr.pay"
+    w.index()
+    # The row that batch wrote: the moved workarea, the path it read before the move.
+    with ctx.db.tenant("oml_indexer", w.tenant) as conn:
+        conn.execute(sa.text(
+            "INSERT INTO memories_fts (tenant_id, version_id, claim_id, workarea_id, path, kind, provenance, self_signed,"
+            " tip_from_seq, tip_from_at, tsv) VALUES (:t, gen_random_uuid(), gen_random_uuid(), :w, 'main.eng.pay',"
+            " 'fact', 'observed', false, 1000000, now(), to_tsvector('english', 'payroll calendar'))"),
+            {"t": w.tenant, "w": w.workareas["main.eng.pay"]})
+    out = Recaller(ctx, lexical="bm25").recall(reader, RecallRequest(query="zephyr kestrel", retriever="fts", k=10))
+    s = {h["claim_id"]: h["score"] for h in out["hits"]}
+    assert set(s) == {a["claim_id"], b["claim_id"]}
+    assert s[a["claim_id"]] == pytest.approx(s[b["claim_id"]]), (
+        f"zephyr row {s[a['claim_id']]:.4f} vs kestrel row {s[b['claim_id']]:.4f}: the moved workarea's rows hold 'zephyr'")
+    assert out["diagnostics"]["legs"]["fts"]["search"] == "exhaustive"
