@@ -396,6 +396,13 @@ def check_query(text: object) -> str:
     return text
 
 
+#: The lexical legs keep at most this many of a query's lexemes, the first in the query (Lucene's and
+#: Elasticsearch's clause limits do the same job): the bounded BM25 search reads one postings list per lexeme and
+#: scope workarea (docs/adr/0020-bm25-bounded-top-k.md), so a 4,000-character query would otherwise buy hundreds
+#: of lists per workarea. A question carries far fewer; what was dropped is in the diagnostics.
+LEXEMES_MAX = 64
+
+
 def lexeme_literal(lexeme: str) -> str:
     """One lexeme as a quoted ``tsquery`` operand: ``'…'`` with backslash and quote escaped.
 

@@ -61,11 +61,12 @@ def bm25_leg(conn: sa.Connection, text: str, f: Any, n: int, diag: Any, params: 
              ) -> list[tuple[str, float, tuple]]:
     """Up to ``n`` rows (version id, BM25 score, ties) best first; diagnostics under ``legs["fts"]`` with
     ``ranking: "bm25"``. ``params`` is (k1, b). Degrades like the FTS leg when the query has no lexemes."""
-    from oml.services.reads.recall import _lexemes
+    from oml.services.reads.recall import lexeme_info, query_lexemes
 
-    lex = sorted(set(_lexemes(conn, text)))
-    info: dict[str, Any] = {"lexemes": len(lex), "ranking": "bm25"}
-    diag.legs["fts"] = info
+    first, total = query_lexemes(conn, text)
+    lex = sorted(first)
+    info = lexeme_info(lex, total, diag)
+    info["ranking"] = "bm25"
     if not lex:
         info["mode"] = "none"
         diag.degrade("fts", "fts.no_lexemes", "the query has no searchable words (empty, stop words or punctuation only)")

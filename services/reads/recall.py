@@ -166,22 +166,42 @@ def _vector_literal(vec: Sequence[float]) -> str:
 
 # ------------------------------------------------------------------ legs
 
-_LEXEMES = sa.text("SELECT tsvector_to_array(to_tsvector(CAST(:cfg AS regconfig), :q))")
+# In order of first position (``||`` shifts the right operand's positions past the left's); the count of all.
+_IN_ORDER = "SELECT (array_agg(u.lexeme ORDER BY u.positions[1], u.lexeme))[1:{cap}], count(*) FROM unnest({tsv}) u"
+_LEXEMES = sa.text(_IN_ORDER.format(cap=R.LEXEMES_MAX, tsv="to_tsvector(CAST(:cfg AS regconfig), :q)"))
 # Text with accents: the folded lexemes (what the indexer stores) and the unfolded ones (what rows indexed before
 # folding hold), in one statement.
-_LEXEMES_BOTH = sa.text("SELECT tsvector_to_array(to_tsvector(CAST(:cfg AS regconfig), :q)"
-                        " || to_tsvector(CAST(:cfg AS regconfig), :folded))")
+_LEXEMES_BOTH = sa.text(_IN_ORDER.format(
+    cap=R.LEXEMES_MAX, tsv="to_tsvector(CAST(:cfg AS regconfig), :q) || to_tsvector(CAST(:cfg AS regconfig), :folded)"))
+
+
+def query_lexemes(conn: sa.Connection, text: str) -> tuple[list[str], int]:
+    """Lexemes PostgreSQL's parser makes of ``text`` under :data:`FTS_CONFIG` (stop words removed), accents folded
+    (:func:`oml.domain.recall.fold_accents`, as the indexer folds); for text with accents the unfolded lexemes too.
+    Returns (the first :data:`~oml.domain.recall.LEXEMES_MAX` in the order the query uses them, how many it has)."""
+    folded = R.fold_accents(text)
+    if folded == text:
+        arr, total = conn.execute(_LEXEMES, {"cfg": R.FTS_CONFIG, "q": text}).one()
+    else:
+        arr, total = conn.execute(_LEXEMES_BOTH, {"cfg": R.FTS_CONFIG, "q": text, "folded": folded}).one()
+    return list(arr or []), int(total)
 
 
 def _lexemes(conn: sa.Connection, text: str) -> list[str]:
-    """Lexemes PostgreSQL's parser makes of ``text`` under :data:`FTS_CONFIG` (stop words removed), accents folded
-    (:func:`oml.domain.recall.fold_accents`, as the indexer folds); for text with accents the unfolded lexemes too."""
-    folded = R.fold_accents(text)
-    if folded == text:
-        arr = conn.execute(_LEXEMES, {"cfg": R.FTS_CONFIG, "q": text}).scalar()
-    else:
-        arr = conn.execute(_LEXEMES_BOTH, {"cfg": R.FTS_CONFIG, "q": text, "folded": folded}).scalar()
-    return list(arr or [])
+    """:func:`query_lexemes` without the count."""
+    return query_lexemes(conn, text)[0]
+
+
+def lexeme_info(lex: Sequence[str], total: int, diag: _Diag) -> dict[str, Any]:
+    """The lexical leg's diagnostics entry (``legs["fts"]``): lexemes used and, when the query had more than
+    :data:`~oml.domain.recall.LEXEMES_MAX`, how many were dropped (also a ``fts.lexemes_capped`` degradation)."""
+    info: dict[str, Any] = {"lexemes": len(lex)}
+    if total > len(lex):
+        info["lexemes_dropped"] = total - len(lex)
+        diag.degrade("fts", "fts.lexemes_capped",
+                     f"the query has {total} distinct words; the lexical leg used the first {len(lex)}")
+    diag.legs["fts"] = info
+    return info
 
 
 #: One row of a ranking leg: (version id, score, tie keys). The score is ts_rank (higher is better) or
@@ -215,9 +235,8 @@ def fts_leg(conn: sa.Connection, text: str, f: _Filters, n: int, diag: _Diag) ->
     the leg stay comparable (AND alone returns nothing for most
     natural-language questions).
     """
-    lex = _lexemes(conn, text)
-    info: dict[str, Any] = {"lexemes": len(lex)}
-    diag.legs["fts"] = info
+    lex, total = query_lexemes(conn, text)
+    info = lexeme_info(lex, total, diag)
     if not lex:
         info["mode"] = "none"
         diag.degrade("fts", "fts.no_lexemes", "the query has no searchable words (empty, stop words or punctuation only)")

@@ -387,9 +387,9 @@ def _sync_claims(conn: sa.Connection, run: _Run, claims: dict[str, int], *, casc
         "SELECT claim_id FROM claims WHERE tenant_id = :t AND claim_id = ANY(CAST(:cs AS uuid[])) AND erased_seq IS NOT NULL"),
         {"t": tenant, "cs": ids}).scalars()}
     dependents = context_index.dependents_of(conn, tenant, erased)
-    _delete_claims(conn, tenant, erased)
     live = [c for c in ids if c not in erased]
     if not live:
+        _delete_claims(conn, tenant, erased)
         _sync_dependents(conn, run, dependents - erased, claims, cascade)
         return
     desired = {}
@@ -400,21 +400,18 @@ def _sync_claims(conn: sa.Connection, run: _Run, claims: dict[str, int], *, casc
 
     existing = {table: _existing(conn, table, tenant, live) for table in TABLES}
     inserts: dict[str, list[dict]] = {table: [] for table in TABLES}
+    gone: dict[str, list[tuple[str, int]]] = {}
+    moved: dict[str, list[dict]] = {table: [] for table in TABLES}
     for table in TABLES:
         have = existing[table]
-        gone = [k for k in have if k not in desired]
-        for vid, from_seq in gone:
-            conn.execute(sa.text(f"DELETE FROM {table} WHERE tenant_id = :t AND version_id = :v AND tip_from_seq = :f"),
-                         {"t": tenant, "v": vid, "f": from_seq})
+        gone[table] = [k for k in have if k not in desired]
         for key, want in desired.items():
             cur = have.get(key)
             if cur is None:
                 inserts[table].append(want)
             elif (cur.tip_to_seq, cur.tip_to_at, cur.path) != (want["to_seq"], want["to_at"], want["path"]):
-                conn.execute(sa.text(f"UPDATE {table} SET tip_to_seq = :to_seq, tip_to_at = :to_at, path = :path"
-                                     " WHERE tenant_id = :t AND version_id = :v AND tip_from_seq = :f"),
-                             {"t": tenant, "v": key[0], "f": key[1], "to_seq": want["to_seq"], "to_at": want["to_at"],
-                              "path": want["path"]})
+                moved[table].append({"t": tenant, "v": key[0], "f": key[1], "to_seq": want["to_seq"],
+                                     "to_at": want["to_at"], "path": want["path"]})
 
     kept = {table: {vid for (vid, f) in existing[table] if (vid, f) in desired} for table in TABLES}
     need = sorted({w["version_id"] for table in TABLES for w in inserts[table] if w["version_id"] not in kept[table]})
@@ -451,6 +448,23 @@ def _sync_claims(conn: sa.Connection, run: _Run, claims: dict[str, int], *, casc
             emb_copy.append(w)
         elif w["version_id"] not in bad:
             emb_new.append(w)
+    # The feed and the model run before the batch's first index write: a write to memories_fts takes the BM25
+    # statistics rows of its workareas (63_bm25_postings.sql) until commit, and an erasure or move in those
+    # workareas waits on them.
+    by_version: dict[str, Any] = {}
+    if emb_new:
+        texts = {w["version_id"]: win.embedding_text(items[w["version_id"]]) for w in emb_new}
+        order = sorted(texts)
+        by_version = dict(zip(order, embedder_for(run.ctx).encode([texts[v] for v in order])))
+
+    _delete_claims(conn, tenant, erased)
+    for table in TABLES:
+        for vid, from_seq in gone[table]:
+            conn.execute(sa.text(f"DELETE FROM {table} WHERE tenant_id = :t AND version_id = :v AND tip_from_seq = :f"),
+                         {"t": tenant, "v": vid, "f": from_seq})
+        if moved[table]:
+            conn.execute(sa.text(f"UPDATE {table} SET tip_to_seq = :to_seq, tip_to_at = :to_at, path = :path"
+                                 " WHERE tenant_id = :t AND version_id = :v AND tip_from_seq = :f"), moved[table])
     p = {"t": tenant}
     if fts_copy:
         conn.execute(_COPY["memories_fts"], [p | w for w in fts_copy])
@@ -466,10 +480,6 @@ def _sync_claims(conn: sa.Connection, run: _Run, claims: dict[str, int], *, casc
             _poison(conn, tenant, claims.get(claim, max(claims.values())), REFUSED)
         emb_new = [w for w in emb_new if w["version_id"] not in refused]
     if emb_new:
-        texts = {w["version_id"]: win.embedding_text(items[w["version_id"]]) for w in emb_new}
-        order = sorted(texts)
-        vectors = embedder_for(run.ctx).encode([texts[v] for v in order])
-        by_version = dict(zip(order, vectors))
         _register_vector(conn)
         conn.execute(_INSERT_EMB, [p | w | {"embedding": by_version[w["version_id"]]} for w in emb_new])
     # The claim may have been erased since the projection was read: erasure deletes
@@ -574,7 +584,8 @@ def catch_up_all(ctx: Context) -> int:
 
 def rebuild(ctx: Context, tenant: str, *, batch_events: int = BATCH_EVENTS, feed: Any = None,
             progress: Any = None) -> int:
-    """Delete ``tenant``'s index rows and poison records and replay its whole journal, in one transaction.
+    """Delete ``tenant``'s index rows and poison records, replay its whole journal and recount its BM25 statistics
+    (``oml_bm25_rebuild``), in one transaction.
 
     Readers keep seeing the old rows until the rebuild commits. Returns the
     number of events replayed. ``progress(done_seq, head_seq)`` is called
@@ -595,6 +606,9 @@ def rebuild(ctx: Context, tenant: str, *, batch_events: int = BATCH_EVENTS, feed
             cursor = new
             if progress is not None:
                 progress(cursor, max(head, cursor))
+        # The triggers kept the BM25 statistics through the deletes and the replay; a recount also drops whatever
+        # drift writes that bypassed them had left (oml index verify: index.bm25_drift).
+        conn.execute(sa.text("SELECT oml_bm25_rebuild()"))
         conn.execute(sa.text("UPDATE consumer_cursors SET seq = :s, updated_at = now() WHERE tenant_id = :t AND consumer = :c"),
                      {"s": cursor, "t": tenant, "c": CONSUMER})
     return cursor

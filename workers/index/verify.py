@@ -10,6 +10,9 @@ check recomputes what the row should be and names every difference with its kind
   against the tip intervals the indexer has consumed (up to its cursor): a wiped or skipped index is
   missing rows, a forged row is extra, a moved interval or path is stale. Claims whose events the indexer
   recorded as poison are left out (``oml status`` shows those). ``oml index rebuild`` repairs all three.
+* ``index.bm25_drift`` — the kept BM25 statistics or postings (``bm25_groups``, ``bm25_df``, ``bm25_postings``;
+  docs/adr/0020-bm25-bounded-top-k.md) differ from a recount of ``memories_fts``: the key is the table, the detail
+  how many rows differ (``oml_bm25_drift``: counts only, no lexeme). ``oml index rebuild`` repairs it.
 * ``cursor.ahead`` — a consumer's cursor past the tenant's journal head.
 * ``outbox.missing`` — a consumer behind the head with no undispatched outbox row past its cursor: nothing
   will wake it (outbox rows deleted, or marked dispatched, before delivery), or it was woken and its catch-up
@@ -44,11 +47,12 @@ if TYPE_CHECKING:  # pragma: no cover
 INDEX_MISSING = "index.missing"
 INDEX_EXTRA = "index.extra"
 INDEX_STALE = "index.stale"
+INDEX_BM25_DRIFT = "index.bm25_drift"
 CURSOR_AHEAD = "cursor.ahead"
 OUTBOX_MISSING = "outbox.missing"
 RESTORE_PENDING = "restore.pending"
 #: Kinds that ``oml index rebuild`` repairs.
-REBUILT = frozenset({INDEX_MISSING, INDEX_EXTRA, INDEX_STALE})
+REBUILT = frozenset({INDEX_MISSING, INDEX_EXTRA, INDEX_STALE, INDEX_BM25_DRIFT})
 TABLES = ("memories_fts", "memory_embeddings")
 CONSUMERS = ("indexer", "lake-writer")
 
@@ -130,6 +134,10 @@ def _index(conn: sa.Connection, tenant: str, rep: Report) -> None:
                 rep.findings.append(Finding(INDEX_STALE, table, f"{key[0]}@{key[1]}",
                                             "interval end or workarea path differs from the projection"))
     rep.checked["tip_intervals"] = len(want)
+    for r in conn.execute(sa.text("SELECT tbl, differing FROM oml_bm25_drift() ORDER BY tbl")):
+        if r.differing:
+            rep.findings.append(Finding(INDEX_BM25_DRIFT, r.tbl, r.tbl,
+                                        f"{r.differing} rows differ from a recount of memories_fts"))
 
 
 def _outbox(ctx: Context, tenant: str, rep: Report) -> None:

@@ -189,6 +189,37 @@ BEGIN
 END $f$;
 REVOKE ALL ON FUNCTION oml_bm25_rebuild() FROM PUBLIC;
 
+-- How far the bound tenant's kept statistics and postings are from a recount of memories_fts: per table, the rows
+-- in one and not the other (both ways, with multiplicity). 0 everywhere when the triggers kept them; anything
+-- else is drift from writes that bypassed the triggers (oml index verify reports it, oml index rebuild repairs it
+-- with oml_bm25_rebuild). Counts only: no lexeme leaves the function.
+CREATE OR REPLACE FUNCTION oml_bm25_drift() RETURNS TABLE (tbl text, differing bigint)
+  LANGUAGE sql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $f$
+  WITH served AS MATERIALIZED (
+         SELECT m.workarea_id, m.path, m.self_signed, m.version_id, m.tip_from_seq, m.tsv, m.tsv_len FROM memories_fts m
+          WHERE m.tenant_id = oml_bound_tenant() AND m.tip_to_seq IS NULL AND m.provenance <> 'simulation'),
+       g_want AS (SELECT workarea_id, path, self_signed, count(*)::bigint AS n, sum(tsv_len)::bigint AS sumdl
+                    FROM served GROUP BY 1, 2, 3),
+       g_have AS (SELECT workarea_id, path, self_signed, n, sumdl FROM bm25_groups WHERE tenant_id = oml_bound_tenant()),
+       d_want AS (SELECT u.lexeme, s.workarea_id, s.self_signed, count(*)::bigint AS df
+                    FROM served s CROSS JOIN LATERAL unnest(s.tsv) u GROUP BY 1, 2, 3),
+       d_have AS (SELECT lexeme, workarea_id, self_signed, df FROM bm25_df WHERE tenant_id = oml_bound_tenant()),
+       p_want AS (SELECT u.lexeme, s.workarea_id, s.self_signed, oml_bm25_impact(cardinality(u.positions), s.tsv_len) AS impact,
+                         s.version_id, s.tip_from_seq, cardinality(u.positions) AS tf, s.tsv_len AS dl
+                    FROM served s CROSS JOIN LATERAL unnest(s.tsv) u),
+       p_have AS (SELECT lexeme, workarea_id, self_signed, impact, version_id, tip_from_seq, tf, dl
+                    FROM bm25_postings WHERE tenant_id = oml_bound_tenant())
+  SELECT 'bm25_groups', (SELECT count(*) FROM ((SELECT * FROM g_want EXCEPT ALL SELECT * FROM g_have)
+                                               UNION ALL (SELECT * FROM g_have EXCEPT ALL SELECT * FROM g_want)) z)
+  UNION ALL
+  SELECT 'bm25_df', (SELECT count(*) FROM ((SELECT * FROM d_want EXCEPT ALL SELECT * FROM d_have)
+                                           UNION ALL (SELECT * FROM d_have EXCEPT ALL SELECT * FROM d_want)) z)
+  UNION ALL
+  SELECT 'bm25_postings', (SELECT count(*) FROM ((SELECT * FROM p_want EXCEPT ALL SELECT * FROM p_have)
+                                                 UNION ALL (SELECT * FROM p_have EXCEPT ALL SELECT * FROM p_want)) z)
+$f$;
+REVOKE ALL ON FUNCTION oml_bm25_drift() FROM PUBLIC;
+
 -- The bounded top-k (docs/adr/0020-bm25-bounded-top-k.md). Same parameters as oml_bm25_search ($1–$9 as
 -- oml_fts_scope_sql() numbers them, $10 the query's lexemes) without as_of, kinds and provenances, whose reads
 -- keep the exhaustive function; k1 = 1.2, b = 0.75 (the stored impact's). $11 depth: postings read per

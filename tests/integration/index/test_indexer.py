@@ -10,6 +10,7 @@ from oml.services.claims.admission import Submission
 from oml.services.reads.indexing_feed import IndexingFeed
 from oml.workers.index import embedding, indexer
 
+from support.owner import owner
 from support.workers import assert_index_exact, head, index_rows, promote, setup_tenant, submit, supersede
 
 
@@ -251,3 +252,32 @@ def test_bench_index_runs(ctx):
     res = bench.run(ctx, claims=5)
     assert res["indexer"]["rows"] == 5 and res["raw"]["claims"] == 5
     assert any("raw ÷ indexer" in line for line in bench.render(res))
+
+
+def test_the_model_runs_before_the_batch_takes_the_bm25_statistics_rows(ctx, env, monkeypatch):
+    # An erasure or a move in a workarea waits on its BM25 statistics rows, which a write to memories_fts holds
+    # until commit: the batch embeds before its first index write, so the rows are free while the model runs.
+    promote(ctx, env, "the lighthouse keeper logs every ship")
+    indexer.catch_up(ctx, env.tenant)
+    promote(ctx, env, "the lighthouse lamp is cleaned on fridays")
+    real = indexer.embedder_for(ctx)
+    free: list[bool] = []
+
+    class Probe:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def encode(self, texts):
+            with owner(ctx) as c:
+                c.execute(sa.text("SET LOCAL lock_timeout = '1s'"))
+                try:
+                    c.execute(sa.text("SELECT 1 FROM bm25_groups WHERE tenant_id = :t FOR UPDATE NOWAIT"), {"t": env.tenant})
+                    free.append(True)
+                except sa.exc.OperationalError:
+                    free.append(False)
+            return real.encode(texts)
+
+    monkeypatch.setattr(indexer, "embedder_for", lambda _ctx: Probe())
+    indexer.catch_up(ctx, env.tenant)
+    assert free == [True]
+    assert_index_exact(ctx, env.tenant)

@@ -154,3 +154,19 @@ def test_derived_state_changes_are_named_and_rebuild_repairs_the_index(ctx, w):
     assert res.exit_code == 0, res.output
     after = verify.verify(ctx, TENANT).counts()
     assert not {k for k in after if k.startswith(("index.", "cursor."))}, after
+
+
+def test_bm25_statistics_drift_is_named_and_rebuild_recounts_them(ctx, w):
+    # Only the owner writes the BM25 tables other than through memories_fts's triggers: a count bumped and a
+    # document frequency forged for a lexeme no row holds.
+    with owner(ctx) as c:
+        c.execute(sa.text("UPDATE bm25_groups SET n = n + 5 WHERE tenant_id = :t"), {"t": TENANT})
+        c.execute(sa.text("INSERT INTO bm25_df (tenant_id, lexeme, workarea_id, self_signed, df)"
+                          " SELECT tenant_id, 'zzforged', workarea_id, self_signed, 3 FROM bm25_groups"
+                          " WHERE tenant_id = :t LIMIT 1"), {"t": TENANT})
+    rep = verify.verify(ctx, TENANT)
+    drift = {f.table: f.detail for f in rep.findings if f.kind == "index.bm25_drift"}
+    assert set(drift) == {"bm25_groups", "bm25_df"} and "zzforged" not in json.dumps(rep.as_json()), rep.as_json()
+    res = run_cli(ctx, ["index", "rebuild", "--tenant", TENANT])
+    assert res.exit_code == 0, res.output
+    assert "index.bm25_drift" not in verify.verify(ctx, TENANT).counts()

@@ -12,6 +12,7 @@ import math
 import pytest
 import sqlalchemy as sa
 
+from oml.domain import recall as R
 from oml.services.reads import bm25
 from oml.services.reads.recall import Recaller, RecallRequest
 from oml.workers.index import indexer
@@ -74,6 +75,20 @@ def test_bm25_leg_matches_a_plain_bm25(ctx, kit, query):
     assert [h["claim_id"] for h in out["hits"]] == [kit.ids[i] for i, _ in want]
     assert [h["score"] for h in out["hits"]] == pytest.approx([s for _, s in want], rel=1e-6)
     assert out["diagnostics"]["legs"]["fts"]["ranking"] == "bm25"
+
+
+@pytest.mark.parametrize("lexical", ["bm25", "ts_rank"])
+def test_a_query_keeps_its_first_64_lexemes_and_says_what_it_dropped(ctx, kit, lexical):
+    filler = " ".join(f"zq{i:03d}" for i in range(R.LEXEMES_MAX + 6))
+    rec = Recaller(ctx, lexical=lexical)
+    late = rec.recall(kit.reader, RecallRequest(query=f"{filler} crane", retriever="fts", k=10, workarea_id=kit.wa))
+    early = rec.recall(kit.reader, RecallRequest(query=f"crane {filler}", retriever="fts", k=10, workarea_id=kit.wa))
+    # "crane" is the 71st lexeme in one query (dropped: nothing matches the filler) and the first in the other.
+    assert late["hits"] == [] and {kit.ids[i] for i in (0, 1, 2, 3, 6)} == {h["claim_id"] for h in early["hits"]}
+    for out, dropped in ((late, 7), (early, 7)):
+        fts = out["diagnostics"]["legs"]["fts"]
+        assert fts["lexemes"] == R.LEXEMES_MAX and fts["lexemes_dropped"] == dropped
+        assert [d["reason"] for d in out["diagnostics"]["degraded"]] == ["fts.lexemes_capped"]
 
 
 def test_bm25_differs_from_ts_rank_somewhere(ctx, kit):
