@@ -17,7 +17,8 @@ from oml.services.runtime.context import Context
 
 
 def read_after(token: str | None = Header(None, alias=positions.HEADER, max_length=200,
-                                          description="a token from a write's OML-Read-After header: read no older than that write"),
+                                          description="a token from a write's OML-Read-After header (sent only while hot standbys serve reads,"
+                                                      " docs/operations.md): read no older than that write"),
                p: Principal = Depends(principal), ctx: Context = Depends(context)) -> str | None:
     """The WAL position a read must not be older than, or ``None``. Raises ``read.invalid_position`` (422)."""
     return None if token is None else positions.parse(ctx.keystore, p.tenant, token)
