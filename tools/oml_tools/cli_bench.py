@@ -24,9 +24,10 @@ def register(app: typer.Typer) -> None:
     from oml_tools.bench import reconcile as reconcile_bench
 
     reconcile_bench.register(bench_app)
-    from oml_tools.bench import scale
+    from oml_tools.bench import hnsw_build, scale
 
     scale.register(bench_app)
+    hnsw_build.register(bench_app)
     from oml_tools.bench import ingest
 
     ingest.register(bench_app)
