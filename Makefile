@@ -62,6 +62,7 @@ serve: $(VENV)/.installed
 
 # Stop the embedded PostgreSQL servers before deleting their data directories,
 # or their postmasters outlive the files they serve.
+# .oml-bench (docs/benchmarks.md's scratch home) is stopped, not deleted: a bench population can take hours to load.
 clean:
-	-for d in .oml/pg .oml-test/pg; do [ -f $$d/postmaster.pid ] && kill $$(head -1 $$d/postmaster.pid); done; sleep 1
+	-for d in .oml/pg .oml-test/pg .oml-bench/pg; do [ -f $$d/postmaster.pid ] && kill $$(head -1 $$d/postmaster.pid); done; sleep 1
 	rm -rf .oml .oml-test .smoke dist build
