@@ -166,13 +166,21 @@ def _vector_literal(vec: Sequence[float]) -> str:
 
 # ------------------------------------------------------------------ legs
 
-# In order of first position (``||`` shifts the right operand's positions past the left's); the count of all.
+# In order of first position; the count of all.
 _IN_ORDER = "SELECT (array_agg(u.lexeme ORDER BY u.positions[1], u.lexeme))[1:{cap}], count(*) FROM unnest({tsv}) u"
 _LEXEMES = sa.text(_IN_ORDER.format(cap=R.LEXEMES_MAX, tsv="to_tsvector(CAST(:cfg AS regconfig), :q)"))
 # Text with accents: the folded lexemes (what the indexer stores) and the unfolded ones (what rows indexed before
-# folding hold), in one statement.
-_LEXEMES_BOTH = sa.text(_IN_ORDER.format(
-    cap=R.LEXEMES_MAX, tsv="to_tsvector(CAST(:cfg AS regconfig), :q) || to_tsvector(CAST(:cfg AS regconfig), :folded)"))
+# folding hold), in one statement. Each form ranks by its first position in its own text (folding keeps the words
+# where they are), the folded form first: a word the cap keeps keeps its folded form. (Concatenating the two
+# tsvectors would rank every folded-only lexeme after all the unfolded ones, so a long query's cap kept the
+# unfolded forms, which current rows do not hold, and dropped the folded ones.)
+_LEXEMES_BOTH = sa.text(
+    "SELECT (array_agg(lexeme ORDER BY p, src, lexeme))[1:" + str(R.LEXEMES_MAX) + "], count(*) FROM ("
+    " SELECT lexeme, min(p) AS p, min(src) AS src FROM ("
+    "  SELECT u.lexeme, u.positions[1] AS p, 0 AS src FROM unnest(to_tsvector(CAST(:cfg AS regconfig), :folded)) u"
+    "  UNION ALL"
+    "  SELECT u.lexeme, u.positions[1], 1 FROM unnest(to_tsvector(CAST(:cfg AS regconfig), :q)) u) x"
+    " GROUP BY lexeme) y")
 
 
 def query_lexemes(conn: sa.Connection, text: str) -> tuple[list[str], int]:
@@ -199,7 +207,7 @@ def lexeme_info(lex: Sequence[str], total: int, diag: _Diag) -> dict[str, Any]:
     if total > len(lex):
         info["lexemes_dropped"] = total - len(lex)
         diag.degrade("fts", "fts.lexemes_capped",
-                     f"the query has {total} distinct words; the lexical leg used the first {len(lex)}")
+                     f"the query has {total} distinct lexemes; the lexical leg used the first {len(lex)}")
     diag.legs["fts"] = info
     return info
 
@@ -738,7 +746,9 @@ class Recaller:
         if not terms:
             return found, admitted
         own = _Diag(diag.retriever)
-        got = bm25mod.bm25_leg(conn, q.text + "\n" + " ".join(terms), f, pool, own, self.bm25)
+        # The terms first: the leg keeps a text's first LEXEMES_MAX lexemes, and behind a long query's own words
+        # the terms counted in legs.prf would be dropped.
+        got = bm25mod.bm25_leg(conn, " ".join(terms) + "\n" + q.text, f, pool, own, self.bm25)
         new = {row[0] for row in got} - found
         if new:
             cand.update(rows.load_rows(conn, tenant, new, q.as_of, frozenset()))

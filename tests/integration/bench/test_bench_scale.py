@@ -41,3 +41,13 @@ def test_every_curve_runs_at_tiny_sizes(ctx):
     # The build's memory holds the graph at these sizes: pgvector never reported a spill.
     assert all(r["build"]["memory"] == "512MB" and r["build"]["spilled_after"] is None for r in res["by_size"])
     assert any("log-log slope over tenant count" in line for line in lines)
+
+
+@pytest.mark.parametrize("text, says", [("0", "at least 1"), ("-5", "at least 1"), ("x", "integers"),
+                                        ("200,200", "at most once")])
+def test_a_bad_narrow_size_is_refused(text, says):
+    import typer
+
+    with pytest.raises(typer.BadParameter, match=says):
+        scale._ints(text, "--narrow", distinct=True)
+    assert scale._ints("1000, 20000", "--narrow", distinct=True) == [1000, 20000]

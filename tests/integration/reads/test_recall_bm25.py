@@ -164,3 +164,15 @@ def test_bm25_scores_ignore_a_moved_workareas_rows_while_one_row_keeps_its_old_p
     assert s[a["claim_id"]] == pytest.approx(s[b["claim_id"]]), (
         f"zephyr row {s[a['claim_id']]:.4f} vs kestrel row {s[b['claim_id']]:.4f}: the moved workarea's rows hold 'zephyr'")
     assert out["diagnostics"]["legs"]["fts"]["search"] == "exhaustive"
+
+
+@pytest.mark.parametrize("lexical", ["bm25", "ts_rank"])
+def test_a_long_query_keeps_the_folded_lexeme_of_an_early_accented_word(ctx, kit, lexical):
+    # The indexer stores folded lexemes ("crâne" is indexed as "crane"): a word the cap keeps must keep its folded
+    # form, which the unfolded one ("crân…", only in rows indexed before folding) may ride along with, not displace.
+    filler = " ".join(f"zq{i:03d}" for i in range(R.LEXEMES_MAX + 6))
+    out = Recaller(ctx, lexical=lexical).recall(kit.reader, RecallRequest(query=f"crâne {filler}", retriever="fts",
+                                                                          k=10, workarea_id=kit.wa))
+    assert {kit.ids[i] for i in (0, 1, 2, 3, 6)} == {h["claim_id"] for h in out["hits"]}
+    fts = out["diagnostics"]["legs"]["fts"]
+    assert fts["lexemes"] == R.LEXEMES_MAX and fts["lexemes_dropped"] > 0

@@ -82,3 +82,18 @@ def test_openapi_documents_the_read_routes(world):
     spec = world.client.get("/openapi.json").json()
     for path in ("/v1/recall", "/v1/claims/{claim_id}", "/v1/versions/{version_id}", "/v1/claims/{claim_id}/lineage", "/v1/journal"):
         assert path in spec["paths"], path
+
+
+def test_a_capped_query_over_http_says_so_with_counts_only(world, caplog):
+    import json
+    import logging
+
+    filler = " ".join(f"kanarienvogel{i:03d}" for i in range(70))
+    with caplog.at_level(logging.DEBUG):
+        r = world.client.post("/v1/recall", json={"query": f"build pipeline {filler} crème brûlée", "k": 3},
+                              headers=h(world.reader_key))
+    assert r.status_code == 200, r.text
+    d = r.json()["diagnostics"]
+    assert d["legs"]["fts"]["lexemes"] == 64 and d["legs"]["fts"]["lexemes_dropped"] > 0
+    assert "fts.lexemes_capped" in [x["reason"] for x in d["degraded"]]
+    assert "kanarienvogel" not in json.dumps(d) and "kanarienvogel" not in caplog.text

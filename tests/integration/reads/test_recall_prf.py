@@ -76,3 +76,25 @@ def test_a_malformed_setting_is_refused(spec):
 def test_off_and_a_spec_parse():
     assert prf.parse("off") is None and prf.parse("") is None
     assert prf.parse("10,8,0.5,replace") == prf.PRF(10, 8, 0.5, "replace")
+
+
+def test_a_long_querys_expansion_terms_are_searched(world, recorded, monkeypatch):
+    # The lexical legs keep a query's first 64 lexemes: the rerun must keep the expansion terms it was given, not
+    # drop them behind a long query's own words while legs.prf.terms counts them.
+    from oml.domain import recall as R
+    from oml.services.reads import recall as recall_mod
+
+    used: list[list[str]] = []
+    real = recall_mod.query_lexemes
+
+    def keep(conn, text):
+        got = real(conn, text)
+        used.append(got[0])
+        return got
+
+    monkeypatch.setattr(recall_mod, "query_lexemes", keep)
+    filler = " ".join(f"zq{i:03d}" for i in range(R.LEXEMES_MAX + 6))
+    out = Recaller(world.ctx, prf="10,10").recall(world.reader, RecallRequest(query=f"zephyr launch {filler}", k=10))
+    terms = recorded[0]
+    assert terms and out["diagnostics"]["legs"]["prf"]["terms"] == len(terms)
+    assert set(terms) <= set(used[-1]) and {"zephyr", "launch"} <= set(used[-1])

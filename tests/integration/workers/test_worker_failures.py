@@ -121,3 +121,7 @@ def test_indexer_killed_mid_batch_converges_to_the_tips(ctx):
     assert 0 < cursor < head(ctx, e.tenant)  # one batch committed, the killed one did not
     indexer.catch_up(ctx, e.tenant)
     assert_index_exact(ctx, e.tenant)
+    from oml.workers.index import verify
+
+    kinds = verify.verify(ctx, e.tenant).counts()
+    assert not {k for k in kinds if k.startswith(("index.", "cursor."))}, kinds  # the BM25 statistics too

@@ -19,11 +19,42 @@ from oml_tools.bench import emit
 
 
 def _settings(text: str) -> list[tuple[str | None, int]]:
+    """``MEMORY:WORKERS,…`` as (memory or None for ``auto``, workers); :class:`typer.BadParameter` for a worker
+    count that is not an integer of at least 0 (the memory is checked by the server: :func:`_check`)."""
     out = []
     for item in text.split(","):
         memory, _, workers = item.strip().partition(":")
-        out.append((None if memory in ("", "auto") else memory, int(workers or 2)))
+        try:
+            n = int(workers or 2)
+        except ValueError:
+            raise typer.BadParameter(f"{item.strip()!r}: WORKERS must be an integer", param_hint="--settings") from None
+        if n < 0:
+            raise typer.BadParameter(f"{item.strip()!r}: WORKERS must be at least 0", param_hint="--settings")
+        out.append((None if memory in ("", "auto") else memory, n))
     return out
+
+
+def _check(ctx, tenant: str | None, settings: list[tuple[str | None, int]]) -> None:
+    """Refuse, before any load or build, a setting the server would refuse and a ``--tenant`` that does not exist:
+    each value is set once in a transaction that is rolled back. :class:`typer.BadParameter` with the server's
+    message."""
+    import sqlalchemy as sa
+
+    with ctx.db.engine(None).connect() as c:
+        if tenant is not None and c.execute(sa.text("SELECT 1 FROM tenants WHERE tenant_id = :t"), {"t": tenant}).first() is None:
+            raise typer.BadParameter(f"no tenant {tenant!r}", param_hint="--tenant")
+        for memory, workers in settings:
+            for name, value in (("maintenance_work_mem", memory), ("max_parallel_maintenance_workers", str(workers))):
+                if value is None:
+                    continue
+                try:
+                    with c.begin_nested():
+                        c.execute(sa.text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value})
+                except sa.exc.DBAPIError as exc:
+                    msg = getattr(exc.orig, "diag", None)
+                    raise typer.BadParameter(f"{value!r}: {getattr(msg, 'message_primary', None) or name}",
+                                             param_hint="--settings") from None
+        c.rollback()
 
 
 def run(ctx, *, claims: int, tenant: str | None, settings: list[tuple[str | None, int]], progress=None) -> dict[str, Any]:
@@ -36,13 +67,14 @@ def run(ctx, *, claims: int, tenant: str | None, settings: list[tuple[str | None
     from oml_tools.bench.scale import N_AREAS, Corpus, load, scaled_tenant
 
     say = progress or (lambda _m: None)
+    if tenant is not None and not tenant.startswith("bench-"):
+        raise typer.BadParameter("only a bench tenant's index is rebuilt", param_hint="--tenant")
+    _check(ctx, tenant, settings)
     if tenant is None:
         t = scaled_tenant(ctx, "bench-hnsw", N_AREAS)
         load(ctx, t, Corpus(ctx, 5, 1_000), claims)
         tenant = t.bt.tenant
         say(f"{tenant}: {claims} claims loaded")
-    elif not tenant.startswith("bench-"):
-        raise typer.BadParameter("only a bench tenant's index is rebuilt", param_hint="--tenant")
     with ctx.db.engine(None).connect() as c:
         rows = int(c.execute(sa.text("SELECT count(*) FROM memory_embeddings WHERE tenant_id = :t"), {"t": tenant}).scalar())
     builds = []

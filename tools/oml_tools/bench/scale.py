@@ -433,8 +433,18 @@ def render(res: dict[str, Any]) -> list[str]:
     return out
 
 
-def _ints(text: str) -> list[int]:
-    return [int(s) for s in text.split(",") if s.strip()]
+def _ints(text: str, option: str, *, distinct: bool = False) -> list[int]:
+    """``text``'s comma-separated positive integers; :class:`typer.BadParameter` naming ``option`` otherwise (before
+    any tenant is created or loaded). ``distinct``: each at most once (a narrow size names its workarea)."""
+    try:
+        out = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a comma-separated list of integers", param_hint=option) from None
+    if any(n < 1 for n in out):
+        raise typer.BadParameter("every size must be at least 1", param_hint=option)
+    if distinct and len(set(out)) != len(out):
+        raise typer.BadParameter("each size at most once", param_hint=option)
+    return out
 
 
 def register(bench_app: typer.Typer) -> None:
@@ -453,8 +463,9 @@ def register(bench_app: typer.Typer) -> None:
         """Growth curve on one machine: admission, recall p50/p95, HNSW build, reconcile and export vs. size and tenant count."""
         from oml.services.entrypoints.cli.common import context, err
 
-        kw = dict(sizes=_ints(sizes), journalled=_ints(journalled), tenants=_ints(tenants), bulk_total=bulk_total,
-                  journal_total=journal_total, admit_n=admit_n, queries=queries, narrow=_ints(narrow))
+        kw = dict(sizes=_ints(sizes, "--sizes"), journalled=_ints(journalled, "--journalled"),
+                  tenants=_ints(tenants, "--tenants"), bulk_total=bulk_total, journal_total=journal_total,
+                  admit_n=admit_n, queries=queries, narrow=_ints(narrow, "--narrow", distinct=True))
         if quick:
             kw.update(sizes=[1000, 3000], journalled=[100, 300], tenants=[1, 10], bulk_total=2000, journal_total=200,
                       admit_n=100, queries=20, base_texts=300, narrow=[200])
