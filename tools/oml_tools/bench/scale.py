@@ -468,7 +468,7 @@ def register(bench_app: typer.Typer) -> None:
                   admit_n=admit_n, queries=queries, narrow=_ints(narrow, "--narrow", distinct=True))
         if quick:
             kw.update(sizes=[1000, 3000], journalled=[100, 300], tenants=[1, 10], bulk_total=2000, journal_total=200,
-                      admit_n=100, queries=20, base_texts=300, narrow=[200])
+                      admit_n=100, queries=20, base_texts=300, narrow=kw["narrow"] or [200])
         with context(new_home=True) as ctx:
             res = run(ctx, **kw, progress=lambda m: err.print(m))
         emit(res, render, as_json)
