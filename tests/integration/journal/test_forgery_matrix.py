@@ -250,6 +250,9 @@ FUNCTIONS: dict[tuple[str, str], str] = {
     ("oml_admission", "oml_restore_pending"): "reads the restore fence",
     ("oml_admission", "oml_sim_create_partitions"): "creates a simulation's index partitions (DDL)",
     ("oml_admission", "oml_sim_drop_partitions"): "drops a simulation's index partitions: derived rows, oml index rebuild",
+    ("oml_indexer", "oml_bm25_drift"): "read only: counts of the bound tenant's BM25 tables against a recount",
+    ("oml_indexer", "oml_bm25_rebuild"): "recomputes the bound tenant's BM25 tables from memories_fts, which the indexer"
+                                         " writes anyway: oml index verify (index.bm25_drift)",
     ("oml_indexer", "oml_lock_window_claims"): "row locks only",
     ("oml_server", "oml_bm25_search"): "read only",
     ("oml_server", "oml_bm25_topk"): "read only",
