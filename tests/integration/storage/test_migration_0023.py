@@ -1,4 +1,4 @@
-"""Migration 0024 on a database without its two functions: ``oml_chain_hash_is`` and ``oml_fts_admits_sql`` are
+"""Migration 0023 on a database without its two functions: ``oml_chain_hash_is`` and ``oml_fts_admits_sql`` are
 created, a genuine append still passes the chain check as ``oml_admission``, a head naming a hash that is not its
 row's is still refused at commit, and the server's full-text search (which now appends the shared predicate) finds
 the claim."""
@@ -23,11 +23,11 @@ _SEARCH = sa.text("SELECT count(*) FROM oml_fts_search(to_tsquery('english', 'cr
 
 
 def test_upgrade_from_0022_creates_the_shared_checks(ctx):
-    k = make_ekit(ctx, "migration-0024")
+    k = make_ekit(ctx, "migration-0023")
     with owner(ctx) as c:
         c.execute(sa.text(BEFORE))
         assert c.execute(_FUNCTIONS).scalar() == 0
-    command.upgrade(alembic_config(ctx.db.owner_url.render_as_string(hide_password=False)), "0024")
+    command.upgrade(alembic_config(ctx.db.owner_url.render_as_string(hide_password=False)), "0023")
     with owner(ctx) as c:
         assert c.execute(_FUNCTIONS).scalar() == 2
     k.claim("the harbour crane lifted the red container")  # appended on the chain, checked at commit

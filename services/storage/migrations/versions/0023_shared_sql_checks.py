@@ -6,7 +6,7 @@ through 0001; the functions they replace keep their owners and grants.
 """
 from oml.services.storage.migrations import sqlfiles
 
-revision = "0024"
+revision = "0023"
 down_revision = "0022"
 
 
