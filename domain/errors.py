@@ -8,6 +8,7 @@ content.
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -39,6 +40,17 @@ def invalid(detail: str, *, code: str = ADMISSION_INVALID, **extra: Any) -> OMLE
     """A 422 refusal of malformed input. ``code`` is the area's ``*.invalid`` code (``erasure.invalid``,
     ``recall.invalid`` …; docs/api.md, "Invalid input"), so the CLI and MCP answer what HTTP answers."""
     return OMLError(code, detail, 422, extra)
+
+
+def valid_uuid(value: object, name: str, *, code: str = ADMISSION_INVALID) -> str:
+    """``value`` (whatever ``str()`` makes of it) as a UUID in its canonical text: lower case, hyphenated.
+
+    A value that is not a UUID is :func:`invalid` (422) with the area's ``code``, naming the field ``name``
+    (never the value), so every entry point refuses a malformed id alike."""
+    try:
+        return str(uuid.UUID(str(value)))
+    except (ValueError, TypeError, AttributeError):
+        raise invalid("must be a UUID", code=code, field=name) from None
 
 
 @contextmanager

@@ -22,7 +22,7 @@ from oml.domain import envelope, input_rules
 from oml.domain import simulation as simrules
 from oml.domain.access import Principal
 from oml.domain.canonical import MAX_DEPTH, CanonicalError, canonical, format_time, new_id
-from oml.domain.errors import OMLError, invalid, not_found
+from oml.domain.errors import OMLError, invalid, not_found, valid_uuid
 from oml.domain.events import REASON_CODES
 from oml.services.journal import batch as batching
 from oml.services.journal import journal, projector
@@ -339,7 +339,7 @@ class Admission:
         see is, to that key, material that does not exist -- the same refusal as for a missing id."""
         explicit_sim = claim_sim = sup_sim = None
         if s.simulation_id is not None:
-            explicit_sim = _uuid(s.simulation_id, f"claims[{i}].simulation_id")
+            explicit_sim = valid_uuid(s.simulation_id, f"claims[{i}].simulation_id")
             if self._simulation_state(head, p, explicit_sim) is None:
                 raise simrules.simulation_not_found()
         b = head.batch
@@ -367,7 +367,7 @@ class Admission:
         """The claim item ``i`` adds a version to: ``(claim id, kind, its versions, its simulation, the superseded
         version's simulation)``. Raises ``claim.not_found`` for a claim the writer may not see, ``admission.invalid``
         for another workarea or a ``supersedes`` outside the claim."""
-        claim, versions = head.memo["named claims"].claim_and_versions(head, _uuid(s.claim_id, f"claims[{i}].claim_id"))
+        claim, versions = head.memo["named claims"].claim_and_versions(head, valid_uuid(s.claim_id, f"claims[{i}].claim_id"))
         if claim is None or claim.erased_seq is not None:
             raise not_found("claim")
         claim_sim = sup_sim = None
@@ -380,7 +380,7 @@ class Admission:
         if str(claim.workarea_id) != s.workarea_id:
             raise invalid("a new version stays in its claim's workarea", field=f"claims[{i}].workarea_id")
         if s.supersedes is not None:
-            sup_id = _uuid(s.supersedes, f"claims[{i}].supersedes")
+            sup_id = valid_uuid(s.supersedes, f"claims[{i}].supersedes")
             sup = next((v for v in versions if str(v.version_id) == sup_id), None)
             if sup is not None and sup.tainted:
                 sup_sim = str(sup.simulation_id)
@@ -396,7 +396,7 @@ class Admission:
         derived: list[str] = []
         derived_sims: list[str | None] = []
         for j, d in enumerate(s.derived_from):
-            d = _uuid(d, f"claims[{i}].derived_from[{j}]")
+            d = valid_uuid(d, f"claims[{i}].derived_from[{j}]")
             if d in derived:  # one lineage edge per pair of claims (claim_edges' key): a repeat is the client's slip
                 raise invalid("derived_from names a claim twice", field=f"claims[{i}].derived_from[{j}]")
             ok = head.memo["named claims"].claim(head, d)
@@ -453,7 +453,7 @@ class Admission:
             raise invalid("reason must be a code from the closed list", field="reason", allowed=sorted(REASON_CODES))
         if note is not None and (len(note) > 4000 or "\x00" in note):
             raise invalid("note must be at most 4000 characters without NUL", field="note")
-        vid = _uuid(version_id, "version_id")
+        vid = valid_uuid(version_id, "version_id")
 
         def act(head):
             conn = head.conn
@@ -595,15 +595,6 @@ class _NamedClaims:
             (versions,) = pipelined.fetch(head.conn, [_versions_query(head.tenant, [claim_id])])
         self.changed.add(claim_id)  # this item adds a version: a later item of the submit reads them again
         return claim, versions
-
-
-def _uuid(value: str, field: str) -> str:
-    import uuid
-
-    try:
-        return str(uuid.UUID(str(value)))
-    except (ValueError, AttributeError, TypeError):
-        raise invalid("must be a UUID", field=field) from None
 
 
 def _norm_time(value: str | None, field: str) -> str | None:

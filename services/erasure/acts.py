@@ -39,7 +39,7 @@ import sqlalchemy as sa
 
 from oml.domain import claims as rules
 from oml.domain.access import Principal
-from oml.domain.errors import OMLError, invalid, not_found
+from oml.domain.errors import OMLError, invalid, not_found, valid_uuid
 from oml.domain.events import ERASURE_REASONS, Actor
 from oml.services.erasure import subject_binding
 from oml.services.journal import journal
@@ -74,15 +74,6 @@ def legal_hold_error(claim_ids: Iterable[str]) -> OMLError:
 
 # Malformed erasure input answers this code from the CLI, MCP and HTTP alike (docs/erasure.md).
 INVALID = "erasure.invalid"
-
-
-def _uuid(value: str, field: str) -> str:
-    import uuid
-
-    try:
-        return str(uuid.UUID(str(value)))
-    except (ValueError, AttributeError, TypeError):
-        raise invalid("must be a UUID", code=INVALID, field=field) from None
 
 
 def _reason(reason: str) -> str:
@@ -324,7 +315,7 @@ class Erasure:
         workareas), ``erasure.legal_hold`` (409).
         """
         rules.require_act(p.role, "erase")
-        cid = _uuid(claim_id, "claim_id")
+        cid = valid_uuid(claim_id, "claim_id", code=INVALID)
         _reason(reason)
 
         def act(head):
@@ -438,7 +429,7 @@ class Erasure:
 
     def _hold(self, p: Principal, claim_id: str, reason: str, place: bool, idempotency_key: str | None) -> dict[str, Any]:
         rules.require_act(p.role, "hold")
-        cid = _uuid(claim_id, "claim_id")
+        cid = valid_uuid(claim_id, "claim_id", code=INVALID)
         _reason(reason)
 
         def act(head):

@@ -34,7 +34,7 @@ import sqlalchemy as sa
 from oml.domain import claims as rules
 from oml.domain import recall as R
 from oml.domain.access import Principal
-from oml.domain.errors import OMLError, invalid, not_found, workarea_not_found
+from oml.domain.errors import OMLError, invalid, not_found, valid_uuid, workarea_not_found
 from oml.services.reads import readlog, rows, sim_read
 from oml.services.reads.bodies import decrypt_version
 from oml.services.runtime.tracing import traced
@@ -51,13 +51,6 @@ LINEAGE_MAX_NODES = 500
 JOURNAL_PAGE_MAX = 1000
 # Malformed read input answers the code HTTP gives these routes, from every entry point (docs/api.md).
 INVALID = "recall.invalid"
-
-
-def _uuid(value: object, name: str) -> str:
-    try:
-        return str(uuid.UUID(str(value)))
-    except (ValueError, TypeError, AttributeError):
-        raise invalid("must be a UUID", code=INVALID, field=name) from None
 
 
 def _is_uuid(value: object) -> bool:
@@ -114,7 +107,7 @@ def fetch(ctx: Context, principal: Principal, *, claim_id: str | None = None, ve
         if audience_simulations is None:
             audience_simulations = sim_read.audience_of(conn, principal)
         if claim_id is not None:
-            cid = _uuid(claim_id, "claim_id")
+            cid = valid_uuid(claim_id, "claim_id", code=INVALID)
             vid = rows.tip_of_claim(conn, tenant, cid, when, audience_simulations)
             mode = "tip"
             if vid is None:
@@ -122,7 +115,7 @@ def fetch(ctx: Context, principal: Principal, *, claim_id: str | None = None, ve
                     raise OMLError("claim.erased", "the claim was erased", 410)
                 raise not_found("claim")
         else:
-            vid = _uuid(version_id, "version_id")
+            vid = valid_uuid(version_id, "version_id", code=INVALID)
             mode = "history"
         loaded = rows.load_rows(conn, tenant, [vid], when, audience_simulations).get(vid)
         read = R.ReadScope(principal, scopes, mode, audience_simulations)
@@ -272,7 +265,7 @@ def lineage(ctx: Context, principal: Principal, claim_id: str, *, depth: int = L
     rules.require_act(principal.role, "read")
     if not (1 <= int(depth) <= LINEAGE_MAX_DEPTH):
         raise invalid(f"depth must be between 1 and {LINEAGE_MAX_DEPTH}", code=INVALID, field="depth")
-    cid = _uuid(claim_id, "claim_id")
+    cid = valid_uuid(claim_id, "claim_id", code=INVALID)
     tenant = principal.tenant
     scopes = R.resolve_scope(principal, None)
     with ctx.db.tenant(ROLE, tenant) as conn:

@@ -47,7 +47,7 @@ from oml.domain import claims as rules
 from oml.domain import simulation as simrules
 from oml.domain.access import Principal
 from oml.domain.canonical import new_id
-from oml.domain.errors import OMLError, invalid, not_found
+from oml.domain.errors import OMLError, invalid, not_found, valid_uuid
 from oml.services.claims.admission import Submission
 from oml.services.reads.sim_read import audience_of  # noqa: F401  (re-exported: who is in which audience)
 from oml.services.simulations.state import simulation_state
@@ -57,15 +57,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 ADMISSION = "oml_admission"
 SERVER = "oml_server"
-
-
-def _uuid(value: object, field: str) -> str:
-    import uuid
-
-    try:
-        return str(uuid.UUID(str(value)))
-    except (ValueError, TypeError, AttributeError):
-        raise invalid("must be a UUID", field=field) from None
 
 
 class Simulations:
@@ -115,7 +106,7 @@ class Simulations:
         ``simulation.not_found`` (404).
         """
         rules.require_act(p.role, "simulation")
-        sid = _uuid(simulation_id, "simulation_id")
+        sid = valid_uuid(simulation_id, "simulation_id")
 
         def act(head):
             conn = head.conn
@@ -148,7 +139,7 @@ class Simulations:
         ``simulation.not_found`` (404) for a key outside the audience and
         ``simulation.closed`` (409) for a closed simulation.
         """
-        sid = _uuid(simulation_id, "simulation_id")
+        sid = valid_uuid(simulation_id, "simulation_id")
         subs = [Submission(s.workarea_id, s.body, kind=s.kind, provenance="simulation", claim_id=s.claim_id,
                            supersedes=s.supersedes, derived_from=list(s.derived_from), valid_from=s.valid_from,
                            valid_to=s.valid_to, confidence=s.confidence, simulation_id=sid) for s in items]
@@ -168,8 +159,8 @@ class Simulations:
         the key cannot see, and the errors of :meth:`submit`.
         """
         rules.require_act(p.role, "submit")
-        sid = _uuid(simulation_id, "simulation_id")
-        cid = _uuid(claim_id, "claim_id")
+        sid = valid_uuid(simulation_id, "simulation_id")
+        cid = valid_uuid(claim_id, "claim_id")
         with self.ctx.db.tenant(ADMISSION, p.tenant) as conn:
             # The audience first: to a key outside it the simulation does not exist, whatever claim is named
             # (looking the claim up first would tell it which claims were born in the simulation).
@@ -216,7 +207,7 @@ class Simulations:
         (op ``fetch``, no claim ids). Raises ``simulation.not_found`` (404) for
         anyone else, exactly as for an unknown id.
         """
-        sid = _uuid(simulation_id, "simulation_id")
+        sid = valid_uuid(simulation_id, "simulation_id")
         from oml.services.reads import readlog
 
         with self.ctx.db.tenant(SERVER, p.tenant) as conn:

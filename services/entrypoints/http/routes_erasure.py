@@ -102,10 +102,11 @@ def release_hold(claim_id: str, req: HoldIn, p: Principal = Depends(principal), 
 def report(claim_id: str, format: Literal["json", "html"] = Query("json"), p: Principal = Depends(principal),
            ctx: Context = Depends(context)):
     """The report rebuilt now (lake listing included). Errors: ``claim.not_found`` (not erased or outside the key's scope)."""
-    from oml.services.erasure.acts import _uuid
+    from oml.domain.errors import valid_uuid
+    from oml.services.erasure.acts import INVALID
 
     rules.require_act(p.role, "erase")
-    cid = _uuid(claim_id, "claim_id")
+    cid = valid_uuid(claim_id, "claim_id", code=INVALID)
     _scope_check(ctx, p, cid)
     rep = erasure_report.build(ctx, p.tenant, [cid])
     if format == "html":

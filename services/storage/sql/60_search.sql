@@ -53,14 +53,13 @@ CREATE POLICY search_definer ON memories_fts FOR SELECT TO oml_search USING (tru
 -- the match: both lexical rankings admit exactly the same rows, and the BM25 leg (61_bm25.sql) takes its
 -- corpus statistics from the admitted rows alone. Only ids, counts and lengths leave the functions that run
 -- them. $1 appears in the candidates only; callers pass all nine parameters.
-CREATE OR REPLACE FUNCTION oml_fts_scope_sql() RETURNS text
+-- What a read admits of a row m, past its tenant (and, in a simulation, its audience): the scope $2 with the
+-- self-signed rule, tip or as_of $3, kinds $4, provenances $5, valid time $6, exclusions $7. The same lines for
+-- memories_fts here and sim_memories_fts (66_sim_search.sql), so both searches admit rows alike.
+CREATE OR REPLACE FUNCTION oml_fts_admits_sql() RETURNS text
   LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $f$ SELECT $q$
-SELECT m.version_id, m.claim_id, m.tsv, m.tsv_len, m.tip_from_seq
-  FROM memories_fts m
- WHERE m.tenant_id = $9
    AND EXISTS (SELECT 1 FROM unnest($2) AS s(p) WHERE m.path = s.p OR starts_with(m.path, s.p || '.'))
    AND (NOT m.self_signed OR m.path = ANY($2))
-   AND m.provenance <> 'simulation'
    AND CASE WHEN $3 IS NULL THEN m.tip_to_seq IS NULL
             ELSE m.tip_from_at <= $3 AND (m.tip_to_at IS NULL OR m.tip_to_at > $3) END
    AND ($4 IS NULL OR m.kind = ANY($4))
@@ -68,6 +67,13 @@ SELECT m.version_id, m.claim_id, m.tsv, m.tsv_len, m.tip_from_seq
    AND ($6 IS NULL OR ((m.valid_from IS NULL OR m.valid_from <= $6) AND (m.valid_to IS NULL OR m.valid_to > $6)))
    AND ($7 IS NULL OR m.version_id <> ALL($7))
 $q$ $f$;
+
+CREATE OR REPLACE FUNCTION oml_fts_scope_sql() RETURNS text
+  LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $f$ SELECT $q$
+SELECT m.version_id, m.claim_id, m.tsv, m.tsv_len, m.tip_from_seq
+  FROM memories_fts m
+ WHERE m.tenant_id = $9
+   AND m.provenance <> 'simulation'$q$ || oml_fts_admits_sql() $f$;
 
 CREATE OR REPLACE FUNCTION oml_fts_candidates_sql() RETURNS text
   LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $f$ SELECT oml_fts_scope_sql() || '   AND m.tsv @@ $1' $f$;

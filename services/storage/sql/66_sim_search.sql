@@ -11,10 +11,11 @@ GRANT SELECT ON sim_memories_fts, simulations TO oml_search;
 DROP POLICY IF EXISTS search_definer ON sim_memories_fts;
 CREATE POLICY search_definer ON sim_memories_fts FOR SELECT TO oml_search USING (true);
 
--- Ranked and tie-broken exactly as oml_fts_search (60_search.sql), so a merged leg has one order. Its text is
--- written out rather than derived from oml_fts_search_sql() (a known repeat): the planner must
--- see sim_memories_fts and its simulation predicate, which prune to the audience's partitions, as plain text, and
--- the plan tests inspect exactly this text. The tenant guard below is inline for the reasons in 60_search.sql.
+-- Ranked and tie-broken exactly as oml_fts_search (60_search.sql), so a merged leg has one order, and admitting
+-- rows by the same lines (oml_fts_admits_sql()). The rest of its text is its own rather than derived from
+-- oml_fts_search_sql(): the planner must see sim_memories_fts and its simulation predicate, which prune to the
+-- audience's partitions, and the plan tests inspect exactly this text. The tenant guard below is inline for the
+-- reasons in 60_search.sql.
 -- $1 tsquery, $2 scope paths, $3 as_of, $4 kinds, $5 provenances, $6 valid_at,
 -- $7 version ids to leave out, $8 limit, $9 tenant, $10 simulation ids.
 CREATE OR REPLACE FUNCTION oml_sim_fts_search_sql() RETURNS text
@@ -25,16 +26,7 @@ SELECT m.simulation_id, m.version_id, m.claim_id, m.tsv, m.tip_from_seq, ts_rank
   FROM sim_memories_fts m
  WHERE m.simulation_id = ANY($10)
    AND m.tenant_id = $9
-   AND m.tsv @@ $1
-   AND EXISTS (SELECT 1 FROM unnest($2) AS s(p) WHERE m.path = s.p OR starts_with(m.path, s.p || '.'))
-   AND (NOT m.self_signed OR m.path = ANY($2))
-   AND CASE WHEN $3 IS NULL THEN m.tip_to_seq IS NULL
-            ELSE m.tip_from_at <= $3 AND (m.tip_to_at IS NULL OR m.tip_to_at > $3) END
-   AND ($4 IS NULL OR m.kind = ANY($4))
-   AND ($5 IS NULL OR m.provenance = ANY($5))
-   AND ($6 IS NULL OR ((m.valid_from IS NULL OR m.valid_from <= $6) AND (m.valid_to IS NULL OR m.valid_to > $6)))
-   AND ($7 IS NULL OR m.version_id <> ALL($7))
- ORDER BY rank DESC
+   AND m.tsv @@ $1$q$ || oml_fts_admits_sql() || $q$ ORDER BY rank DESC
  FETCH FIRST ($8) ROWS WITH TIES) c
  ORDER BY c.rank DESC, rank_cd DESC, c.tip_from_seq DESC, c.version_id
  LIMIT $8

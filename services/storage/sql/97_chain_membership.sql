@@ -38,25 +38,32 @@ CREATE OR REPLACE FUNCTION oml_chain_refuse(tbl text, p_tenant text, p_seq bigin
             HINT = 'journal rows are appended on the chain, and the head moved to them, in the same transaction';
   END $$;
 
+-- Whether the chain of p_tenant ends at p_seq in hash p_hash: the hash of the journal row at p_seq, the genesis hash
+-- at seq 0. False (never NULL) for a seq with no row, or a NULL hash. Both checks below ask it: a row's prev_hash at
+-- seq - 1, the head's hash at its seq. The row is found in the ordered form the file's head explains.
+CREATE OR REPLACE FUNCTION oml_chain_hash_is(p_tenant text, p_seq bigint, p_hash bytea) RETURNS boolean
+  LANGUAGE plpgsql STABLE SET search_path = public, pg_temp
+  AS $$
+DECLARE at_seq record;
+BEGIN
+  IF p_seq = 0 THEN
+    RETURN COALESCE(p_hash = oml_chain_genesis(p_tenant), false);
+  END IF;
+  SELECT j.seq, j.hash INTO at_seq FROM journal_events j WHERE j.tenant_id = p_tenant AND j.seq <= p_seq
+   ORDER BY j.seq DESC LIMIT 1;
+  RETURN FOUND AND at_seq.seq = p_seq AND COALESCE(at_seq.hash = p_hash, false);
+END $$;
+
 -- A journal row, at commit: on the chain (see the file's head).
 CREATE OR REPLACE FUNCTION oml_chain_member() RETURNS trigger
   LANGUAGE plpgsql SET search_path = public, pg_temp
   AS $$
-DECLARE prev record;
 BEGIN
   IF NOT EXISTS (SELECT 1 FROM chain_heads h WHERE h.tenant_id = NEW.tenant_id AND h.seq >= NEW.seq) THEN
     PERFORM oml_chain_refuse('journal_events', NEW.tenant_id, NEW.seq, 'lies above the chain head');
   END IF;
-  IF NEW.seq = 1 THEN
-    IF NEW.prev_hash IS DISTINCT FROM oml_chain_genesis(NEW.tenant_id) THEN
-      PERFORM oml_chain_refuse('journal_events', NEW.tenant_id, NEW.seq, 'does not link to the row before it');
-    END IF;
-  ELSE
-    SELECT p.seq, p.hash INTO prev FROM journal_events p WHERE p.tenant_id = NEW.tenant_id AND p.seq < NEW.seq
-     ORDER BY p.seq DESC LIMIT 1;
-    IF NOT FOUND OR prev.seq <> NEW.seq - 1 OR prev.hash IS DISTINCT FROM NEW.prev_hash THEN
-      PERFORM oml_chain_refuse('journal_events', NEW.tenant_id, NEW.seq, 'does not link to the row before it');
-    END IF;
+  IF NOT oml_chain_hash_is(NEW.tenant_id, NEW.seq - 1, NEW.prev_hash) THEN
+    PERFORM oml_chain_refuse('journal_events', NEW.tenant_id, NEW.seq, 'does not link to the row before it');
   END IF;
   IF NEW.hash IS DISTINCT FROM sha256('oml.journal.v1'::bytea || '\x00'::bytea || NEW.prev_hash || NEW.canonical) THEN
     PERFORM oml_chain_refuse('journal_events', NEW.tenant_id, NEW.seq, 'has a hash that is not its link');
@@ -69,7 +76,7 @@ END $$;
 CREATE OR REPLACE FUNCTION oml_chain_head() RETURNS trigger
   LANGUAGE plpgsql SET search_path = public, pg_temp
   AS $$
-DECLARE cur record; at_seq record;
+DECLARE cur record;
 BEGIN
   IF TG_OP = 'UPDATE' AND (NEW.seq < OLD.seq OR NEW.tenant_id IS DISTINCT FROM OLD.tenant_id) THEN
     PERFORM oml_chain_refuse('chain_heads', OLD.tenant_id, NEW.seq, format('moves the head back from seq %s', OLD.seq));
@@ -78,16 +85,8 @@ BEGIN
   IF NOT FOUND THEN
     PERFORM oml_chain_refuse('chain_heads', NEW.tenant_id, NEW.seq, 'is not visible under the tenant bound at commit');
   END IF;
-  IF cur.seq = 0 THEN
-    IF cur.hash IS DISTINCT FROM oml_chain_genesis(NEW.tenant_id) THEN
-      PERFORM oml_chain_refuse('chain_heads', NEW.tenant_id, cur.seq, 'does not name the hash of the journal row at its seq');
-    END IF;
-  ELSE
-    SELECT j.seq, j.hash INTO at_seq FROM journal_events j WHERE j.tenant_id = NEW.tenant_id AND j.seq <= cur.seq
-     ORDER BY j.seq DESC LIMIT 1;
-    IF NOT FOUND OR at_seq.seq <> cur.seq OR at_seq.hash IS DISTINCT FROM cur.hash THEN
-      PERFORM oml_chain_refuse('chain_heads', NEW.tenant_id, cur.seq, 'does not name the hash of the journal row at its seq');
-    END IF;
+  IF NOT oml_chain_hash_is(NEW.tenant_id, cur.seq, cur.hash) THEN
+    PERFORM oml_chain_refuse('chain_heads', NEW.tenant_id, cur.seq, 'does not name the hash of the journal row at its seq');
   END IF;
   RETURN NULL;
 END $$;
@@ -104,4 +103,5 @@ REVOKE UPDATE, DELETE, TRUNCATE ON journal_events FROM oml_admission, oml_server
   oml_indexer, oml_relay;
 REVOKE DELETE, TRUNCATE ON chain_heads FROM oml_admission, oml_server, oml_lake_writer, oml_reconciler, oml_indexer,
   oml_relay;
-GRANT EXECUTE ON FUNCTION oml_chain_genesis(text), oml_chain_refuse(text, text, bigint, text) TO oml_admission;
+GRANT EXECUTE ON FUNCTION oml_chain_genesis(text), oml_chain_hash_is(text, bigint, bytea),
+  oml_chain_refuse(text, text, bigint, text) TO oml_admission;
