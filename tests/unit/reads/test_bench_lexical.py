@@ -1,0 +1,41 @@
+"""The in-process BM25 of ``oml bench locomo-legs --lexical`` (tools/oml_tools/bench/lexical.py): its formula is
+61_bm25.sql's, its ties newer first, and its option parsing refuses unknown configurations."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from oml_tools.bench import lexical as lx
+
+
+def _docs() -> lx.Docs:
+    tf = [{"cat": 2, "dog": 1}, {"cat": 1}, {"bird": 3}, {"cat": 1}]
+    df: dict[str, int] = {}
+    for row in tf:
+        for t in row:
+            df[t] = df.get(t, 0) + 1
+    return lx.Docs([f"s#D1:{i}" for i in range(4)], [10, 11, 12, 13], tf, [sum(r.values()) for r in tf], df)
+
+
+def test_score_is_the_sql_formula_and_ties_are_newer_first():
+    d = _docs()
+    top = lx.bm25_top(d, ["cat", "dog", "none"], 10, 1.2, 0.75)
+    # rows 1 and 3 score the same (one "cat", dl 1): the newer tip (seq 13) first; row 2 has no query lexeme
+    assert top == ["s#D1:0", "s#D1:3", "s#D1:1"]
+    n, avgdl = 4.0, 8 / 4  # dl 3, 1, 3, 1
+    idf = lambda df: math.log(1 + (n - df + 0.5) / (df + 0.5))  # noqa: E731
+    norm = lambda dl: 1.2 * (0.25 + 0.75 * dl / avgdl)  # noqa: E731
+    want = {"s#D1:0": idf(3) * 2 * 2.2 / (2 + norm(3)) + idf(1) * 2.2 / (1 + norm(3)),
+            "s#D1:1": idf(3) * 2.2 / (1 + norm(1))}
+    got = dict(lx.bm25_ranked(d, ["dog", "cat"], 1.2, 0.75))
+    assert got["s#D1:0"] == pytest.approx(want["s#D1:0"]) and got["s#D1:1"] == pytest.approx(want["s#D1:1"])
+    assert lx.bm25_top(d, [], 10, 1.2, 0.75) == [] and lx.bm25_top(d, ["cat"], 1, 1.2, 0.75) == ["s#D1:3"]  # short rows win on tf alone
+
+
+def test_parse_refuses_an_unknown_configuration():
+    assert lx.parse(["a=simple", "b=english-nostop"]) == {"a": "simple", "b": "english-nostop"}
+    with pytest.raises(ValueError):
+        lx.parse(["a=german"])
+    with pytest.raises(ValueError):
+        lx.parse(["=simple"])
