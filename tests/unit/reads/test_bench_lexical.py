@@ -39,3 +39,22 @@ def test_parse_refuses_an_unknown_configuration():
         lx.parse(["a=german"])
     with pytest.raises(ValueError):
         lx.parse(["=simple"])
+
+
+def test_saved_legs_are_fused_offline():
+    """``oml bench locomo-legs-fuse``: fusions of a ``--save`` file's leg lists, scored as the run scores them."""
+    from oml_tools.bench import locomo_legs
+
+    lists = {"a": [f"s#D1:{i}" for i in range(1, 7)], "b": ["s#D1:9"]}
+    saved = {"conversations": ["s"], "groups": {"decide": ["s"], "confirm": []}, "fusions": {"old": {}},
+             "results": {}, "per_question": [{"sample": "s", "category": 4, "question": "q", "evidence": ["s#D1:9"],
+                                              "lists": lists}]}
+    res = locomo_legs.rescore(saved, ["a:1,b:0.1@10", "a:1,b:1@10", "b"])
+    assert set(res["fusions"]) == {"a:1,b:0.1@10", "a:1,b:1@10", "b"} and "per_question" not in res
+    # at weight 0.1 b's one row (0.1/11) falls below a's sixth (1/16): seventh; at weight 1 it ties a's first
+    assert res["fusions"]["a:1,b:0.1@10"]["recall"]["overall"][5] == 0.0
+    assert res["fusions"]["a:1,b:0.1@10"]["recall"]["overall"][10] == 1.0
+    assert res["fusions"]["a:1,b:1@10"]["recall"]["overall"][5] == 1.0
+    assert res["fusions"]["b"]["groups"]["decide"][5] == 1.0
+    with pytest.raises(KeyError):
+        locomo_legs.rescore(saved, ["a:1,c:1@10"])

@@ -258,6 +258,26 @@ def run(ctx, data: Path, *, conversations: str | None = None, decide: Sequence[s
                         "load_average": list(os.getloadavg())}}
 
 
+def rescore(saved: Mapping[str, Any], fusions: Sequence[str]) -> dict[str, Any]:
+    """A ``--save`` file's result with its fusions replaced by ``fusions``, scored from its per-question leg lists
+    (no ingestion; ``oml bench locomo-legs-fuse``). Legs and product rows keep their saved scores; raises
+    ``KeyError`` naming a leg the file does not hold."""
+    per_q = saved["per_question"]
+    questions = [{"sample": q["sample"], "category": q["category"], "evidence": set(q["evidence"])} for q in per_q]
+    groups = {g: set(m) for g, m in saved["groups"].items()}
+    fused: dict[str, Any] = {}
+    for spec in fusions:
+        legs, _k = parse_fusion(spec)
+        missing = [name for name, _ in legs if name not in per_q[0]["lists"]]
+        if missing:
+            raise KeyError(f"{spec}: no leg {', '.join(missing)} in the saved result")
+        sc = Scores(CUTOFFS)
+        for q, row in zip(questions, per_q):
+            sc.add(q, fuse(row["lists"], spec)[:max(CUTOFFS)], 0.0)
+        fused[spec] = sc.summary(groups)
+    return {**{k: v for k, v in saved.items() if k != "per_question"}, "fusions": fused}
+
+
 def render(res: dict[str, Any]) -> list[str]:
     res = json.loads(json.dumps(res))
     lines = [f"oml bench locomo-legs — {len(res['conversations'])} conversations ({', '.join(res['conversations'])}), "
@@ -322,6 +342,18 @@ def default_fusions(models: Sequence[str], bm25_rows: Sequence[str], lexical: Ma
 
 
 def register(bench_app: typer.Typer) -> None:
+    @bench_app.command("locomo-legs-fuse")
+    def locomo_legs_fuse(saved: Path = typer.Option(..., "--saved", exists=True, dir_okay=False,
+                                                    help="a locomo-legs --save file"),
+                         fusion: list[str] = typer.Option(..., "--fusion", help="fusion LEG:W,LEG:W@K"),
+                         as_json: bool = JSON) -> None:
+        """Fusions of a saved locomo-legs run's leg lists, scored offline (no ingestion)."""
+        try:
+            res = rescore(json.loads(saved.read_text()), fusion)
+        except KeyError as exc:
+            raise typer.BadParameter(str(exc.args[0]), param_hint="--fusion") from None
+        emit(res, render, as_json)
+
     @bench_app.command("locomo-legs")
     def locomo_legs(data: Path = typer.Option(..., "--data", exists=True, dir_okay=False, help="LoCoMo JSON"),
                     conversations: str = typer.Option("", "--conversations", help="sample ids, or N for the first N"),
