@@ -183,15 +183,16 @@ _LEXEMES_BOTH = sa.text(
     " GROUP BY lexeme) y")
 
 
-def query_lexemes(conn: sa.Connection, text: str) -> tuple[list[str], int]:
-    """Lexemes PostgreSQL's parser makes of ``text`` under :data:`FTS_CONFIG` (stop words removed), accents folded
-    (:func:`oml.domain.recall.fold_accents`, as the indexer folds); for text with accents the unfolded lexemes too.
-    Returns (the first :data:`~oml.domain.recall.LEXEMES_MAX` in the order the query uses them, how many it has)."""
+def query_lexemes(conn: sa.Connection, text: str, config: str = R.FTS_CONFIG) -> tuple[list[str], int]:
+    """Lexemes PostgreSQL's parser makes of ``text`` under ``config`` (a text-search configuration name; reads
+    always use :data:`FTS_CONFIG`, stop words removed), accents folded (:func:`oml.domain.recall.fold_accents`, as
+    the indexer folds); for text with accents the unfolded lexemes too. Returns (the first
+    :data:`~oml.domain.recall.LEXEMES_MAX` in the order the query uses them, how many it has)."""
     folded = R.fold_accents(text)
     if folded == text:
-        arr, total = conn.execute(_LEXEMES, {"cfg": R.FTS_CONFIG, "q": text}).one()
+        arr, total = conn.execute(_LEXEMES, {"cfg": config, "q": text}).one()
     else:
-        arr, total = conn.execute(_LEXEMES_BOTH, {"cfg": R.FTS_CONFIG, "q": text, "folded": folded}).one()
+        arr, total = conn.execute(_LEXEMES_BOTH, {"cfg": config, "q": text, "folded": folded}).one()
     return list(arr or []), int(total)
 
 

@@ -30,3 +30,26 @@ def test_legs_product_rows_a_second_model_and_fusions(ctx, one_session, tmp_path
     assert res["results"]["again"]["recall"]["overall"] == pytest.approx(res["results"]["minilm"]["recall"]["overall"])
     assert res["encode"]["again"]["ms_per_claim"] > 0 and res["encode"]["minilm"]["query_ms_p50"] > 0
     assert any(line.startswith("bm25:1,again:0.5@10") for line in locomo_legs.render(res))
+
+
+def test_lexical_legs_outside_the_product(ctx, one_session):
+    """``--lexical``: the index texts rebuilt in process are the stored ones, the ``english`` leg is the product's
+    ``bm25`` leg, the other configurations are legs and fusions, and nothing they create outlives the run."""
+    import sqlalchemy as sa
+
+    path, sid, n_questions = one_session
+    specs = {"en": "english", "s": "simple", "ss": "simple+stop", "en0": "english-nostop"}
+    fusions = locomo_legs.default_fusions([], [], specs)
+    res = locomo_legs.run(ctx, path, decide=[sid], lexical=specs, fusions=fusions)
+    assert set(specs) <= set(res["results"]) and set(res["fusions"]) == set(fusions)
+    c = res["checks"]["index_texts"]
+    assert c["rows"] == c["equal"] > 0
+    same = res["checks"]["en = bm25"]
+    assert same["top50_equal"] == same["questions"] == n_questions
+    assert res["results"]["en"]["recall"] == res["results"]["bm25"]["recall"]
+    assert res["fusions"]["en:1,minilm:0.5@10"]["recall"] == res["results"]["hybrid"]["recall"]
+    with ctx.db.engine(None).connect() as conn:  # the bench's configurations were rolled back
+        assert conn.execute(sa.text("SELECT count(*) FROM pg_ts_config WHERE cfgname LIKE 'oml_bench%'")).scalar() == 0
+    lines = locomo_legs.render(res)
+    assert any(line.startswith("check: index texts") for line in lines)
+    assert any(line.startswith("bm25:1,ss:0.5,minilm:0.5@10") for line in lines)

@@ -12,6 +12,11 @@ it reuses):
    variant; and once per **product row** (``hybrid``: the default read,
    k = 25; each ``--prf NAME=SPEC``: hybrid with pseudo-relevance feedback,
    services/reads/prf.py), timed end to end;
+   each ``--lexical NAME=SPEC`` is a **lexical leg outside the product**:
+   the product's BM25 over another text-search configuration's lexemes of
+   the same index texts (``tools/oml_tools/bench/lexical.py``; ``english``
+   must reproduce the ``bm25`` leg, and the index texts the stored
+   tsvectors: both printed as checks), k = 50, not timed;
 3. each ``--model NAME=MODEL_DIR:ONNX_FILE`` is a **second dense model
    outside the product**: its ONNX export (any file whose graph takes
    ``input_ids, attention_mask``) runs on ONNX Runtime with the model
@@ -115,7 +120,7 @@ def _top(qvec, mat, ids: Sequence[str], sid: str, n: int) -> list[str]:
 def run(ctx, data: Path, *, conversations: str | None = None, decide: Sequence[str] = DECIDE,
         models: Mapping[str, tuple[str, str]] | None = None, bm25: Mapping[str, tuple[float, float]] | None = None,
         prf: Mapping[str, str] | None = None, fusions: Sequence[str] = (), cache_root: Path | None = None,
-        context_before: int | None = None, progress=None) -> dict[str, Any]:
+        context_before: int | None = None, lexical: Mapping[str, str] | None = None, progress=None) -> dict[str, Any]:
     """Ingest once; collect each leg's and product row's answers; embed with the second models; score every
     leg, product row and fusion (module docstring)."""
     import platform
@@ -162,6 +167,24 @@ def run(ctx, data: Path, *, conversations: str | None = None, decide: Sequence[s
         product(name, Recaller(ctx, prf=spec), "hybrid", kmax, False)
     for name, params in (bm25 or {}).items():
         product(name, Recaller(ctx, lexical="bm25", bm25=params), "fts", POOL, True)
+
+    checks: dict[str, Any] = {}
+    if lexical:
+        from oml_tools.bench import lexical as lx
+
+        got, checks["index_texts"] = lx.legs(ctx, corpus, lx.index_texts(convs, before), questions, lexical, POOL)
+        for name, per_q in got.items():
+            sc = Scores(CUTOFFS)
+            for i, q in enumerate(questions):
+                lists[i][name] = per_q[i]
+                sc.add(q, per_q[i], 0.0)
+            results[name] = sc.summary(groups)
+            say(f"{name} ({lexical[name]}): recall@10 {results[name]['recall']['overall'][10]:.3f}")
+        for name, spec in lexical.items():
+            if spec == "english":  # the product's leg, rebuilt: how many questions get the same top 10 / top 50
+                checks[f"{name} = bm25"] = {
+                    "top10_equal": sum(li[name][:10] == li["bm25"][:10] for li in lists),
+                    "top50_equal": sum(li[name] == li["bm25"] for li in lists), "questions": len(lists)}
 
     encode: dict[str, Any] = {}
     if models:
@@ -226,13 +249,33 @@ def run(ctx, data: Path, *, conversations: str | None = None, decide: Sequence[s
     return {"conversations": [c["sample_id"] for c in convs], "turns": corpus.turns, "questions": len(questions),
             "skipped_no_evidence": skipped, "groups": {g: sorted(m) for g, m in groups.items()},
             "timings": corpus.timings, "context_before": before,
-            "results": results, "fusions": fused, "encode": encode,
+            "results": results, "fusions": fused, "encode": encode, "lexical": dict(lexical or {}), "checks": checks,
             "latency_ms": {n: {"p50": _pct(v, 50), "p95": _pct(v, 95)} for n, v in lat.items()},
             # per question: its sample, category, evidence and each leg's list (for --save; not rendered)
             "per_question": [{"sample": q["sample"], "category": q["category"], "question": q["question"],
                               "evidence": sorted(q["evidence"]), "lists": lists[i]} for i, q in enumerate(questions)],
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
                         "load_average": list(os.getloadavg())}}
+
+
+def rescore(saved: Mapping[str, Any], fusions: Sequence[str]) -> dict[str, Any]:
+    """A ``--save`` file's result with its fusions replaced by ``fusions``, scored from its per-question leg lists
+    (no ingestion; ``oml bench locomo-legs-fuse``). Legs and product rows keep their saved scores; raises
+    ``KeyError`` naming a leg the file does not hold."""
+    per_q = saved["per_question"]
+    questions = [{"sample": q["sample"], "category": q["category"], "evidence": set(q["evidence"])} for q in per_q]
+    groups = {g: set(m) for g, m in saved["groups"].items()}
+    fused: dict[str, Any] = {}
+    for spec in fusions:
+        legs, _k = parse_fusion(spec)
+        missing = [name for name, _ in legs if name not in per_q[0]["lists"]]
+        if missing:
+            raise KeyError(f"{spec}: no leg {', '.join(missing)} in the saved result")
+        sc = Scores(CUTOFFS)
+        for q, row in zip(questions, per_q):
+            sc.add(q, fuse(row["lists"], spec)[:max(CUTOFFS)], 0.0)
+        fused[spec] = sc.summary(groups)
+    return {**{k: v for k, v in saved.items() if k != "per_question"}, "fusions": fused}
 
 
 def render(res: dict[str, Any]) -> list[str]:
@@ -254,6 +297,15 @@ def render(res: dict[str, Any]) -> list[str]:
 
     for name, v in res["results"].items():
         lines.append(line(name, v))
+    if res.get("lexical"):
+        lines.append("lexical legs outside the product (BM25 of 61_bm25.sql over to_tsvector(<config>, index text)): "
+                     + ", ".join(f"{n} = {s}" for n, s in res["lexical"].items()))
+    for name, c in res.get("checks", {}).items():
+        if name == "index_texts":
+            lines.append(f"check: index texts rebuilt in process give the stored tsvector for {c['equal']} of {c['rows']} rows")
+        else:
+            lines.append(f"check: {name}: same top 10 for {c['top10_equal']} and same top 50 for {c['top50_equal']} "
+                         f"of {c['questions']} questions")
     lines.append("fusions (in process, domain.recall.fuse_rrf over the legs above; LEG:WEIGHT,…@K)")
     for name, v in res["fusions"].items():
         lines.append(line(name, v))
@@ -270,9 +322,10 @@ def render(res: dict[str, Any]) -> list[str]:
     return lines
 
 
-def default_fusions(models: Sequence[str], bm25_rows: Sequence[str]) -> list[str]:
+def default_fusions(models: Sequence[str], bm25_rows: Sequence[str], lexical: Mapping[str, str] | None = None) -> list[str]:
     """The fusion grid: the default read (a check), RRF k × the vector leg's weight, each second model alone
-    fused with BM25 and with BM25 + MiniLM, and each BM25 variant at the default fusion."""
+    fused with BM25 and with BM25 + MiniLM, each BM25 variant at the default fusion, and each lexical leg outside
+    the product in the default read's place of ``bm25``, beside it at weight 0.5 and 1, and sharing its weight."""
     out = ["bm25:1,minilm:0.5@10"]
     out += [f"bm25:1,minilm:{w}@{k}" for k in (5, 10, 20, 60) for w in (0.3, 0.5, 0.7, 1.0) if (k, w) != (10, 0.5)]
     for m in models:
@@ -280,16 +333,35 @@ def default_fusions(models: Sequence[str], bm25_rows: Sequence[str]) -> list[str
         out += [f"bm25:1,minilm:{a},{m}:{b}@{k}" for a, b, k in
                 ((0.5, 0.5, 10), (0.3, 0.7, 10), (0.25, 0.5, 10), (0.5, 1.0, 10), (0.3, 0.3, 10), (0.5, 0.5, 20))]
     out += [f"{b}:1,minilm:0.5@10" for b in bm25_rows]
+    for name, spec in (lexical or {}).items():
+        out.append(f"{name}:1,minilm:0.5@10")
+        if spec != "english":
+            out += [f"bm25:1,{name}:0.5,minilm:0.5@10", f"bm25:1,{name}:1,minilm:0.5@10",
+                    f"bm25:0.5,{name}:0.5,minilm:0.5@10"]
     return out
 
 
 def register(bench_app: typer.Typer) -> None:
+    @bench_app.command("locomo-legs-fuse")
+    def locomo_legs_fuse(saved: Path = typer.Option(..., "--saved", exists=True, dir_okay=False,
+                                                    help="a locomo-legs --save file"),
+                         fusion: list[str] = typer.Option(..., "--fusion", help="fusion LEG:W,LEG:W@K"),
+                         as_json: bool = JSON) -> None:
+        """Fusions of a saved locomo-legs run's leg lists, scored offline (no ingestion)."""
+        try:
+            res = rescore(json.loads(saved.read_text()), fusion)
+        except KeyError as exc:
+            raise typer.BadParameter(str(exc.args[0]), param_hint="--fusion") from None
+        emit(res, render, as_json)
+
     @bench_app.command("locomo-legs")
     def locomo_legs(data: Path = typer.Option(..., "--data", exists=True, dir_okay=False, help="LoCoMo JSON"),
                     conversations: str = typer.Option("", "--conversations", help="sample ids, or N for the first N"),
                     decide: str = typer.Option(",".join(DECIDE), "--decide", help="conversations choices are made on"),
                     model: list[str] = typer.Option([], "--model", help="second dense model NAME=MODEL_DIR:ONNX_FILE"),
                     bm25: list[str] = typer.Option([], "--bm25", help="BM25 leg variant NAME=K1,B"),
+                    lexical: list[str] = typer.Option([], "--lexical", help="lexical leg outside the product NAME=SPEC,"
+                                                      " SPEC one of english, simple, simple+stop, english-nostop"),
                     prf: list[str] = typer.Option([], "--prf", help="hybrid row with pseudo-relevance feedback NAME=DOCS,TERMS[,WEIGHT[,MODE]]"),
                     fusion: list[str] = typer.Option([], "--fusion", help="extra fusion LEG:W,LEG:W@K"),
                     save: Path = typer.Option(None, "--save", help="also write the JSON result here"),
@@ -306,10 +378,16 @@ def register(bench_app: typer.Typer) -> None:
             models[name] = (mdir, onnx_file)
         params = {n: (float(v.split(",")[0]), float(v.split(",")[1])) for n, _, v in (x.partition("=") for x in bm25)}
         prfs = dict(x.partition("=")[::2] for x in prf)
-        fusions = default_fusions(list(models), list(params)) + list(fusion)
+        from oml_tools.bench.lexical import parse as parse_lexical
+
+        try:
+            lexicals = parse_lexical(lexical)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--lexical") from None
+        fusions = default_fusions(list(models), list(params), lexicals) + list(fusion)
         with context(new_home=True) as ctx:
             res = run(ctx, data, conversations=conversations or None, decide=[x.strip() for x in decide.split(",") if x.strip()],
-                      models=models, bm25=params, prf=prfs, fusions=fusions, context_before=context_window,
+                      models=models, bm25=params, prf=prfs, fusions=fusions, context_before=context_window, lexical=lexicals,
                       progress=lambda m: err.print(m))
         if save:
             save.write_text(json.dumps(res, indent=1))
