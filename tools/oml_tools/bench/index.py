@@ -25,7 +25,6 @@ tenant is kept (the journal is append-only).
 """
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -56,7 +55,7 @@ def run(ctx, *, claims: int = 1000, batch: int = 100) -> dict[str, Any]:
     emb = indexer.embedder_for(ctx)
     emb.encode(["warm-up"])
 
-    model = f"{emb.name} ({os.path.basename(emb.path.rstrip('/'))})" if emb.name in ("minilm", "mpnet") else emb.name
+    model = {"minilm": "minilm (all-MiniLM-L6-v2)", "mpnet": "mpnet (all-mpnet-base-v2)"}.get(emb.name, emb.name)
     res: dict[str, Any] = {"tenant": tenant, "claims": claims, "model": model, "dimension": emb.dimension,
                            "encode_batch": emb.batch_size}
     t0 = time.perf_counter()
