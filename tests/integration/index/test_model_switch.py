@@ -167,3 +167,41 @@ def test_switching_to_mpnet_and_back(ctx, envs, tmp_path):
         assert all(d == 384 for _, d in _rows(ctx, e.tenant))
         assert_index_exact(ctx, e.tenant)
     assert _recall(ctx, a, "when do deploys happen")["diagnostics"]["candidates"]["vector"] > 0
+
+
+def test_a_switch_reembeds_the_rows_of_an_open_simulation(ctx, tmp_path):
+    from oml.services.claims.admission import Submission
+    from oml.services.simulations.acts import Simulations
+
+    from support.recall import make_world
+
+    w = make_world(ctx, "swsim")
+    real = w.remember("main.ops", "production deploys happen on tuesday mornings")
+    w.index()
+    sims = Simulations(ctx)
+    writer, reviewer, reader = w.key("writer"), w.key("reviewer"), w.key("reader")
+    sim = sims.open(w.admin, "deploy rehearsal", [writer.principal_id, reviewer.principal_id, reader.principal_id])
+    sim_id = sim["simulation_id"]
+    overlay = sims.supersede(writer, sim_id, real["claim_id"], {"statement": "production deploys move to friday"})
+    sims.review(reviewer, overlay["version_id"], "promote", "accurate")
+    born = sims.submit(writer, sim_id, [Submission(w.area("main.ops"), {"statement": "the datacenter migration has downtime"})])
+    sims.review(reviewer, born["items"][0]["version_id"], "promote", "accurate")
+    w.index()
+
+    def sim_rows() -> list[str]:
+        with owner(ctx) as c:
+            return sorted(str(v) for v in c.execute(sa.text(
+                "SELECT version_id FROM sim_memory_embeddings WHERE simulation_id = :s"), {"s": sim_id}).scalars())
+
+    before = sim_rows()
+    assert overlay["version_id"] in before and len(before) == 2
+    copy = tmp_path / "sim-minilm"
+    shutil.copytree(embedding.model_path(None), copy)
+    model_switch.switch(ctx, str(copy))
+    try:
+        assert sim_rows() == before
+        got = Recaller(ctx).recall(reader, RecallRequest(query="when do production deploys happen", retriever="vector"))
+        assert overlay["version_id"] in [h["version_id"] for h in got["hits"]]
+    finally:
+        model_switch.switch(ctx, "minilm")
+    assert sim_rows() == before
