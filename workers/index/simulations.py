@@ -163,10 +163,10 @@ def _sync_one(conn: sa.Connection, run: _Run, sim: str, want: dict, have: dict[s
             if refused:
                 log.warning("sim-indexer: tenant %s: the database refused %d simulation version(s)' index rows", tenant, len(refused))
         else:
-            from oml.workers.index.indexer import _register_vector, embedder_for
+            from oml.workers.index.indexer import _register_vector, checked_embedder
 
             order = sorted({w["version_id"] for w in fresh})
-            vectors = embedder_for(run.ctx).encode([items[v].embedding_text() for v in order])
+            vectors = checked_embedder(conn, run.ctx).encode([items[v].embedding_text() for v in order])
             by_version = dict(zip(order, vectors))
             _register_vector(conn)
             conn.execute(_insert_sql(table, False), [p | w | {"embedding": by_version[w["version_id"]]} for w in fresh])

@@ -6,6 +6,7 @@ Commands::
     oml status [--tenant T] [--json]
     oml lake compact [--tenant T]
     oml index rebuild --tenant T
+    oml index rebuild --model minilm|mpnet|DIR     (every tenant; switches the embedding model)
     oml index enroll --tenant T
     oml index catch-up [--tenant T]
     oml lake catch-up [--tenant T]
@@ -222,14 +223,27 @@ def lake_status(tenant: str | None = typer.Option(None, "--tenant", "-t", help="
 
 
 @index_app.command("rebuild")
-def index_rebuild(tenant: str = typer.Option(..., "--tenant", "-t", help="tenant slug")) -> None:
-    """Delete the tenant's FTS and embedding rows and rebuild them from the journal and bodies (one transaction)."""
+def index_rebuild(tenant: str | None = typer.Option(None, "--tenant", "-t", help="tenant slug"),
+                  model: str | None = typer.Option(None, "--model", help="switch the embedding model of every tenant"
+                                                   " (minilm, mpnet or a model directory): re-embeds every row")) -> None:
+    """Delete the tenant's FTS and embedding rows and rebuild them from the journal and bodies (one transaction).
+
+    With --model (and no --tenant): make the index hold that model's vectors — run as the schema owner; every
+    tenant is re-indexed; hybrid recall answers from the lexical leg until it finishes (docs/operations.md,
+    "Choosing the embedding model")."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 
     from oml.workers.index import indexer
 
+    if (tenant is None) == (model is None):
+        err.print("give --tenant T (rebuild one tenant's rows) or --model NAME (switch the model of every tenant)")
+        raise typer.Exit(2)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("events"),
                TaskProgressColumn(), TimeRemainingColumn())
+    if model is not None:
+        _switch_model(model, columns)
+        return
+    assert tenant is not None
     with context(tenant) as ctx:
         with Progress(*columns, console=err, transient=True) as bar:
             task = bar.add_task(f"rebuilding the indexes of {escape(tenant)}", total=None)
@@ -240,6 +254,35 @@ def index_rebuild(tenant: str = typer.Option(..., "--tenant", "-t", help="tenant
                     raise
                 _fail(exc)
     console.print(escape(f"{tenant}: replayed {n} journal events"))
+
+
+def _switch_model(model: str, columns: tuple) -> None:
+    """``oml index rebuild --model``: :func:`oml.workers.index.model_switch.switch` with one progress bar per tenant."""
+    from rich.progress import Progress
+
+    from oml.workers.index import model_switch
+
+    with context() as ctx:
+        with Progress(*columns, console=err, transient=False) as bar:
+            tasks: dict[str, object] = {}
+
+            def progress(tenant: str, done: int, head: int, i: int, n: int) -> None:
+                if tenant not in tasks:
+                    tasks[tenant] = bar.add_task(escape(f"[{i + 1}/{n}] {tenant}"), total=None)
+                bar.update(tasks[tenant], completed=done, total=max(head, done) or None)
+
+            bar.console.print(escape(f"loading {model} and checking its files…"))
+            try:
+                rep = model_switch.switch(ctx, model, progress=progress)
+            except Exception as exc:  # noqa: BLE001
+                if isinstance(exc, OMLError):
+                    raise
+                _fail(exc)
+    prev = rep.previous
+    console.print(escape(f"index embedding model: {rep.model.name} ({rep.model.dimension} dimensions; was "
+                         f"{prev.name or 'the schema default'}, {prev.dimension}); {len(rep.tenants)} tenant(s),"
+                         f" {sum(rep.tenants.values())} journal events replayed"))
+    console.print(escape(f"set OML_EMBEDDING_MODEL={model} for oml serve and oml worker"))
 
 
 @index_app.command("verify")

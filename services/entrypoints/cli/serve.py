@@ -78,7 +78,12 @@ def serve_cmd(
         run_workers = workers if workers is not None else not ctx.settings.redis_url
         runtime = None
         if run_workers:
+            from oml.workers.index import indexer
             from oml.workers.runtime.actors import start_workers
+
+            # The in-process indexer writes with this model: refused at start (index.model_mismatch) when the index
+            # holds another model's vectors, as `oml worker` is (docs/operations.md, "Choosing the embedding model").
+            indexer.embedder_for(ctx)
 
             runtime = start_workers(ctx)
         err.print(escape(f"oml serve: http://{h}:{p} (OpenAPI at /openapi.json); workers {'in-process' if runtime else 'external'}"))

@@ -251,7 +251,10 @@ def test_bench_index_runs(ctx):
 
     res = bench.run(ctx, claims=5)
     assert res["indexer"]["rows"] == 5 and res["raw"]["claims"] == 5
-    assert any("raw ÷ indexer" in line for line in bench.render(res))
+    lines = bench.render(res)
+    assert any("raw ÷ indexer" in line for line in lines)
+    assert res["dimension"] == 384 and res["model"].startswith("minilm") and res["encode_ms_per_claim"] > 0
+    assert any(line.startswith("encode: ") and "ms per indexed claim (minilm" in line for line in lines)
 
 
 def test_the_model_runs_before_the_batch_takes_the_bm25_statistics_rows(ctx, env, monkeypatch):

