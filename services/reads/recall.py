@@ -519,7 +519,7 @@ def vector_unavailable(conn: sa.Connection, embed: EmbedFn, qvec: Sequence[float
     if rec.state == "rebuilding":
         return "vector.rebuilding", f"the index is being re-embedded with {rec.name} (oml index rebuild --model)"
     ident = getattr(embed, "identity", None)
-    name, digest = ident() if ident is not None else ("the query model", None)
+    name, digest = ident() if ident is not None else (None, None)  # None: the dimension alone is compared
     why = mismatch(rec, name, len(qvec), digest if rec.source_sha256 else None)
     return ("vector.model_mismatch", why) if why else None
 

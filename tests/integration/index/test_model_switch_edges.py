@@ -1,0 +1,131 @@
+"""Switching the embedding model at its edges, on real PostgreSQL + pgvector and the real MiniLM files: another
+process's switch landing inside a recall, model directories whose paths hold SQL-significant characters, and
+``--model`` values that name no model (workers/index/model_switch.py, services/reads/recall.py ``vector_unavailable``).
+
+This module has its own database (tests/integration/conftest.py: one per module), so its DDL touches no other test."""
+from __future__ import annotations
+
+import shutil
+import threading
+
+import pytest
+import sqlalchemy as sa
+
+from oml.domain.errors import OMLError
+from oml.services.reads import recall as recall_mod
+from oml.services.reads.recall import Recaller, RecallRequest
+from oml.workers.index import embedding, indexer, model_switch
+
+from support.admission import run_cli
+from support.owner import owner
+from support.workers import assert_index_exact, promote, setup_tenant
+
+TINY = 8  # the dimension of the model another process switches to, in the race below
+
+
+@pytest.fixture(scope="module")
+def envs(ctx):
+    a, b = setup_tenant(ctx, "sea"), setup_tenant(ctx, "seb")
+    promote(ctx, a, "the lighthouse keeper logs every passing ship")
+    promote(ctx, a, "deploys to production happen on tuesdays")
+    promote(ctx, b, "the quarterly report is due in march")
+    for e in (a, b):
+        indexer.catch_up(ctx, e.tenant)
+    return a, b
+
+
+def _recorded(ctx) -> embedding.IndexModel:
+    with owner(ctx) as c:
+        return embedding.recorded_model(c)
+
+
+def _switch_elsewhere(ctx, tenant: str) -> None:
+    """What another process's ``oml index rebuild --model`` to an 8-dimension model commits: the tables emptied, the
+    column altered, the model recorded, then ``tenant``'s rows re-embedded. Gives up after a second's wait for a lock
+    (the recall holding one is what keeps it out)."""
+    with owner(ctx, tenant) as c:
+        c.execute(sa.text("SET LOCAL lock_timeout = '1s'"))
+        rows = [dict(r) for r in c.execute(sa.text(
+            "SELECT * FROM memory_embeddings WHERE tenant_id = :t"), {"t": tenant}).mappings()]
+        c.execute(sa.text(f"LOCK TABLE {', '.join(model_switch.TABLES)} IN ACCESS EXCLUSIVE MODE"))
+        c.execute(sa.text(f"TRUNCATE {', '.join(model_switch.TABLES)}"))
+        for t in model_switch.TABLES:
+            c.execute(sa.text(f"ALTER TABLE {t} ALTER COLUMN embedding TYPE vector({TINY})"))
+        model_switch._record(c, embedding.IndexModel(TINY, "tiny", "1" * 64, "rebuilding"))
+    with owner(ctx, tenant) as c:
+        cols = list(rows[0])
+        values = ", ".join(f"CAST(:{k} AS vector({TINY}))" if k == "embedding" else f":{k}" for k in cols)
+        c.execute(sa.text(f"INSERT INTO memory_embeddings ({', '.join(cols)}) VALUES ({values})"),
+                  [r | {"embedding": "[" + ",".join(["0.125"] * TINY) + "]"} for r in rows])
+
+
+def test_a_switch_landing_inside_a_recall_never_fails_the_read(ctx, envs, monkeypatch):
+    """The recall reads the recorded model, then runs the vector leg: a switch committed in between (and a tenant
+    re-embedded at the new dimension) must not reach the vector leg as a dimension error (a 500)."""
+    a, _ = envs
+    real = recall_mod.vector_unavailable
+    switched: list[BaseException | None] = []
+
+    def racing(conn, embed, qvec):
+        got = real(conn, embed, qvec)
+        if not switched:
+            err: list[BaseException | None] = [None]
+
+            def other_process() -> None:
+                try:
+                    _switch_elsewhere(ctx, a.tenant)
+                except BaseException as exc:  # noqa: BLE001 - reported below
+                    err[0] = exc
+
+            t = threading.Thread(target=other_process)
+            t.start()
+            t.join()
+            switched.append(err[0])
+        return got
+
+    monkeypatch.setattr(recall_mod, "vector_unavailable", racing)
+    try:
+        out = Recaller(ctx).recall(a.reviewer, RecallRequest(query="lighthouse keeper ships", retriever="hybrid"))
+        assert out["hits"]
+        if switched[0] is None:  # the switch got in: the read must say the vector leg stood aside
+            assert {d["reason"] for d in out["diagnostics"]["degraded"]} <= {"vector.rebuilding", "vector.model_mismatch"}
+        else:  # the recall's lock kept the switch out until the read ended: a lock timeout, nothing changed
+            assert "lock timeout" in str(switched[0])
+            assert out["diagnostics"]["candidates"]["vector"] > 0
+    finally:
+        monkeypatch.undo()
+        model_switch.switch(ctx, "minilm")
+    assert _recorded(ctx).dimension == 384
+    for e in envs:
+        assert_index_exact(ctx, e.tenant)
+
+
+@pytest.mark.parametrize("name", ["model:v2", "m-:v2", "cost$1", "a'b", "tag$oml$x"])
+def test_a_model_directory_whose_path_holds_sql_characters_is_recorded_as_named(ctx, envs, tmp_path, name):
+    copy = tmp_path / name
+    shutil.copytree(embedding.model_path(None), copy)
+    try:
+        rep = model_switch.switch(ctx, str(copy))
+        assert rep.model.name == str(copy.resolve())
+        assert _recorded(ctx) == rep.model
+    finally:
+        model_switch.switch(ctx, "minilm")
+    assert _recorded(ctx).name == "minilm"
+
+
+@pytest.mark.parametrize("value", ["", "  ", "mpnett", "/nonexistent/model", "{file}", "{empty}"])
+def test_a_model_value_that_names_no_model_is_refused_and_changes_nothing(ctx, envs, tmp_path, value):
+    (tmp_path / "file").write_text("not a model")
+    (tmp_path / "empty").mkdir()
+    value = value.format(file=tmp_path / "file", empty=tmp_path / "empty")
+    before = _recorded(ctx)
+    with pytest.raises(OMLError) as err:
+        model_switch.switch(ctx, value)
+    assert err.value.code == model_switch.UNKNOWN_CODE and err.value.status == 422
+    assert "minilm, mpnet or a sentence-transformers model directory" in err.value.detail
+    assert _recorded(ctx) == before
+    res = run_cli(ctx, ["index", "rebuild", "--model", value])
+    assert res.exit_code != 0 and model_switch.UNKNOWN_CODE in res.output
+    assert _recorded(ctx) == before
+    for e in envs:
+        assert_index_exact(ctx, e.tenant)
