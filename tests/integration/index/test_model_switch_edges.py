@@ -129,3 +129,40 @@ def test_a_model_value_that_names_no_model_is_refused_and_changes_nothing(ctx, e
     assert _recorded(ctx) == before
     for e in envs:
         assert_index_exact(ctx, e.tenant)
+
+
+ROLES = ("oml_admission", "oml_server", "oml_lake_writer", "oml_reconciler", "oml_indexer", "oml_relay")
+FORGERIES = (
+    "COMMENT ON COLUMN {t}.embedding IS '{{\"embedding_model\": {{\"name\": \"forged\", \"dimension\": 384,"
+    " \"source_sha256\": null, \"state\": \"ready\"}}}}'",
+    "COMMENT ON COLUMN {t}.embedding IS NULL",
+    "ALTER TABLE {t} ALTER COLUMN embedding TYPE vector(8)",
+    "ALTER TABLE {t} ALTER COLUMN embedding TYPE vector",
+    "ALTER TABLE {t} ALTER COLUMN embedding DROP NOT NULL",
+    "TRUNCATE {t}",
+)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_no_workload_role_can_forge_or_alter_the_recorded_model(ctx, envs, role):
+    """The recorded model lives in a column comment: only the schema owner may write it or change the column."""
+    before = _recorded(ctx)
+    for table in model_switch.TABLES:
+        for forgery in FORGERIES:
+            with pytest.raises(sa.exc.ProgrammingError, match="must be owner|permission denied"):
+                with ctx.db.tenant(role, envs[0].tenant) as c:
+                    c.execute(sa.text(forgery.format(t=table)))
+        partition = f"memory_embeddings_p{_partition_number(ctx, envs[0].tenant)}" if table == "memory_embeddings" else None
+        if partition:
+            with pytest.raises(sa.exc.ProgrammingError, match="must be owner|permission denied"):
+                with ctx.db.tenant(role, envs[0].tenant) as c:
+                    c.execute(sa.text(f"COMMENT ON COLUMN {partition}.embedding IS NULL"))
+    assert _recorded(ctx) == before
+
+
+def _partition_number(ctx, tenant: str) -> str:
+    with owner(ctx) as c:
+        name = c.execute(sa.text(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+            " WHERE i.inhparent = 'memory_embeddings'::regclass ORDER BY c.relname LIMIT 1")).scalar()
+    return name.removeprefix("memory_embeddings_p")
