@@ -515,7 +515,7 @@ def vector_unavailable(conn: sa.Connection, embed: EmbedFn, qvec: Sequence[float
     query vector is another model's (its dimension, or its identity where ``embed`` tells it). None: the leg may run."""
     from oml.workers.index.embedding import mismatch, recorded_model
 
-    rec = recorded_model(conn)
+    rec = recorded_model(conn, hold=True)  # no switch commits before the vector leg has run
     if rec.state == "rebuilding":
         return "vector.rebuilding", f"the index is being re-embedded with {rec.name} (oml index rebuild --model)"
     ident = getattr(embed, "identity", None)

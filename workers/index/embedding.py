@@ -215,22 +215,25 @@ class IndexModel:
                           sort_keys=True)
 
 
-# Naming memory_embeddings in the statement takes its ACCESS SHARE lock, held to the end of the caller's transaction:
-# a switch (ACCESS EXCLUSIVE on both tables, model_switch.py) waits for the transaction that read the record, or the
-# statement waits for the switch to commit and reads the new record. Without it a switch could commit between the
-# read of the record and the vector leg, which would then compare vectors of two dimensions (an error, not a
-# degradation). The EXISTS reads no row.
-_RECORDED = sa.text(
+_RECORDED = (
     "SELECT a.atttypmod, col_description(a.attrelid, a.attnum) FROM pg_attribute a"
-    " WHERE a.attrelid = 'memory_embeddings'::regclass AND a.attname = 'embedding'"
-    " AND NOT EXISTS (SELECT FROM memory_embeddings WHERE false)")
+    " WHERE a.attrelid = 'memory_embeddings'::regclass AND a.attname = 'embedding'")
+# Naming memory_embeddings in the statement takes its ACCESS SHARE lock, held to the end of the caller's transaction:
+# a switch (ACCESS EXCLUSIVE on both tables, memory_embeddings first; model_switch.py) waits for the transaction that
+# read the record, or the statement waits for the switch to commit and reads the new record. Recall asks for it: a
+# switch committing between its read of the record and its vector leg would make that leg compare vectors of two
+# dimensions (an error, not a degradation). The EXISTS reads no row.
+_RECORDED_SQL = {False: sa.text(_RECORDED),
+                 True: sa.text(_RECORDED + " AND NOT EXISTS (SELECT FROM memory_embeddings WHERE false)")}
 
 
-def recorded_model(conn: sa.Connection) -> IndexModel:
-    """The :class:`IndexModel` of this database, read from the catalog in one statement by a role that may read
-    ``memory_embeddings``; the caller's transaction keeps that table's ACCESS SHARE lock, so the record holds (no
-    switch commits) until it ends."""
-    typmod, comment = conn.execute(_RECORDED).one()
+def recorded_model(conn: sa.Connection, *, hold: bool = False) -> IndexModel:
+    """The :class:`IndexModel` of this database, read from the catalog (any role; one statement). ``hold``: by a
+    role that may read ``memory_embeddings``, keeping its ACCESS SHARE lock to the end of the transaction, so no
+    switch commits before then. Take it before touching ``sim_memory_embeddings`` in the transaction (the switch
+    locks ``memory_embeddings`` first; the other order can deadlock). The indexer does not need it: a batch calls
+    this after reading the embedding table it writes, whose lock a switch needs too."""
+    typmod, comment = conn.execute(_RECORDED_SQL[hold]).one()
     if typmod is None or typmod < 1:
         raise DimensionMismatch("memory_embeddings.embedding has no declared dimension")
     try:
