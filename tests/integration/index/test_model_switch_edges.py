@@ -166,3 +166,38 @@ def _partition_number(ctx, tenant: str) -> str:
             "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
             " WHERE i.inhparent = 'memory_embeddings'::regclass ORDER BY c.relname LIMIT 1")).scalar()
     return name.removeprefix("memory_embeddings_p")
+
+
+class _Killed(BaseException):
+    """Stands for kill -9 mid-switch: raised from the progress callback inside a tenant's rebuild transaction, which
+    PostgreSQL then rolls back, as it does a killed client's."""
+
+
+def test_a_switch_killed_midway_leaves_rebuilding_and_a_rerun_ends_consistent(ctx, envs, tmp_path):
+    import json
+
+    a, b = envs
+    copy = tmp_path / "killed-minilm"
+    shutil.copytree(embedding.model_path(None), copy)
+    seen: list[str] = []
+
+    def die_in_second_tenant(tenant, done, head, i, n):
+        seen.append(tenant)
+        if i == 1 and done > 0:
+            raise _Killed()
+
+    try:
+        with pytest.raises(_Killed):
+            model_switch.switch(ctx, str(copy), progress=die_in_second_tenant)
+        rec = _recorded(ctx)
+        assert (rec.name, rec.state) == (str(copy.resolve()), "rebuilding")
+        out = Recaller(ctx).recall(a.reviewer, RecallRequest(query="lighthouse keeper ships", retriever="hybrid"))
+        assert out["hits"] and [d["reason"] for d in out["diagnostics"]["degraded"]] == ["vector.rebuilding"]
+        rep = model_switch.switch(ctx, str(copy))  # the same command again resumes
+        assert not rep.altered and rep.model.state == "ready" and _recorded(ctx) == rep.model
+        for e in envs:
+            assert_index_exact(ctx, e.tenant)
+            res = run_cli(ctx, ["index", "verify", "--tenant", e.tenant, "--json", "--no-deks"])
+            assert res.exit_code == 0 and json.loads(res.output)["findings"] == [], res.output
+    finally:
+        model_switch.switch(ctx, "minilm")
