@@ -201,3 +201,50 @@ def test_a_switch_killed_midway_leaves_rebuilding_and_a_rerun_ends_consistent(ct
             assert res.exit_code == 0 and json.loads(res.output)["findings"] == [], res.output
     finally:
         model_switch.switch(ctx, "minilm")
+
+
+def test_an_erasure_during_a_switch_leaves_no_index_row_and_is_not_blocked(ctx, envs, tmp_path):
+    """An erasure committed while the switch re-embeds the claim's tenant (its transaction open, the claim's rows
+    written): it waits for that tenant's transaction, then deletes what it wrote; nothing of the claim stays."""
+    from oml.services.erasure.acts import Erasure
+    from oml.services.runtime.auth import authenticate
+
+    a, _ = envs
+    ident = ctx.tenancy.create_identity(a.admin, "person", "dpo")["identity_id"]
+    operator = authenticate(ctx.db, ctx.tenancy.create_principal(a.admin, ident, "operator", [a.root])["api_key"])
+    doomed = promote(ctx, a, "the keeper's home address is 12 harbour lane")
+    indexer.catch_up(ctx, a.tenant)
+    copy = tmp_path / "erasure-minilm"
+    shutil.copytree(embedding.model_path(None), copy)
+    done: list[object] = []
+
+    def erase_now(tenant, done_seq, head, i, n):
+        if tenant == a.tenant and done_seq > 0 and not done:
+            def other() -> None:
+                try:
+                    done.append(Erasure(ctx).erase_claim(operator, doomed["claim_id"], "data_subject_request"))
+                except BaseException as exc:  # noqa: BLE001 - reported below
+                    done.append(exc)
+
+            t = threading.Thread(target=other)
+            t.start()
+            t.join(timeout=3)  # it waits for the rebuild's transaction (the claim's rows, its key share): let it
+            done.append("rebuild went on")
+
+    try:
+        model_switch.switch(ctx, str(copy), progress=erase_now)
+        deadline = 60
+        import time
+
+        while len(done) < 2 and deadline:
+            time.sleep(1)
+            deadline -= 1
+        erased = [d for d in done if isinstance(d, dict)]
+        assert erased, done
+        with owner(ctx, a.tenant) as c:
+            for table in ("memories_fts", "memory_embeddings"):
+                assert c.execute(sa.text(f"SELECT count(*) FROM {table} WHERE tenant_id = :t AND claim_id = :c"),
+                                 {"t": a.tenant, "c": doomed["claim_id"]}).scalar() == 0, table
+        assert_index_exact(ctx, a.tenant)
+    finally:
+        model_switch.switch(ctx, "minilm")
