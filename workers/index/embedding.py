@@ -397,8 +397,10 @@ class QueryEmbedder:
         return source_sha256(self.path)
 
     def warm(self) -> str:
-        """Load the backend and run one sentence through it (not cached); returns the backend's name."""
+        """Load the backend, run one sentence through it (not cached) and hash the model's identity (recall compares
+        it with the recorded model: hashed now, not inside the first recall's transaction); returns the backend."""
         self._load()("warm-up")
+        source_sha256(self.path)
         return self.backend or ""
 
     def __call__(self, text: str) -> tuple[float, ...]:
