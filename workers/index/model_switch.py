@@ -109,12 +109,13 @@ def switch(ctx: Context, model: str, *, progress: Progress | None = None) -> Rep
     nctx = dataclasses.replace(ctx, settings=settings)
     emb = E.get_embedder(settings)
     target = E.IndexModel(emb.dimension, emb.name, emb.source_sha256, "rebuilding")
-    with ctx.db.system(None) as conn:
-        previous = E.recorded_model(conn)
     altered = False
-    if (previous.name, previous.dimension, previous.source_sha256) != (target.name, target.dimension, target.source_sha256):
-        with ctx.db.system(None) as conn:
-            conn.execute(sa.text(f"LOCK TABLE {', '.join(TABLES)} IN ACCESS EXCLUSIVE MODE"))
+    with ctx.db.system(None) as conn:
+        # Read under the lock: a switch that committed meanwhile is what this one starts from, and the column ends as
+        # this model's vector(n) whatever another switch made it.
+        conn.execute(sa.text(f"LOCK TABLE {', '.join(TABLES)} IN ACCESS EXCLUSIVE MODE"))
+        previous = E.recorded_model(conn)
+        if (previous.name, previous.dimension, previous.source_sha256) != (target.name, target.dimension, target.source_sha256):
             # Row triggers (erasure's refusal) do not fire on TRUNCATE; the rows are derived, rebuilt below.
             conn.execute(sa.text(f"TRUNCATE {', '.join(TABLES)}"))
             if previous.dimension != target.dimension:
@@ -122,9 +123,8 @@ def switch(ctx: Context, model: str, *, progress: Progress | None = None) -> Rep
                     conn.execute(sa.text(f"ALTER TABLE {table} ALTER COLUMN embedding TYPE vector({int(target.dimension)})"))
                 altered = True
             _record(conn, target)
-        log.info("index: embedding rows deleted; the index now takes %s (%d dimensions)", target.name, target.dimension)
-    elif previous.state != "rebuilding":
-        with ctx.db.system(None) as conn:
+            log.info("index: embedding rows deleted; the index now takes %s (%d dimensions)", target.name, target.dimension)
+        elif previous.state != "rebuilding":
             _record(conn, target)
     report = Report(target, previous, altered)
     names = indexer.tenants(nctx)

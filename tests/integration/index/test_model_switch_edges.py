@@ -248,3 +248,49 @@ def test_an_erasure_during_a_switch_leaves_no_index_row_and_is_not_blocked(ctx, 
         assert_index_exact(ctx, a.tenant)
     finally:
         model_switch.switch(ctx, "minilm")
+
+
+def _tiny_model(where) -> str:
+    """A real sentence-transformers directory of 8 dimensions: a one-layer BERT with random weights behind MiniLM's
+    tokenizer, mean pooling and normalisation (another model, another dimension, made offline)."""
+    import json
+
+    from transformers import BertConfig, BertModel
+
+    src = embedding.model_path(None)
+    shutil.copytree(src, where, ignore=shutil.ignore_patterns("model.safetensors", "config.json", "1_Pooling"))
+    BertModel(BertConfig(hidden_size=TINY, num_hidden_layers=1, num_attention_heads=1, intermediate_size=16)).save_pretrained(where)
+    (where / "1_Pooling").mkdir()
+    (where / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": TINY, "pooling_mode_mean_tokens": True}))
+    return str(where)
+
+
+def test_two_switches_at_once_leave_the_column_of_the_model_recorded(ctx, envs, tmp_path, monkeypatch):
+    """Another operator's switch (to 8 dimensions) commits while this one loads its model: this one must start from
+    what that switch left (the record read under its own lock) and change the column back to its model's 384."""
+    tiny = _tiny_model(tmp_path / "tiny")
+    copy = tmp_path / "race-minilm"
+    shutil.copytree(embedding.model_path(None), copy)
+    real = embedding.get_embedder
+    raced: list[bool] = []
+
+    def load_then_race(settings=None):
+        got = real(settings)
+        if not raced:
+            raced.append(True)
+            model_switch.switch(ctx, tiny)
+        return got
+
+    monkeypatch.setattr(embedding, "get_embedder", load_then_race)
+    try:
+        rep = model_switch.switch(ctx, str(copy))
+        monkeypatch.undo()
+        assert raced and rep.model.dimension == 384
+        rec = _recorded(ctx)
+        assert (rec.name, rec.dimension, rec.state) == (str(copy.resolve()), 384, "ready")
+        for e in envs:
+            assert_index_exact(ctx, e.tenant)
+    finally:
+        monkeypatch.undo()
+        model_switch.switch(ctx, "minilm")
