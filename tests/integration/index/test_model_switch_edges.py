@@ -100,7 +100,7 @@ def test_a_switch_landing_inside_a_recall_never_fails_the_read(ctx, envs, monkey
         assert_index_exact(ctx, e.tenant)
 
 
-@pytest.mark.parametrize("name", ["model:v2", "m-:v2", "cost$1", "a'b", "tag$oml$x"])
+@pytest.mark.parametrize("name", ["model:v2", "m-:v2", "cost$1", "a'b", "tag$oml$x", "50%s off"])
 def test_a_model_directory_whose_path_holds_sql_characters_is_recorded_as_named(ctx, envs, tmp_path, name):
     copy = tmp_path / name
     shutil.copytree(embedding.model_path(None), copy)
