@@ -513,15 +513,23 @@ def vector_unavailable(conn: sa.Connection, embed: EmbedFn, qvec: Sequence[float
     the index records (:func:`oml.workers.index.embedding.recorded_model`; docs/adr/0022-selectable-embedding-model.md):
     ``vector.rebuilding`` while ``oml index rebuild --model`` re-embeds the rows, ``vector.model_mismatch`` when the
     query vector is another model's (its dimension, or its identity where ``embed`` tells it). None: the leg may run."""
-    from oml.workers.index.embedding import mismatch, recorded_model
+    from oml.workers.index.embedding import MODEL_NAMES, mismatch, recorded_model
 
-    rec = recorded_model(conn)
+    def shown(name: str | None) -> str:
+        # A directory model's name is a path on the server: the operator's (logs, CLI), not a reader's to see.
+        return name if name in MODEL_NAMES else "a model directory" if name else "the schema's default model"
+
+    rec = recorded_model(conn, hold=True)  # no switch commits before the vector leg has run
     if rec.state == "rebuilding":
-        return "vector.rebuilding", f"the index is being re-embedded with {rec.name} (oml index rebuild --model)"
+        return "vector.rebuilding", f"the index is being re-embedded with {shown(rec.name)} (oml index rebuild --model)"
     ident = getattr(embed, "identity", None)
-    name, digest = ident() if ident is not None else ("the query model", None)
+    name, digest = ident() if ident is not None else (None, None)  # None: the dimension alone is compared
     why = mismatch(rec, name, len(qvec), digest if rec.source_sha256 else None)
-    return ("vector.model_mismatch", why) if why else None
+    if why is None:
+        return None
+    return "vector.model_mismatch", (f"the query model ({shown(name) if name else 'unnamed'}) is not the model whose"
+                                     f" vectors the index holds ({shown(rec.name)}): the operator switches with"
+                                     " oml index rebuild --model or restarts with OML_EMBEDDING_MODEL naming it")
 
 
 

@@ -215,14 +215,25 @@ class IndexModel:
                           sort_keys=True)
 
 
-_RECORDED = sa.text(
+_RECORDED = (
     "SELECT a.atttypmod, col_description(a.attrelid, a.attnum) FROM pg_attribute a"
     " WHERE a.attrelid = 'memory_embeddings'::regclass AND a.attname = 'embedding'")
+# Naming memory_embeddings in the statement takes its ACCESS SHARE lock, held to the end of the caller's transaction:
+# a switch (ACCESS EXCLUSIVE on both tables, memory_embeddings first; model_switch.py) waits for the transaction that
+# read the record, or the statement waits for the switch to commit and reads the new record. Recall asks for it: a
+# switch committing between its read of the record and its vector leg would make that leg compare vectors of two
+# dimensions (an error, not a degradation). The EXISTS reads no row.
+_RECORDED_SQL = {False: sa.text(_RECORDED),
+                 True: sa.text(_RECORDED + " AND NOT EXISTS (SELECT FROM memory_embeddings WHERE false)")}
 
 
-def recorded_model(conn: sa.Connection) -> IndexModel:
-    """The :class:`IndexModel` of this database, read from the catalog (any role; one statement)."""
-    typmod, comment = conn.execute(_RECORDED).one()
+def recorded_model(conn: sa.Connection, *, hold: bool = False) -> IndexModel:
+    """The :class:`IndexModel` of this database, read from the catalog (any role; one statement). ``hold``: by a
+    role that may read ``memory_embeddings``, keeping its ACCESS SHARE lock to the end of the transaction, so no
+    switch commits before then. Take it before touching ``sim_memory_embeddings`` in the transaction (the switch
+    locks ``memory_embeddings`` first; the other order can deadlock). The indexer does not need it: a batch calls
+    this after reading the embedding table it writes, whose lock a switch needs too."""
+    typmod, comment = conn.execute(_RECORDED_SQL[hold]).one()
     if typmod is None or typmod < 1:
         raise DimensionMismatch("memory_embeddings.embedding has no declared dimension")
     try:
@@ -237,17 +248,24 @@ def schema_dimension(conn: sa.Connection) -> int:
     return recorded_model(conn).dimension
 
 
-def mismatch(recorded: IndexModel, name: str, dimension: int, digest: str | None) -> str | None:
-    """Why a model (``name``, output ``dimension``, :func:`source_sha256` ``digest``) may not write or query the
-    index ``recorded`` describes, as a sentence naming both models and the command that switches; None when it may.
-    Without a recorded model (never rebuilt) only the dimension is compared."""
+def mismatch(recorded: IndexModel, name: str | None, dimension: int, digest: str | None) -> str | None:
+    """Why a model (``name``, None when unknown; output ``dimension``; :func:`source_sha256` ``digest``) may not write
+    or query the index ``recorded`` describes, as a sentence naming both models and the command that switches; None when it may.
+    Without a recorded model (never rebuilt) only the dimension is compared. Otherwise the model is the recorded one
+    when both have a weights digest and they are equal, or, when either has none (a directory without
+    ``model.safetensors``), when the names are equal: two models of one dimension are never taken for each other."""
+    if name is None:  # a model that does not tell its identity: the dimension alone can be compared
+        name, recorded = "the query model", IndexModel(recorded.dimension)
     held = recorded.name or "the schema's default model"
     fix = (f"run `oml index rebuild --model {name if name in MODEL_NAMES else 'DIRECTORY'}` as the schema owner to"
            f" re-embed every row with it, or set OML_EMBEDDING_MODEL={recorded.name or DEFAULT_MODEL}")
     if dimension != recorded.dimension:
         return (f"the embedding model {name} produces {dimension} dimensions; the index holds vector({recorded.dimension})"
                 f" of {held}: {fix}")
-    if recorded.source_sha256 and digest and digest != recorded.source_sha256:
+    if recorded.name is None:
+        return None
+    same = digest == recorded.source_sha256 if recorded.source_sha256 and digest else name == recorded.name
+    if not same:
         return f"the embedding model {name} is not {held}, whose vectors the index holds: {fix}"
     return None
 
@@ -379,8 +397,10 @@ class QueryEmbedder:
         return source_sha256(self.path)
 
     def warm(self) -> str:
-        """Load the backend and run one sentence through it (not cached); returns the backend's name."""
+        """Load the backend, run one sentence through it (not cached) and hash the model's identity (recall compares
+        it with the recorded model: hashed now, not inside the first recall's transaction); returns the backend."""
         self._load()("warm-up")
+        source_sha256(self.path)
         return self.backend or ""
 
     def __call__(self, text: str) -> tuple[float, ...]:

@@ -42,10 +42,12 @@ import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
+from oml.domain.errors import invalid
 from oml.workers.index import embedding as E
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -54,6 +56,7 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 TABLES = ("memory_embeddings", "sim_memory_embeddings")
+UNKNOWN_CODE = "index.model_unknown"
 
 #: ``progress(tenant, done_seq, head_seq, tenant_index, tenants)``: called after each batch of each tenant.
 Progress = Callable[[str, int, int, int, int], None]
@@ -70,28 +73,49 @@ class Report:
 
 
 def _record(conn: sa.Connection, model: E.IndexModel) -> None:
-    # COMMENT takes no bind parameters: the JSON goes in as a dollar-quoted literal (it holds no "$").
-    text = model.comment()
-    assert "$" not in text
+    # COMMENT takes no bind parameters: the JSON goes in as a literal quoted by psycopg, and the statement is sent
+    # without parameter parsing (a directory's path may hold ":", "%", "'" or "$", which sa.text, the driver's
+    # placeholders or a dollar quote would each take for syntax).
+    from psycopg import sql
+
+    raw = conn.connection.driver_connection
     for table in TABLES:
-        conn.execute(sa.text(f"COMMENT ON COLUMN {table}.embedding IS $oml${text}$oml$"))
+        stmt = sql.SQL("COMMENT ON COLUMN {}.embedding IS {}").format(sql.Identifier(table), sql.Literal(model.comment()))
+        conn.exec_driver_sql(stmt.as_string(raw), execution_options={"no_parameters": True})
+
+
+def _model_named(model: str) -> None:
+    """Raise ``index.model_unknown`` (422) unless ``model`` is ``minilm``, ``mpnet`` (any case) or an existing
+    directory holding a sentence-transformers (``modules.json``) or transformers (``config.json``) model; the
+    detail never repeats the value."""
+    value = (model or "").strip()
+    if value.lower() in E.MODEL_NAMES:
+        return
+    p = Path(value).expanduser() if value else None
+    if p is None or not p.is_dir() or not ((p / "modules.json").is_file() or (p / "config.json").is_file()):
+        raise invalid("--model must be minilm, mpnet or a sentence-transformers model directory (holding"
+                      " modules.json or config.json); the value given is none of these, nothing was changed",
+                      code=UNKNOWN_CODE, field="model", allowed=list(E.MODEL_NAMES))
 
 
 def switch(ctx: Context, model: str, *, progress: Progress | None = None) -> Report:
     """Make the index hold ``model``'s vectors (``minilm``, ``mpnet`` or a directory path); returns a
-    :class:`Report`. Raises ``model.missing`` / ``model.digest`` before any change when the model cannot load."""
+    :class:`Report`. Raises ``index.model_unknown`` (422) for a value that names no model, ``model.missing`` /
+    ``model.digest`` when the model cannot load: each before any change."""
     from oml.workers.index import indexer
 
+    _model_named(model)
     settings = ctx.settings.model_copy(update={"embedding_model": model})
     nctx = dataclasses.replace(ctx, settings=settings)
     emb = E.get_embedder(settings)
     target = E.IndexModel(emb.dimension, emb.name, emb.source_sha256, "rebuilding")
-    with ctx.db.system(None) as conn:
-        previous = E.recorded_model(conn)
     altered = False
-    if (previous.name, previous.dimension, previous.source_sha256) != (target.name, target.dimension, target.source_sha256):
-        with ctx.db.system(None) as conn:
-            conn.execute(sa.text(f"LOCK TABLE {', '.join(TABLES)} IN ACCESS EXCLUSIVE MODE"))
+    with ctx.db.system(None) as conn:
+        # Read under the lock: a switch that committed meanwhile is what this one starts from, and the column ends as
+        # this model's vector(n) whatever another switch made it.
+        conn.execute(sa.text(f"LOCK TABLE {', '.join(TABLES)} IN ACCESS EXCLUSIVE MODE"))
+        previous = E.recorded_model(conn)
+        if (previous.name, previous.dimension, previous.source_sha256) != (target.name, target.dimension, target.source_sha256):
             # Row triggers (erasure's refusal) do not fire on TRUNCATE; the rows are derived, rebuilt below.
             conn.execute(sa.text(f"TRUNCATE {', '.join(TABLES)}"))
             if previous.dimension != target.dimension:
@@ -99,9 +123,8 @@ def switch(ctx: Context, model: str, *, progress: Progress | None = None) -> Rep
                     conn.execute(sa.text(f"ALTER TABLE {table} ALTER COLUMN embedding TYPE vector({int(target.dimension)})"))
                 altered = True
             _record(conn, target)
-        log.info("index: embedding rows deleted; the index now takes %s (%d dimensions)", target.name, target.dimension)
-    elif previous.state != "rebuilding":
-        with ctx.db.system(None) as conn:
+            log.info("index: embedding rows deleted; the index now takes %s (%d dimensions)", target.name, target.dimension)
+        elif previous.state != "rebuilding":
             _record(conn, target)
     report = Report(target, previous, altered)
     names = indexer.tenants(nctx)

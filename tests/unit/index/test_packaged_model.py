@@ -137,3 +137,51 @@ def test_the_pins_are_the_ones_docs_benchmarks_prints():
     for i, part in enumerate(spec.parts, start=1):
         assert f"| {i:03d} | `{part.sha256}` |" in doc
     assert spec.dimension == 768
+
+
+def test_a_pinned_file_swapped_for_a_symlink_is_extracted_again_as_a_file(fake, tmp_path):
+    """A link is checked through its target once, then followed by every later load: the cache holds regular files
+    only (even a link to the same bytes is replaced)."""
+    spec, _, _ = fake
+    got = pm.ensure_model(spec, tmp_path / "models")
+    elsewhere = tmp_path / "elsewhere.safetensors"
+    elsewhere.write_bytes(FILES["model.safetensors"])
+    (got / "model.safetensors").unlink()
+    (got / "model.safetensors").symlink_to(elsewhere)
+    pm.forget_checks()  # a new process
+    assert pm.ensure_model(spec, tmp_path / "models") == got
+    assert not (got / "model.safetensors").is_symlink()
+    assert (got / "model.safetensors").read_bytes() == FILES["model.safetensors"]
+
+
+@pytest.mark.parametrize("extra", ["adapter_config.json", "added_tokens.json", "2_Normalize/config.json"])
+def test_a_file_added_to_the_cache_is_never_loaded_it_is_extracted_again(fake, tmp_path, extra):
+    """Loaders read files beside the pinned ones when they are there (a PEFT adapter's config, added tokens, another
+    module): the cache holds the pinned files and nothing else."""
+    spec, _, _ = fake
+    got = pm.ensure_model(spec, tmp_path / "models")
+    (got / extra).parent.mkdir(parents=True, exist_ok=True)
+    (got / extra).write_text("{}")
+    pm.forget_checks()
+    assert pm.ensure_model(spec, tmp_path / "models") == got
+    assert sorted(str(p.relative_to(got)) for p in got.rglob("*") if p.is_file()) == sorted(FILES)
+
+
+def test_an_extraction_killed_midway_leaves_nothing_for_long(fake, tmp_path):
+    """kill -9 during an extraction leaves its temporary directory (the concatenated zip, part of the files); the next
+    process removes one older than an hour and keeps a recent one (another process may be extracting)."""
+    import os
+    import time
+
+    spec, _, _ = fake
+    packaged = tmp_path / "models" / "packaged"
+    old, recent = packaged / ".fake-model.dead.tmp", packaged / ".fake-model.busy.tmp"
+    for d in (old, recent):
+        (d / "fake-model").mkdir(parents=True)
+        (d / "parts.zip").write_bytes(b"half a zip")
+    hours_ago = time.time() - 2 * 3600
+    for p in (old / "parts.zip", old / "fake-model", old):
+        os.utime(p, (hours_ago, hours_ago))
+    pm.ensure_model(spec, tmp_path / "models")
+    assert not old.exists() and recent.exists()
+    assert (packaged / "fake-model" / "config.json").read_bytes() == FILES["config.json"]
