@@ -84,6 +84,12 @@ def bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
+def operator_key(client, kit: Kit) -> str:
+    """An API key of an operator principal over the kit's root, made over HTTP by its admin key."""
+    return client.post("/v1/principals", json={"identity_id": kit.writer_identity, "role": "operator", "roots": [kit.root]},
+                       headers=bearer(kit.admin_key)).json()["api_key"]
+
+
 @contextmanager
 def cli_env(ctx: Context) -> Iterator[dict[str, str]]:
     """Point ``oml`` (open_context) at the test database and KeyStore for the duration."""

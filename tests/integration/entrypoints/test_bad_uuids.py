@@ -8,7 +8,7 @@ from fastapi.testclient import TestClient
 
 from oml.services.entrypoints.http.app import create_app
 
-from support.admission import bearer, make_kit, run_cli
+from support.admission import bearer, make_kit, operator_key, run_cli
 
 BAD = "zq-canary-not-a-uuid"
 GOOD = "00000000-0000-4000-8000-000000000000"
@@ -17,8 +17,7 @@ GOOD = "00000000-0000-4000-8000-000000000000"
 @pytest.fixture(scope="module")
 def env(ctx):
     k, c = make_kit(ctx, "bad-uuids"), TestClient(create_app(ctx))
-    op = c.post("/v1/principals", json={"identity_id": k.writer_identity, "role": "operator", "roots": [k.root]},
-                headers=bearer(k.admin_key)).json()["api_key"]
+    op = operator_key(c, k)
     sim = c.post("/v1/simulations", json={"name": "s", "audience": []}, headers=bearer(k.admin_key))
     return {"k": k, "c": c, "operator_key": op, "sim": sim.json().get("simulation_id", GOOD)}
 

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from oml.domain.events import ERASURE_REASONS, REASON_CODES
 from oml.services.entrypoints.http.app import create_app
 
-from support.admission import bearer, journal_len, make_kit
+from support.admission import bearer, journal_len, make_kit, operator_key
 
 CANARY = "zq-canary-e41b"
 
@@ -22,8 +22,7 @@ CANARY = "zq-canary-e41b"
 @pytest.fixture(scope="module")
 def env(ctx):
     k, c = make_kit(ctx, "http-errors"), TestClient(create_app(ctx))
-    op = c.post("/v1/principals", json={"identity_id": k.writer_identity, "role": "operator", "roots": [k.root]},
-                headers=bearer(k.admin_key)).json()["api_key"]
+    op = operator_key(c, k)
     return {"k": k, "c": c, "operator_key": op}
 
 

@@ -17,8 +17,9 @@ from oml.services.reads.recall import Recaller, RecallRequest
 from oml.workers.index import embedding, indexer, model_switch
 from oml.workers.index.packaged_model import MODELS
 
+from support.model_switch import index_model, two_indexed_tenants
 from support.owner import owner
-from support.workers import assert_index_exact, promote, setup_tenant
+from support.workers import assert_index_exact, promote
 
 
 def _mpnet_installed() -> bool:
@@ -30,18 +31,7 @@ def _mpnet_installed() -> bool:
 
 @pytest.fixture(scope="module")
 def envs(ctx):
-    a, b = setup_tenant(ctx, "swa"), setup_tenant(ctx, "swb")
-    promote(ctx, a, "the lighthouse keeper logs every passing ship")
-    promote(ctx, a, "deploys to production happen on tuesdays")
-    promote(ctx, b, "the quarterly report is due in march")
-    for e in (a, b):
-        indexer.catch_up(ctx, e.tenant)
-    return a, b
-
-
-def _recorded(ctx) -> embedding.IndexModel:
-    with owner(ctx) as c:
-        return embedding.recorded_model(c)
+    return two_indexed_tenants(ctx, "sw")
 
 
 def _typmods(ctx) -> dict[str, int]:
@@ -71,7 +61,7 @@ def _recall(ctx, env, query: str, settings_ctx=None) -> dict:
 
 
 def test_without_a_recorded_model_the_schema_dimension_decides(ctx, envs):
-    rec = _recorded(ctx)
+    rec = index_model(ctx)
     assert (rec.dimension, rec.name, rec.state) == (384, None, "ready")
     assert embedding.check_dimension(embedding.get_embedder(ctx.settings), ctx.db) == 384
 
@@ -87,7 +77,7 @@ def test_switching_to_a_model_directory_reembeds_every_tenant_and_records_it(ctx
     assert rep.previous.name is None and not rep.altered
     assert set(rep.tenants) >= {a.tenant, b.tenant} and all(n > 0 for n in rep.tenants.values())
     assert {t for t, _, _ in seen} >= {a.tenant, b.tenant}
-    assert _recorded(ctx) == rep.model
+    assert index_model(ctx) == rep.model
     for e in envs:
         assert _rows(ctx, e.tenant) == before[e.tenant]
         assert_index_exact(ctx, e.tenant)
@@ -96,12 +86,12 @@ def test_switching_to_a_model_directory_reembeds_every_tenant_and_records_it(ctx
     out = _recall(ctx, a, "when do deploys happen")
     assert out["hits"] and not out["diagnostics"]["degraded"]
     rep = model_switch.switch(ctx, "minilm")
-    assert _recorded(ctx).name == "minilm" and rep.tenants
+    assert index_model(ctx).name == "minilm" and rep.tenants
 
 
 def test_the_indexer_refuses_to_write_another_models_vectors(ctx, envs):
     a, _ = envs
-    recorded = _recorded(ctx)
+    recorded = index_model(ctx)
     _comment(ctx, dataclasses.replace(recorded, name="another-model", source_sha256="0" * 64))
     try:
         promote(ctx, a, "the harbour master raises the storm flag")
@@ -119,7 +109,7 @@ def test_the_indexer_refuses_to_write_another_models_vectors(ctx, envs):
 
 def test_recall_answers_from_the_lexical_leg_while_rebuilding_or_on_another_model(ctx, envs):
     a, _ = envs
-    recorded = _recorded(ctx)
+    recorded = index_model(ctx)
     try:
         _comment(ctx, dataclasses.replace(recorded, state="rebuilding"))
         out = _recall(ctx, a, "lighthouse keeper ships")

@@ -17,26 +17,16 @@ from oml.services.reads.recall import Recaller, RecallRequest
 from oml.workers.index import embedding, indexer, model_switch
 
 from support.admission import run_cli
+from support.model_switch import index_model, two_indexed_tenants
 from support.owner import owner
-from support.workers import assert_index_exact, promote, setup_tenant
+from support.workers import assert_index_exact, promote
 
 TINY = 8  # the dimension of the model another process switches to, in the race below
 
 
 @pytest.fixture(scope="module")
 def envs(ctx):
-    a, b = setup_tenant(ctx, "sea"), setup_tenant(ctx, "seb")
-    promote(ctx, a, "the lighthouse keeper logs every passing ship")
-    promote(ctx, a, "deploys to production happen on tuesdays")
-    promote(ctx, b, "the quarterly report is due in march")
-    for e in (a, b):
-        indexer.catch_up(ctx, e.tenant)
-    return a, b
-
-
-def _recorded(ctx) -> embedding.IndexModel:
-    with owner(ctx) as c:
-        return embedding.recorded_model(c)
+    return two_indexed_tenants(ctx, "se")
 
 
 def _switch_elsewhere(ctx, tenant: str) -> None:
@@ -95,7 +85,7 @@ def test_a_switch_landing_inside_a_recall_never_fails_the_read(ctx, envs, monkey
     finally:
         monkeypatch.undo()
         model_switch.switch(ctx, "minilm")
-    assert _recorded(ctx).dimension == 384
+    assert index_model(ctx).dimension == 384
     for e in envs:
         assert_index_exact(ctx, e.tenant)
 
@@ -107,10 +97,10 @@ def test_a_model_directory_whose_path_holds_sql_characters_is_recorded_as_named(
     try:
         rep = model_switch.switch(ctx, str(copy))
         assert rep.model.name == str(copy.resolve())
-        assert _recorded(ctx) == rep.model
+        assert index_model(ctx) == rep.model
     finally:
         model_switch.switch(ctx, "minilm")
-    assert _recorded(ctx).name == "minilm"
+    assert index_model(ctx).name == "minilm"
 
 
 @pytest.mark.parametrize("value", ["", "  ", "mpnett", "/nonexistent/model", "{file}", "{empty}"])
@@ -118,15 +108,15 @@ def test_a_model_value_that_names_no_model_is_refused_and_changes_nothing(ctx, e
     (tmp_path / "file").write_text("not a model")
     (tmp_path / "empty").mkdir()
     value = value.format(file=tmp_path / "file", empty=tmp_path / "empty")
-    before = _recorded(ctx)
+    before = index_model(ctx)
     with pytest.raises(OMLError) as err:
         model_switch.switch(ctx, value)
     assert err.value.code == model_switch.UNKNOWN_CODE and err.value.status == 422
     assert "minilm, mpnet or a sentence-transformers model directory" in err.value.detail
-    assert _recorded(ctx) == before
+    assert index_model(ctx) == before
     res = run_cli(ctx, ["index", "rebuild", "--model", value])
     assert res.exit_code != 0 and model_switch.UNKNOWN_CODE in res.output
-    assert _recorded(ctx) == before
+    assert index_model(ctx) == before
     for e in envs:
         assert_index_exact(ctx, e.tenant)
 
@@ -146,7 +136,7 @@ FORGERIES = (
 @pytest.mark.parametrize("role", ROLES)
 def test_no_workload_role_can_forge_or_alter_the_recorded_model(ctx, envs, role):
     """The recorded model lives in a column comment: only the schema owner may write it or change the column."""
-    before = _recorded(ctx)
+    before = index_model(ctx)
     for table in model_switch.TABLES:
         for forgery in FORGERIES:
             with pytest.raises(sa.exc.ProgrammingError, match="must be owner|permission denied"):
@@ -157,7 +147,7 @@ def test_no_workload_role_can_forge_or_alter_the_recorded_model(ctx, envs, role)
             with pytest.raises(sa.exc.ProgrammingError, match="must be owner|permission denied"):
                 with ctx.db.tenant(role, envs[0].tenant) as c:
                     c.execute(sa.text(f"COMMENT ON COLUMN {partition}.embedding IS NULL"))
-    assert _recorded(ctx) == before
+    assert index_model(ctx) == before
 
 
 def _partition_number(ctx, tenant: str) -> str:
@@ -189,12 +179,12 @@ def test_a_switch_killed_midway_leaves_rebuilding_and_a_rerun_ends_consistent(ct
     try:
         with pytest.raises(_Killed):
             model_switch.switch(ctx, str(copy), progress=die_in_second_tenant)
-        rec = _recorded(ctx)
+        rec = index_model(ctx)
         assert (rec.name, rec.state) == (str(copy.resolve()), "rebuilding")
         out = Recaller(ctx).recall(a.reviewer, RecallRequest(query="lighthouse keeper ships", retriever="hybrid"))
         assert out["hits"] and [d["reason"] for d in out["diagnostics"]["degraded"]] == ["vector.rebuilding"]
         rep = model_switch.switch(ctx, str(copy))  # the same command again resumes
-        assert not rep.altered and rep.model.state == "ready" and _recorded(ctx) == rep.model
+        assert not rep.altered and rep.model.state == "ready" and index_model(ctx) == rep.model
         for e in envs:
             assert_index_exact(ctx, e.tenant)
             res = run_cli(ctx, ["index", "verify", "--tenant", e.tenant, "--json", "--no-deks"])
@@ -287,7 +277,7 @@ def test_two_switches_at_once_leave_the_column_of_the_model_recorded(ctx, envs, 
         rep = model_switch.switch(ctx, str(copy))
         monkeypatch.undo()
         assert raced and rep.model.dimension == 384
-        rec = _recorded(ctx)
+        rec = index_model(ctx)
         assert (rec.name, rec.dimension, rec.state) == (str(copy.resolve()), 384, "ready")
         for e in envs:
             assert_index_exact(ctx, e.tenant)
@@ -303,7 +293,7 @@ def test_recall_diagnostics_never_show_the_servers_model_paths(ctx, envs, tmp_pa
     import json
 
     a, _ = envs
-    recorded = _recorded(ctx)
+    recorded = index_model(ctx)
     secret = "/srv/zq-secret-models/bge-small"
 
     def comment(model):
