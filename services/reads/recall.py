@@ -78,6 +78,7 @@ from oml.services.reads import bm25 as bm25mod
 from oml.services.reads import prf as prfmod
 from oml.services.reads import readlog, rows, sim_read, timeleg
 from oml.services.reads.bodies import decrypt_versions
+from oml.services.runtime.phases import Phases
 from oml.services.runtime.tracing import traced
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -131,6 +132,8 @@ class _Diag:
     excluded_by_budget: int = 0
     unreadable: int = 0
     approximate: bool = False
+    # Wall time per phase of this read (services/runtime/phases.py); names and nanoseconds only.
+    phases: Phases = field(default_factory=Phases)
 
     def degrade(self, retriever: str, reason: str, detail: str) -> None:
         self.degraded.append({"retriever": retriever, "reason": reason, "detail": detail})
@@ -486,6 +489,19 @@ _SCORED = ("fts", "prf")
 _EMBED_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="oml-query-embed")
 
 
+def _timed(embed: EmbedFn, ph: Phases) -> EmbedFn:
+    """``embed`` that adds its own run time to ``ph`` as ``embed`` (on the worker: it overlaps the read's phases)."""
+
+    def run(text: str) -> Sequence[float]:
+        t0 = time.perf_counter_ns()
+        try:
+            return embed(text)
+        finally:
+            ph.add("embed", time.perf_counter_ns() - t0)
+
+    return run
+
+
 def default_embed(ctx: Context) -> EmbedFn:
     """The query embedding: :func:`oml.workers.index.embedding.query_embedder` — the indexer's model through ONNX
     Runtime on one thread (same vectors, tested), or torch where onnxruntime is missing or
@@ -631,7 +647,8 @@ class Recaller:
 
     @traced("recall")
     def recall(self, principal: Principal, req: RecallRequest, *,
-               audience_simulations: frozenset[str] | None = None, after_lsn: str | None = None) -> dict[str, Any]:
+               audience_simulations: frozenset[str] | None = None, after_lsn: str | None = None,
+               phases: Phases | None = None) -> dict[str, Any]:
         """Run one recall for ``principal``; returns ``{"steering": [...], "hits": [...], "diagnostics": {...}}``.
 
         Raises ``access.denied`` (403) unless the key may read,
@@ -641,34 +658,40 @@ class Recaller:
         transaction on the primary; on the primary in a nested transaction
         when a hot standby served it, ``readlog.unavailable`` 503 if that
         fails). ``after_lsn``: read no older than this primary WAL position
-        (read your writes, :meth:`Database.read`).
+        (read your writes, :meth:`Database.read`). ``phases``: filled with the wall time of each phase of this
+        read (:class:`~oml.services.runtime.phases.Phases`; the benchmarks read it, docs/recall.md, "Latency").
         """
         started = time.perf_counter()
+        ph = phases if phases is not None else Phases()
         rules.require_act(principal.role, "read")
         with invalid_as("recall.invalid"):  # the code HTTP answers, from every entry point (docs/api.md)
             q = _parse(req)
-        text, diag = q.text, _Diag(req.retriever)
+        text, diag = q.text, _Diag(req.retriever, phases=ph)
         if not q.searching:
             diag.degrade(req.retriever, "query.empty", "the query is empty: steering rows only")
 
         # The query embedding runs on a worker thread while segment 1 and the lexical leg run in PostgreSQL
         # (docs/recall.md, "Latency"): the model and the database use different cores, and the vector leg,
         # the only statement that needs the vector, waits for it.
-        pending = _EMBED_POOL.submit(contextvars.copy_context().run, self.embed, text) if q.use_vec else None
+        pending = _EMBED_POOL.submit(contextvars.copy_context().run, _timed(self.embed, ph), text) if q.use_vec else None
         # The time expression is parsed beside it, relative to the read's valid-time instant.
         timed = (_EMBED_POOL.submit(timeleg.parse, text, q.valid_at)
                  if self.time_leg and q.use_vec and q.use_fts else None)
 
         tenant = principal.tenant
         # A hot standby serves the read when one can (docs/operations.md); the read log goes to the primary.
+        ph.mark("parse")
         with self.ctx.db.read(ROLE, tenant, after_lsn=after_lsn) as rtx:
             conn = rtx.conn
+            ph.mark("begin")
             scopes, scope_ids = _scope(conn, principal, req.workarea_id)
             if audience_simulations is None:
                 # Open simulations whose audience names the key; empty: the shared plan only.
                 audience_simulations = sim_read.audience_of(conn, principal)
             read = R.ReadScope(principal, scopes, "tip", audience_simulations)
+            ph.mark("scope")
             applicable, steering, steer_valid = _steering(conn, tenant, read, scopes, q)
+            ph.mark("steering")
 
             # Segment 2: hits. Applicable steering rows are segment-1 material, never hits (in force or not).
             f = _Filters(scopes, q.as_of, q.kinds, q.provenances, q.valid_at, [x.version_id for x in applicable])
@@ -677,11 +700,14 @@ class Recaller:
             cand = rows.load_rows(conn, tenant, found, q.as_of, audience_simulations)
             admitted = {v for v, x in cand.items() if R.visible(x.facts, read, "hit")
                         and R.valid_state(x.valid_from, x.valid_to, q.valid_at) == "valid"}
+            ph.mark("load_candidates")
             if (self.prf is not None and req.retriever == "hybrid" and self.lexical == "bm25" and not audience_simulations
                     and legs.get("fts")):
                 found, admitted = self._feedback(conn, tenant, q, f, legs, found, admitted, cand, read, diag)
             diag.excluded_by_predicate = len(found - admitted)
+            ph.mark("prf")
             outside = count_outside_valid_time(conn, tenant, f, audience_simulations) if legs else dict(NONE_OUTSIDE)
+            ph.mark("valid_time_count")
             window = diag.window
             in_window = ({v for v in admitted if window.contains(cand[v].valid_from)}
                          if window is not None and self.time_mode == "boost" else None)
@@ -691,11 +717,15 @@ class Recaller:
                 for d in diag.degraded:
                     if d["reason"] == "fts.no_lexemes":
                         d["detail"] += "; hybrid answered by the vector leg only"
+            ph.mark("fusion")
 
             steer_items, hit_items, used = self._serve(conn, tenant, steering, ranked[: q.budget.k], cand, q.budget, diag)
+            ph.mark("serve")
             served = [i["claim_id"] for i in steer_items + hit_items]
             readlog.record_read(self.ctx.db, rtx, principal, "recall", claim_ids=served, workarea_ids=scope_ids,
                                 query_digest=readlog.digest_query(self.ctx.keystore, tenant, text))
+            ph.mark("readlog")
+        ph.mark("commit")
 
         return {
             "steering": steer_items,
@@ -737,10 +767,12 @@ class Recaller:
                 legs["fts"] = bm25mod.bm25_leg(conn, q.text, f, pool, diag, self.bm25)
             else:
                 legs["fts"] = fts_leg(conn, q.text, f, pool, diag)
+        diag.phases.mark("lexical")
         qvec = None
         if pending is not None:
             try:
                 qvec = pending.result()
+                diag.phases.mark("embed_wait")
             except Exception as exc:  # noqa: BLE001 - any model failure degrades to FTS, said in diagnostics
                 log.warning("recall: embedding model unavailable (%s)", type(exc).__name__)
                 diag.degrade("vector", "vector.model_unavailable",
@@ -754,6 +786,7 @@ class Recaller:
                 use_vec, qvec = False, None
         if use_vec and qvec is not None:
             legs["vector"] = vector_leg(conn, tenant, qvec, f, pool, diag, self.exact_scan_max)
+            diag.phases.mark("vector")
             win = timed.result() if timed is not None else None
             if win is not None and not audience_simulations:
                 legs["time"] = self._time_leg(conn, tenant, qvec, dataclasses.replace(f, window=win), pool, diag)
@@ -814,6 +847,7 @@ class Recaller:
         steering items, the hit items and the characters they use."""
         bodies = decrypt_versions(conn, self.ctx.keystore, tenant,
                                   [x.version_id for x in steering] + [rk[0] for rk in considered])
+        diag.phases.mark("bodies")
         steer_items, used = [], 0
         for x in steering:
             item = self._item(x, None, bodies, diag)
