@@ -80,6 +80,7 @@ from oml.services.reads import readlog, rows, sim_read, timeleg
 from oml.services.reads.bodies import decrypt_versions
 from oml.services.runtime.phases import Phases
 from oml.services.runtime.tracing import traced
+from oml.services.storage import pipelined
 
 if TYPE_CHECKING:  # pragma: no cover
     from oml.services.runtime.context import Context
@@ -186,16 +187,25 @@ _LEXEMES_BOTH = sa.text(
     " GROUP BY lexeme) y")
 
 
-def query_lexemes(conn: sa.Connection, text: str, config: str = R.FTS_CONFIG) -> tuple[list[str], int]:
-    """Lexemes PostgreSQL's parser makes of ``text`` under ``config`` (a text-search configuration name; reads
-    always use :data:`FTS_CONFIG`, stop words removed), accents folded (:func:`oml.domain.recall.fold_accents`, as
-    the indexer folds); for text with accents the unfolded lexemes too. Returns (the first
-    :data:`~oml.domain.recall.LEXEMES_MAX` in the order the query uses them, how many it has)."""
+def query_lexemes(conn: sa.Connection, text: str) -> tuple[list[str], int]:
+    """Lexemes PostgreSQL's parser makes of ``text`` under :data:`FTS_CONFIG` (stop words removed), accents folded
+    (:func:`oml.domain.recall.fold_accents`, as the indexer folds); for text with accents the unfolded lexemes too.
+    Returns (the first :data:`~oml.domain.recall.LEXEMES_MAX` in the order the query uses them, how many it has)."""
+    return lexemes_from(conn.execute(*lexemes_query(text)).one())
+
+
+def lexemes_query(text: str) -> tuple[sa.TextClause, dict[str, Any]]:
+    """:func:`query_lexemes`'s statement and parameters (a caller may send it in a pipeline and read its one row
+    with :func:`lexemes_from`)."""
     folded = R.fold_accents(text)
     if folded == text:
-        arr, total = conn.execute(_LEXEMES, {"cfg": config, "q": text}).one()
-    else:
-        arr, total = conn.execute(_LEXEMES_BOTH, {"cfg": config, "q": text, "folded": folded}).one()
+        return _LEXEMES, {"cfg": R.FTS_CONFIG, "q": text}
+    return _LEXEMES_BOTH, {"cfg": R.FTS_CONFIG, "q": text, "folded": folded}
+
+
+def lexemes_from(row: Any) -> tuple[list[str], int]:
+    """(lexemes in order, how many the text has) from the one row of :func:`lexemes_query`."""
+    arr, total = row
     return list(arr or []), int(total)
 
 
@@ -238,16 +248,17 @@ def fts_row(r: Any) -> LegRow:
 
 
 @traced("recall.fts")
-def fts_leg(conn: sa.Connection, text: str, f: _Filters, n: int, diag: _Diag) -> list[LegRow]:
+def fts_leg(conn: sa.Connection, text: str, f: _Filters, n: int, diag: _Diag,
+            lexemes: tuple[list[str], int] | None = None) -> list[LegRow]:
     """Up to ``n`` leg rows (version id, ts_rank, ties), best first.
 
     AND of the query's lexemes first; when it finds fewer than ``n`` rows
     (and there is more than one lexeme), the OR query answers instead — its
     result contains every AND hit, ranked on the same scale, so scores within
     the leg stay comparable (AND alone returns nothing for most
-    natural-language questions).
+    natural-language questions). ``lexemes``: :func:`query_lexemes` of ``text``, when the caller already has them.
     """
-    lex, total = query_lexemes(conn, text)
+    lex, total = lexemes if lexemes is not None else query_lexemes(conn, text)
     info = lexeme_info(lex, total, diag)
     if not lex:
         info["mode"] = "none"
@@ -351,8 +362,14 @@ def count_outside_valid_time(conn: sa.Connection, tenant: str, f: _Filters, audi
     """Index rows in the read's scope that match its hit filters — not its query — but whose declared valid time
     excludes ``f.valid_at``: ``{"expired": n, "not_yet_valid": m, "truncated": bool}``, counted up to
     :data:`VALID_COUNT_CAP` over ``memories_fts`` (and the audience's simulation partitions). Rows, not claims:
-    an audience member's overlay tip and the default tip it shadows count once each. One statement; the
+    an audience member's overlay tip and the default tip it shadows count once each. One statement
+    (:func:`outside_query`, read by :func:`outside_from`); the
     partial index ``memories_fts_valid_time`` (60_search.sql) keeps it to rows that declare a valid time."""
+    return outside_from(conn.execute(*outside_query(tenant, f, audience)).one())
+
+
+def outside_query(tenant: str, f: _Filters, audience: frozenset[str] = frozenset()) -> tuple[sa.TextClause, dict[str, Any]]:
+    """:func:`count_outside_valid_time`'s statement and parameters."""
     f0 = dataclasses.replace(f, valid_at=None)
     outside = ["(m.valid_from IS NOT NULL OR m.valid_to IS NOT NULL)", "(m.valid_to <= :at OR m.valid_from > :at)"]
     where, params = filter_conditions(f0, ["m.tenant_id = :t", "m.provenance <> 'simulation'"] + outside, {})
@@ -362,9 +379,13 @@ def count_outside_valid_time(conn: sa.Connection, tenant: str, f: _Filters, audi
                                            params | {"sims": sorted(audience)})
         parts.append(f"SELECT m.valid_to FROM sim_memories_fts m WHERE {swhere}")
     union = " UNION ALL ".join(parts)
-    expired, total = conn.execute(sa.text(
-        f"SELECT count(*) FILTER (WHERE x.valid_to <= :at), count(*) FROM ({union} LIMIT :cap) x"),
-        params | {"t": tenant, "at": f.valid_at, "cap": VALID_COUNT_CAP + 1}).one()
+    return (sa.text(f"SELECT count(*) FILTER (WHERE x.valid_to <= :at) AS expired, count(*) AS total FROM ({union} LIMIT :cap) x"),
+            params | {"t": tenant, "at": f.valid_at, "cap": VALID_COUNT_CAP + 1})
+
+
+def outside_from(row: Any) -> dict[str, int | bool]:
+    """:func:`count_outside_valid_time`'s answer from the one row of :func:`outside_query`."""
+    expired, total = row
     truncated = total > VALID_COUNT_CAP
     total = min(total, VALID_COUNT_CAP)
     expired = min(expired, total)
@@ -586,15 +607,47 @@ def _parse(req: RecallRequest) -> _Query:
                   searching and req.retriever in ("fts", "hybrid"), searching and req.retriever in ("vector", "hybrid"))
 
 
-def _scope(conn: sa.Connection, principal: Principal, workarea_id: Any) -> tuple[list[str], list[str]]:
-    """The read's scope paths and the workarea ids the read log names; ``workarea.not_found`` (404) for a
-    workarea outside the key's access (or none)."""
+def _scope(principal: Principal, workarea_id: Any, wa: tuple[str, str] | None) -> tuple[list[str], list[str]]:
+    """The read's scope paths and the workarea ids the read log names; ``wa`` is the workarea ``workarea_id``
+    names (``(node id, path)``, None when there is none). ``workarea.not_found`` (404) for a workarea outside the
+    key's access (or none)."""
     if workarea_id is None:
         return R.resolve_scope(principal, None), sorted(principal.roots)
-    wa = rows.workarea_by_id(conn, principal.tenant, str(workarea_id)) if _is_uuid(workarea_id) else None
     if wa is None:
         raise workarea_not_found(workarea_id)
     return R.resolve_scope(principal, wa[1]), [wa[0]]
+
+
+@dataclass
+class _Opening:
+    """What a recall reads before its scope is known, in one round trip (:func:`_opening`)."""
+
+    workarea: tuple[str, str] | None
+    audience_rows: list[Any] | None
+    lexemes: tuple[list[str], int] | None
+
+
+def _opening(conn: sa.Connection, principal: Principal, workarea_id: Any, audience: bool, text: str | None) -> _Opening:
+    """The statements a recall's first steps need that depend on nothing read yet — the workarea ``workarea_id``
+    names (when it is a uuid), the key's open simulations (``audience``) and the lexemes of ``text`` (the lexical
+    leg's; None: no lexical leg) — sent as one pipeline (:func:`oml.services.storage.pipelined.fetch`): one round
+    trip instead of three. Each statement is the one its own function runs (:func:`rows.workarea_by_id`,
+    :func:`sim_read.audience_of`, :func:`query_lexemes`)."""
+    names: list[str] = []
+    queries: list[pipelined.Query] = []
+    if workarea_id is not None and _is_uuid(workarea_id):
+        names.append("workarea")
+        queries.append(pipelined.of(rows.WORKAREA_BY_ID, {"t": principal.tenant, "n": str(workarea_id)}))
+    if audience:
+        names.append("audience")
+        queries.append(pipelined.of(*sim_read.audience_query(principal)))
+    if text is not None:
+        names.append("lexemes")
+        queries.append(pipelined.of(*lexemes_query(text)))
+    got = dict(zip(names, pipelined.fetch(conn, queries), strict=True)) if queries else {}
+    wa = got.get("workarea")
+    return _Opening((str(wa[0].node_id), wa[0].path) if wa else None, got.get("audience"),
+                    lexemes_from(got["lexemes"][0]) if "lexemes" in got else None)
 
 
 def _steering(conn: sa.Connection, tenant: str, read: R.ReadScope, scopes: Sequence[str], q: _Query):
@@ -684,10 +737,11 @@ class Recaller:
         with self.ctx.db.read(ROLE, tenant, after_lsn=after_lsn) as rtx:
             conn = rtx.conn
             ph.mark("begin")
-            scopes, scope_ids = _scope(conn, principal, req.workarea_id)
+            opening = _opening(conn, principal, req.workarea_id, audience_simulations is None, text if q.use_fts else None)
+            scopes, scope_ids = _scope(principal, req.workarea_id, opening.workarea)
             if audience_simulations is None:
                 # Open simulations whose audience names the key; empty: the shared plan only.
-                audience_simulations = sim_read.audience_of(conn, principal)
+                audience_simulations = sim_read.audience_of(conn, principal, opening.audience_rows)
             read = R.ReadScope(principal, scopes, "tip", audience_simulations)
             ph.mark("scope")
             applicable, steering, steer_valid = _steering(conn, tenant, read, scopes, q)
@@ -695,9 +749,17 @@ class Recaller:
 
             # Segment 2: hits. Applicable steering rows are segment-1 material, never hits (in force or not).
             f = _Filters(scopes, q.as_of, q.kinds, q.provenances, q.valid_at, [x.version_id for x in applicable])
-            legs = self._legs(conn, tenant, q, f, diag, pending, audience_simulations, timed)
+            legs = self._legs(conn, tenant, q, f, diag, pending, audience_simulations, timed, opening.lexemes)
             found = {row[0] for got in legs.values() for row in got}
-            cand = rows.load_rows(conn, tenant, found, q.as_of, audience_simulations)
+            outside: dict[str, int | bool] | None = None
+            if found and not audience_simulations:
+                # The candidates' rows and the valid-time count depend on nothing between them: one round trip.
+                got_rows, got_outside = pipelined.fetch(conn, [pipelined.of(*rows.rows_query(tenant, found, q.as_of)),
+                                                               pipelined.of(*outside_query(tenant, f))])
+                cand = rows.loaded_from(tenant, got_rows)
+                outside = outside_from(got_outside[0])
+            else:
+                cand = rows.load_rows(conn, tenant, found, q.as_of, audience_simulations)
             admitted = {v for v, x in cand.items() if R.visible(x.facts, read, "hit")
                         and R.valid_state(x.valid_from, x.valid_to, q.valid_at) == "valid"}
             ph.mark("load_candidates")
@@ -706,7 +768,8 @@ class Recaller:
                 found, admitted = self._feedback(conn, tenant, q, f, legs, found, admitted, cand, read, diag)
             diag.excluded_by_predicate = len(found - admitted)
             ph.mark("prf")
-            outside = count_outside_valid_time(conn, tenant, f, audience_simulations) if legs else dict(NONE_OUTSIDE)
+            if outside is None:
+                outside = count_outside_valid_time(conn, tenant, f, audience_simulations) if legs else dict(NONE_OUTSIDE)
             ph.mark("valid_time_count")
             window = diag.window
             in_window = ({v for v in admitted if window.contains(cand[v].valid_from)}
@@ -722,8 +785,9 @@ class Recaller:
             steer_items, hit_items, used = self._serve(conn, tenant, steering, ranked[: q.budget.k], cand, q.budget, diag)
             ph.mark("serve")
             served = [i["claim_id"] for i in steer_items + hit_items]
+            # The read's last statement: on the primary the row and COMMIT go together (docs/recall.md, "Latency").
             readlog.record_read(self.ctx.db, rtx, principal, "recall", claim_ids=served, workarea_ids=scope_ids,
-                                query_digest=readlog.digest_query(self.ctx.keystore, tenant, text))
+                                query_digest=readlog.digest_query(self.ctx.keystore, tenant, text), last=True)
             ph.mark("readlog")
         ph.mark("commit")
 
@@ -754,19 +818,21 @@ class Recaller:
         }
 
     def _legs(self, conn: sa.Connection, tenant: str, q: _Query, f: _Filters, diag: _Diag, pending: Any,
-              audience_simulations: frozenset[str], timed: Any = None) -> dict[str, list[LegRow]]:
+              audience_simulations: frozenset[str], timed: Any = None,
+              lexemes: tuple[list[str], int] | None = None) -> dict[str, list[LegRow]]:
         """Each retriever's candidates (``{"fts"|"vector"|"time": [LegRow …]}``), at most a pool of ``2k`` (and at
         least ``R.POOL_MIN``) each; a model failure degrades to the lexical leg, said in ``diag``. ``timed`` is the
         pending parse of the query's time expression: when it names one, the time leg is the vector leg over the
-        claims whose ``valid_from`` lies in its window (docs/recall.md, "Time leg")."""
+        claims whose ``valid_from`` lies in its window (docs/recall.md, "Time leg"). ``lexemes``: the query's, read
+        by :func:`_opening`."""
         pool = max(R.POOL_MIN, 2 * q.budget.k)
         use_vec = q.use_vec
         legs: dict[str, list[LegRow]] = {}
         if q.use_fts:
             if self.lexical == "bm25" and not audience_simulations:
-                legs["fts"] = bm25mod.bm25_leg(conn, q.text, f, pool, diag, self.bm25)
+                legs["fts"] = bm25mod.bm25_leg(conn, q.text, f, pool, diag, self.bm25, lexemes=lexemes)
             else:
-                legs["fts"] = fts_leg(conn, q.text, f, pool, diag)
+                legs["fts"] = fts_leg(conn, q.text, f, pool, diag, lexemes=lexemes)
         diag.phases.mark("lexical")
         qvec = None
         if pending is not None:
