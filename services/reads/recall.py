@@ -187,20 +187,21 @@ _LEXEMES_BOTH = sa.text(
     " GROUP BY lexeme) y")
 
 
-def query_lexemes(conn: sa.Connection, text: str) -> tuple[list[str], int]:
-    """Lexemes PostgreSQL's parser makes of ``text`` under :data:`FTS_CONFIG` (stop words removed), accents folded
-    (:func:`oml.domain.recall.fold_accents`, as the indexer folds); for text with accents the unfolded lexemes too.
-    Returns (the first :data:`~oml.domain.recall.LEXEMES_MAX` in the order the query uses them, how many it has)."""
-    return lexemes_from(conn.execute(*lexemes_query(text)).one())
+def query_lexemes(conn: sa.Connection, text: str, config: str = R.FTS_CONFIG) -> tuple[list[str], int]:
+    """Lexemes PostgreSQL's parser makes of ``text`` under ``config`` (a text-search configuration name; reads
+    always use :data:`FTS_CONFIG`, stop words removed), accents folded (:func:`oml.domain.recall.fold_accents`, as
+    the indexer folds); for text with accents the unfolded lexemes too. Returns (the first
+    :data:`~oml.domain.recall.LEXEMES_MAX` in the order the query uses them, how many it has)."""
+    return lexemes_from(conn.execute(*lexemes_query(text, config)).one())
 
 
-def lexemes_query(text: str) -> tuple[sa.TextClause, dict[str, Any]]:
+def lexemes_query(text: str, config: str = R.FTS_CONFIG) -> tuple[sa.TextClause, dict[str, Any]]:
     """:func:`query_lexemes`'s statement and parameters (a caller may send it in a pipeline and read its one row
     with :func:`lexemes_from`)."""
     folded = R.fold_accents(text)
     if folded == text:
-        return _LEXEMES, {"cfg": R.FTS_CONFIG, "q": text}
-    return _LEXEMES_BOTH, {"cfg": R.FTS_CONFIG, "q": text, "folded": folded}
+        return _LEXEMES, {"cfg": config, "q": text}
+    return _LEXEMES_BOTH, {"cfg": config, "q": text, "folded": folded}
 
 
 def lexemes_from(row: Any) -> tuple[list[str], int]:
