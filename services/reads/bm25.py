@@ -57,13 +57,14 @@ def bounded(f: Any, params: tuple[float, float]) -> bool:
 
 
 @traced("recall.fts")  # the lexical leg, whichever ranking (docs/operations.md, spans)
-def bm25_leg(conn: sa.Connection, text: str, f: Any, n: int, diag: Any, params: tuple[float, float] = (K1, B)
-             ) -> list[tuple[str, float, tuple]]:
+def bm25_leg(conn: sa.Connection, text: str, f: Any, n: int, diag: Any, params: tuple[float, float] = (K1, B), *,
+             lexemes: tuple[list[str], int] | None = None) -> list[tuple[str, float, tuple]]:
     """Up to ``n`` rows (version id, BM25 score, ties) best first; diagnostics under ``legs["fts"]`` with
-    ``ranking: "bm25"``. ``params`` is (k1, b). Degrades like the FTS leg when the query has no lexemes."""
+    ``ranking: "bm25"``. ``params`` is (k1, b). Degrades like the FTS leg when the query has no lexemes.
+    ``lexemes``: ``query_lexemes`` of ``text`` (services/reads/recall.py), when the caller already read them."""
     from oml.services.reads.recall import lexeme_info, query_lexemes
 
-    first, total = query_lexemes(conn, text)
+    first, total = lexemes if lexemes is not None else query_lexemes(conn, text)
     lex = sorted(first)
     info = lexeme_info(lex, total, diag)
     info["ranking"] = "bm25"

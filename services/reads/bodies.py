@@ -23,9 +23,12 @@ import hashlib
 import json
 from typing import Any
 
+import psycopg
 import sqlalchemy as sa
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+from psycopg import pq
+from psycopg import sql as pgsql
 
 from oml.domain import envelope
 from oml.domain import verified_read as V
@@ -33,6 +36,7 @@ from oml.domain.errors import OMLError, not_found
 from oml.services.keys.keystore import KeyStore
 from oml.services.reads import verified_reads
 from oml.services.runtime.tracing import traced
+from oml.services.storage import pipelined
 
 
 class Unverified(OMLError):
@@ -215,11 +219,41 @@ def _decrypt_versions(conn: sa.Connection, keystore: KeyStore, tenant: str, vers
     return out
 
 
+_LOG_READ = ("INSERT INTO read_events (tenant_id, principal_id, identity_id, role, op, workarea_ids, claim_ids, query_digest)"
+             " VALUES (:t, :p, CAST(:i AS uuid), :r, :op, CAST(:w AS uuid[]), CAST(:c AS uuid[]), :q)")
+# The same row as a simple query followed by COMMIT (log_read's ``commit``); the values are psycopg-quoted literals.
+_LOG_READ_COMMIT = pgsql.SQL(
+    "INSERT INTO read_events (tenant_id, principal_id, identity_id, role, op, workarea_ids, claim_ids, query_digest)"
+    " VALUES ({t}, {p}, CAST({i} AS uuid), {r}, {op}, CAST({w} AS uuid[]), CAST({c} AS uuid[]), {q}); COMMIT")
+
+
 def log_read(conn: sa.Connection, tenant: str, *, principal_id: str | None, identity_id: str | None, role: str, op: str,
-             claim_ids: list[str], workarea_ids: list[str] = (), query_digest: bytes | None = None) -> None:
-    """Record one read in ``read_events`` (ids and a keyed digest only, never text), in the caller's transaction."""
-    conn.execute(sa.text(
-        "INSERT INTO read_events (tenant_id, principal_id, identity_id, role, op, workarea_ids, claim_ids, query_digest)"
-        " VALUES (:t, :p, CAST(:i AS uuid), :r, :op, CAST(:w AS uuid[]), CAST(:c AS uuid[]), :q)"),
-        {"t": tenant, "p": principal_id, "i": identity_id, "r": role, "op": op, "w": sorted(set(workarea_ids)),
-         "c": sorted(set(claim_ids)), "q": query_digest})
+             claim_ids: list[str], workarea_ids: list[str] = (), query_digest: bytes | None = None,
+             commit: bool = False) -> None:
+    """Record one read in ``read_events`` (ids and a keyed digest only, never text), in the caller's transaction.
+
+    ``commit``: the row is the transaction's last statement, and the row and ``COMMIT`` go in one round trip (one
+    simple query; the values as literals quoted by psycopg): when this returns the read and its row are committed,
+    and the caller's own commit finds nothing left to do (psycopg and SQLAlchemy read the transaction status from
+    the connection). The caller sends nothing more on ``conn``. An error leaves the transaction failed and nothing
+    committed, as the plain insert would."""
+    params = {"t": tenant, "p": principal_id, "i": identity_id, "r": role, "op": op, "w": sorted(set(workarea_ids)),
+              "c": sorted(set(claim_ids)), "q": query_digest}
+    if not commit:
+        conn.execute(sa.text(_LOG_READ), params)
+        return
+    dc = conn.connection.driver_connection
+    if dc.pgconn.transaction_status != pq.TransactionStatus.INTRANS:
+        raise RuntimeError("log_read(commit=True) needs an open transaction")
+    with pipelined.wrapped("-- the read-log row and COMMIT"):
+        res = dc.pgconn.exec_(_LOG_READ_COMMIT.format(**{k: pgsql.Literal(v) for k, v in params.items()}).as_bytes(dc))
+        if res.status == pq.ExecStatus.FATAL_ERROR:
+            # The class psycopg would raise for the SQLSTATE; a fixed message (the server's could quote values).
+            state = (res.error_field(pq.DiagnosticField.SQLSTATE) or b"").decode()
+            try:
+                cls = psycopg.errors.lookup(state)
+            except KeyError:
+                cls = psycopg.DatabaseError
+            raise cls("the read-log row was refused; nothing was committed")
+        if res.status != pq.ExecStatus.COMMAND_OK or dc.pgconn.transaction_status != pq.TransactionStatus.IDLE:
+            raise psycopg.OperationalError("the read-log row did not commit")

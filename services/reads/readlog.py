@@ -73,26 +73,28 @@ _ROW_COLS = ("tenant_id, read_id, at, principal_id, identity_id, role, op, worka
 
 @traced("readlog.record")
 def record(conn: sa.Connection, principal: Principal, op: str, *, claim_ids: Iterable[str] = (),
-           workarea_ids: Iterable[str] = (), query_digest: bytes | None = None) -> None:
-    """Log one read in the caller's ``oml_server`` transaction (ids and digest only)."""
+           workarea_ids: Iterable[str] = (), query_digest: bytes | None = None, commit: bool = False) -> None:
+    """Log one read in the caller's ``oml_server`` transaction (ids and digest only). ``commit``: the row is the
+    transaction's last statement and commits with it in the same round trip (:func:`~oml.services.reads.bodies.log_read`)."""
     if op not in rl.OPS:
         raise ValueError(f"unknown read op {op!r}")
     log_read(conn, principal.tenant, principal_id=principal.principal_id, identity_id=principal.identity_id,
              role=principal.role, op=op, claim_ids=[str(c) for c in claim_ids],
-             workarea_ids=[str(w) for w in workarea_ids], query_digest=query_digest)
+             workarea_ids=[str(w) for w in workarea_ids], query_digest=query_digest, commit=commit)
 
 
-def record_read(db: Database, rtx: ReadTx, principal: Principal, op: str, **kw: Any) -> None:
+def record_read(db: Database, rtx: ReadTx, principal: Principal, op: str, *, last: bool = False, **kw: Any) -> None:
     """Log a read served through ``rtx`` (:meth:`Database.read`) before its answer leaves.
 
     On the primary the row goes into the read's own transaction, as
-    :func:`record`. A standby cannot write: the row is committed on the
+    :func:`record`; with ``last`` (the read sends nothing after it) the row and the read's ``COMMIT`` go in one
+    round trip, so the read is committed, logged, when this returns. A standby cannot write: the row is committed on the
     primary in a transaction of its own, inside the read's, so the answer is
     returned only after its log row is durable. Raises ``readlog.unavailable``
     (503) when the primary cannot take it: nothing is served unlogged.
     """
     if rtx.on_primary:
-        record(rtx.conn, principal, op, **kw)
+        record(rtx.conn, principal, op, commit=last, **kw)
         return
     try:
         with db.tenant("oml_server", principal.tenant) as conn:

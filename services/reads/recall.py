@@ -78,7 +78,9 @@ from oml.services.reads import bm25 as bm25mod
 from oml.services.reads import prf as prfmod
 from oml.services.reads import readlog, rows, sim_read, timeleg
 from oml.services.reads.bodies import decrypt_versions
+from oml.services.runtime.phases import Phases
 from oml.services.runtime.tracing import traced
+from oml.services.storage import pipelined
 
 if TYPE_CHECKING:  # pragma: no cover
     from oml.services.runtime.context import Context
@@ -131,6 +133,8 @@ class _Diag:
     excluded_by_budget: int = 0
     unreadable: int = 0
     approximate: bool = False
+    # Wall time per phase of this read (services/runtime/phases.py); names and nanoseconds only.
+    phases: Phases = field(default_factory=Phases)
 
     def degrade(self, retriever: str, reason: str, detail: str) -> None:
         self.degraded.append({"retriever": retriever, "reason": reason, "detail": detail})
@@ -188,11 +192,21 @@ def query_lexemes(conn: sa.Connection, text: str, config: str = R.FTS_CONFIG) ->
     always use :data:`FTS_CONFIG`, stop words removed), accents folded (:func:`oml.domain.recall.fold_accents`, as
     the indexer folds); for text with accents the unfolded lexemes too. Returns (the first
     :data:`~oml.domain.recall.LEXEMES_MAX` in the order the query uses them, how many it has)."""
+    return lexemes_from(conn.execute(*lexemes_query(text, config)).one())
+
+
+def lexemes_query(text: str, config: str = R.FTS_CONFIG) -> tuple[sa.TextClause, dict[str, Any]]:
+    """:func:`query_lexemes`'s statement and parameters (a caller may send it in a pipeline and read its one row
+    with :func:`lexemes_from`)."""
     folded = R.fold_accents(text)
     if folded == text:
-        arr, total = conn.execute(_LEXEMES, {"cfg": config, "q": text}).one()
-    else:
-        arr, total = conn.execute(_LEXEMES_BOTH, {"cfg": config, "q": text, "folded": folded}).one()
+        return _LEXEMES, {"cfg": config, "q": text}
+    return _LEXEMES_BOTH, {"cfg": config, "q": text, "folded": folded}
+
+
+def lexemes_from(row: Any) -> tuple[list[str], int]:
+    """(lexemes in order, how many the text has) from the one row of :func:`lexemes_query`."""
+    arr, total = row
     return list(arr or []), int(total)
 
 
@@ -235,16 +249,17 @@ def fts_row(r: Any) -> LegRow:
 
 
 @traced("recall.fts")
-def fts_leg(conn: sa.Connection, text: str, f: _Filters, n: int, diag: _Diag) -> list[LegRow]:
+def fts_leg(conn: sa.Connection, text: str, f: _Filters, n: int, diag: _Diag,
+            lexemes: tuple[list[str], int] | None = None) -> list[LegRow]:
     """Up to ``n`` leg rows (version id, ts_rank, ties), best first.
 
     AND of the query's lexemes first; when it finds fewer than ``n`` rows
     (and there is more than one lexeme), the OR query answers instead — its
     result contains every AND hit, ranked on the same scale, so scores within
     the leg stay comparable (AND alone returns nothing for most
-    natural-language questions).
+    natural-language questions). ``lexemes``: :func:`query_lexemes` of ``text``, when the caller already has them.
     """
-    lex, total = query_lexemes(conn, text)
+    lex, total = lexemes if lexemes is not None else query_lexemes(conn, text)
     info = lexeme_info(lex, total, diag)
     if not lex:
         info["mode"] = "none"
@@ -348,8 +363,14 @@ def count_outside_valid_time(conn: sa.Connection, tenant: str, f: _Filters, audi
     """Index rows in the read's scope that match its hit filters — not its query — but whose declared valid time
     excludes ``f.valid_at``: ``{"expired": n, "not_yet_valid": m, "truncated": bool}``, counted up to
     :data:`VALID_COUNT_CAP` over ``memories_fts`` (and the audience's simulation partitions). Rows, not claims:
-    an audience member's overlay tip and the default tip it shadows count once each. One statement; the
+    an audience member's overlay tip and the default tip it shadows count once each. One statement
+    (:func:`outside_query`, read by :func:`outside_from`); the
     partial index ``memories_fts_valid_time`` (60_search.sql) keeps it to rows that declare a valid time."""
+    return outside_from(conn.execute(*outside_query(tenant, f, audience)).one())
+
+
+def outside_query(tenant: str, f: _Filters, audience: frozenset[str] = frozenset()) -> tuple[sa.TextClause, dict[str, Any]]:
+    """:func:`count_outside_valid_time`'s statement and parameters."""
     f0 = dataclasses.replace(f, valid_at=None)
     outside = ["(m.valid_from IS NOT NULL OR m.valid_to IS NOT NULL)", "(m.valid_to <= :at OR m.valid_from > :at)"]
     where, params = filter_conditions(f0, ["m.tenant_id = :t", "m.provenance <> 'simulation'"] + outside, {})
@@ -359,9 +380,13 @@ def count_outside_valid_time(conn: sa.Connection, tenant: str, f: _Filters, audi
                                            params | {"sims": sorted(audience)})
         parts.append(f"SELECT m.valid_to FROM sim_memories_fts m WHERE {swhere}")
     union = " UNION ALL ".join(parts)
-    expired, total = conn.execute(sa.text(
-        f"SELECT count(*) FILTER (WHERE x.valid_to <= :at), count(*) FROM ({union} LIMIT :cap) x"),
-        params | {"t": tenant, "at": f.valid_at, "cap": VALID_COUNT_CAP + 1}).one()
+    return (sa.text(f"SELECT count(*) FILTER (WHERE x.valid_to <= :at) AS expired, count(*) AS total FROM ({union} LIMIT :cap) x"),
+            params | {"t": tenant, "at": f.valid_at, "cap": VALID_COUNT_CAP + 1})
+
+
+def outside_from(row: Any) -> dict[str, int | bool]:
+    """:func:`count_outside_valid_time`'s answer from the one row of :func:`outside_query`."""
+    expired, total = row
     truncated = total > VALID_COUNT_CAP
     total = min(total, VALID_COUNT_CAP)
     expired = min(expired, total)
@@ -486,6 +511,19 @@ _SCORED = ("fts", "prf")
 _EMBED_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="oml-query-embed")
 
 
+def _timed(embed: EmbedFn, ph: Phases) -> EmbedFn:
+    """``embed`` that adds its own run time to ``ph`` as ``embed`` (on the worker: it overlaps the read's phases)."""
+
+    def run(text: str) -> Sequence[float]:
+        t0 = time.perf_counter_ns()
+        try:
+            return embed(text)
+        finally:
+            ph.add("embed", time.perf_counter_ns() - t0)
+
+    return run
+
+
 def default_embed(ctx: Context) -> EmbedFn:
     """The query embedding: :func:`oml.workers.index.embedding.query_embedder` — the indexer's model through ONNX
     Runtime on one thread (same vectors, tested), or torch where onnxruntime is missing or
@@ -570,15 +608,47 @@ def _parse(req: RecallRequest) -> _Query:
                   searching and req.retriever in ("fts", "hybrid"), searching and req.retriever in ("vector", "hybrid"))
 
 
-def _scope(conn: sa.Connection, principal: Principal, workarea_id: Any) -> tuple[list[str], list[str]]:
-    """The read's scope paths and the workarea ids the read log names; ``workarea.not_found`` (404) for a
-    workarea outside the key's access (or none)."""
+def _scope(principal: Principal, workarea_id: Any, wa: tuple[str, str] | None) -> tuple[list[str], list[str]]:
+    """The read's scope paths and the workarea ids the read log names; ``wa`` is the workarea ``workarea_id``
+    names (``(node id, path)``, None when there is none). ``workarea.not_found`` (404) for a workarea outside the
+    key's access (or none)."""
     if workarea_id is None:
         return R.resolve_scope(principal, None), sorted(principal.roots)
-    wa = rows.workarea_by_id(conn, principal.tenant, str(workarea_id)) if _is_uuid(workarea_id) else None
     if wa is None:
         raise workarea_not_found(workarea_id)
     return R.resolve_scope(principal, wa[1]), [wa[0]]
+
+
+@dataclass
+class _Opening:
+    """What a recall reads before its scope is known, in one round trip (:func:`_opening`)."""
+
+    workarea: tuple[str, str] | None
+    audience_rows: list[Any] | None
+    lexemes: tuple[list[str], int] | None
+
+
+def _opening(conn: sa.Connection, principal: Principal, workarea_id: Any, audience: bool, text: str | None) -> _Opening:
+    """The statements a recall's first steps need that depend on nothing read yet — the workarea ``workarea_id``
+    names (when it is a uuid), the key's open simulations (``audience``) and the lexemes of ``text`` (the lexical
+    leg's; None: no lexical leg) — sent as one pipeline (:func:`oml.services.storage.pipelined.fetch`): one round
+    trip instead of three. Each statement is the one its own function runs (:func:`rows.workarea_by_id`,
+    :func:`sim_read.audience_of`, :func:`query_lexemes`)."""
+    names: list[str] = []
+    queries: list[pipelined.Query] = []
+    if workarea_id is not None and _is_uuid(workarea_id):
+        names.append("workarea")
+        queries.append(pipelined.of(rows.WORKAREA_BY_ID, {"t": principal.tenant, "n": str(workarea_id)}))
+    if audience:
+        names.append("audience")
+        queries.append(pipelined.of(*sim_read.audience_query(principal)))
+    if text is not None:
+        names.append("lexemes")
+        queries.append(pipelined.of(*lexemes_query(text)))
+    got = dict(zip(names, pipelined.fetch(conn, queries), strict=True)) if queries else {}
+    wa = got.get("workarea")
+    return _Opening((str(wa[0].node_id), wa[0].path) if wa else None, got.get("audience"),
+                    lexemes_from(got["lexemes"][0]) if "lexemes" in got else None)
 
 
 def _steering(conn: sa.Connection, tenant: str, read: R.ReadScope, scopes: Sequence[str], q: _Query):
@@ -631,7 +701,8 @@ class Recaller:
 
     @traced("recall")
     def recall(self, principal: Principal, req: RecallRequest, *,
-               audience_simulations: frozenset[str] | None = None, after_lsn: str | None = None) -> dict[str, Any]:
+               audience_simulations: frozenset[str] | None = None, after_lsn: str | None = None,
+               phases: Phases | None = None) -> dict[str, Any]:
         """Run one recall for ``principal``; returns ``{"steering": [...], "hits": [...], "diagnostics": {...}}``.
 
         Raises ``access.denied`` (403) unless the key may read,
@@ -641,47 +712,66 @@ class Recaller:
         transaction on the primary; on the primary in a nested transaction
         when a hot standby served it, ``readlog.unavailable`` 503 if that
         fails). ``after_lsn``: read no older than this primary WAL position
-        (read your writes, :meth:`Database.read`).
+        (read your writes, :meth:`Database.read`). ``phases``: filled with the wall time of each phase of this
+        read (:class:`~oml.services.runtime.phases.Phases`; the benchmarks read it, docs/recall.md, "Latency").
         """
         started = time.perf_counter()
+        ph = phases if phases is not None else Phases()
         rules.require_act(principal.role, "read")
         with invalid_as("recall.invalid"):  # the code HTTP answers, from every entry point (docs/api.md)
             q = _parse(req)
-        text, diag = q.text, _Diag(req.retriever)
+        text, diag = q.text, _Diag(req.retriever, phases=ph)
         if not q.searching:
             diag.degrade(req.retriever, "query.empty", "the query is empty: steering rows only")
 
         # The query embedding runs on a worker thread while segment 1 and the lexical leg run in PostgreSQL
         # (docs/recall.md, "Latency"): the model and the database use different cores, and the vector leg,
         # the only statement that needs the vector, waits for it.
-        pending = _EMBED_POOL.submit(contextvars.copy_context().run, self.embed, text) if q.use_vec else None
+        pending = _EMBED_POOL.submit(contextvars.copy_context().run, _timed(self.embed, ph), text) if q.use_vec else None
         # The time expression is parsed beside it, relative to the read's valid-time instant.
         timed = (_EMBED_POOL.submit(timeleg.parse, text, q.valid_at)
                  if self.time_leg and q.use_vec and q.use_fts else None)
 
         tenant = principal.tenant
         # A hot standby serves the read when one can (docs/operations.md); the read log goes to the primary.
+        ph.mark("parse")
         with self.ctx.db.read(ROLE, tenant, after_lsn=after_lsn) as rtx:
             conn = rtx.conn
-            scopes, scope_ids = _scope(conn, principal, req.workarea_id)
+            ph.mark("begin")
+            opening = _opening(conn, principal, req.workarea_id, audience_simulations is None, text if q.use_fts else None)
+            scopes, scope_ids = _scope(principal, req.workarea_id, opening.workarea)
             if audience_simulations is None:
                 # Open simulations whose audience names the key; empty: the shared plan only.
-                audience_simulations = sim_read.audience_of(conn, principal)
+                audience_simulations = sim_read.audience_of(conn, principal, opening.audience_rows)
             read = R.ReadScope(principal, scopes, "tip", audience_simulations)
+            ph.mark("scope")
             applicable, steering, steer_valid = _steering(conn, tenant, read, scopes, q)
+            ph.mark("steering")
 
             # Segment 2: hits. Applicable steering rows are segment-1 material, never hits (in force or not).
             f = _Filters(scopes, q.as_of, q.kinds, q.provenances, q.valid_at, [x.version_id for x in applicable])
-            legs = self._legs(conn, tenant, q, f, diag, pending, audience_simulations, timed)
+            legs = self._legs(conn, tenant, q, f, diag, pending, audience_simulations, timed, opening.lexemes)
             found = {row[0] for got in legs.values() for row in got}
-            cand = rows.load_rows(conn, tenant, found, q.as_of, audience_simulations)
+            outside: dict[str, int | bool] | None = None
+            if found and not audience_simulations:
+                # The candidates' rows and the valid-time count depend on nothing between them: one round trip.
+                got_rows, got_outside = pipelined.fetch(conn, [pipelined.of(*rows.rows_query(tenant, found, q.as_of)),
+                                                               pipelined.of(*outside_query(tenant, f))])
+                cand = rows.loaded_from(tenant, got_rows)
+                outside = outside_from(got_outside[0])
+            else:
+                cand = rows.load_rows(conn, tenant, found, q.as_of, audience_simulations)
             admitted = {v for v, x in cand.items() if R.visible(x.facts, read, "hit")
                         and R.valid_state(x.valid_from, x.valid_to, q.valid_at) == "valid"}
+            ph.mark("load_candidates")
             if (self.prf is not None and req.retriever == "hybrid" and self.lexical == "bm25" and not audience_simulations
                     and legs.get("fts")):
                 found, admitted = self._feedback(conn, tenant, q, f, legs, found, admitted, cand, read, diag)
             diag.excluded_by_predicate = len(found - admitted)
-            outside = count_outside_valid_time(conn, tenant, f, audience_simulations) if legs else dict(NONE_OUTSIDE)
+            ph.mark("prf")
+            if outside is None:
+                outside = count_outside_valid_time(conn, tenant, f, audience_simulations) if legs else dict(NONE_OUTSIDE)
+            ph.mark("valid_time_count")
             window = diag.window
             in_window = ({v for v in admitted if window.contains(cand[v].valid_from)}
                          if window is not None and self.time_mode == "boost" else None)
@@ -691,11 +781,16 @@ class Recaller:
                 for d in diag.degraded:
                     if d["reason"] == "fts.no_lexemes":
                         d["detail"] += "; hybrid answered by the vector leg only"
+            ph.mark("fusion")
 
             steer_items, hit_items, used = self._serve(conn, tenant, steering, ranked[: q.budget.k], cand, q.budget, diag)
+            ph.mark("serve")
             served = [i["claim_id"] for i in steer_items + hit_items]
+            # The read's last statement: on the primary the row and COMMIT go together (docs/recall.md, "Latency").
             readlog.record_read(self.ctx.db, rtx, principal, "recall", claim_ids=served, workarea_ids=scope_ids,
-                                query_digest=readlog.digest_query(self.ctx.keystore, tenant, text))
+                                query_digest=readlog.digest_query(self.ctx.keystore, tenant, text), last=True)
+            ph.mark("readlog")
+        ph.mark("commit")
 
         return {
             "steering": steer_items,
@@ -724,23 +819,27 @@ class Recaller:
         }
 
     def _legs(self, conn: sa.Connection, tenant: str, q: _Query, f: _Filters, diag: _Diag, pending: Any,
-              audience_simulations: frozenset[str], timed: Any = None) -> dict[str, list[LegRow]]:
+              audience_simulations: frozenset[str], timed: Any = None,
+              lexemes: tuple[list[str], int] | None = None) -> dict[str, list[LegRow]]:
         """Each retriever's candidates (``{"fts"|"vector"|"time": [LegRow …]}``), at most a pool of ``2k`` (and at
         least ``R.POOL_MIN``) each; a model failure degrades to the lexical leg, said in ``diag``. ``timed`` is the
         pending parse of the query's time expression: when it names one, the time leg is the vector leg over the
-        claims whose ``valid_from`` lies in its window (docs/recall.md, "Time leg")."""
+        claims whose ``valid_from`` lies in its window (docs/recall.md, "Time leg"). ``lexemes``: the query's, read
+        by :func:`_opening`."""
         pool = max(R.POOL_MIN, 2 * q.budget.k)
         use_vec = q.use_vec
         legs: dict[str, list[LegRow]] = {}
         if q.use_fts:
             if self.lexical == "bm25" and not audience_simulations:
-                legs["fts"] = bm25mod.bm25_leg(conn, q.text, f, pool, diag, self.bm25)
+                legs["fts"] = bm25mod.bm25_leg(conn, q.text, f, pool, diag, self.bm25, lexemes=lexemes)
             else:
-                legs["fts"] = fts_leg(conn, q.text, f, pool, diag)
+                legs["fts"] = fts_leg(conn, q.text, f, pool, diag, lexemes=lexemes)
+        diag.phases.mark("lexical")
         qvec = None
         if pending is not None:
             try:
                 qvec = pending.result()
+                diag.phases.mark("embed_wait")
             except Exception as exc:  # noqa: BLE001 - any model failure degrades to FTS, said in diagnostics
                 log.warning("recall: embedding model unavailable (%s)", type(exc).__name__)
                 diag.degrade("vector", "vector.model_unavailable",
@@ -754,6 +853,7 @@ class Recaller:
                 use_vec, qvec = False, None
         if use_vec and qvec is not None:
             legs["vector"] = vector_leg(conn, tenant, qvec, f, pool, diag, self.exact_scan_max)
+            diag.phases.mark("vector")
             win = timed.result() if timed is not None else None
             if win is not None and not audience_simulations:
                 legs["time"] = self._time_leg(conn, tenant, qvec, dataclasses.replace(f, window=win), pool, diag)
@@ -814,6 +914,7 @@ class Recaller:
         steering items, the hit items and the characters they use."""
         bodies = decrypt_versions(conn, self.ctx.keystore, tenant,
                                   [x.version_id for x in steering] + [rk[0] for rk in considered])
+        diag.phases.mark("bodies")
         steer_items, used = [], 0
         for x in steering:
             item = self._item(x, None, bodies, diag)

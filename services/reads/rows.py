@@ -124,8 +124,25 @@ def load_rows(conn: sa.Connection, tenant: str, version_ids: Iterable[str], as_o
     ids = sorted({str(v) for v in version_ids})
     if not ids:
         return {}
+    out = loaded_from(tenant, conn.execute(*rows_query(tenant, ids, as_of)))
+    if audience:
+        from oml.services.reads import sim_read
+
+        out = sim_read.overlay_view(conn, tenant, out, audience, as_of)
+    return out
+
+
+def rows_query(tenant: str, version_ids: Iterable[str], as_of: dt.datetime | None = None
+               ) -> tuple[sa.TextClause, dict[str, Any]]:
+    """:func:`load_rows`'s statement and parameters (no audience), for a caller that sends it in a pipeline and
+    reads its rows with :func:`loaded_from`."""
+    return _ROWS, {"t": tenant, "ids": sorted({str(v) for v in version_ids}), "as_of": as_of}
+
+
+def loaded_from(tenant: str, result: Iterable[Any]) -> dict[str, Loaded]:
+    """Version id → :class:`Loaded` from the rows of :func:`rows_query`."""
     out: dict[str, Loaded] = {}
-    for r in conn.execute(_ROWS, {"t": tenant, "ids": ids, "as_of": as_of}):
+    for r in result:
         facts = RowFacts(
             tenant=tenant, claim_id=str(r.claim_id), version_id=str(r.version_id), path=r.path, kind=r.kind,
             provenance=r.provenance, status=r.status, self_signed=bool(r.self_signed), tainted=bool(r.tainted),
@@ -134,10 +151,6 @@ def load_rows(conn: sa.Connection, tenant: str, version_ids: Iterable[str], as_o
         out[facts.version_id] = Loaded(facts, str(r.workarea_id), r.valid_from, r.valid_to, r.confidence, r.version_no,
                                        str(r.supersedes) if r.supersedes else None, r.created_at, r.tip_from_seq,
                                        r.tip_from_at)
-    if audience:
-        from oml.services.reads import sim_read
-
-        out = sim_read.overlay_view(conn, tenant, out, audience, as_of)
     return out
 
 
@@ -166,10 +179,13 @@ def tip_of_claim(conn: sa.Connection, tenant: str, claim_id: str, as_of: dt.date
     return str(v) if v else None
 
 
+#: A workarea's ``(node_id, path)`` by id (:func:`workarea_by_id`; recall sends it in its opening pipeline).
+WORKAREA_BY_ID = sa.text("SELECT node_id, path FROM workareas WHERE tenant_id = :t AND node_id = CAST(:n AS uuid)")
+
+
 def workarea_by_id(conn: sa.Connection, tenant: str, node_id: str) -> tuple[str, str] | None:
     """``(node_id, path)`` of a workarea, or None."""
-    row = conn.execute(sa.text("SELECT node_id, path FROM workareas WHERE tenant_id = :t AND node_id = CAST(:n AS uuid)"),
-                       {"t": tenant, "n": node_id}).one_or_none()
+    row = conn.execute(WORKAREA_BY_ID, {"t": tenant, "n": node_id}).one_or_none()
     return (str(row.node_id), row.path) if row else None
 
 

@@ -60,15 +60,25 @@ _SIM_STEERING = sa.text(
     "   AND w.path = ANY(CAST(:paths AS text[])) AND " + _AT)
 
 
-def audience_of(conn: sa.Connection, principal: Principal) -> frozenset[str]:
-    """Open simulations of the principal's tenant whose audience names the principal (ids).
+_AUDIENCE = sa.text("SELECT simulation_id FROM simulations WHERE tenant_id = :t AND closed_seq IS NULL AND :p = ANY(audience)")
+
+
+def audience_query(principal: Principal) -> tuple[sa.TextClause, dict[str, Any]]:
+    """The statement :func:`audience_of` runs and its parameters (a caller may send it in a pipeline and pass its
+    rows to :func:`audience_of`)."""
+    return _AUDIENCE, {"t": principal.tenant, "p": principal.principal_id}
+
+
+def audience_of(conn: sa.Connection, principal: Principal, fetched: Iterable[Any] | None = None) -> frozenset[str]:
+    """Open simulations of the principal's tenant whose audience names the principal (ids). ``fetched``: the rows
+    of :func:`audience_query`, when the caller already read them.
 
     The rows are compared with the verified journal (services/journal/verified_state.py): a simulation reopened by
     clearing its ``closed_seq`` in the row alone, or an audience widened there, is refused with
     ``integrity.unverified_state`` (500, recorded) instead of being served as an overlay."""
-    rows = frozenset(str(s) for s in conn.execute(sa.text(
-        "SELECT simulation_id FROM simulations WHERE tenant_id = :t AND closed_seq IS NULL AND :p = ANY(audience)"),
-        {"t": principal.tenant, "p": principal.principal_id}).scalars())
+    if fetched is None:
+        fetched = conn.execute(*audience_query(principal)).all()
+    rows = frozenset(str(r.simulation_id) for r in fetched)
     states = verified_state.for_conn(conn)
     if states is not None:
         def differs(s: verified_state.TenantState) -> str | None:

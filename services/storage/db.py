@@ -14,7 +14,8 @@ lock left by one borrower reaches the next (SQLAlchemy's own reset on return
 is a ROLLBACK only); the same round trip is the liveness check (a connection
 that fails it is replaced), so there is no separate pre-ping (one
 round trip per transaction fewer); for admission it also opens the transaction
-(:data:`BEGIN_AT_CHECKOUT`, one more fewer). The prepared statements that survive are
+(:data:`BEGIN_AT_CHECKOUT`, one more fewer), and every other tenant transaction sends its ``BEGIN`` and the
+tenant binding together (:meth:`Database.bound`, one more fewer). The prepared statements that survive are
 admission's own, prepared on purpose: its set statements (``prepare=True`` in
 ``services/journal/sets.py``) and its opening lookups (``pipelined.Query``'s
 ``prepare``; the tenant binding is not one); nothing is prepared automatically: OML's SQL
@@ -43,6 +44,7 @@ from dataclasses import dataclass
 import psycopg
 import sqlalchemy as sa
 from psycopg import pq
+from psycopg import sql as pgsql
 from sqlalchemy import event
 
 from oml.services.storage import pipelined, timeouts
@@ -57,6 +59,8 @@ log = logging.getLogger(__name__)
 RESET = ("CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; RESET ALL; UNLISTEN *; SELECT pg_advisory_unlock_all();"
          " DISCARD TEMP; DISCARD SEQUENCES; SELECT count(*) FROM pg_prepared_statements WHERE from_sql")
 _BIND = "SELECT set_config('oml.tenant_id', %(t)s, true)"
+# The same binding as one simple query behind psycopg's own BEGIN, the tenant as a quoted literal (_begin_bound).
+_BEGIN_BIND = pgsql.SQL("BEGIN; SELECT set_config('oml.tenant_id', {}, true)")
 
 WORKLOAD_ROLES = ("oml_admission", "oml_server", "oml_lake_writer", "oml_reconciler", "oml_indexer", "oml_relay")
 
@@ -104,6 +108,26 @@ def _reset(dbapi_connection, connection_record, connection_proxy, *, begin: bool
             dbapi_connection.autocommit = False
     except Exception as exc:
         raise sa.exc.DisconnectionError(f"pooled connection failed its reset: {type(exc).__name__}") from None
+
+
+def _begin_bound(conn: sa.Connection, tenant: str) -> bool:
+    """Open ``conn``'s transaction and bind ``tenant`` in one round trip; False (nothing sent) when psycopg would
+    not send a plain ``BEGIN`` itself: the connection is already in a transaction (admission's), in autocommit, or
+    carries transaction characteristics of its own (isolation level, read only, deferrable), which psycopg's BEGIN
+    states. ``BEGIN`` is psycopg's own statement, so the transaction is the one psycopg would have opened; psycopg
+    and SQLAlchemy read the transaction status from the connection, so both carry on inside it (commit, rollback).
+
+    The tenant goes in as a literal quoted by psycopg (``psycopg.sql.Literal``): a simple query takes no
+    parameters. Raises the SQLAlchemy error psycopg's would map to (``OperationalError`` for a lost connection)."""
+    dc = conn.connection.driver_connection
+    if (dc.autocommit or dc.pgconn.transaction_status != pq.TransactionStatus.IDLE
+            or (dc.isolation_level, dc.read_only, dc.deferrable) != (None, None, None)):
+        return False
+    with pipelined.wrapped("-- BEGIN and the tenant binding"):
+        res = dc.pgconn.exec_(_BEGIN_BIND.format(pgsql.Literal(tenant)).as_bytes(dc))
+        if res.status != pq.ExecStatus.TUPLES_OK or dc.pgconn.transaction_status != pq.TransactionStatus.INTRANS:
+            raise psycopg.OperationalError("the transaction did not open bound to its tenant")
+    return True
 
 
 # A group commit's chunk (services/journal/batch.py) sends 93-97 KB of parameters in pipeline mode (LoCoMo
@@ -218,11 +242,19 @@ class Database:
 
     @contextmanager
     def bound(self, role: str, tenant: str, queries: Sequence[pipelined.Query]) -> Iterator[tuple[sa.Connection, list[list]]]:
-        """:meth:`tenant`, with ``queries`` run right after the binding in the same round trip
-        (:func:`oml.services.storage.pipelined.fetch`); yields the connection and each query's rows."""
+        """:meth:`tenant`, with ``queries`` run right after the binding (:func:`oml.services.storage.pipelined.fetch`);
+        yields the connection and each query's rows.
+
+        Round trips: a connection that comes out of the pool inside a transaction (:data:`BEGIN_AT_CHECKOUT`) sends
+        the binding and the queries in one; any other sends ``BEGIN`` and the binding in one (:func:`_begin_bound`:
+        psycopg would send its ``BEGIN`` alone and wait for it), then the queries, if any, in one more."""
         with self.engine(role).begin() as conn:
-            rows = pipelined.fetch(conn, [pipelined.Query(_BIND, {"t": tenant}), *queries])
-            yield conn, rows[1:]
+            if _begin_bound(conn, tenant):
+                rows = pipelined.fetch(conn, list(queries)) if queries else []
+                yield conn, rows
+            else:
+                rows = pipelined.fetch(conn, [pipelined.Query(_BIND, {"t": tenant}), *queries])
+                yield conn, rows[1:]
 
     @contextmanager
     def read(self, role: str, tenant: str, *, after_lsn: str | None = None) -> Iterator[ReadTx]:

@@ -19,6 +19,9 @@ from typing import Any, NamedTuple
 import psycopg
 import sqlalchemy as sa
 from psycopg.rows import namedtuple_row
+from sqlalchemy.dialects.postgresql import psycopg as _psycopg_dialect
+
+_DIALECT = _psycopg_dialect.dialect()
 
 
 class Query(NamedTuple):
@@ -29,6 +32,12 @@ class Query(NamedTuple):
     sql: str
     params: Mapping[str, Any]
     prepare: bool = False
+
+
+def of(stmt: sa.TextClause, params: Mapping[str, Any]) -> Query:
+    """A SQLAlchemy ``text()`` statement (``:name`` placeholders) as a :class:`Query`: compiled for psycopg's
+    ``%(name)s`` (literal ``%`` doubled), so a statement written for ``conn.execute`` can join a pipeline as it is."""
+    return Query(str(stmt.compile(dialect=_DIALECT)), params)
 
 
 def fetch(conn: sa.Connection, queries: Sequence[Query]) -> list[list[Any]]:

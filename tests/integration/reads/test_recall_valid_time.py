@@ -118,17 +118,22 @@ def test_the_count_reads_only_rows_that_declare_a_valid_time(world, ctx, monkeyp
 
     from oml.services.reads import recall as server_recall
 
-    plans = []
-    real_execute = sa.Connection.execute
+    # The count is built by outside_query and sent in a pipeline with the candidates' rows: the statement the
+    # recall built is explained afterwards, as the reader's role bound to its tenant.
+    sent = []
+    real_query = server_recall.outside_query
 
-    def spy(conn, stmt, params=None, *a, **kw):
-        sql = str(stmt)
-        if "memories_fts" in sql and "count(*) FILTER" in sql:
-            plans.append("\n".join(r[0] for r in real_execute(conn, sa.text("EXPLAIN " + sql), params)))
-        return real_execute(conn, stmt, params, *a, **kw)
+    def spy(*args, **kw):
+        got = real_query(*args, **kw)
+        sent.append(got)
+        return got
 
-    monkeypatch.setattr(sa.Connection, "execute", spy)
+    monkeypatch.setattr(server_recall, "outside_query", spy)
     server_recall.Recaller(ctx).recall(world.reader, RecallRequest(query="glacier", retriever="fts"))
+    plans = []
+    for stmt, params in sent:
+        with ctx.db.tenant("oml_server", world.reader.tenant) as conn:
+            plans.append("\n".join(r[0] for r in conn.execute(sa.text("EXPLAIN " + str(stmt)), params)))
     with owner(ctx) as c:
         leaves = set(c.execute(sa.text("SELECT c.relname FROM pg_partition_tree('memories_fts_valid_time') t"
                                        " JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf")).scalars())

@@ -270,7 +270,8 @@ def test_forged_default_promotion_of_a_tainted_version_is_refused_by_the_project
 
 
 class _Capture:
-    """Every statement the ``oml_server`` engine runs while active (text and parameters)."""
+    """Every statement the ``oml_server`` engine runs while active (text and parameters), those sent in a pipeline
+    (services/storage/pipelined.py, which goes around SQLAlchemy) included."""
 
     def __init__(self, engine):
         self.engine, self.statements = engine, []
@@ -279,10 +280,23 @@ class _Capture:
         self.statements.append((statement, parameters))
 
     def __enter__(self):
+        from oml.services.storage import pipelined
+
+        self._fetch = pipelined.fetch
+
+        def fetch(conn, queries):
+            if conn.engine is self.engine:
+                self.statements.extend((q.sql, q.params) for q in queries)
+            return self._fetch(conn, queries)
+
+        pipelined.fetch = fetch
         sa.event.listen(self.engine, "before_cursor_execute", self._hook)
         return self
 
     def __exit__(self, *exc):
+        from oml.services.storage import pipelined
+
+        pipelined.fetch = self._fetch
         sa.event.remove(self.engine, "before_cursor_execute", self._hook)
 
 

@@ -295,12 +295,15 @@ def oml_rows(ctx, fusions: Mapping[str, Any] | None = None, *, lexical: str = "t
     return rows
 
 
-def recall_dia(corpus: Corpus, rec: Any, retriever: str, q: dict, k: int) -> tuple[list[str | None], list[int], bool]:
-    """One OML recall for ``q`` as the reader key: ranked ``<sample>#<dia_id>``, served body sizes, degraded."""
+def recall_dia(corpus: Corpus, rec: Any, retriever: str, q: dict, k: int, *, phases: Any = None
+               ) -> tuple[list[str | None], list[int], bool]:
+    """One OML recall for ``q`` as the reader key: ranked ``<sample>#<dia_id>``, served body sizes, degraded.
+    ``phases``: a :class:`oml.services.runtime.phases.Phases` the recall fills."""
     from oml.services.reads.recall import RecallRequest
 
     out = rec.recall(corpus.reader, RecallRequest(query=q["question"], workarea_id=corpus.workarea_of[q["sample"]],
-                                                  retriever=retriever, k=k, valid_at=corpus.asked_at.get(q["sample"])))
+                                                  retriever=retriever, k=k, valid_at=corpus.asked_at.get(q["sample"])),
+                     **({} if phases is None else {"phases": phases}))
     hits = out["hits"]
     return ([corpus.claim_to_dia.get(h["claim_id"]) for h in hits],
             [len(json.dumps(h["body"], ensure_ascii=False)) for h in hits], bool(out["diagnostics"]["degraded"]))

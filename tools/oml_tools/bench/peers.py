@@ -16,7 +16,11 @@ What it does:
    decryption and the read log included), then mem0 ``search`` (top_k = 10,
    ``filters={"user_id": …}``, threshold 0 so it always returns 10), then the
    next question — so both see the same machine state;
-3. per system: p50/p95 latency of the call and evidence recall@10.
+3. per system: p50/p95 latency of the call and evidence recall@10;
+4. where OML's time went: each phase of the recall (``Recaller.recall``'s ``phases``,
+   ``services/runtime/phases.py``), the statements it sent and the collector's pauses, as the mean over the
+   slowest 5 % of OML's calls and over the middle 10 % (p45–p55) — :func:`phase_table`.
+   ``oml bench recall-phases`` prints the same table for OML alone (no mem0: a quicker loop).
 
 mem0 ranks with whatever its installed extras allow: without spaCy and
 fastembed (not part of the ``peers`` extra) its search is the vector search
@@ -38,6 +42,8 @@ from oml.services.runtime import heap
 from oml_tools.bench import emit, locomo
 
 K = 10
+#: Phases that ran on another thread, beside the others (not part of the call's sum).
+OVERLAPPING = ("embed",)
 
 
 def offline() -> None:
@@ -92,10 +98,10 @@ def run(ctx, data: Path, *, conversations: str | None = None, progress=None) -> 
         locomo.recall_dia(corpus, rec, "hybrid", questions[0], K)
         mem.search(questions[0]["question"], filters={"user_id": questions[0]["sample"]}, top_k=K, threshold=0.0)
         heap.freeze()  # as oml serve does after warm-up; spares both systems' timed calls a full collection
+        calls = PhaseLog(ctx)
         for q in questions:
-            t1 = time.perf_counter()
-            dia, _, _ = locomo.recall_dia(corpus, rec, "hybrid", q, K)
-            oml.add(q, dia, (time.perf_counter() - t1) * 1000)
+            dia, ms = calls.recall(corpus, rec, q)
+            oml.add(q, dia, ms)
             t1 = time.perf_counter()
             got = mem.search(q["question"], filters={"user_id": q["sample"]}, top_k=K, threshold=0.0)["results"]
             peer.add(q, [f"{q['sample']}#{m['metadata']['dia']}" for m in got], (time.perf_counter() - t1) * 1000)
@@ -103,15 +109,88 @@ def run(ctx, data: Path, *, conversations: str | None = None, progress=None) -> 
         "conversations": [c["sample_id"] for c in convs], "turns": corpus.turns, "questions": len(questions),
         "skipped_no_evidence": skipped, "k": K, "timings": {**corpus.timings, "mem0_ingest_s": mem0_ingest},
         "systems": {"OML hybrid recall": oml.summary(), f"mem0 {md.version('mem0ai')} search (infer=False)": peer.summary()},
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "phases": calls.table(),
+        "machine": _machine(),
     }
 
 
+def _machine() -> dict[str, Any]:
+    return {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+            "load_average": [round(x, 2) for x in os.getloadavg()]}
+
+
+class PhaseLog:
+    """OML recalls timed as the peer benchmark times them, each with its phases and statement count."""
+
+    def __init__(self, ctx: Any) -> None:
+        from sqlalchemy import event
+
+        self.calls: list[tuple[float, dict[str, float]]] = []
+        self._statements = 0
+
+        def count(*_a: Any) -> None:
+            self._statements += 1
+
+        # Statements SQLAlchemy sends for the read role (the tenant binding goes through pipelined.fetch: +1).
+        event.listen(ctx.db.engine("oml_server"), "before_cursor_execute", count)
+
+    def recall(self, corpus: Any, rec: Any, q: dict) -> tuple[list[str | None], float]:
+        """One timed OML recall (``locomo.recall_dia``); returns the ranked ids and its latency (ms)."""
+        from oml.services.runtime.phases import Phases
+
+        ph = Phases()
+        n0 = self._statements
+        t1 = time.perf_counter()
+        dia, _, _ = locomo.recall_dia(corpus, rec, "hybrid", q, K, phases=ph)
+        ms = (time.perf_counter() - t1) * 1000
+        self.calls.append((ms, ph.ms() | {"statements": float(self._statements - n0)}))
+        return dia, ms
+
+    def table(self) -> dict[str, Any]:
+        """:func:`phase_table` of the calls so far."""
+        return phase_table(self.calls)
+
+
+def phase_table(calls: list[tuple[float, dict[str, float]]]) -> dict[str, Any]:
+    """Mean of each phase (ms) over the slowest 5 % of ``calls`` (latency ms, phases) and over the middle 10 %
+    (p45–p55); phases in the order the calls marked them. Returns ``{"slowest_5pct": {…}, "middle_10pct": {…},
+    "n": {…}}``."""
+    if not calls:
+        return {}
+    order = sorted(calls, key=lambda c: c[0])
+    n = len(order)
+    groups = {"slowest_5pct": order[n - max(1, n // 20):], "middle_10pct": order[int(n * 0.45): max(int(n * 0.55), int(n * 0.45) + 1)]}
+    names: list[str] = ["latency"]
+    for _, ph in calls:
+        names += [k for k in ph if k not in names]
+    out: dict[str, Any] = {"n": {g: len(v) for g, v in groups.items()}}
+    for g, rows in groups.items():
+        out[g] = {k: sum((ms if k == "latency" else ph.get(k, 0.0)) for ms, ph in rows) / len(rows) for k in names}
+    return out
+
+
+def render_phases(table: dict[str, Any]) -> list[str]:
+    """The phase table as text: one row per phase, slowest 5 % and middle 10 % side by side (ms)."""
+    if not table:
+        return []
+    lines = [f"where an OML recall's time goes (mean ms; slowest 5 % = {table['n']['slowest_5pct']} calls, "
+             f"middle 10 % (p45-p55) = {table['n']['middle_10pct']} calls)",
+             f"  {'phase':<20}  {'slowest 5%':>10}  {'p45-p55':>8}"]
+    for k in table["slowest_5pct"]:
+        a, b = table["slowest_5pct"][k], table["middle_10pct"].get(k, 0.0)
+        label = k + (" (worker, overlaps)" if k in OVERLAPPING else "")
+        fmt = "{:10.1f}  {:8.1f}" if k in ("statements", "gc_collections") else "{:10.2f}  {:8.2f}"
+        lines.append(f"  {label:<20}  " + fmt.format(a, b))
+    return lines
+
+
 def render(res: dict[str, Any]) -> list[str]:
+    load = res["machine"].get("load_average")
     lines = [f"oml bench peers — {len(res['conversations'])} conversations ({', '.join(res['conversations'])}), "
              f"{res['turns']} turns, {res['questions']} questions, k = {res['k']}, interleaved question by question, "
              "same MiniLM model",
-             f"machine: {res['machine']['cpus']} CPUs, {res['machine']['platform']}, Python {res['machine']['python']}",
+             f"machine: {res['machine']['cpus']} CPUs, {res['machine']['platform']}, Python {res['machine']['python']}"
+             + (f", load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at the end" if load else ""),
              f"ingest: OML {res['timings']['ingest_and_promote_s'] + res['timings']['index_s']:.1f}s (admission, review, "
              f"indexer), mem0 {res['timings']['mem0_ingest_s']:.1f}s",
              f"{'system':<38}  p50 ms  p95 ms  recall@{res['k']}"]
@@ -122,7 +201,37 @@ def render(res: dict[str, Any]) -> list[str]:
     (a, va), (b, vb) = list(res["systems"].items())[:2]
     lines.append(f"OML ÷ mem0: p50 {va['latency_ms']['p50'] / vb['latency_ms']['p50']:.2f}×, "
                  f"p95 {va['latency_ms']['p95'] / vb['latency_ms']['p95']:.2f}×")
-    return lines
+    return lines + render_phases(res.get("phases", {}))
+
+
+def run_oml(ctx, data: Path, *, conversations: str | None = None, progress=None) -> dict[str, Any]:
+    """OML's half of :func:`run` alone: ingest, warm up, freeze, then every question timed with its phases."""
+    from oml.services.reads.recall import Recaller
+
+    say = progress or (lambda _m: None)
+    convs = locomo.load(data, conversations)
+    corpus = locomo.ingest(ctx, convs, progress=say)
+    questions, _ = locomo.questions_of(convs)
+    rec = Recaller(ctx)
+    oml = locomo.Scores((K,))
+    locomo.recall_dia(corpus, rec, "hybrid", questions[0], K)
+    heap.freeze()
+    calls = PhaseLog(ctx)
+    for q in questions:
+        dia, ms = calls.recall(corpus, rec, q)
+        oml.add(q, dia, ms)
+    return {"conversations": [c["sample_id"] for c in convs], "questions": len(questions), "k": K,
+            "latency_ms": oml.summary()["latency_ms"], "phases": calls.table(), "machine": _machine()}
+
+
+def render_oml(res: dict[str, Any]) -> list[str]:
+    load = res["machine"]["load_average"]
+    lat = res["latency_ms"]
+    return [f"oml bench recall-phases — {len(res['conversations'])} conversations ({', '.join(res['conversations'])}), "
+            f"{res['questions']} questions, hybrid, k = {res['k']}",
+            f"machine: {res['machine']['cpus']} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at the end",
+            f"OML hybrid recall: p50 {lat['p50']:.1f} ms, p95 {lat['p95']:.1f} ms, mean {lat['mean']:.1f} ms",
+            *render_phases(res["phases"])]
 
 
 def register(bench_app: typer.Typer) -> None:
@@ -142,3 +251,14 @@ def register(bench_app: typer.Typer) -> None:
         with context(new_home=True) as ctx:
             res = run(ctx, data, conversations=conversations or None, progress=lambda m: err.print(m))
         emit(res, render, as_json)
+
+    @bench_app.command("recall-phases")
+    def recall_phases(data: Path = typer.Option(..., "--data", exists=True, dir_okay=False, help="LoCoMo JSON"),
+                      conversations: str = typer.Option("", "--conversations", help="comma-separated sample ids, or N; default all"),
+                      as_json: bool = JSON) -> None:
+        """Where OML's hybrid recall spends its time: each phase's mean over the slowest 5 % and the middle 10 % of calls."""
+        from oml.services.entrypoints.cli.common import context, err
+
+        with context(new_home=True) as ctx:
+            res = run_oml(ctx, data, conversations=conversations or None, progress=lambda m: err.print(m))
+        emit(res, render_oml, as_json)

@@ -1,0 +1,108 @@
+"""The read path's round trips folded together, the answers unchanged (docs/recall.md, "Latency"): BEGIN with the
+tenant binding, the recall's opening pipeline, the candidates' rows with the valid-time count, the read-log row with
+COMMIT. No timing is asserted: what is checked is what each fold must keep (binding, transaction, quoting,
+atomicity, the read log)."""
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+from psycopg import pq
+
+from oml.domain.errors import OMLError
+from oml.services.reads.bodies import log_read
+from oml.services.reads.recall import Recaller, RecallRequest
+from oml.services.storage import pipelined
+
+from support.recall import make_world, read_events
+
+
+@pytest.fixture(scope="module")
+def world(ctx):
+    w = make_world(ctx, "rtrips")
+    for i in range(4):
+        w.remember("main", f"The glacier survey number {i} measured 50% less ice than planned.")
+    w.index()
+    w.reader = w.key("reader")
+    w.recaller = Recaller(ctx, embed=lambda _t: [0.0] * 383 + [1.0])
+    return w
+
+
+def _status(conn: sa.Connection) -> pq.TransactionStatus:
+    return conn.connection.driver_connection.pgconn.transaction_status
+
+
+def test_a_tenant_transaction_opens_bound_to_its_tenant_quoted_exactly(ctx):
+    odd = "o'hara'); SELECT set_config('oml.tenant_id', 'other', false); --"
+    with ctx.db.tenant("oml_server", odd) as conn:
+        assert _status(conn) == pq.TransactionStatus.INTRANS
+        assert conn.execute(sa.text("SELECT current_setting('oml.tenant_id')")).scalar() == odd
+    # transaction-local: the next borrower of the pool starts unbound
+    with ctx.db.system("oml_server") as conn:
+        assert conn.execute(sa.text("SELECT current_setting('oml.tenant_id', true)")).scalar() in (None, "")
+
+
+def test_bound_queries_still_run_after_the_binding(ctx):
+    with ctx.db.bound("oml_server", "t-bound", [pipelined.Query("SELECT current_setting('oml.tenant_id') AS t", {})]) as (
+            conn, rows):
+        assert rows[0][0].t == "t-bound"
+
+
+def test_a_statement_with_a_literal_percent_joins_a_pipeline(ctx):
+    stmt = sa.text("SELECT 'a%b' AS lit, CAST(:v AS text) AS v")
+    with ctx.db.tenant("oml_server", "t-pct") as conn:
+        got = pipelined.fetch(conn, [pipelined.of(stmt, {"v": "50%"}), pipelined.of(stmt, {"v": "x"})])
+    assert [(r[0].lit, r[0].v) for r in got] == [("a%b", "50%"), ("a%b", "x")]
+
+
+def test_the_read_log_row_and_commit_go_together(world, ctx):
+    before = len(read_events(ctx, world.tenant))
+    p = world.reader
+    with ctx.db.tenant("oml_server", world.tenant) as conn:
+        log_read(conn, world.tenant, principal_id=p.principal_id, identity_id=p.identity_id, role=p.role, op="recall",
+                 claim_ids=[], workarea_ids=[], query_digest=b"\x00'\xff", commit=True)
+        # committed when log_read returns: the transaction is closed and the row is visible to others
+        assert _status(conn) == pq.TransactionStatus.IDLE
+        assert len(read_events(ctx, world.tenant)) == before + 1
+    row = read_events(ctx, world.tenant)[-1]
+    assert bytes(row.query_digest) == b"\x00'\xff" and row.op == "recall" and row.principal_id == p.principal_id
+
+
+def test_a_refused_read_log_row_commits_nothing(world, ctx):
+    before = len(read_events(ctx, world.tenant))
+    p = world.reader
+    with pytest.raises(sa.exc.DBAPIError):
+        with ctx.db.tenant("oml_server", world.tenant) as conn:
+            conn.execute(sa.text("SELECT 1"))
+            log_read(conn, world.tenant, principal_id=p.principal_id, identity_id="not-a-uuid", role=p.role,
+                     op="recall", claim_ids=[], commit=True)
+    assert len(read_events(ctx, world.tenant)) == before
+
+
+def test_a_recall_is_logged_once_and_answers_as_before(world, ctx):
+    before = len(read_events(ctx, world.tenant))
+    out = world.recaller.recall(world.reader, RecallRequest(query="glacier survey 50% ice", retriever="hybrid", k=3))
+    assert out["hits"] and out["diagnostics"]["legs"]["fts"]["lexemes"] > 0
+    assert out["diagnostics"]["valid_time"]["excluded_hits"] == {"expired": 0, "not_yet_valid": 0, "truncated": False}
+    logged = read_events(ctx, world.tenant)
+    assert len(logged) == before + 1
+    assert {str(c) for c in logged[-1].claim_ids} == {h["claim_id"] for h in out["hits"]}
+
+
+def test_the_opening_pipeline_still_refuses_an_unknown_workarea(world):
+    for bad in ("00000000-0000-4000-8000-000000000000", "not-a-uuid"):
+        with pytest.raises(OMLError) as e:
+            world.recaller.recall(world.reader, RecallRequest(query="glacier", workarea_id=bad))
+        assert e.value.code == "workarea.not_found"
+
+
+def test_a_recall_fills_its_phases(world):
+    from oml.services.runtime.phases import Phases
+
+    ph = Phases()
+    world.recaller.recall(world.reader, RecallRequest(query="glacier survey", retriever="hybrid", k=3), phases=ph)
+    got = ph.ms()
+    for name in ("parse", "begin", "scope", "steering", "lexical", "embed_wait", "vector", "load_candidates",
+                 "fusion", "bodies", "serve", "readlog", "commit", "embed", "total", "gc"):
+        assert name in got, name
+    marked = sum(v for k, v in got.items() if k not in ("embed", "total", "gc", "gc_collections"))
+    assert marked == pytest.approx(got["total"], rel=1e-6)
