@@ -27,7 +27,7 @@ import typer
 from rich.markup import escape
 
 from oml.domain.errors import OMLError
-from oml.services.entrypoints.cli.common import console, context, err
+from oml.services.entrypoints.cli.common import EXIT_USAGE, console, context, err, print_problem
 
 lake_app = typer.Typer(no_args_is_help=True, help="Delta Lake copy of journal, checkpoints and ciphertext.")
 index_app = typer.Typer(no_args_is_help=True, help="Full-text and vector indexes (oml-indexer).")
@@ -262,6 +262,12 @@ def _switch_model(model: str, columns: tuple) -> None:
 
     from oml.workers.index import model_switch
 
+    # A misspelt name is refused before anything says "loading" it, and before the database is opened.
+    try:
+        model_switch.check_model_name(model)
+    except OMLError as exc:
+        print_problem(exc)
+        raise typer.Exit(EXIT_USAGE) from None
     with context() as ctx:
         with Progress(*columns, console=err, transient=False) as bar:
             tasks: dict[str, object] = {}
