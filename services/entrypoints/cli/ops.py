@@ -305,9 +305,10 @@ def index_verify(tenant: str = typer.Option(..., "--tenant", "-t", help="tenant 
         rep = verify.verify(ctx, tenant)
         if not no_deks:
             verify.add(rep, "wrapped_deks", *rotation.unwrap_check(ctx, tenant))
-        with ctx.db.system("oml_indexer") as conn:  # the role verify reads as; the catalog is readable by any
-            held = embedding.recorded_model(conn)
-        configured = embedding.model_name(ctx.settings)
+        if not as_json:  # the JSON report is the findings alone
+            with ctx.db.system("oml_indexer") as conn:  # the role verify reads as; the catalog is readable by any
+                held = embedding.recorded_model(conn)
+            configured = embedding.model_name(ctx.settings)
     if as_json:
         typer.echo(json.dumps(rep.as_json(), indent=2))
     else:
