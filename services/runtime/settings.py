@@ -20,6 +20,18 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from oml.services.runtime.home import default_home
 
+#: The names ``OML_EMBEDDING_MODEL`` (and ``oml index rebuild --model``) take besides a model directory.
+MODEL_NAMES = ("minilm", "mpnet")
+MODEL_VALUE_RULE = ("must be minilm, mpnet or a sentence-transformers model directory (holding modules.json or"
+                    " config.json); the value given is none of these")
+
+
+def is_model_dir(value: str) -> bool:
+    """Whether ``value`` (a path, ``~`` expanded, relative to the working directory) is a directory holding a
+    sentence-transformers (``modules.json``) or transformers (``config.json``) model."""
+    p = Path(value.strip()).expanduser()
+    return p.is_dir() and ((p / "modules.json").is_file() or (p / "config.json").is_file())
+
 
 class Settings(BaseSettings):
     # hide_input_in_errors: a refused value (a malformed OML_MASTER_KEY, a URL with a password) never appears in the
@@ -133,9 +145,15 @@ class Settings(BaseSettings):
     @field_validator("embedding_model", mode="before")
     @classmethod
     def _model_name(cls, value: object) -> object:
-        # The names in any case; anything else is a directory path, kept as given.
-        if isinstance(value, str) and value.strip().lower() in ("minilm", "mpnet"):
+        # The names in any case; anything else must be a model directory, kept as given. Checked when the settings
+        # load, so a misspelt name stops `oml` at start in one line instead of a traceback when the model loads (or a
+        # silent start of a command that never loads it). The message never repeats the value: a path is the server's.
+        if not isinstance(value, str) or not value.strip():
+            return value
+        if value.strip().lower() in MODEL_NAMES:
             return value.strip().lower()
+        if not is_model_dir(value):
+            raise ValueError(MODEL_VALUE_RULE)
         return value
 
     @field_validator("recall_prf", mode="before")

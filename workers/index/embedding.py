@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from oml.domain.errors import OMLError
+from oml.services.runtime.settings import MODEL_NAMES
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -68,9 +69,9 @@ QUERY_BACKENDS = ("auto", "onnx", "torch")
 log = logging.getLogger(__name__)
 
 
-#: ``OML_EMBEDDING_MODEL`` names (anything else is a directory path); ``minilm`` is the default.
+#: ``OML_EMBEDDING_MODEL`` names (anything else is a directory path; MODEL_NAMES lives with the setting's check in
+#: services/runtime/settings.py); ``minilm`` is the default.
 DEFAULT_MODEL = "minilm"
-MODEL_NAMES = ("minilm", "mpnet")
 MISMATCH_CODE = "index.model_mismatch"
 
 

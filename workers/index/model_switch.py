@@ -42,12 +42,12 @@ import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
 from oml.domain.errors import invalid
+from oml.services.runtime.settings import MODEL_NAMES, MODEL_VALUE_RULE, is_model_dir
 from oml.workers.index import embedding as E
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -84,18 +84,15 @@ def _record(conn: sa.Connection, model: E.IndexModel) -> None:
         conn.exec_driver_sql(stmt.as_string(raw), execution_options={"no_parameters": True})
 
 
-def _model_named(model: str) -> None:
+def check_model_name(model: str) -> None:
     """Raise ``index.model_unknown`` (422) unless ``model`` is ``minilm``, ``mpnet`` (any case) or an existing
     directory holding a sentence-transformers (``modules.json``) or transformers (``config.json``) model; the
-    detail never repeats the value."""
+    detail never repeats the value. The same rule as ``OML_EMBEDDING_MODEL`` (services/runtime/settings.py)."""
     value = (model or "").strip()
-    if value.lower() in E.MODEL_NAMES:
+    if value.lower() in MODEL_NAMES or (value and is_model_dir(value)):
         return
-    p = Path(value).expanduser() if value else None
-    if p is None or not p.is_dir() or not ((p / "modules.json").is_file() or (p / "config.json").is_file()):
-        raise invalid("--model must be minilm, mpnet or a sentence-transformers model directory (holding"
-                      " modules.json or config.json); the value given is none of these, nothing was changed",
-                      code=UNKNOWN_CODE, field="model", allowed=list(E.MODEL_NAMES))
+    raise invalid(f"--model {MODEL_VALUE_RULE}, nothing was changed", code=UNKNOWN_CODE, field="model",
+                  allowed=list(MODEL_NAMES))
 
 
 def switch(ctx: Context, model: str, *, progress: Progress | None = None) -> Report:
@@ -104,7 +101,7 @@ def switch(ctx: Context, model: str, *, progress: Progress | None = None) -> Rep
     ``model.digest`` when the model cannot load: each before any change."""
     from oml.workers.index import indexer
 
-    _model_named(model)
+    check_model_name(model)
     settings = ctx.settings.model_copy(update={"embedding_model": model})
     nctx = dataclasses.replace(ctx, settings=settings)
     emb = E.get_embedder(settings)

@@ -13,7 +13,9 @@ Credentials: whatever the consumers hold (``oml_lake_writer`` + lake;
 role when :class:`WorkerRuntime` runs the relay too. Failures are re-raised
 as :class:`ConsumerFailed` carrying only the consumer, the tenant and the
 exception type: driver errors can quote SQL parameters, which must not reach
-logs.
+logs. A lock or statement timeout or a deadlock (``services/storage/timeouts.py``)
+is raised as ``dramatiq.Retry`` after one warning line: retried the same way,
+without dramatiq's traceback.
 
 Public API::
 
@@ -35,6 +37,7 @@ from typing import TYPE_CHECKING
 import dramatiq
 
 from oml.domain.claims import TENANT_SLUG
+from oml.services.storage import timeouts
 from oml.workers.index import indexer
 from oml.workers.lake import writer as lake_writer
 from oml.workers.runtime import lag
@@ -69,6 +72,14 @@ def _actor_fn(ctx: Context, consumer: str, catch_up: Callable[[Context, str], in
         try:
             catch_up(ctx, tenant)
         except Exception as exc:
+            busy = timeouts.refusal(exc)
+            if busy is not None:
+                # A lock or statement wait past its limit (another transaction held the rows): nothing was committed
+                # and the retry redoes the batch. dramatiq.Retry is retried with the same backoff as any failure
+                # but not logged as an unhandled exception with a traceback; one line says what happened.
+                log.warning("%s: tenant %s: %s (%s); retrying", consumer, tenant, "the database did not answer in"
+                            " time", (busy.extra or {}).get("reason"))
+                raise dramatiq.Retry(f"{consumer} for tenant {tenant}: {(busy.extra or {}).get('reason')}") from None
             raise ConsumerFailed(f"{consumer} failed for tenant {tenant}: {type(exc).__name__}") from None
 
     wake.__name__ = f"wake_{consumer.replace('-', '_')}"

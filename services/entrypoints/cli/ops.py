@@ -27,7 +27,7 @@ import typer
 from rich.markup import escape
 
 from oml.domain.errors import OMLError
-from oml.services.entrypoints.cli.common import console, context, err
+from oml.services.entrypoints.cli.common import EXIT_USAGE, console, context, err, print_problem
 
 lake_app = typer.Typer(no_args_is_help=True, help="Delta Lake copy of journal, checkpoints and ciphertext.")
 index_app = typer.Typer(no_args_is_help=True, help="Full-text and vector indexes (oml-indexer).")
@@ -262,6 +262,12 @@ def _switch_model(model: str, columns: tuple) -> None:
 
     from oml.workers.index import model_switch
 
+    # A misspelt name is refused before anything says "loading" it, and before the database is opened.
+    try:
+        model_switch.check_model_name(model)
+    except OMLError as exc:
+        print_problem(exc)
+        raise typer.Exit(EXIT_USAGE) from None
     with context() as ctx:
         with Progress(*columns, console=err, transient=False) as bar:
             tasks: dict[str, object] = {}
@@ -293,17 +299,29 @@ def index_verify(tenant: str = typer.Option(..., "--tenant", "-t", help="tenant 
     their sealed batches, and unwrap every live wrapped DEK; name each difference by kind. Exit 1 on any finding
     (`oml index rebuild` repairs the index.* kinds)."""
     from oml.services.keys import rotation
-    from oml.workers.index import verify
+    from oml.workers.index import embedding, verify
 
     with context(tenant) as ctx:
         rep = verify.verify(ctx, tenant)
         if not no_deks:
             verify.add(rep, "wrapped_deks", *rotation.unwrap_check(ctx, tenant))
+        if not as_json:  # the JSON report is the findings alone
+            with ctx.db.system("oml_indexer") as conn:  # the role verify reads as; the catalog is readable by any
+                held = embedding.recorded_model(conn)
+            configured = embedding.model_name(ctx.settings)
     if as_json:
         typer.echo(json.dumps(rep.as_json(), indent=2))
     else:
         checked = ", ".join(f"{k} {v}" for k, v in sorted(rep.checked.items()))
         console.print(escape(f"{tenant}: checked {checked}"))
+        # Which model's vectors the index holds, from the catalog (one statement, no model loaded): the operator's
+        # check after `oml index rebuild --model`. Names only; serve and the indexer compare the weights' digests.
+        console.print(escape(f"index embedding model: {held.name or 'the schema default (minilm)'}"
+                             f" ({held.dimension} dimensions, {held.state})"))
+        if (held.name or "minilm") != configured:
+            console.print(escape(f"OML_EMBEDDING_MODEL here names {configured}: unless it is a copy of the same weights,"
+                                 " oml serve and the indexer refuse to start with it (docs/operations.md, \"Choosing"
+                                 " the embedding model\")"), style="yellow")
         for f in rep.findings:
             console.print(escape(f"{f.kind}: {f.table} {f.key} ({f.detail})"), style="red")
         console.print("no findings" if rep.ok else escape(

