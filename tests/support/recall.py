@@ -103,6 +103,41 @@ def read_events(ctx: Context, tenant: str) -> list:
         return c.execute(sa.text("SELECT * FROM read_events WHERE tenant_id = :t ORDER BY read_id"), {"t": tenant}).all()
 
 
+def constant_vector(_text: str) -> list[float]:
+    """A query embedding that ignores its text (384 dimensions, unit length): for tests of the read path's
+    statements and its log, not of ranking."""
+    return [0.0] * 383 + [1.0]
+
+
+def reader_world(ctx: Context, tenant: str, statements: list[str]) -> World:
+    """A world whose ``statements`` are indexed in ``main``, with ``reader`` (a reader key) and ``recaller`` (a
+    :class:`~oml.services.reads.recall.Recaller` on :func:`constant_vector`) set on it."""
+    from oml.services.reads.recall import Recaller
+
+    w = make_world(ctx, tenant)
+    for text in statements:
+        w.remember("main", text)
+    w.index()
+    w.reader = w.key("reader")
+    w.recaller = Recaller(ctx, embed=constant_vector)
+    return w
+
+
+def keep_results(monkeypatch, module, name: str) -> list:
+    """Replace ``module.name`` with a wrapper that calls the real function and keeps each result in the list
+    returned (in call order)."""
+    got: list = []
+    real = getattr(module, name)
+
+    def keep(*args, **kw):
+        out = real(*args, **kw)
+        got.append(out)
+        return out
+
+    monkeypatch.setattr(module, name, keep)
+    return got
+
+
 def world_with_reads(ctx: Context, tenant: str, text: str, reads: int = 3):
     """A world with one indexed claim (``text``) that a reader key has recalled ``reads`` times (FTS, a constant
     query vector): ``(world, reader, operator, recaller)``, for read-log tests."""
@@ -112,7 +147,7 @@ def world_with_reads(ctx: Context, tenant: str, text: str, reads: int = 3):
     w.remember("main", text)
     w.index()
     reader, operator = w.key("reader"), w.key("operator")
-    rec = Recaller(ctx, embed=lambda _t: [0.0] * 383 + [1.0])
+    rec = Recaller(ctx, embed=constant_vector)
     for i in range(reads):
         rec.recall(reader, RecallRequest(query=f"fact retention {i}", retriever="fts"))
     return w, reader, operator, rec

@@ -318,7 +318,7 @@ def test_index_verify_names_the_model_the_index_holds_and_a_setting_that_differs
     shutil.copytree(embedding.model_path(None), copy)
     res = run_cli(ctx, ["index", "verify", "-t", a.tenant, "--no-deks"])
     assert res.exit_code == 0, res.output
-    assert f"index embedding model: {_recorded(ctx).name or 'the schema default (minilm)'} (384 dimensions, ready)" in res.output
+    assert f"index embedding model: {index_model(ctx).name or 'the schema default (minilm)'} (384 dimensions, ready)" in res.output
     assert "OML_EMBEDDING_MODEL here names" not in res.output
     try:
         model_switch.switch(ctx, str(copy))

@@ -10,21 +10,15 @@ from psycopg import pq
 
 from oml.domain.errors import OMLError
 from oml.services.reads.bodies import log_read
-from oml.services.reads.recall import Recaller, RecallRequest
+from oml.services.reads.recall import RecallRequest
 from oml.services.storage import pipelined
 
-from support.recall import make_world, read_events
+from support.recall import read_events, reader_world
 
 
 @pytest.fixture(scope="module")
 def world(ctx):
-    w = make_world(ctx, "rtrips")
-    for i in range(4):
-        w.remember("main", f"The glacier survey number {i} measured 50% less ice than planned.")
-    w.index()
-    w.reader = w.key("reader")
-    w.recaller = Recaller(ctx, embed=lambda _t: [0.0] * 383 + [1.0])
-    return w
+    return reader_world(ctx, "rtrips", [f"The glacier survey number {i} measured 50% less ice than planned." for i in range(4)])
 
 
 def _status(conn: sa.Connection) -> pq.TransactionStatus:

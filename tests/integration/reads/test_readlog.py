@@ -12,20 +12,15 @@ import sqlalchemy as sa
 
 from oml.domain.errors import OMLError
 from oml.services.reads import readlog
-from oml.services.reads.recall import Recaller, RecallRequest
+from oml.services.reads.recall import RecallRequest
 
-from support.recall import make_world, owner, read_events, world_with_reads
+from support.recall import owner, read_events, reader_world, world_with_reads
 
 
 @pytest.fixture(scope="module")
 def world(ctx):
-    w = make_world(ctx, "rlog")
-    for i in range(5):
-        w.remember("main", f"Fact number {i} about the read log and its batches.")
-    w.index()
-    w.reader = w.key("reader")
+    w = reader_world(ctx, "rlog", [f"Fact number {i} about the read log and its batches." for i in range(5)])
     w.operator = w.key("operator")
-    w.recaller = Recaller(ctx, embed=lambda _t: [0.0] * 383 + [1.0])
     return w
 
 

@@ -12,7 +12,7 @@ import pytest
 from oml.services.reads import prf
 from oml.services.reads.recall import Recaller, RecallRequest
 
-from support.recall import make_world
+from support.recall import keep_results, make_world
 
 ENG = ["zephyr launch window moved to friday", "zephyr launch checklist: fuel, telemetry, countdown",
        "the zephyr telemetry looked clean during the countdown", "lunch order for the team"]
@@ -34,16 +34,7 @@ def world(ctx):
 @pytest.fixture
 def recorded(monkeypatch):
     """The expansion terms each recall computed (the real function, its result kept)."""
-    got: list[list[str]] = []
-    real = prf.expansion_terms
-
-    def keep(*args, **kw):
-        terms = real(*args, **kw)
-        got.append(terms)
-        return terms
-
-    monkeypatch.setattr(prf, "expansion_terms", keep)
-    return got
+    return keep_results(monkeypatch, prf, "expansion_terms")
 
 
 def test_a_row_outside_the_readers_scope_never_contributes_expansion_terms(world, recorded):

@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 from oml.services.entrypoints.http.app import create_app
 from oml.services.reads.recall import Recaller, RecallRequest
 
-from support.recall import make_world, owner
+from support.recall import keep_results, make_world, owner
 
 
 def _iso(t: dt.datetime) -> str:
@@ -120,15 +120,7 @@ def test_the_count_reads_only_rows_that_declare_a_valid_time(world, ctx, monkeyp
 
     # The count is built by outside_query and sent in a pipeline with the candidates' rows: the statement the
     # recall built is explained afterwards, as the reader's role bound to its tenant.
-    sent = []
-    real_query = server_recall.outside_query
-
-    def spy(*args, **kw):
-        got = real_query(*args, **kw)
-        sent.append(got)
-        return got
-
-    monkeypatch.setattr(server_recall, "outside_query", spy)
+    sent = keep_results(monkeypatch, server_recall, "outside_query")
     server_recall.Recaller(ctx).recall(world.reader, RecallRequest(query="glacier", retriever="fts"))
     plans = []
     for stmt, params in sent:
