@@ -125,3 +125,22 @@ def test_a_deadlock_at_the_read_log_row_is_a_503_over_http(world, ctx, refusing_
     got = r.json()
     assert got["code"] == "service.unavailable" and got["reason"] == "deadlock", got
     assert r.headers["retry-after"] and "glacier" not in r.text and "INSERT" not in r.text
+
+
+def test_every_http_read_withholds_its_answer_when_its_read_log_row_is_refused(world, ctx, refusing_trigger):
+    """Fetch by claim and by version, lineage, the journal page: the same 503 as recall, nothing logged."""
+    claim = world.remember("main", "The moraine survey found older ice under the snout.")
+    auditor = world.keys[world.key("auditor").principal_id]
+    reader = world.keys[world.reader.principal_id]
+    client = TestClient(create_app(ctx), raise_server_exceptions=False)
+    paths = [(f"/v1/claims/{claim['claim_id']}", reader), (f"/v1/versions/{claim['version_id']}", reader),
+             (f"/v1/claims/{claim['claim_id']}/lineage", reader), ("/v1/journal?limit=2", auditor)]
+    for path, key in paths:  # served before the refusal
+        assert client.get(path, headers={"Authorization": f"Bearer {key}"}).status_code == 200, path
+    refusing_trigger("40P01")
+    before = len(read_events(ctx, world.tenant))
+    for path, key in paths:
+        r = client.get(path, headers={"Authorization": f"Bearer {key}"})
+        assert r.status_code == 503 and r.json()["reason"] == "deadlock", (path, r.text)
+        assert "moraine" not in r.text
+    assert len(read_events(ctx, world.tenant)) == before
