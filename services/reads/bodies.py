@@ -234,8 +234,9 @@ def log_read(conn: sa.Connection, tenant: str, *, principal_id: str | None, iden
 
     ``commit``: the row is the transaction's last statement, and the row and ``COMMIT`` go in one round trip (one
     simple query; the values as literals quoted by psycopg): when this returns the read and its row are committed,
-    and the caller's own commit finds nothing left to do (psycopg and SQLAlchemy read the transaction status from
-    the connection). The caller sends nothing more on ``conn``. An error leaves the transaction failed and nothing
+    and SQLAlchemy's transaction is closed with it (psycopg reads the transaction status from the connection and
+    sends nothing): a statement sent on ``conn`` after it raises ``InvalidRequestError`` inside the caller's
+    ``begin()``, and the caller's own commit finds nothing left to do. An error leaves the transaction failed and nothing
     committed, as the plain insert would, except a connection lost after the ``COMMIT`` left (``OperationalError``):
     the row may then have committed, as with any commit whose answer never came; the read is not served."""
     params = {"t": tenant, "p": principal_id, "i": identity_id, "r": role, "op": op, "w": sorted(set(workarea_ids)),
@@ -255,3 +256,7 @@ def log_read(conn: sa.Connection, tenant: str, *, principal_id: str | None, iden
                                       "the read-log row was refused; nothing was committed")
         if res.status != pq.ExecStatus.COMMAND_OK or dc.pgconn.transaction_status != pq.TransactionStatus.IDLE:
             raise psycopg.OperationalError("the read-log row did not commit")
+    # SQLAlchemy's transaction ends too (psycopg finds nothing to commit: no round trip), so its state is the
+    # server's: a statement sent on ``conn`` after this raises InvalidRequestError inside the caller's ``begin()``
+    # instead of opening a new transaction with no tenant bound, which that context would then commit.
+    conn.commit()

@@ -144,3 +144,16 @@ def test_every_http_read_withholds_its_answer_when_its_read_log_row_is_refused(w
         assert r.status_code == 503 and r.json()["reason"] == "deadlock", (path, r.text)
         assert "moraine" not in r.text
     assert len(read_events(ctx, world.tenant)) == before
+
+
+def test_nothing_runs_on_a_connection_after_its_read_log_row_committed(world, ctx):
+    """log_read(commit=True) ends the transaction on the server; a statement sent after it would otherwise open a
+    new transaction with no tenant bound, which the caller's context would then commit."""
+    p = world.reader
+    with pytest.raises(sa.exc.InvalidRequestError):
+        with ctx.db.tenant("oml_server", world.tenant) as conn:
+            log_read(conn, world.tenant, principal_id=p.principal_id, identity_id=p.identity_id, role=p.role,
+                     op="recall", claim_ids=[], commit=True)
+            assert not conn.in_transaction()  # SQLAlchemy's idea of the transaction is the server's
+            conn.execute(sa.text("SELECT current_setting('oml.tenant_id', true)"))
+    assert _bound(ctx) in (None, "")
