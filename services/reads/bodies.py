@@ -234,9 +234,11 @@ def log_read(conn: sa.Connection, tenant: str, *, principal_id: str | None, iden
 
     ``commit``: the row is the transaction's last statement, and the row and ``COMMIT`` go in one round trip (one
     simple query; the values as literals quoted by psycopg): when this returns the read and its row are committed,
-    and the caller's own commit finds nothing left to do (psycopg and SQLAlchemy read the transaction status from
-    the connection). The caller sends nothing more on ``conn``. An error leaves the transaction failed and nothing
-    committed, as the plain insert would."""
+    and SQLAlchemy's transaction is closed with it (psycopg reads the transaction status from the connection and
+    sends nothing): a statement sent on ``conn`` after it raises ``InvalidRequestError`` inside the caller's
+    ``begin()``, and the caller's own commit finds nothing left to do. An error leaves the transaction failed and nothing
+    committed, as the plain insert would, except a connection lost after the ``COMMIT`` left (``OperationalError``):
+    the row may then have committed, as with any commit whose answer never came; the read is not served."""
     params = {"t": tenant, "p": principal_id, "i": identity_id, "r": role, "op": op, "w": sorted(set(workarea_ids)),
               "c": sorted(set(claim_ids)), "q": query_digest}
     if not commit:
@@ -248,12 +250,13 @@ def log_read(conn: sa.Connection, tenant: str, *, principal_id: str | None, iden
     with pipelined.wrapped("-- the read-log row and COMMIT"):
         res = dc.pgconn.exec_(_LOG_READ_COMMIT.format(**{k: pgsql.Literal(v) for k, v in params.items()}).as_bytes(dc))
         if res.status == pq.ExecStatus.FATAL_ERROR:
-            # The class psycopg would raise for the SQLSTATE; a fixed message (the server's could quote values).
-            state = (res.error_field(pq.DiagnosticField.SQLSTATE) or b"").decode()
-            try:
-                cls = psycopg.errors.lookup(state)
-            except KeyError:
-                cls = psycopg.DatabaseError
-            raise cls("the read-log row was refused; nothing was committed")
+            # A connection lost after the COMMIT left may have committed the row: the read is not served either way.
+            raise pipelined.error_for(dc.pgconn, res, "the connection was lost at the read-log row's COMMIT; the read"
+                                      " is not served" if dc.pgconn.status == pq.ConnStatus.BAD else
+                                      "the read-log row was refused; nothing was committed")
         if res.status != pq.ExecStatus.COMMAND_OK or dc.pgconn.transaction_status != pq.TransactionStatus.IDLE:
             raise psycopg.OperationalError("the read-log row did not commit")
+    # SQLAlchemy's transaction ends too (psycopg finds nothing to commit: no round trip), so its state is the
+    # server's: a statement sent on ``conn`` after this raises InvalidRequestError inside the caller's ``begin()``
+    # instead of opening a new transaction with no tenant bound, which that context would then commit.
+    conn.commit()

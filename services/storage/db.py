@@ -125,6 +125,8 @@ def _begin_bound(conn: sa.Connection, tenant: str) -> bool:
         return False
     with pipelined.wrapped("-- BEGIN and the tenant binding"):
         res = dc.pgconn.exec_(_BEGIN_BIND.format(pgsql.Literal(tenant)).as_bytes(dc))
+        if res.status == pq.ExecStatus.FATAL_ERROR:
+            raise pipelined.error_for(dc.pgconn, res, "the transaction did not open bound to its tenant")
         if res.status != pq.ExecStatus.TUPLES_OK or dc.pgconn.transaction_status != pq.TransactionStatus.INTRANS:
             raise psycopg.OperationalError("the transaction did not open bound to its tenant")
     return True

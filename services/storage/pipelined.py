@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 import psycopg
 import sqlalchemy as sa
+from psycopg import pq
 from psycopg.rows import namedtuple_row
 from sqlalchemy.dialects.postgresql import psycopg as _psycopg_dialect
 
@@ -71,3 +72,20 @@ def wrapped(sql: str | None) -> Iterator[None]:
         yield
     except psycopg.Error as exc:
         raise sa.exc.DBAPIError.instance(sql, None, exc, psycopg.Error, hide_parameters=True) from exc
+
+
+def error_for(pgconn: pq.abc.PGconn, res: pq.abc.PGresult, message: str) -> psycopg.Error:
+    """The psycopg error for a simple query's failed result ``res`` (sent through ``pgconn.exec_``, around psycopg),
+    with the fixed ``message`` (the server's could quote the statement's values): the class psycopg raises for the
+    same failure, so SQLAlchemy's mapping (:func:`wrapped`) and the refusals keyed on SQLSTATE
+    (services/storage/timeouts.py) read it alike. A connection gone bad (killed backend, broken socket: libpq then
+    reports no SQLSTATE) is ``OperationalError``, as psycopg raises it; otherwise the SQLSTATE's class, or its
+    class's base (``40xxx``: ``OperationalError``) for a code psycopg does not name."""
+    if pgconn.status == pq.ConnStatus.BAD:
+        return psycopg.OperationalError(message)
+    state = (res.error_field(pq.DiagnosticField.SQLSTATE) or b"").decode("ascii", "replace")
+    try:
+        cls = psycopg.errors.lookup(state)
+    except KeyError:
+        cls = psycopg.errors.get_base_exception(state)
+    return cls(message)

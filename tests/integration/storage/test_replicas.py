@@ -160,6 +160,35 @@ def test_recall_and_fetch_are_served_by_the_standby_and_logged_on_the_primary(wo
     assert "recall" in ops and "fetch" in ops           # the read log row went to the primary
 
 
+def test_a_standby_read_whose_log_row_the_primary_refuses_is_not_served(world, ctx, rctx, standby):
+    """The primary refuses the read-log row (a lock cycle, here raised by a trigger): recall and fetch served by the
+    standby answer ``readlog.unavailable`` (503), and nothing is logged."""
+    from support.owner import owner
+    from support.recall import read_events
+
+    with owner(ctx) as o:
+        o.execute(sa.text("CREATE FUNCTION rep_refuse() RETURNS trigger LANGUAGE plpgsql AS $$"
+                          " BEGIN RAISE EXCEPTION 'refused' USING ERRCODE = '40P01'; END $$"))
+        o.execute(sa.text("CREATE TRIGGER rep_refuse BEFORE INSERT ON read_events FOR EACH ROW EXECUTE FUNCTION rep_refuse()"))
+    try:
+        caught_up(ctx, standby)
+        before = len(read_events(rctx, "rep-http"))
+        served = dict(rctx.db.read_counts)
+        r = world.client.post("/v1/recall", json={"query": "nightly export archive bucket", "k": 3},
+                              headers=_h(world.reader_key))
+        f = world.client.get(f"/v1/claims/{world.fact['claim_id']}", headers=_h(world.reader_key))
+        for got in (r, f):
+            assert got.status_code == 503 and got.json()["code"] == "readlog.unavailable", got.text
+            assert "nightly" not in got.text
+        assert rctx.db.read_counts.get("replica:0", 0) - served.get("replica:0", 0) == 2
+        assert len(read_events(rctx, "rep-http")) == before
+    finally:
+        with owner(ctx) as o:
+            o.execute(sa.text("DROP TRIGGER rep_refuse ON read_events"))
+            o.execute(sa.text("DROP FUNCTION rep_refuse()"))
+        caught_up(ctx, standby)
+
+
 def test_read_your_writes_through_the_header(world, ctx, standby):
     c = world.client
     standby.pause_replay()
