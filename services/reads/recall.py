@@ -171,8 +171,8 @@ def _vector_literal(vec: Sequence[float]) -> str:
 # ------------------------------------------------------------------ legs
 
 # In order of first position; the count of all.
-_IN_ORDER = "SELECT (array_agg(u.lexeme ORDER BY u.positions[1], u.lexeme))[1:{cap}], count(*) FROM unnest({tsv}) u"
-_LEXEMES = sa.text(_IN_ORDER.format(cap=R.LEXEMES_MAX, tsv="to_tsvector(CAST(:cfg AS regconfig), :q)"))
+_LEXEMES = sa.text("SELECT (array_agg(u.lexeme ORDER BY u.positions[1], u.lexeme))[1:" + str(R.LEXEMES_MAX) + "],"
+                   " count(*) FROM unnest(to_tsvector(CAST(:cfg AS regconfig), :q)) u")
 # Text with accents: the folded lexemes (what the indexer stores) and the unfolded ones (what rows indexed before
 # folding hold), in one statement. Each form ranks by its first position in its own text (folding keeps the words
 # where they are), the folded form first: a word the cap keeps keeps its folded form. (Concatenating the two

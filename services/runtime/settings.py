@@ -76,7 +76,6 @@ class Settings(BaseSettings):
     # (the default: all-MiniLM-L6-v2, 384 dimensions), mpnet (all-mpnet-base-v2, 768; `make mpnet` installs it) or a
     # sentence-transformers directory. The index holds one model's vectors: switching is `oml index rebuild --model`.
     embedding_model: str | None = None
-    embedding_dim: int = 384
     # Recall's query embedding (workers/index/embedding.py, query_embedder; docs/recall.md, "Query embedding"):
     # onnx, torch, or auto (unset: onnx when onnxruntime imports, else torch). The indexer stays on torch.
     query_embedding: str | None = None
