@@ -9,7 +9,9 @@ Claims of the same workarea that declare the same ``thread`` are one
 thread, ordered by ``position``. The indexer indexes each such claim's text
 together with the statements of the claims at the :data:`DEFAULT_BEFORE`
 positions before it (a window, like chunk overlap in text retrieval), in
-both the full-text and the vector leg. The window is index-only: recall and
+both the full-text and the vector leg; in the full-text leg the claim's own
+text counts :data:`OWN_WEIGHT` times against the window's once
+(:func:`lexical_text`). The window is index-only: recall and
 fetch serve the claim's own body, never its neighbours'. Neighbours are
 taken from the same workarea only, so a window never carries text into a
 workarea its reader could not read otherwise.
@@ -28,6 +30,13 @@ from typing import Any
 #: ``oml bench locomo --context-window`` (docs/benchmarks.md, "LoCoMo evidence recall").
 DEFAULT_BEFORE = 1
 MAX_BEFORE = 8
+#: How many times a claim's own text counts in its full-text index text, each neighbour's statement counting
+#: once: BM25F field weighting (Robertson, Zaragoza and Taylor 2004, "Simple BM25 extension to multiple
+#: weighted fields") written as repetition, so that tf stays the tsvector's integer position count and the
+#: BM25 statements are unchanged. Counting the own text R times ranks as BM25F with the window at weight 1/R
+#: and k1/R. Measured by ``oml bench locomo-legs --lexical english*R`` (docs/benchmarks.md, "The claim's own
+#: words against its window"; ADR 0007).
+OWN_WEIGHT = 2
 THREAD_MAX_CHARS = 200
 POSITION_MAX = 2 ** 53 - 1
 
@@ -80,6 +89,13 @@ def dependents_range(position: int, before: int) -> tuple[int, int]:
 def window_text(own: str, neighbours: Sequence[str]) -> str:
     """Index text of a claim: its neighbours' statements in thread order, then its own, newline-separated."""
     return "\n".join([*neighbours, own])
+
+
+def lexical_text(own: str, neighbours: Sequence[str], own_weight: int = OWN_WEIGHT) -> str:
+    """Full-text index text of a claim: its neighbours' statements in thread order, then its own text
+    ``own_weight`` times, newline-separated (:data:`OWN_WEIGHT`). A claim without neighbours is weighted the same,
+    so every row of a corpus has one scale."""
+    return window_text(own, [*neighbours, *[own] * (own_weight - 1)])
 
 
 def check_before(before: int) -> int:

@@ -51,9 +51,9 @@ class Windows:
     dependents: set[str] = field(default_factory=set)
 
     def fts_text(self, item: Any) -> str:
-        """``item``'s own full-text text with its window (own text alone when it has none)."""
+        """``item``'s full-text text: its window, then its own text weighted (``windows.lexical_text``)."""
         ctx = self.texts.get(item.version_id)
-        return item.fts_text() if not ctx else windows.window_text(item.fts_text(), [ctx])
+        return windows.lexical_text(item.fts_text(), [ctx] if ctx else [])
 
     def embedding_text(self, item: Any) -> str:
         """``item``'s own statement with its window, for the embedding model."""

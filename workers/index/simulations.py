@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
+from oml.domain.context_window import lexical_text
 from oml.domain.recall import fold_accents
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -159,7 +160,8 @@ def _sync_one(conn: sa.Connection, run: _Run, sim: str, want: dict, have: dict[s
 
             # As the shared tables (indexer.REFUSED): a version the database cannot index is skipped, not a failure.
             refused |= insert_or_refuse(conn, _insert_sql(table, False),
-                                        [p | w | {"text": fold_accents(items[w["version_id"]].fts_text())} for w in fresh])
+                                        [p | w | {"text": fold_accents(lexical_text(items[w["version_id"]].fts_text(), []))}
+                                         for w in fresh])
             if refused:
                 log.warning("sim-indexer: tenant %s: the database refused %d simulation version(s)' index rows", tenant, len(refused))
         else:

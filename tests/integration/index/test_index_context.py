@@ -66,6 +66,11 @@ def test_window_is_indexed_and_never_served(ctx, kit):
 
     (tsv,) = _tsv(ctx, kit.tenant, b["claim_id"])
     assert word in tsv and elsewhere not in tsv and other not in tsv
+    # The own words count OWN_WEIGHT times, the window's once (BM25F by repetition: docs/recall.md).
+    with owner(ctx, kit.tenant) as c:
+        tf = dict(c.execute(sa.text("SELECT u.lexeme, cardinality(u.positions) FROM memories_fts m, unnest(m.tsv) u"
+                                    " WHERE m.tenant_id = :t AND m.claim_id = :c"), {"t": kit.tenant, "c": b["claim_id"]}).all())
+    assert tf["tuesday"] == windows.OWN_WEIGHT and tf["lighthous"] == 1
     (vec,) = _vectors(ctx, kit.tenant, b["claim_id"])
     want = _encode(ctx, windows.window_text("yes, last tuesday", [f"the {word} was parked by the lighthouse"]))
     assert np.allclose(vec, want, atol=1e-5)

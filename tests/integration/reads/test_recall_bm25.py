@@ -1,8 +1,8 @@
 """The BM25 lexical leg: the same ids, in the same order, as a plain BM25 computed here.
 
 Real PostgreSQL, the real indexer and the real read path (``Recaller(lexical="bm25")``). The reference
-takes each document's lexemes and positions from PostgreSQL's own parser (``to_tsvector('english', …)``,
-what the index holds) and computes Okapi BM25 (k1 1.2, b 0.75, idf ln(1 + (N − df + 0.5)/(df + 0.5)))
+takes each document's lexemes and positions from PostgreSQL's own parser (``to_tsvector('english', …)`` of
+its full-text index text, ``context_window.lexical_text``: what the index holds) and computes Okapi BM25 (k1 1.2, b 0.75, idf ln(1 + (N − df + 0.5)/(df + 0.5)))
 in Python over the tenant's current rows.
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from oml.domain import recall as R
+from oml.domain.context_window import lexical_text
 from oml.services.reads import bm25
 from oml.services.reads.recall import Recaller, RecallRequest
 from oml.workers.index import indexer
@@ -48,7 +49,7 @@ def _terms(conn, text: str) -> dict[str, int]:
 
 def _plain_bm25(ctx, tenant: str, query: str) -> list[tuple[int, float]]:
     with owner(ctx, tenant) as conn:
-        docs = [_terms(conn, d) for d in DOCS]
+        docs = [_terms(conn, lexical_text(d, [])) for d in DOCS]
         q = sorted(_terms(conn, query))
     n = len(docs)
     avgdl = sum(sum(d.values()) for d in docs) / n

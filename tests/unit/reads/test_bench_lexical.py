@@ -58,3 +58,14 @@ def test_saved_legs_are_fused_offline():
     assert res["fusions"]["b"]["groups"]["decide"][5] == 1.0
     with pytest.raises(KeyError):
         locomo_legs.rescore(saved, ["a:1,c:1@10"])
+
+
+def test_spec_grammar():
+    from oml.domain.context_window import OWN_WEIGHT
+
+    assert lx.spec_of("english") == lx.Spec("english", OWN_WEIGHT, None)
+    assert lx.spec_of("english*3/1") == lx.Spec("english", 3, 1) and lx.spec_of("simple/0") == lx.Spec("simple", OWN_WEIGHT, 0)
+    for bad in ("english*0", "english*10", "english/9", "german*2", "english*2*3", ""):
+        with pytest.raises(ValueError):
+            lx.spec_of(bad)
+    assert lx.parse(["a=english*1"]) == {"a": "english*1"}

@@ -20,6 +20,10 @@ def test_windows_and_digests():
     assert W.window_range(5, 2) == (3, 4) and W.window_range(0, 1) == (0, -1) and W.window_range(4, 0) == (4, 3)
     assert W.dependents_range(5, 2) == (6, 7)
     assert W.window_text("own", ["one", "two"]) == "one\ntwo\nown"
+    # The full-text text counts the own text OWN_WEIGHT times, with or without neighbours (one scale per corpus).
+    assert W.OWN_WEIGHT == 2
+    assert W.lexical_text("own", ["one", "two"]) == "one\ntwo\nown\nown" and W.lexical_text("own", []) == "own\nown"
+    assert W.lexical_text("own", ["one"], own_weight=1) == W.window_text("own", ["one"])
     assert W.thread_digest("t1", "chat") != W.thread_digest("t2", "chat") and len(W.thread_digest("t", "c")) == 32
     assert W.check_before(0) == 0
     for bad in (-1, 9, True, 1.5):

@@ -6,7 +6,7 @@ cannot answer without a second index. For each leg:
 
 * **document lexemes** are PostgreSQL's own ``to_tsvector(<config>, text)``
   of each turn's index text, the text the indexer writes
-  (``fold_accents(window_text(statement, window))``,
+  (``fold_accents(lexical_text(statement, window))``,
   ``workers/index/indexer.py``); with the ``english`` configuration the
   vectors are compared with the stored ``memories_fts.tsv`` rows (a check,
   :func:`stored_agreement`);
@@ -19,6 +19,11 @@ cannot answer without a second index. For each leg:
   one workarea per conversation); ties: newer tip first (``tip_from_seq``
   descending, read from the index rows).
 
+A spec is ``CONFIG[*R][/W[+A]]``: ``*R`` counts the turn's own statement R times against its neighbours' once
+(``domain.context_window.lexical_text``: BM25F's field weighting written as repetition; default the product's
+``OWN_WEIGHT``), ``/W`` takes W turns before it (default: the ingest's context window), ``+A`` also the A turns
+after it (the product's windows look back only).
+
 Configurations (:data:`SPECS`): ``english`` and ``simple`` are PostgreSQL's;
 ``simple+stop`` (no stemming, the english stop-word list) and
 ``english-nostop`` (the english Snowball stemmer, no stop words) are built
@@ -28,6 +33,7 @@ transaction that is rolled back, so nothing persists in the database.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -59,13 +65,43 @@ _EXISTS = sa.text("SELECT 1 FROM pg_ts_config WHERE cfgname = :c")
 _ROWS = sa.text("SELECT claim_id, tip_from_seq, tsv::text AS tsv FROM memories_fts WHERE tenant_id = :t AND tip_to_seq IS NULL")
 
 
+_SPEC = re.compile(r"(?P<cfg>[a-z+-]+?)(?:\*(?P<own>[1-9]))?(?:/(?P<win>[0-8])(?:\+(?P<after>[1-8]))?)?")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A parsed ``CONFIG[*R][/W[+A]]``: configuration key of :data:`SPECS`, own-statement count, turns before
+    (None: the ingest's window) and after."""
+
+    config: str
+    own: int
+    window: int | None = None
+    after: int = 0
+
+
+def spec_of(spec: str) -> Spec:
+    """``CONFIG[*R][/W[+A]]`` → :class:`Spec`; raises ``ValueError``."""
+    m = _SPEC.fullmatch(spec)
+    if m is None or m["cfg"] not in SPECS:
+        raise ValueError(f"SPEC is CONFIG[*R][/W[+A]], CONFIG one of {', '.join(SPECS)}, R 1-9, W 0-8, A 1-8"
+                         f" (got {spec!r})")
+    from oml.domain.context_window import OWN_WEIGHT
+
+    return Spec(m["cfg"], int(m["own"] or OWN_WEIGHT), None if m["win"] is None else int(m["win"]),
+                int(m["after"] or 0))
+
+
 def parse(values: Iterable[str]) -> dict[str, str]:
-    """``NAME=SPEC`` options → {name: spec}; raises ``ValueError`` naming an unknown spec."""
+    """``NAME=SPEC`` options → {name: spec}; raises ``ValueError`` naming a malformed spec."""
     out = {}
     for v in values:
         name, _, spec = v.partition("=")
-        if spec not in SPECS or not name:
-            raise ValueError(f"--lexical NAME=SPEC, SPEC one of {', '.join(SPECS)} (got {v!r})")
+        if not name:
+            raise ValueError(f"--lexical NAME=SPEC (got {v!r})")
+        try:
+            spec_of(spec)
+        except ValueError as exc:
+            raise ValueError(f"--lexical {v!r}: {exc}") from None
         out[name] = spec
     return out
 
@@ -118,18 +154,23 @@ def _vectors(conn: sa.Connection, cfg: str, texts: Sequence[str]) -> list[dict[s
     return out
 
 
-def index_texts(convs: Sequence[dict], before: int) -> dict[str, list[tuple[str, str]]]:
-    """Per conversation, ``(dia id, text)`` as the indexer writes it: the window text, accents folded."""
+def index_texts(convs: Sequence[dict], before: int, own: int | None = None, after: int = 0
+                ) -> dict[str, list[tuple[str, str]]]:
+    """Per conversation, ``(dia id, text)`` as the indexer writes it: the window text with the turn's statement
+    counted ``own`` times (default the product's ``OWN_WEIGHT``), accents folded."""
+    from oml.domain.context_window import OWN_WEIGHT
     from oml.domain.recall import fold_accents
     from oml_tools.bench.locomo_legs import window_texts
 
-    return {sid: [(d, fold_accents(t)) for d, t in rows] for sid, rows in window_texts(convs, before).items()}
+    texts = window_texts(convs, before, OWN_WEIGHT if own is None else own, after)
+    return {sid: [(d, fold_accents(t)) for d, t in rows] for sid, rows in texts.items()}
 
 
-def legs(ctx: Any, corpus: Any, texts: Mapping[str, list[tuple[str, str]]], questions: Sequence[dict],
+def legs(ctx: Any, corpus: Any, convs: Sequence[dict], before: int, questions: Sequence[dict],
          specs: Mapping[str, str], n: int) -> tuple[dict[str, list[list[str]]], dict[str, Any]]:
-    """For each leg name (spec in :data:`SPECS`), each question's top-``n`` keys; and the check of the index texts
-    against the stored rows (:func:`stored_agreement`). One owner transaction, rolled back."""
+    """For each leg name (spec: :func:`spec_of`), each question's top-``n`` keys; and the check of the index
+    texts at the ingest's window ``before`` against the stored rows (:func:`stored_agreement`). One owner
+    transaction, rolled back."""
     from oml.services.reads.bm25 import K1, B
     from oml.services.reads.recall import query_lexemes
 
@@ -138,9 +179,11 @@ def legs(ctx: Any, corpus: Any, texts: Mapping[str, list[tuple[str, str]]], ques
     with eng.connect() as conn:
         tx = conn.begin()
         try:
-            seq, check = stored_agreement(conn, corpus, texts)
+            seq, check = stored_agreement(conn, corpus, index_texts(convs, before))
             for name, spec in specs.items():
-                cfg, ddl = SPECS[spec]
+                sp = spec_of(spec)
+                texts = index_texts(convs, before if sp.window is None else sp.window, sp.own, sp.after)
+                cfg, ddl = SPECS[sp.config]
                 if conn.execute(_EXISTS, {"c": cfg}).scalar() is None:
                     for stmt in ddl:
                         conn.execute(sa.text(stmt))

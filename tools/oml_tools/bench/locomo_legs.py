@@ -77,16 +77,18 @@ def fuse(lists: Mapping[str, Sequence[str]], spec: str) -> list[str]:
     return [x.key for x in fuse_rrf(order, k=k, weights=dict(legs), priority=[n for n, _ in legs])]
 
 
-def window_texts(convs: Sequence[dict], before: int) -> dict[str, list[tuple[str, str]]]:
-    """Per conversation, ``(dia id, index text)`` in thread order: the turn's statement after the ``before``
-    previous statements, newline-separated (``domain.context_window.window_text``, as the indexer builds it)."""
-    from oml.domain.context_window import window_text
+def window_texts(convs: Sequence[dict], before: int, own: int = 1, after: int = 0) -> dict[str, list[tuple[str, str]]]:
+    """Per conversation, ``(dia id, index text)`` in thread order: the turn's statement, counted ``own`` times,
+    after the ``before`` previous statements (and the ``after`` next ones), newline-separated
+    (``domain.context_window.lexical_text``; with ``own`` 1 the embedding text, ``window_text``, as the indexer
+    builds them)."""
+    from oml.domain.context_window import lexical_text
 
     out: dict[str, list[tuple[str, str]]] = {}
     for conv in convs:
         turns = turns_of(conv)
         stmts = [t["statement"] for t in turns]
-        out[conv["sample_id"]] = [(t["dia_id"], window_text(stmts[i], stmts[max(0, i - before):i]))
+        out[conv["sample_id"]] = [(t["dia_id"], lexical_text(stmts[i], [*stmts[max(0, i - before):i], *stmts[i + 1:i + 1 + after]], own))
                                   for i, t in enumerate(turns)]
     return out
 
@@ -120,7 +122,8 @@ def _top(qvec, mat, ids: Sequence[str], sid: str, n: int) -> list[str]:
 def run(ctx, data: Path, *, conversations: str | None = None, decide: Sequence[str] = DECIDE,
         models: Mapping[str, tuple[str, str]] | None = None, bm25: Mapping[str, tuple[float, float]] | None = None,
         prf: Mapping[str, str] | None = None, fusions: Sequence[str] = (), cache_root: Path | None = None,
-        context_before: int | None = None, lexical: Mapping[str, str] | None = None, progress=None) -> dict[str, Any]:
+        context_before: int | None = None, lexical: Mapping[str, str] | None = None,
+        model_texts: Mapping[str, tuple[int, int | None]] | None = None, progress=None) -> dict[str, Any]:
     """Ingest once; collect each leg's and product row's answers; embed with the second models; score every
     leg, product row and fusion (module docstring)."""
     import platform
@@ -172,7 +175,7 @@ def run(ctx, data: Path, *, conversations: str | None = None, decide: Sequence[s
     if lexical:
         from oml_tools.bench import lexical as lx
 
-        got, checks["index_texts"] = lx.legs(ctx, corpus, lx.index_texts(convs, before), questions, lexical, POOL)
+        got, checks["index_texts"] = lx.legs(ctx, corpus, convs, before, questions, lexical, POOL)
         for name, per_q in got.items():
             sc = Scores(CUTOFFS)
             for i, q in enumerate(questions):
@@ -189,14 +192,15 @@ def run(ctx, data: Path, *, conversations: str | None = None, decide: Sequence[s
     encode: dict[str, Any] = {}
     if models:
         cache_root = cache_root or Path(ctx.settings.home) / "bench-models"
-        texts = window_texts(convs, before)
-        flat = [t for sid in texts for _, t in texts[sid]]
         mini_path = model_path(ctx.settings)
         mini = OnnxEmbedder(mini_path, cache_dir_for(ctx.settings.model_cache or Path(ctx.settings.home) / "models",
                                                      mini_path), threads=1)
         query_models = {"minilm": mini}
         mats: dict[str, dict[str, Any]] = {}
         for name, (mdir, onnx_file) in models.items():
+            own, win = (model_texts or {}).get(name, (1, None))
+            texts = window_texts(convs, before if win is None else win, own)
+            flat = [t for sid in texts for _, t in texts[sid]]
             batch = onnx_model(mdir, onnx_file, cache_root, threads=2)
             key = hashlib.sha256((file_sha256(Path(onnx_file)) + "\0" + "\0".join(flat)).encode()).hexdigest()[:16]
             saved = cache_root / f"docs-{key}.npy"
@@ -326,6 +330,8 @@ def default_fusions(models: Sequence[str], bm25_rows: Sequence[str], lexical: Ma
     """The fusion grid: the default read (a check), RRF k × the vector leg's weight, each second model alone
     fused with BM25 and with BM25 + MiniLM, each BM25 variant at the default fusion, and each lexical leg outside
     the product in the default read's place of ``bm25``, beside it at weight 0.5 and 1, and sharing its weight."""
+    from oml_tools.bench.lexical import spec_of
+
     out = ["bm25:1,minilm:0.5@10"]
     out += [f"bm25:1,minilm:{w}@{k}" for k in (5, 10, 20, 60) for w in (0.3, 0.5, 0.7, 1.0) if (k, w) != (10, 0.5)]
     for m in models:
@@ -335,7 +341,7 @@ def default_fusions(models: Sequence[str], bm25_rows: Sequence[str], lexical: Ma
     out += [f"{b}:1,minilm:0.5@10" for b in bm25_rows]
     for name, spec in (lexical or {}).items():
         out.append(f"{name}:1,minilm:0.5@10")
-        if spec != "english":
+        if spec_of(spec).config != "english":  # an english leg is the product's, or it in another text: in its place
             out += [f"bm25:1,{name}:0.5,minilm:0.5@10", f"bm25:1,{name}:1,minilm:0.5@10",
                     f"bm25:0.5,{name}:0.5,minilm:0.5@10"]
     return out
@@ -359,9 +365,12 @@ def register(bench_app: typer.Typer) -> None:
                     conversations: str = typer.Option("", "--conversations", help="sample ids, or N for the first N"),
                     decide: str = typer.Option(",".join(DECIDE), "--decide", help="conversations choices are made on"),
                     model: list[str] = typer.Option([], "--model", help="second dense model NAME=MODEL_DIR:ONNX_FILE"),
+                    model_text: list[str] = typer.Option([], "--model-text", help="a --model's index text NAME=*R/W:"
+                                                         " own statement R times after W turns before it"),
                     bm25: list[str] = typer.Option([], "--bm25", help="BM25 leg variant NAME=K1,B"),
                     lexical: list[str] = typer.Option([], "--lexical", help="lexical leg outside the product NAME=SPEC,"
-                                                      " SPEC one of english, simple, simple+stop, english-nostop"),
+                                                      " SPEC CONFIG[*R][/W]: CONFIG one of english, simple, simple+stop, english-nostop;"
+                                                      " own statement counted R times; W turns before it"),
                     prf: list[str] = typer.Option([], "--prf", help="hybrid row with pseudo-relevance feedback NAME=DOCS,TERMS[,WEIGHT[,MODE]]"),
                     fusion: list[str] = typer.Option([], "--fusion", help="extra fusion LEG:W,LEG:W@K"),
                     save: Path = typer.Option(None, "--save", help="also write the JSON result here"),
@@ -379,16 +388,22 @@ def register(bench_app: typer.Typer) -> None:
         params = {n: (float(v.split(",")[0]), float(v.split(",")[1])) for n, _, v in (x.partition("=") for x in bm25)}
         prfs = dict(x.partition("=")[::2] for x in prf)
         from oml_tools.bench.lexical import parse as parse_lexical
+        from oml_tools.bench.lexical import spec_of
 
         try:
             lexicals = parse_lexical(lexical)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--lexical") from None
+        try:
+            texts = {n: spec_of("english" + t) for n, _, t in (x.partition("=") for x in model_text)}
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--model-text") from None
+        before = {n: (sp.own, sp.window) for n, sp in texts.items()}
         fusions = default_fusions(list(models), list(params), lexicals) + list(fusion)
         with context(new_home=True) as ctx:
             res = run(ctx, data, conversations=conversations or None, decide=[x.strip() for x in decide.split(",") if x.strip()],
                       models=models, bm25=params, prf=prfs, fusions=fusions, context_before=context_window, lexical=lexicals,
-                      progress=lambda m: err.print(m))
+                      model_texts=before, progress=lambda m: err.print(m))
         if save:
             save.write_text(json.dumps(res, indent=1))
         res.pop("per_question")
