@@ -47,7 +47,8 @@ QUERY_TEXT_FUNCTIONS: dict[str, str] = {
     "oml_fts_candidates_sql": "returns the lexical candidates' SQL text; its callers bind the tenant from the GUC as $9",
     "oml_fts_search_sql": "returns the search's SQL text; its callers bind the tenant from the GUC as $9",
     "oml_sim_fts_search_sql": "returns the simulation search's SQL text; its callers bind the tenant from the GUC",
-    "oml_bm25_topk_sql": "returns the bounded BM25 search's SQL text; its caller binds the tenant from the GUC as $9",
+    "oml_bm25_topk_sql": "returns the bounded BM25 search's SQL text, which oml_bm25_topk runs with its tenant from the"
+                         " GUC as $9",
     "oml_bm25_maintain_sql": "returns the text of the BM25 triggers' statements, which take the tenant from the rows written",
 }
 

@@ -343,11 +343,37 @@ CREATE OR REPLACE FUNCTION oml_bm25_topk_sql() RETURNS text
         r.bound
    FROM rest r' $f$;
 
+-- The function runs the text above as a static statement, generated here with each parameter replaced by the
+-- function's own variable (its tenant, t, from the binding): PL/pgSQL keeps the plan of a static statement for the
+-- session and PostgreSQL's plan cache may reuse a generic plan of it (with many tenants' partitions it keeps making
+-- custom ones), where EXECUTE would parse and plan the whole statement on every call (docs/benchmarks.md, "The
+-- lexical statement's planning"). $3 (as_of), $4 (kinds) and $5 (provenances) are NULL constants (this function
+-- reads current tips, any kind and provenance), so every plan, generic ones included, folds them as a one-shot plan
+-- folds NULL values. Variables are qualified (the function's name, the block's label), and #variable_conflict
+-- use_column makes every unqualified name in the statement a column, as in oml_bm25_topk_sql() run on its own (the
+-- function's result columns share names with the statement's).
+DO $gen$
+DECLARE
+  stmt text := oml_bm25_topk_sql();
+  arg constant text[] := ARRAY['oml_bm25_topk.q', 'oml_bm25_topk.scopes', 'NULL::timestamptz', 'NULL::text[]',
+                               'NULL::text[]', 'oml_bm25_topk.valid_at', 'oml_bm25_topk.exclude', 'oml_bm25_topk.lim',
+                               'topk.t', 'oml_bm25_topk.terms', 'oml_bm25_topk.depth', 'oml_bm25_topk.fetched'];
+BEGIN
+  -- $12 before $1: each replaced placeholder is gone before a shorter one that prefixes it is replaced
+  FOR i IN REVERSE 12 .. 1 LOOP
+    stmt := replace(stmt, '$' || i, arg[i]);
+  END LOOP;
+  IF position('$' IN stmt) > 0 THEN
+    RAISE EXCEPTION 'oml_bm25_topk_sql() holds a placeholder other than $1 to $12';
+  END IF;
+  EXECUTE format($def$
 CREATE OR REPLACE FUNCTION oml_bm25_topk(q tsquery, terms text[], scopes text[], valid_at timestamptz, exclude uuid[],
                                          lim int, depth int, fetched int)
   RETURNS TABLE (version_id uuid, claim_id uuid, score double precision, tip_from_seq bigint, exact boolean,
                  bound double precision)
-  LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $f$
+  LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS %L$def$, $body$
+#variable_conflict use_column
+<<topk>>
 DECLARE
   t text := oml_bound_tenant();  -- refuses when no tenant is bound (01_tenant_binding.sql)
 BEGIN
@@ -370,9 +396,9 @@ BEGIN
     RETURN QUERY SELECT NULL::uuid, NULL::uuid, NULL::float8, NULL::bigint, true, NULL::float8;
     RETURN;
   END IF;
-  RETURN QUERY EXECUTE oml_bm25_topk_sql()
-    USING q, scopes, NULL::timestamptz, NULL::text[], NULL::text[], valid_at, exclude, lim, t, terms, depth, fetched;
-END $f$;
+  RETURN QUERY $body$ || stmt || $body$;
+END$body$);
+END $gen$;
 
 GRANT CREATE ON SCHEMA public TO oml_search;
 ALTER FUNCTION oml_bm25_topk(tsquery, text[], text[], timestamptz, uuid[], int, int, int) OWNER TO oml_search;

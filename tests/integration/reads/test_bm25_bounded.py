@@ -132,6 +132,46 @@ def test_both_outcomes_were_exercised():
     assert SEEN[True] > 0 and SEEN[False] > 0, SEEN
 
 
+# oml_bm25_topk_sql()'s placeholders and their types, as oml_bm25_topk binds them (63_bm25_postings.sql).
+_TYPES = ["tsquery", "text[]", "timestamptz", "text[]", "text[]", "timestamptz", "uuid[]", "int", "text", "text[]", "int",
+          "int"]
+
+
+def _statement(conn, tenant, terms, scopes, valid_at, exclude, lim, depth, fetched):
+    """The rows of oml_bm25_topk_sql() run as a statement of its own, each placeholder a typed parameter."""
+    text = conn.execute(sa.text("SELECT oml_bm25_topk_sql()")).scalar()
+    for i in range(12, 0, -1):
+        text = text.replace(f"${i}", f"CAST(%(p{i})s AS {_TYPES[i - 1]})")
+    values = [R.tsquery_text(terms, "|"), scopes, None, None, None, valid_at, exclude, lim, tenant, terms, depth, fetched]
+    return [tuple(r) for r in conn.exec_driver_sql(text, {f"p{i + 1}": v for i, v in enumerate(values)}).all()]
+
+
+def test_bounded_function_answers_what_its_statement_answers(ctx, tenant):
+    """oml_bm25_topk runs oml_bm25_topk_sql() as a static statement (a cached plan, generic after PostgreSQL's first
+    custom plans): call by call, the same rows in the same order, scores to the last bit, as the statement run on its
+    own with the same parameters -- over enough calls in one session for the plan cache to switch to a generic
+    plan."""
+    docs = [(" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(1 + i % 6)), PATHS[i % len(PATHS)], i % 5 == 0,
+             NOW - dt.timedelta(days=1) if i % 9 == 0 else None) for i in range(80)]
+    with _tx(ctx, tenant) as conn:
+        ids = _insert(conn, tenant, docs)
+        calls = 0
+        for n, query in enumerate(["crane harbour", "red boat storm", "tide", "gull dusk coast container", "storm red"]):
+            terms = _lexemes(conn, query)
+            for scopes, valid_at, exclude, lim, depth, fetched in [
+                    (["main"], NOW, None, 5, 2048, 512), (["main.a"], NOW, [ids[n][0]], 3, 4, 4),
+                    (["main.b", "main.a.x"], None, None, 6, 1, 8), (["main"], NOW, [ids[0][0], ids[5][0]], 4, 16, 16)]:
+                args = (terms, scopes, valid_at, exclude, lim, depth, fetched)
+                got = [tuple(r) for r in conn.execute(sa.text(
+                    "SELECT version_id, claim_id, score, tip_from_seq, exact, bound FROM oml_bm25_topk("
+                    "CAST(:q AS tsquery), CAST(:terms AS text[]), CAST(:s AS text[]), :va, CAST(:ex AS uuid[]), :lim, :d,"
+                    " :f)"), {"q": R.tsquery_text(terms, "|"), "terms": terms, "s": scopes, "va": valid_at, "ex": exclude,
+                             "lim": lim, "d": depth, "f": fetched}).all()]
+                assert got == _statement(conn, tenant, *args), (query, scopes)
+                calls += 1
+        assert calls > 5
+
+
 def _long_lists(n: int):
     # many rows sharing the same two words with varied lengths: lists longer than 16 truncate at depth 16
     return [(" ".join(["crane"] * (1 + i % 3) + ["harbour"] * (i % 2) + ["tide"] * (i % 5)), "main.a", False, None)

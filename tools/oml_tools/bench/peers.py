@@ -20,7 +20,8 @@ What it does:
 4. where OML's time went: each phase of the recall (``Recaller.recall``'s ``phases``,
    ``services/runtime/phases.py``), the statements it sent and the collector's pauses, as the mean over the
    slowest 5 % of OML's calls and over the middle 10 % (p45–p55) — :func:`phase_table`.
-   ``oml bench recall-phases`` prints the same table for OML alone (no mem0: a quicker loop).
+   ``oml bench recall-phases`` prints the same table for OML alone (no mem0: a quicker loop), and what planning
+   costs the lexical leg's statement (:func:`lexical_planning`).
 
 mem0 ranks with whatever its installed extras allow: without spaCy and
 fastembed (not part of the ``peers`` extra) its search is the vector search
@@ -42,6 +43,12 @@ from oml.services.runtime import heap
 from oml_tools.bench import emit, locomo
 
 K = 10
+#: Runs of the prepared lexical statement before its timed ones: PostgreSQL's plan cache makes five custom plans
+#: of a statement before it weighs a generic one.
+WARM = 5
+#: The placeholders of ``oml_bm25_topk_sql()`` (63_bm25_postings.sql) and their types, as ``oml_bm25_topk`` binds them.
+TOPK_TYPES = ("tsquery", "text[]", "timestamptz", "text[]", "text[]", "timestamptz", "uuid[]", "int", "text", "text[]",
+              "int", "int")
 #: Phases that ran on another thread, beside the others (not part of the call's sum).
 OVERLAPPING = ("embed",)
 
@@ -221,7 +228,83 @@ def run_oml(ctx, data: Path, *, conversations: str | None = None, progress=None)
         dia, ms = calls.recall(corpus, rec, q)
         oml.add(q, dia, ms)
     return {"conversations": [c["sample_id"] for c in convs], "questions": len(questions), "k": K,
-            "latency_ms": oml.summary()["latency_ms"], "phases": calls.table(), "machine": _machine()}
+            "latency_ms": oml.summary()["latency_ms"], "phases": calls.table(),
+            "lexical_planning": lexical_planning(ctx, corpus, questions), "machine": _machine()}
+
+
+def lexical_planning(ctx: Any, corpus: Any, questions: list[dict]) -> dict[str, Any]:
+    """What planning costs the lexical leg's statement: ``oml_bm25_topk_sql()`` (63_bm25_postings.sql) for each
+    question, with the values recall binds (its lexemes, its workarea's path, its instant, the leg's pool, the
+    bounded search's depth and fetch), run under ``EXPLAIN (ANALYZE, SUMMARY)`` as the schema owner in the role
+    ``oml_search`` (the function's) two ways: planned on every call (the values as constants: the one-shot plan of
+    an ``EXECUTE … USING``) and prepared once (``plan_cache_mode`` as the server has it, after :data:`WARM` untimed
+    runs). Returns ``{"questions": n, "per_call": {"planning": [ms…], "execution": [ms…]}, "prepared": {…, "generic_plans":
+    g, "custom_plans": c}}``; the owner's transaction is rolled back."""
+    import datetime as dt
+
+    import psycopg
+    import sqlalchemy as sa
+
+    from oml.domain import recall as R
+    from oml.services.reads import bm25
+    from oml.services.reads.recall import query_lexemes
+
+    pool = max(R.POOL_MIN, 2 * K)
+    out: dict[str, Any] = {"per_call": {"planning": [], "execution": []}, "prepared": {"planning": [], "execution": []}}
+    with ctx.db.engine(None).connect() as conn:
+        text = conn.execute(sa.text("SELECT oml_bm25_topk_sql()")).scalar()
+        paths = dict(conn.execute(sa.text("SELECT node_id::text, path FROM workareas WHERE tenant_id = :t"),
+                                  {"t": corpus.tenant}).all())
+        calls = []
+        for q in questions:
+            lex = sorted(query_lexemes(conn, q["question"])[0])
+            if lex:
+                calls.append([R.tsquery_text(lex, "|"), [paths[corpus.workarea_of[q["sample"]]]], None, None, None,
+                              corpus.asked_at.get(q["sample"]) or dt.datetime.now(dt.UTC), None, pool, corpus.tenant,
+                              lex, bm25.DEPTH, max(bm25.FETCHED, pool)])
+        conn.execute(sa.text("SET LOCAL ROLE oml_search"))
+        conn.execute(sa.text("SET LOCAL search_path = public, pg_temp"))
+        cur = psycopg.ClientCursor(conn.connection.driver_connection)
+        typed = ", ".join(f"CAST(%s AS {t})" for t in TOPK_TYPES)
+        one_shot = text
+        for i in range(len(TOPK_TYPES), 0, -1):  # $12 before $1
+            one_shot = one_shot.replace(f"${i}", f"CAST(%(p{i})s AS {TOPK_TYPES[i - 1]})")
+        cur.execute(f"PREPARE oml_bench_lexical ({', '.join(TOPK_TYPES)}) AS {text}")
+
+        def explain(sql: str, args: Any) -> dict[str, Any]:
+            cur.execute("EXPLAIN (ANALYZE, SUMMARY, FORMAT JSON) " + sql, args)
+            return cur.fetchone()[0][0]
+
+        for args in calls[:1] * WARM:
+            explain(f"EXECUTE oml_bench_lexical ({typed})", args)
+        for args in calls:
+            for way, sql, bind in (("per_call", one_shot, {f"p{i + 1}": v for i, v in enumerate(args)}),
+                                   ("prepared", f"EXECUTE oml_bench_lexical ({typed})", args)):
+                plan = explain(sql, bind)
+                out[way]["planning"].append(plan["Planning Time"])
+                out[way]["execution"].append(plan["Execution Time"])
+        cur.execute("SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = 'oml_bench_lexical'")
+        out["prepared"]["generic_plans"], out["prepared"]["custom_plans"] = cur.fetchone()
+        cur.execute("DEALLOCATE oml_bench_lexical")
+        conn.rollback()
+    out["questions"] = len(calls)
+    return out
+
+
+def render_lexical_planning(res: dict[str, Any]) -> list[str]:
+    """:func:`lexical_planning` as text: p50/p95 of planning and execution (ms), each way."""
+    if not res:
+        return []
+    pct = lambda v, p: sorted(v)[min(len(v) - 1, int(len(v) * p / 100))]  # noqa: E731
+    prep = res["prepared"]
+    lines = [f"the lexical leg's statement (oml_bm25_topk_sql), {res['questions']} questions, EXPLAIN ANALYZE as oml_search "
+             "(ms)",
+             f"  {'':<44}  {'plan p50':>8}  {'plan p95':>8}  {'exec p50':>8}  {'exec p95':>8}"]
+    for label, way in (("planned every call (EXECUTE's one-shot plan)", res["per_call"]),
+                       (f"prepared ({prep['generic_plans']} generic, {prep['custom_plans']} custom plans)", prep)):
+        lines.append(f"  {label:<44}  {pct(way['planning'], 50):8.2f}  {pct(way['planning'], 95):8.2f}  "
+                     f"{pct(way['execution'], 50):8.2f}  {pct(way['execution'], 95):8.2f}")
+    return lines
 
 
 def render_oml(res: dict[str, Any]) -> list[str]:
@@ -231,7 +314,7 @@ def render_oml(res: dict[str, Any]) -> list[str]:
             f"{res['questions']} questions, hybrid, k = {res['k']}",
             f"machine: {res['machine']['cpus']} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at the end",
             f"OML hybrid recall: p50 {lat['p50']:.1f} ms, p95 {lat['p95']:.1f} ms, mean {lat['mean']:.1f} ms",
-            *render_phases(res["phases"])]
+            *render_phases(res["phases"]), *render_lexical_planning(res.get("lexical_planning", {}))]
 
 
 def register(bench_app: typer.Typer) -> None:
