@@ -318,7 +318,7 @@ _ON_CONFLICT = (" ON CONFLICT (tenant_id, version_id, tip_from_seq) DO UPDATE SE
 _INSERT_FTS = sa.text(f"INSERT INTO memories_fts ({_COLS}, tsv) VALUES ({_VALS}, to_tsvector('{TS_CONFIG}'::regconfig, :text))"
                       + _ON_CONFLICT)
 _INSERT_EMB = sa.text(f"INSERT INTO memory_embeddings ({_COLS}, embedding) VALUES ({_VALS}, :embedding)" + _ON_CONFLICT)
-# A version re-entering tip (after a demotion) reuses its own earlier row's derived value: no decrypt.
+# A closed interval of a version already indexed reuses the version's earlier row's derived value: no decrypt.
 _COPY = {
     "memories_fts": sa.text(f"INSERT INTO memories_fts ({_COLS}, tsv) SELECT {_VALS}, (SELECT tsv FROM memories_fts"
                             " WHERE tenant_id = :t AND version_id = :version_id LIMIT 1)" + _ON_CONFLICT),
@@ -426,7 +426,10 @@ def _sync_claims(conn: sa.Connection, run: _Run, claims: dict[str, int], *, casc
                                      "to_at": want["to_at"], "path": want["path"]})
 
     kept = {table: {vid for (vid, f) in existing[table] if (vid, f) in desired} for table in TABLES}
-    need = sorted({w["version_id"] for table in TABLES for w in inserts[table] if w["version_id"] not in kept[table]})
+    # A version re-entering tip (its successor demoted) is fetched, not copied: its window and its place in its
+    # thread (index_threads) are those of now, as a rebuild writes them; its neighbours may have changed since.
+    need = sorted({w["version_id"] for table in TABLES for w in inserts[table]
+                   if w["version_id"] not in kept[table] or w["to_seq"] is None})
     items = run.fetch(need) if need else {}
     current: dict[str, str | None] = {c: None for c in live}
     for w in desired.values():
@@ -449,14 +452,14 @@ def _sync_claims(conn: sa.Connection, run: _Run, claims: dict[str, int], *, casc
     for w in inserts["memories_fts"]:
         if w["claim_id"] in newly_erased:
             continue
-        if w["version_id"] in kept["memories_fts"]:
+        if w["version_id"] in kept["memories_fts"] and w["version_id"] not in items:
             fts_copy.append(w)
         elif w["version_id"] not in bad:
             fts_new.append(w | {"text": fold_accents(win.fts_text(items[w["version_id"]]))})
     for w in inserts["memory_embeddings"]:
         if w["claim_id"] in newly_erased:
             continue
-        if w["version_id"] in kept["memory_embeddings"]:
+        if w["version_id"] in kept["memory_embeddings"] and w["version_id"] not in items:
             emb_copy.append(w)
         elif w["version_id"] not in bad:
             emb_new.append(w)

@@ -69,3 +69,17 @@ def test_spec_grammar():
         with pytest.raises(ValueError):
             lx.spec_of(bad)
     assert lx.parse(["a=english*1"]) == {"a": "english*1"}
+
+
+def test_model_text_grammar():
+    """``--model-text``: R defaults to the embedding text's once, not the full-text weight; a NAME that is no
+    ``--model``, a malformed text and ``+A`` are refused."""
+    from oml_tools.bench import locomo_legs
+
+    models = {"m": ("dir", "f.onnx")}
+    assert locomo_legs.model_texts_of(["m=/3"], models) == {"m": (1, 3)}
+    assert locomo_legs.model_texts_of(["m=*2/3", "m=*2"], models) == {"m": (2, None)}
+    assert locomo_legs.model_texts_of(["m"], models) == {"m": (1, None)}
+    for bad in (["x=*2"], ["=*2"], ["m=*2/3+1"], ["m=/3+1"], ["m=english*2"], ["m=*0"], ["m=2"]):
+        with pytest.raises(ValueError):
+            locomo_legs.model_texts_of(bad, models)

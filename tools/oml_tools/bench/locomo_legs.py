@@ -43,7 +43,7 @@ import json
 import os
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,24 @@ def fuse(lists: Mapping[str, Sequence[str]], spec: str) -> list[str]:
         return list(lists[legs[0][0]])
     order = {name: lists[name] for name, _ in legs}
     return [x.key for x in fuse_rrf(order, k=k, weights=dict(legs), priority=[n for n, _ in legs])]
+
+
+def model_texts_of(values: Iterable[str], models: Mapping[str, Any]) -> dict[str, tuple[int, int | None]]:
+    """``--model-text NAME=[*R][/W]`` options → {name: (R, W)}; R defaults to 1 (the embedding text's own statement
+    once), W to None (the run's window). Raises ``ValueError`` for a NAME that is no ``--model``, a malformed text,
+    or ``+A`` (turns after: a lexical option only)."""
+    from oml_tools.bench.lexical import spec_of
+
+    out = {}
+    for v in values:
+        name, _, text = v.partition("=")
+        if name not in models:
+            raise ValueError(f"{v!r}: NAME must be a --model's name ({', '.join(models) or 'none given'})")
+        sp = spec_of("english" + (text if text.startswith("*") else "*1" + text))
+        if sp.after:
+            raise ValueError(f"{v!r}: a model's index text is *R/W (no +A)")
+        out[name] = (sp.own, sp.window)
+    return out
 
 
 def window_texts(convs: Sequence[dict], before: int, own: int = 1, after: int = 0) -> dict[str, list[tuple[str, str]]]:
@@ -369,8 +387,8 @@ def register(bench_app: typer.Typer) -> None:
                                                          " own statement R times after W turns before it"),
                     bm25: list[str] = typer.Option([], "--bm25", help="BM25 leg variant NAME=K1,B"),
                     lexical: list[str] = typer.Option([], "--lexical", help="lexical leg outside the product NAME=SPEC,"
-                                                      " SPEC CONFIG[*R][/W]: CONFIG one of english, simple, simple+stop, english-nostop;"
-                                                      " own statement counted R times; W turns before it"),
+                                                      " SPEC CONFIG, CONFIG*R, CONFIG/W or CONFIG*R/W+A: CONFIG one of english, simple, simple+stop, english-nostop;"
+                                                      " own statement counted R times; W turns before it, A after"),
                     prf: list[str] = typer.Option([], "--prf", help="hybrid row with pseudo-relevance feedback NAME=DOCS,TERMS[,WEIGHT[,MODE]]"),
                     fusion: list[str] = typer.Option([], "--fusion", help="extra fusion LEG:W,LEG:W@K"),
                     save: Path = typer.Option(None, "--save", help="also write the JSON result here"),
@@ -388,17 +406,15 @@ def register(bench_app: typer.Typer) -> None:
         params = {n: (float(v.split(",")[0]), float(v.split(",")[1])) for n, _, v in (x.partition("=") for x in bm25)}
         prfs = dict(x.partition("=")[::2] for x in prf)
         from oml_tools.bench.lexical import parse as parse_lexical
-        from oml_tools.bench.lexical import spec_of
 
         try:
             lexicals = parse_lexical(lexical)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--lexical") from None
         try:
-            texts = {n: spec_of("english" + t) for n, _, t in (x.partition("=") for x in model_text)}
+            before = model_texts_of(model_text, models)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--model-text") from None
-        before = {n: (sp.own, sp.window) for n, sp in texts.items()}
         fusions = default_fusions(list(models), list(params), lexicals) + list(fusion)
         with context(new_home=True) as ctx:
             res = run(ctx, data, conversations=conversations or None, decide=[x.strip() for x in decide.split(",") if x.strip()],
