@@ -7,10 +7,12 @@ document's chunks — with an optional body member::
 
 Claims of the same workarea that declare the same ``thread`` are one
 thread, ordered by ``position``. The indexer indexes each such claim's text
-together with the statements of the claims at the :data:`DEFAULT_BEFORE`
-positions before it (a window, like chunk overlap in text retrieval), in
-both the full-text and the vector leg; in the full-text leg the claim's own
-text counts :data:`OWN_WEIGHT` times against the window's once
+together with the statements of the claims at the positions before it (a
+window, like chunk overlap in text retrieval; how many is the setting
+``OML_INDEX_CONTEXT_BEFORE``, default 2, measured by ``oml bench locomo-legs
+--context-window``: docs/benchmarks.md, "Ranking experiments"), in both the
+full-text and the vector leg; in the full-text leg the claim's own text
+counts :data:`OWN_WEIGHT` times against the window's once
 (:func:`lexical_text`). The window is index-only: recall and
 fetch serve the claim's own body, never its neighbours'. Neighbours are
 taken from the same workarea only, so a window never carries text into a
@@ -26,9 +28,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-#: Positions before a claim whose statements join its index text. Measured by
-#: ``oml bench locomo --context-window`` (docs/benchmarks.md, "LoCoMo evidence recall").
-DEFAULT_BEFORE = 1
 MAX_BEFORE = 8
 #: How many times a claim's own text counts in its full-text index text, each neighbour's statement counting
 #: once: BM25F field weighting (Robertson, Zaragoza and Taylor 2004, "Simple BM25 extension to multiple
