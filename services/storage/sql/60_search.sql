@@ -56,6 +56,8 @@ CREATE POLICY search_definer ON memories_fts FOR SELECT TO oml_search USING (tru
 -- What a read admits of a row m, past its tenant (and, in a simulation, its audience): the scope $2 with the
 -- self-signed rule, tip or as_of $3, kinds $4, provenances $5, valid time $6, exclusions $7. The same lines for
 -- memories_fts here and sim_memories_fts (66_sim_search.sql), so both searches admit rows alike.
+-- oml_bm25_topk (63_bm25_postings.sql) holds this text and oml_fts_scope_sql()'s inlined, as they stood when that file
+-- last ran: a revision that re-applies this file re-applies that one after it.
 CREATE OR REPLACE FUNCTION oml_fts_admits_sql() RETURNS text
   LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $f$ SELECT $q$
    AND EXISTS (SELECT 1 FROM unnest($2) AS s(p) WHERE m.path = s.p OR starts_with(m.path, s.p || '.'))

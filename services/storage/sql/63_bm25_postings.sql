@@ -359,12 +359,18 @@ DECLARE
                                'NULL::text[]', 'oml_bm25_topk.valid_at', 'oml_bm25_topk.exclude', 'oml_bm25_topk.lim',
                                'topk.t', 'oml_bm25_topk.terms', 'oml_bm25_topk.depth', 'oml_bm25_topk.fetched'];
 BEGIN
-  -- $12 before $1: each replaced placeholder is gone before a shorter one that prefixes it is replaced
+  -- A placeholder is replaced only where it stands alone: not inside a name (x$1), not as the head of a longer
+  -- number ($13 would read as $1 followed by 3, $20 as $2 followed by 0) nor of a dollar quote ($1$). Any $ left
+  -- then refuses the migration, naming where, before a function is made that would fail on its first call or read
+  -- another variable than the statement meant.
   FOR i IN REVERSE 12 .. 1 LOOP
-    stmt := replace(stmt, '$' || i, arg[i]);
+    stmt := regexp_replace(stmt, '(?<![[:alnum:]_$])\$' || i || '(?![[:digit:]$])', arg[i], 'g');
   END LOOP;
   IF position('$' IN stmt) > 0 THEN
-    RAISE EXCEPTION 'oml_bm25_topk_sql() holds a placeholder other than $1 to $12';
+    RAISE EXCEPTION 'oml_bm25_topk_sql() holds a $ that is not one of the placeholders $1 to $12 standing alone: %',
+                    regexp_replace(substring(stmt FROM '.{0,40}\$.{0,40}'), '\s+', ' ', 'g')
+      USING HINT = 'oml_bm25_topk runs that text as a static statement, each placeholder replaced by a variable: it '
+                   'takes no dollar quote, no identifier holding $ and no placeholder above $12.';
   END IF;
   EXECUTE format($def$
 CREATE OR REPLACE FUNCTION oml_bm25_topk(q tsquery, terms text[], scopes text[], valid_at timestamptz, exclude uuid[],

@@ -2,6 +2,10 @@
 its owner, the server's grant and the maintained statistics."""
 from __future__ import annotations
 
+import re
+
+import psycopg
+import pytest
 import sqlalchemy as sa
 from alembic import command
 
@@ -9,6 +13,7 @@ from oml.services.storage.migrate import alembic_config
 
 from support.admission import owner
 from support.erasure import make_ekit
+from support.paths import REPO
 
 _SIG = "oml_bm25_topk(tsquery, text[], text[], timestamptz, uuid[], int, int, int)"
 # The function as 0023 left it, as far as this migration is concerned: the statement run through EXECUTE.
@@ -52,3 +57,74 @@ def test_upgrade_from_0023_makes_the_bounded_search_static(ctx):
         assert not c.execute(sa.text(f"SELECT has_function_privilege('public', '{_SIG}', 'EXECUTE')")).scalar()
         assert c.execute(sa.text("SELECT pg_get_userbyid(proowner) FROM pg_proc WHERE proname = 'oml_bm25_topk'")).scalar() == "oml_search"
         assert c.execute(sa.text("SELECT prosecdef FROM pg_proc WHERE proname = 'oml_bm25_topk'")).scalar()
+
+
+def _statement_is(c, text: str) -> None:
+    c.exec_driver_sql("CREATE OR REPLACE FUNCTION oml_bm25_topk_sql() RETURNS text LANGUAGE sql IMMUTABLE RETURN '"
+                      + text.replace("'", "''") + "'")
+
+
+def _run(c, sql: str) -> None:
+    """``sql`` as it stands (no parameters: its % are its own), in ``c``'s transaction."""
+    c.connection.driver_connection.execute(sql)
+
+
+def _generator() -> str:
+    """The DO block of 63_bm25_postings.sql that makes oml_bm25_topk from oml_bm25_topk_sql()."""
+    text = (REPO / "services" / "storage" / "sql" / "63_bm25_postings.sql").read_text()
+    start = text.index("DO $gen$\nDECLARE\n  stmt text := oml_bm25_topk_sql();")
+    return text[start:text.index("END $gen$;", start) + len("END $gen$;")]
+
+
+# Each as the statement's text: a $ the generator must not take for a placeholder, or must not leave behind.
+_FOREIGN = {
+    "$13": "SELECT $13::uuid",
+    "$20": "SELECT $20::uuid",
+    "x$1": "SELECT 1 AS x$1",
+    "$1$": "SELECT $1$a$1$",
+    "$q$": "SELECT $q$a$q$",
+    "$": "SELECT $",
+}
+
+
+@pytest.mark.parametrize("name", list(_FOREIGN))
+def test_the_generator_refuses_a_dollar_that_is_not_a_placeholder(ctx, name):
+    """A $ in the statement that is not one of $1..$12 standing alone stops the migration with where it stands."""
+    with owner(ctx) as c:
+        _statement_is(c, _FOREIGN[name])
+        with pytest.raises(psycopg.errors.RaiseException) as err:
+            _run(c, _generator())
+        message = err.value.diag.message_primary
+        assert "not one of the placeholders $1 to $12 standing alone" in message and _FOREIGN[name] in message, message
+        c.rollback()
+
+
+def test_the_generator_replaces_every_placeholder_standing_alone(ctx):
+    """$10..$12 are not read as $1 followed by a digit; each placeholder is its variable, the three fixed ones NULL."""
+    stmt = ("SELECT NULL::uuid, NULL::uuid, NULL::float8, NULL::bigint, $3 IS NULL AND $4 IS NULL AND $5 IS NULL,"
+            " (($8 + $11 + $12) * 1000 + cardinality($10) * 100 + cardinality($2) * 10 + cardinality($7)"
+            " + CASE WHEN $6 IS NULL THEN 0 ELSE 0.5 END + CASE WHEN $1 IS NULL THEN 0 ELSE 0.25 END"
+            " + CASE WHEN $9 = oml_current_tenant() THEN 0.125 ELSE 0 END)::float8")
+    with owner(ctx, "migration-0024-no-rows") as c:
+        _statement_is(c, stmt)
+        _run(c, _generator())
+        assert "$" not in c.execute(_SRC).scalar()
+        row = c.execute(sa.text(
+            "SELECT exact, bound FROM oml_bm25_topk(CAST('crane' AS tsquery), ARRAY['crane', 'red', 'tide'],"
+            " ARRAY['main', 'main.a'], now(), ARRAY[gen_random_uuid()], 2, 30, 400)")).all()[-1]
+        c.rollback()
+    assert row.exact is True and row.bound == (2 + 30 + 400) * 1000 + 300 + 20 + 1 + 0.5 + 0.25 + 0.125
+
+
+def test_every_later_revision_that_changes_the_statement_remakes_the_function():
+    """From 0024 on, oml_bm25_topk holds the text of oml_fts_scope_sql() (60_search.sql) as it stood when
+    63_bm25_postings.sql last ran: a revision re-applying 60_search.sql must re-apply 63_bm25_postings.sql after it,
+    or an upgraded database's bounded search keeps admitting rows by the old text while the exhaustive one reads the new
+    (a fresh database runs every file in order and would not show it)."""
+    versions = REPO / "services" / "storage" / "migrations" / "versions"
+    for path in sorted(versions.glob("0*.py")):
+        if path.name < "0024":
+            continue
+        files = re.findall(r'"(\d\d_[a-z0-9_]+\.sql)"', path.read_text())
+        if "60_search.sql" in files:
+            assert "63_bm25_postings.sql" in files[files.index("60_search.sql"):], path.name
