@@ -271,8 +271,9 @@ CREATE OR REPLACE FUNCTION oml_bm25_topk_sql() RETURNS text
  idf AS MATERIALIZED (
    SELECT lx.lexeme, lx.df, ln(1 + (st.n - lx.df + 0.5) / (lx.df + 0.5)) AS idf FROM lx CROSS JOIN st),
  per AS MATERIALIZED (SELECT greatest(1, ceil($11::float8 / greatest((SELECT count(*) FROM g), 1)))::int AS l),
- -- each lexeme''s list in each group, best impact first, at most per.l deep; lexemes and groups by number
- -- (li, gi), so the aggregates below hash and sort integers
+ -- each lexeme''s list in each group, best impact first, at most per.l deep (in the key''s order to its last
+ -- column, so equal impacts are cut alike by every plan); lexemes and groups by number (li, gi), so the aggregates
+ -- below hash and sort integers
  gn AS MATERIALIZED (SELECT g.workarea_id, g.self_signed, row_number() OVER (ORDER BY g.workarea_id, g.self_signed)::int AS gi
                        FROM g),
  lists AS MATERIALIZED (
@@ -281,7 +282,7 @@ CREATE OR REPLACE FUNCTION oml_bm25_topk_sql() RETURNS text
      CROSS JOIN LATERAL (SELECT p.version_id, p.tip_from_seq, p.impact, p.tf, p.dl FROM bm25_postings p
                           WHERE p.tenant_id = $9 AND p.lexeme = l.lexeme AND p.workarea_id = gn.workarea_id
                             AND p.self_signed = gn.self_signed
-                          ORDER BY p.impact DESC, p.tip_from_seq DESC LIMIT per.l) p),
+                          ORDER BY p.impact DESC, p.tip_from_seq DESC, p.version_id DESC LIMIT per.l) p),
  -- the last impact read of each list that holds more postings than were read (its df says so)
  cut AS MATERIALIZED (
    SELECT z.li, max(z.last)::float8 AS last
@@ -308,11 +309,12 @@ CREATE OR REPLACE FUNCTION oml_bm25_topk_sql() RETURNS text
              FROM lists ls CROSS JOIN lb CROSS JOIN st
             GROUP BY 1, 2) s
      CROSS JOIN tot),
- -- the candidates of highest partial score (what was seen of them is exact), upper bound breaking ties; rows
- -- the read leaves out (x) take no fetch slot
+ -- the candidates of highest partial score (what was seen of them is exact), upper bound breaking ties, then the
+ -- order the hits take (newer first, then the id): the rows fetched are the same whichever plan runs the statement,
+ -- a session''s cached generic plan or a one-shot one. Rows the read leaves out (x) take no fetch slot.
  pick AS MATERIALIZED (SELECT u.version_id, u.tip_from_seq, u.partial FROM ub u
                         WHERE u.version_id NOT IN (SELECT x.version_id FROM x)
-                        ORDER BY u.partial DESC, u.ub DESC LIMIT $12),
+                        ORDER BY u.partial DESC, u.ub DESC, u.tip_from_seq DESC, u.version_id LIMIT $12),
  cand AS MATERIALIZED (
    SELECT m.* FROM (' || oml_fts_scope_sql() || ') m
     WHERE (m.version_id, m.tip_from_seq) IN (SELECT p.version_id, p.tip_from_seq FROM pick p)),

@@ -172,6 +172,20 @@ def test_bounded_function_answers_what_its_statement_answers(ctx, tenant):
         assert calls > 5
 
 
+def test_equal_candidates_are_fetched_newest_first(ctx, tenant):
+    """Rows whose partial scores and bounds are equal take the fetch slots in the hits' own order (newer first), not in
+    whatever order a plan's aggregate emits them: the same read fetches the same rows under any plan."""
+    with _tx(ctx, tenant) as conn:
+        ids = _insert(conn, tenant, [("crane harbour", "main.a", False, None)] * 20)
+        terms = _lexemes(conn, "crane harbour")
+        for mode in ("force_custom_plan", "force_generic_plan"):
+            conn.execute(sa.text(f"SET LOCAL plan_cache_mode = {mode}"))
+            for _ in range(3):
+                got, exact, _bound = _bounded(conn, terms, ["main"], NOW, None, 3, 1024, 3)
+                assert [v for v, _ in got] == [v for v, _ in ids[-1:-4:-1]], mode
+                assert not exact  # the 17 equal rows left unfetched score as high as the last hit
+
+
 def _long_lists(n: int):
     # many rows sharing the same two words with varied lengths: lists longer than 16 truncate at depth 16
     return [(" ".join(["crane"] * (1 + i % 3) + ["harbour"] * (i % 2) + ["tide"] * (i % 5)), "main.a", False, None)
