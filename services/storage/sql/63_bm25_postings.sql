@@ -360,7 +360,19 @@ DECLARE
   arg constant text[] := ARRAY['oml_bm25_topk.q', 'oml_bm25_topk.scopes', 'NULL::timestamptz', 'NULL::text[]',
                                'NULL::text[]', 'oml_bm25_topk.valid_at', 'oml_bm25_topk.exclude', 'oml_bm25_topk.lim',
                                'topk.t', 'oml_bm25_topk.terms', 'oml_bm25_topk.depth', 'oml_bm25_topk.fetched'];
+  quoted text;
 BEGIN
+  -- A $ inside a quoted literal or name ('$5', "a$1") is text, not a placeholder, yet a replacement would rewrite it:
+  -- refused. Comments are matched first so that an apostrophe in one opens no literal.
+  SELECT string_agg(m[1], ' ') INTO quoted
+    FROM regexp_matches(stmt, '(--[^\n]*|''[^'']*''|"[^"]*")', 'g') AS m
+   WHERE left(m[1], 2) <> '--' AND position('$' IN m[1]) > 0;
+  IF quoted IS NOT NULL THEN
+    RAISE EXCEPTION 'oml_bm25_topk_sql() holds a $ that is not one of the placeholders $1 to $12 standing alone: %',
+                    quoted
+      USING HINT = 'oml_bm25_topk runs that text as a static statement, each placeholder replaced by a variable: it '
+                   'takes no $ inside a quoted literal or name.';
+  END IF;
   -- A placeholder is replaced only where it stands alone: not inside a name (x$1), not as the head of a longer
   -- number ($13 would read as $1 followed by 3, $20 as $2 followed by 0) nor of a dollar quote ($1$). Any $ left
   -- then refuses the migration, naming where, before a function is made that would fail on its first call or read

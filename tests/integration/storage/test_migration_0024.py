@@ -76,7 +76,8 @@ def _generator() -> str:
     return text[start:text.index("END $gen$;", start) + len("END $gen$;")]
 
 
-# Each as the statement's text: a $ the generator must not take for a placeholder, or must not leave behind.
+# Each as the statement's text, keyed by what the refusal names: a $ the generator must not take for a placeholder, or
+# must not leave behind.
 _FOREIGN = {
     "$13": "SELECT $13::uuid",
     "$20": "SELECT $20::uuid",
@@ -84,6 +85,8 @@ _FOREIGN = {
     "$1$": "SELECT $1$a$1$",
     "$q$": "SELECT $q$a$q$",
     "$": "SELECT $",
+    "'$5'": "SELECT '$5' -- a comment's apostrophe",
+    '"a$1"': 'SELECT 1 AS "a$1"',
 }
 
 
@@ -95,7 +98,7 @@ def test_the_generator_refuses_a_dollar_that_is_not_a_placeholder(ctx, name):
         with pytest.raises(psycopg.errors.RaiseException) as err:
             _run(c, _generator())
         message = err.value.diag.message_primary
-        assert "not one of the placeholders $1 to $12 standing alone" in message and _FOREIGN[name] in message, message
+        assert "not one of the placeholders $1 to $12 standing alone" in message and name in message, message
         c.rollback()
 
 
