@@ -51,7 +51,7 @@ class Windows:
     dependents: set[str] = field(default_factory=set)
 
     def fts_text(self, item: Any) -> str:
-        """``item``'s full-text text: its window, then its own text weighted (``windows.lexical_text``)."""
+        """``item``'s full-text index text: its window, then its own text weighted (``windows.lexical_text``)."""
         ctx = self.texts.get(item.version_id)
         return windows.lexical_text(item.fts_text(), [ctx] if ctx else [])
 

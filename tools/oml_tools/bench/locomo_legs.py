@@ -49,6 +49,7 @@ from typing import Any
 
 import typer
 
+from oml.domain.context_window import OWN_WEIGHT
 from oml.services.entrypoints.cli.common import JSON
 from oml.workers.index.onnx_embedding import file_sha256
 from oml_tools.bench import emit
@@ -384,11 +385,13 @@ def register(bench_app: typer.Typer) -> None:
                     decide: str = typer.Option(",".join(DECIDE), "--decide", help="conversations choices are made on"),
                     model: list[str] = typer.Option([], "--model", help="second dense model NAME=MODEL_DIR:ONNX_FILE"),
                     model_text: list[str] = typer.Option([], "--model-text", help="a --model's index text NAME=*R/W:"
-                                                         " own statement R times after W turns before it"),
+                                                         " own statement R times (default 1, as the product embeds it)"
+                                                         " after W turns before it (default: the run's window)"),
                     bm25: list[str] = typer.Option([], "--bm25", help="BM25 leg variant NAME=K1,B"),
                     lexical: list[str] = typer.Option([], "--lexical", help="lexical leg outside the product NAME=SPEC,"
                                                       " SPEC CONFIG, CONFIG*R, CONFIG/W or CONFIG*R/W+A: CONFIG one of english, simple, simple+stop, english-nostop;"
-                                                      " own statement counted R times; W turns before it, A after"),
+                                                      f" own statement counted R times (default {OWN_WEIGHT}, the product's"
+                                                      " OWN_WEIGHT); W turns before it (default: the run's window), A after"),
                     prf: list[str] = typer.Option([], "--prf", help="hybrid row with pseudo-relevance feedback NAME=DOCS,TERMS[,WEIGHT[,MODE]]"),
                     fusion: list[str] = typer.Option([], "--fusion", help="extra fusion LEG:W,LEG:W@K"),
                     save: Path = typer.Option(None, "--save", help="also write the JSON result here"),
