@@ -7,15 +7,12 @@ import re
 import psycopg
 import pytest
 import sqlalchemy as sa
-from alembic import command
-
-from oml.services.storage.migrate import alembic_config
 
 from support.admission import owner
+from support.bm25_function import KEPT, SRC, assert_kept, generator, upgrade_to
 from support.erasure import make_ekit
 from support.paths import REPO
 
-_SIG = "oml_bm25_topk(tsquery, text[], text[], timestamptz, uuid[], int, int, int)"
 # The function as 0023 left it, as far as this migration is concerned: the statement run through EXECUTE.
 _DYNAMIC = sa.text("""
 CREATE OR REPLACE FUNCTION oml_bm25_topk(q tsquery, terms text[], scopes text[], valid_at timestamptz, exclude uuid[],
@@ -30,9 +27,6 @@ BEGIN
   RETURN QUERY EXECUTE oml_bm25_topk_sql()
     USING q, scopes, NULL::timestamptz, NULL::text[], NULL::text[], valid_at, exclude, lim, t, terms, depth, fetched;
 END $f$""")
-_SRC = sa.text("SELECT prosrc FROM pg_proc WHERE proname = 'oml_bm25_topk'")
-_KEPT = sa.text("SELECT (SELECT count(*) FROM bm25_groups WHERE tenant_id = :t), (SELECT count(*) FROM bm25_df WHERE"
-                " tenant_id = :t), (SELECT count(*) FROM bm25_postings WHERE tenant_id = :t)")
 
 
 def test_upgrade_from_0023_makes_the_bounded_search_static(ctx):
@@ -42,21 +36,18 @@ def test_upgrade_from_0023_makes_the_bounded_search_static(ctx):
 
     indexer.catch_up(ctx, k.tenant)
     with owner(ctx, k.tenant) as c:
-        before = c.execute(_KEPT, {"t": k.tenant}).one()
+        before = c.execute(KEPT, {"t": k.tenant}).one()
         assert all(before)
         c.execute(_DYNAMIC)
-        assert "EXECUTE oml_bm25_topk_sql()" in c.execute(_SRC).scalar()
+        assert "EXECUTE oml_bm25_topk_sql()" in c.execute(SRC).scalar()
         c.execute(sa.text("UPDATE alembic_version SET version_num = '0023'"))
-    command.upgrade(alembic_config(ctx.db.owner_url.render_as_string(hide_password=False)), "0024")
+    upgrade_to(ctx, "0024")
     with owner(ctx, k.tenant) as c:
-        src = c.execute(_SRC).scalar()
+        src = c.execute(SRC).scalar()
         assert "EXECUTE" not in src and "RETURN QUERY WITH g AS MATERIALIZED" in src and "$" not in src
         assert "oml_bm25_search(q, terms, scopes" in src  # the fallback of 0022 stays
-        assert c.execute(_KEPT, {"t": k.tenant}).one() == before
-        assert c.execute(sa.text(f"SELECT has_function_privilege('oml_server', '{_SIG}', 'EXECUTE')")).scalar()
-        assert not c.execute(sa.text(f"SELECT has_function_privilege('public', '{_SIG}', 'EXECUTE')")).scalar()
-        assert c.execute(sa.text("SELECT pg_get_userbyid(proowner) FROM pg_proc WHERE proname = 'oml_bm25_topk'")).scalar() == "oml_search"
-        assert c.execute(sa.text("SELECT prosecdef FROM pg_proc WHERE proname = 'oml_bm25_topk'")).scalar()
+        assert c.execute(KEPT, {"t": k.tenant}).one() == before
+        assert_kept(c)
 
 
 def _statement_is(c, text: str) -> None:
@@ -67,13 +58,6 @@ def _statement_is(c, text: str) -> None:
 def _run(c, sql: str) -> None:
     """``sql`` as it stands (no parameters: its % are its own), in ``c``'s transaction."""
     c.connection.driver_connection.execute(sql)
-
-
-def _generator() -> str:
-    """The DO block of 63_bm25_postings.sql that makes oml_bm25_topk from oml_bm25_topk_sql()."""
-    text = (REPO / "services" / "storage" / "sql" / "63_bm25_postings.sql").read_text()
-    start = text.index("DO $gen$\nDECLARE\n  stmt text := oml_bm25_topk_sql();")
-    return text[start:text.index("END $gen$;", start) + len("END $gen$;")]
 
 
 # Each as the statement's text, keyed by what the refusal names: a $ the generator must not take for a placeholder, or
@@ -96,7 +80,7 @@ def test_the_generator_refuses_a_dollar_that_is_not_a_placeholder(ctx, name):
     with owner(ctx) as c:
         _statement_is(c, _FOREIGN[name])
         with pytest.raises(psycopg.errors.RaiseException) as err:
-            _run(c, _generator())
+            _run(c, generator())
         message = err.value.diag.message_primary
         assert "not one of the placeholders $1 to $12 standing alone" in message and name in message, message
         c.rollback()
@@ -110,8 +94,8 @@ def test_the_generator_replaces_every_placeholder_standing_alone(ctx):
             " + CASE WHEN $9 = oml_current_tenant() THEN 0.125 ELSE 0 END)::float8")
     with owner(ctx, "migration-0024-no-rows") as c:
         _statement_is(c, stmt)
-        _run(c, _generator())
-        assert "$" not in c.execute(_SRC).scalar()
+        _run(c, generator())
+        assert "$" not in c.execute(SRC).scalar()
         row = c.execute(sa.text(
             "SELECT exact, bound FROM oml_bm25_topk(CAST('crane' AS tsquery), ARRAY['crane', 'red', 'tide'],"
             " ARRAY['main', 'main.a'], now(), ARRAY[gen_random_uuid()], 2, 30, 400)")).all()[-1]
