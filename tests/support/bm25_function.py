@@ -22,6 +22,22 @@ def generator() -> str:
     return text[start:text.index("END $gen$;", start) + len("END $gen$;")]
 
 
+def indexed_tenant(ctx, name: str):
+    """A kit whose tenant holds one indexed claim, and its kept statistics (KEPT's counts, all non-zero)."""
+    from oml.workers.index import indexer
+
+    from support.admission import owner
+    from support.erasure import make_ekit
+
+    k = make_ekit(ctx, name)
+    k.claim("the harbour crane lifted the red container")
+    indexer.catch_up(ctx, k.tenant)
+    with owner(ctx, k.tenant) as c:
+        before = c.execute(KEPT, {"t": k.tenant}).one()
+    assert all(before)
+    return k, before
+
+
 def upgrade_to(ctx, revision: str) -> None:
     """Alembic's upgrade of the test database to ``revision``, as the schema owner."""
     command.upgrade(alembic_config(ctx.db.owner_url.render_as_string(hide_password=False)), revision)

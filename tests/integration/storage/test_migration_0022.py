@@ -5,21 +5,14 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from support.admission import owner
-from support.bm25_function import KEPT, SIG, upgrade_to
-from support.erasure import make_ekit
+from support.bm25_function import KEPT, SIG, indexed_tenant, upgrade_to
 
 _FALLBACK = sa.text("SELECT prosrc LIKE '%oml_bm25_search(q, terms, scopes%' FROM pg_proc WHERE proname = 'oml_bm25_topk'")
 
 
 def test_upgrade_from_0021_gives_the_bounded_search_its_fallback(ctx):
-    k = make_ekit(ctx, "migration-0022")
-    k.claim("the harbour crane lifted the red container")
-    from oml.workers.index import indexer
-
-    indexer.catch_up(ctx, k.tenant)
+    k, before = indexed_tenant(ctx, "migration-0022")
     with owner(ctx, k.tenant) as c:
-        before = c.execute(KEPT, {"t": k.tenant}).one()
-        assert all(before)
         c.execute(sa.text("UPDATE alembic_version SET version_num = '0021'"))
     upgrade_to(ctx, "0022")
     with owner(ctx, k.tenant) as c:

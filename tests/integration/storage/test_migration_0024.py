@@ -9,8 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from support.admission import owner
-from support.bm25_function import KEPT, SRC, assert_kept, generator, upgrade_to
-from support.erasure import make_ekit
+from support.bm25_function import KEPT, SRC, assert_kept, generator, indexed_tenant, upgrade_to
 from support.paths import REPO
 
 # The function as 0023 left it, as far as this migration is concerned: the statement run through EXECUTE.
@@ -30,14 +29,8 @@ END $f$""")
 
 
 def test_upgrade_from_0023_makes_the_bounded_search_static(ctx):
-    k = make_ekit(ctx, "migration-0024")
-    k.claim("the harbour crane lifted the red container")
-    from oml.workers.index import indexer
-
-    indexer.catch_up(ctx, k.tenant)
+    k, before = indexed_tenant(ctx, "migration-0024")
     with owner(ctx, k.tenant) as c:
-        before = c.execute(KEPT, {"t": k.tenant}).one()
-        assert all(before)
         c.execute(_DYNAMIC)
         assert "EXECUTE oml_bm25_topk_sql()" in c.execute(SRC).scalar()
         c.execute(sa.text("UPDATE alembic_version SET version_num = '0023'"))
