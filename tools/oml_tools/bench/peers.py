@@ -295,7 +295,7 @@ def render_lexical_planning(res: dict[str, Any]) -> list[str]:
     """:func:`lexical_planning` as text: p50/p95 of planning and execution (ms), each way."""
     if not res:
         return []
-    pct = lambda v, p: sorted(v)[min(len(v) - 1, int(len(v) * p / 100))]  # noqa: E731
+    pct = locomo._pct
     prep = res["prepared"]
     lines = [f"the lexical leg's statement (oml_bm25_topk_sql), {res['questions']} questions, EXPLAIN ANALYZE as oml_search "
              "(ms)",
