@@ -546,18 +546,20 @@ def default_embed(ctx: Context) -> EmbedFn:
     return embed
 
 
-def vector_unavailable(conn: sa.Connection, embed: EmbedFn, qvec: Sequence[float]) -> tuple[str, str] | None:
-    """``(reason, detail)`` when the vector leg must stand aside, read in the recall's transaction from the model
-    the index records (:func:`oml.workers.index.embedding.recorded_model`; docs/adr/0022-selectable-embedding-model.md):
-    ``vector.rebuilding`` while ``oml index rebuild --model`` re-embeds the rows, ``vector.model_mismatch`` when the
-    query vector is another model's (its dimension, or its identity where ``embed`` tells it). None: the leg may run."""
-    from oml.workers.index.embedding import MODEL_NAMES, mismatch, recorded_model
+def vector_unavailable(recorded: Any, embed: EmbedFn, qvec: Sequence[float]) -> tuple[str, str] | None:
+    """``(reason, detail)`` when the vector leg must stand aside, judged from ``recorded``, the row of
+    :func:`oml.workers.index.embedding.recorded_query` (held) that the recall's opening pipeline read in its
+    transaction (docs/adr/0022-selectable-embedding-model.md): ``vector.rebuilding`` while ``oml index rebuild
+    --model`` re-embeds the rows, ``vector.model_mismatch`` when the query vector is another model's (its dimension,
+    or its identity where ``embed`` tells it). None: the leg may run. Raises
+    :class:`~oml.workers.index.embedding.DimensionMismatch` when the column declares no dimension."""
+    from oml.workers.index.embedding import MODEL_NAMES, mismatch, recorded_from
 
     def shown(name: str | None) -> str:
         # A directory model's name is a path on the server: the operator's (logs, CLI), not a reader's to see.
         return name if name in MODEL_NAMES else "a model directory" if name else "the schema's default model"
 
-    rec = recorded_model(conn, hold=True)  # no switch commits before the vector leg has run
+    rec = recorded_from(recorded)
     if rec.state == "rebuilding":
         return "vector.rebuilding", f"the index is being re-embedded with {shown(rec.name)} (oml index rebuild --model)"
     ident = getattr(embed, "identity", None)
@@ -626,14 +628,20 @@ class _Opening:
     workarea: tuple[str, str] | None
     audience_rows: list[Any] | None
     lexemes: tuple[list[str], int] | None
+    # The row of the index's recorded model, read with its lock held (vector_unavailable); None: no vector leg.
+    model: Any = None
 
 
-def _opening(conn: sa.Connection, principal: Principal, workarea_id: Any, audience: bool, text: str | None) -> _Opening:
+def _opening(conn: sa.Connection, principal: Principal, workarea_id: Any, audience: bool, text: str | None,
+             vector: bool) -> _Opening:
     """The statements a recall's first steps need that depend on nothing read yet — the workarea ``workarea_id``
-    names (when it is a uuid), the key's open simulations (``audience``) and the lexemes of ``text`` (the lexical
-    leg's; None: no lexical leg) — sent as one pipeline (:func:`oml.services.storage.pipelined.fetch`): one round
-    trip instead of three. Each statement is the one its own function runs (:func:`rows.workarea_by_id`,
-    :func:`sim_read.audience_of`, :func:`query_lexemes`)."""
+    names (when it is a uuid), the key's open simulations (``audience``), the lexemes of ``text`` (the lexical
+    leg's; None: no lexical leg) and, for a ``vector`` leg, the index's recorded model with its lock held to the end
+    of the transaction (so no model switch commits before the vector leg has run, and the lock comes before any
+    simulation embedding table's, the order a switch takes them) — sent as one pipeline
+    (:func:`oml.services.storage.pipelined.fetch`): one round trip instead of four. Each statement is the one its own
+    function runs (:func:`rows.workarea_by_id`, :func:`sim_read.audience_of`, :func:`query_lexemes`,
+    :func:`oml.workers.index.embedding.recorded_model`)."""
     names: list[str] = []
     queries: list[pipelined.Query] = []
     if workarea_id is not None and _is_uuid(workarea_id):
@@ -645,10 +653,16 @@ def _opening(conn: sa.Connection, principal: Principal, workarea_id: Any, audien
     if text is not None:
         names.append("lexemes")
         queries.append(pipelined.of(*lexemes_query(text)))
+    if vector:
+        from oml.workers.index.embedding import recorded_query
+
+        names.append("model")
+        queries.append(pipelined.of(recorded_query(hold=True), {}))
     got = dict(zip(names, pipelined.fetch(conn, queries), strict=True)) if queries else {}
     wa = got.get("workarea")
     return _Opening((str(wa[0].node_id), wa[0].path) if wa else None, got.get("audience"),
-                    lexemes_from(got["lexemes"][0]) if "lexemes" in got else None)
+                    lexemes_from(got["lexemes"][0]) if "lexemes" in got else None,
+                    got["model"][0] if "model" in got else None)
 
 
 def _steering(conn: sa.Connection, tenant: str, read: R.ReadScope, scopes: Sequence[str], q: _Query):
@@ -738,7 +752,8 @@ class Recaller:
         with self.ctx.db.read(ROLE, tenant, after_lsn=after_lsn) as rtx:
             conn = rtx.conn
             ph.mark("begin")
-            opening = _opening(conn, principal, req.workarea_id, audience_simulations is None, text if q.use_fts else None)
+            opening = _opening(conn, principal, req.workarea_id, audience_simulations is None, text if q.use_fts else None,
+                               q.use_vec)
             scopes, scope_ids = _scope(principal, req.workarea_id, opening.workarea)
             if audience_simulations is None:
                 # Open simulations whose audience names the key; empty: the shared plan only.
@@ -750,7 +765,7 @@ class Recaller:
 
             # Segment 2: hits. Applicable steering rows are segment-1 material, never hits (in force or not).
             f = _Filters(scopes, q.as_of, q.kinds, q.provenances, q.valid_at, [x.version_id for x in applicable])
-            legs = self._legs(conn, tenant, q, f, diag, pending, audience_simulations, timed, opening.lexemes)
+            legs = self._legs(conn, tenant, q, f, diag, pending, audience_simulations, timed, opening)
             found = {row[0] for got in legs.values() for row in got}
             outside: dict[str, int | bool] | None = None
             if found and not audience_simulations:
@@ -819,21 +834,20 @@ class Recaller:
         }
 
     def _legs(self, conn: sa.Connection, tenant: str, q: _Query, f: _Filters, diag: _Diag, pending: Any,
-              audience_simulations: frozenset[str], timed: Any = None,
-              lexemes: tuple[list[str], int] | None = None) -> dict[str, list[LegRow]]:
+              audience_simulations: frozenset[str], timed: Any, opening: _Opening) -> dict[str, list[LegRow]]:
         """Each retriever's candidates (``{"fts"|"vector"|"time": [LegRow …]}``), at most a pool of ``2k`` (and at
         least ``R.POOL_MIN``) each; a model failure degrades to the lexical leg, said in ``diag``. ``timed`` is the
         pending parse of the query's time expression: when it names one, the time leg is the vector leg over the
-        claims whose ``valid_from`` lies in its window (docs/recall.md, "Time leg"). ``lexemes``: the query's, read
-        by :func:`_opening`."""
+        claims whose ``valid_from`` lies in its window (docs/recall.md, "Time leg"). ``opening``: the query's lexemes
+        and the index's recorded model, read by :func:`_opening`."""
         pool = max(R.POOL_MIN, 2 * q.budget.k)
         use_vec = q.use_vec
         legs: dict[str, list[LegRow]] = {}
         if q.use_fts:
             if self.lexical == "bm25" and not audience_simulations:
-                legs["fts"] = bm25mod.bm25_leg(conn, q.text, f, pool, diag, self.bm25, lexemes=lexemes)
+                legs["fts"] = bm25mod.bm25_leg(conn, q.text, f, pool, diag, self.bm25, lexemes=opening.lexemes)
             else:
-                legs["fts"] = fts_leg(conn, q.text, f, pool, diag, lexemes=lexemes)
+                legs["fts"] = fts_leg(conn, q.text, f, pool, diag, lexemes=opening.lexemes)
         diag.phases.mark("lexical")
         qvec = None
         if pending is not None:
@@ -846,7 +860,7 @@ class Recaller:
                              "the embedding model is unavailable; " + ("FTS only" if q.use_fts else "no hits"))
                 use_vec = False
         if use_vec and qvec is not None:
-            stand_aside = vector_unavailable(conn, self.embed, qvec)
+            stand_aside = vector_unavailable(opening.model, self.embed, qvec)
             if stand_aside is not None:
                 log.warning("recall: vector leg unavailable (%s)", stand_aside[0])
                 diag.degrade("vector", stand_aside[0], stand_aside[1] + ("; FTS only" if q.use_fts else "; no hits"))

@@ -234,7 +234,19 @@ def recorded_model(conn: sa.Connection, *, hold: bool = False) -> IndexModel:
     switch commits before then. Take it before touching ``sim_memory_embeddings`` in the transaction (the switch
     locks ``memory_embeddings`` first; the other order can deadlock). The indexer does not need it: a batch calls
     this after reading the embedding table it writes, whose lock a switch needs too."""
-    typmod, comment = conn.execute(_RECORDED_SQL[hold]).one()
+    return recorded_from(conn.execute(recorded_query(hold)).one())
+
+
+def recorded_query(hold: bool = False) -> sa.TextClause:
+    """:func:`recorded_model`'s statement (no parameters), for a caller that sends it in a pipeline and reads its one
+    row with :func:`recorded_from`; ``hold`` as there."""
+    return _RECORDED_SQL[hold]
+
+
+def recorded_from(row: Any) -> IndexModel:
+    """The :class:`IndexModel` in the one row of :func:`recorded_query`; raises :class:`DimensionMismatch` when the
+    column declares no dimension."""
+    typmod, comment = row
     if typmod is None or typmod < 1:
         raise DimensionMismatch("memory_embeddings.embedding has no declared dimension")
     try:
