@@ -15,8 +15,8 @@ Reads with the default k1/b and no ``as_of``, ``kinds`` or ``provenances``
 filter (the default read) go to the bounded top-k ``oml_bm25_topk``
 (``services/storage/sql/63_bm25_postings.sql``; docs/adr/0020-bm25-bounded-top-k.md):
 maintained statistics, at most :data:`DEPTH` postings per query lexeme in
-impact order, :data:`FETCHED` candidates scored exactly under the read's
-predicate. Its scores are the exhaustive function's; when it cannot prove
+impact order, :data:`FETCHED` candidates (twice the pool when every list was read
+whole) scored exactly under the read's predicate. Its scores are the exhaustive function's; when it cannot prove
 that no row left unscored beats the last hit, the leg says
 ``approximate: true`` with the ``bound`` (the highest score such a row could
 have) and the read's ``diagnostics.approximate`` is true. Other reads keep
@@ -36,7 +36,8 @@ K1 = 1.2
 B = 0.75
 #: Postings read per query lexeme by the bounded search, shared among the scope's workareas (at least 1 each).
 DEPTH = 2048
-#: Candidates of highest partial score the bounded search scores exactly (at least the leg's pool).
+#: Candidates of highest partial score the bounded search scores exactly (at least the leg's pool); when it read every
+#: posting list whole it scores twice the pool instead, if fewer (docs/adr/0020-bm25-bounded-top-k.md).
 FETCHED = 512
 
 _CALL = sa.text(

@@ -309,12 +309,24 @@ CREATE OR REPLACE FUNCTION oml_bm25_topk_sql() RETURNS text
              FROM lists ls CROSS JOIN lb CROSS JOIN st
             GROUP BY 1, 2) s
      CROSS JOIN tot),
+ -- how many candidates are fetched: $12; when no list was cut, every row holding a query word was seen under all of
+ -- them, so its partial score is its score and the first $8 are the hits: twice that many (the rest only meets equal
+ -- scores at the last hit, which the bound below still reports). Fetching a row reads its tsvector: most of the
+ -- statement''s time in a small scope.
+ fl AS MATERIALIZED (SELECT CASE WHEN EXISTS (SELECT FROM cut) THEN $12 ELSE least($12, 2 * $8) END AS n),
  -- the candidates of highest partial score (what was seen of them is exact), upper bound breaking ties, then the
  -- order the hits take (newer first, then the id): the rows fetched are the same whichever plan runs the statement,
- -- a session''s cached generic plan or a one-shot one. Rows the read leaves out (x) take no fetch slot.
- pick AS MATERIALIZED (SELECT u.version_id, u.tip_from_seq, u.partial FROM ub u
-                        WHERE u.version_id NOT IN (SELECT x.version_id FROM x)
-                        ORDER BY u.partial DESC, u.ub DESC, u.tip_from_seq DESC, u.version_id LIMIT $12),
+ -- a session''s cached generic plan or a one-shot one. Rows the read leaves out (x) take no fetch slot. (The count
+ -- is applied by number, not by a LIMIT on an expression, which would turn PostgreSQL''s plan cache to a custom
+ -- plan per call.)
+ pick AS MATERIALIZED (
+   SELECT r.version_id, r.tip_from_seq, r.partial
+     FROM (SELECT q.version_id, q.tip_from_seq, q.partial,
+                  row_number() OVER (ORDER BY q.partial DESC, q.ub DESC, q.tip_from_seq DESC, q.version_id) AS rn
+             FROM (SELECT u.version_id, u.tip_from_seq, u.partial, u.ub FROM ub u
+                    WHERE u.version_id NOT IN (SELECT x.version_id FROM x)
+                    ORDER BY u.partial DESC, u.ub DESC, u.tip_from_seq DESC, u.version_id LIMIT $12) q) r
+    WHERE r.rn <= (SELECT fl.n FROM fl)),
  cand AS MATERIALIZED (
    SELECT m.* FROM (' || oml_fts_scope_sql() || ') m
     WHERE (m.version_id, m.tip_from_seq) IN (SELECT p.version_id, p.tip_from_seq FROM pick p)),
@@ -334,7 +346,7 @@ CREATE OR REPLACE FUNCTION oml_bm25_topk_sql() RETURNS text
  -- and some fetched ones, which only loosens the bound)
  rest AS (SELECT greatest((SELECT tot.b FROM tot),
                           (SELECT coalesce(max(u.ub), 0) FROM ub u
-                            WHERE (SELECT count(*) FROM pick) >= $12
+                            WHERE (SELECT count(*) FROM pick) >= (SELECT fl.n FROM fl)
                               AND u.partial <= (SELECT min(p.partial) FROM pick p)
                               AND u.version_id NOT IN (SELECT x.version_id FROM x))) AS bound)
  SELECT tp.version_id, tp.claim_id, tp.score, tp.tip_from_seq, NULL::boolean, NULL::float8
@@ -391,7 +403,8 @@ CREATE OR REPLACE FUNCTION oml_bm25_topk(q tsquery, terms text[], scopes text[],
                                          lim int, depth int, fetched int)
   RETURNS TABLE (version_id uuid, claim_id uuid, score double precision, tip_from_seq bigint, exact boolean,
                  bound double precision)
-  LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS %L$def$, $body$
+  LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp SET plan_cache_mode = force_generic_plan
+  AS %L$def$, $body$
 #variable_conflict use_column
 <<topk>>
 DECLARE

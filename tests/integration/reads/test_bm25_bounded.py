@@ -186,6 +186,21 @@ def test_equal_candidates_are_fetched_newest_first(ctx, tenant):
                 assert not exact  # the 17 equal rows left unfetched score as high as the last hit
 
 
+def test_a_read_of_whole_lists_fetches_twice_its_limit(ctx, tenant):
+    """When no list is cut, each partial score is the row's score: the search fetches twice its limit, not ``fetched``.
+    Rows left unfetched that score as high as the last hit are still reported (flagged, the bound at that score);
+    the hits are the exhaustive search's, equal scores newest first."""
+    with _tx(ctx, tenant) as conn:
+        ids = _insert(conn, tenant, [("crane harbour", "main.a", False, None)] * 20 + [("crane tide gull", "main.a", False, None)])
+        terms = _lexemes(conn, "crane harbour")
+        got, exact, bound = _bounded(conn, terms, ["main"], NOW, None, 3, 1024, 512)
+        assert [v for v, _ in got] == [v for v, _ in _oracle(conn, terms, ["main"], NOW, None, 3)]
+        assert [v for v, _ in got] == [v for v, _ in ids[-2:-5:-1]]
+        assert not exact and bound == pytest.approx(got[-1][1], rel=1e-12)  # 14 equal rows were not fetched
+        got, exact, bound = _bounded(conn, terms, ["main"], NOW, None, 12, 1024, 512)
+        assert exact and bound == 0  # room for 24: all 21 rows seen were scored
+
+
 def _long_lists(n: int):
     # many rows sharing the same two words with varied lengths: lists longer than 16 truncate at depth 16
     return [(" ".join(["crane"] * (1 + i % 3) + ["harbour"] * (i % 2) + ["tide"] * (i % 5)), "main.a", False, None)
@@ -204,9 +219,10 @@ def test_long_lists_truncate_and_are_flagged_or_proved(ctx, tenant):
             assert s == pytest.approx(everything[v], rel=1e-12)
         if exact:
             assert [v for v, _ in got] == [v for v, _ in want]
-        # the full depth never truncates a list of 120
+        # the full depth never truncates a list of 120: twice the limit is fetched, and the rows left unfetched
+        # score below the last hit
         got2, exact2, bound2 = _bounded(conn, terms, ["main"], NOW, None, 5, 1024, 256)
-        assert exact2 and bound2 == 0
+        assert exact2 and 0 < bound2 < got2[-1][1]
         assert [v for v, _ in got2] == [v for v, _ in want]
 
 

@@ -81,7 +81,8 @@ def _own(tenant_rows) -> set[str]:
 @pytest.mark.parametrize("mode", ["force_generic_plan", "auto", "force_custom_plan"])
 def test_one_session_alternating_tenants_answers_each_for_its_own(ctx, tenants, mode):
     """Tenants alternate on one connection, more than five calls each; every call returns only its tenant's rows, and
-    the rows the statement run on its own returns for that tenant and those arguments."""
+    the rows the statement run on its own returns for that tenant and those arguments. The function keeps one generic
+    plan whatever the session's own ``plan_cache_mode`` (it sets its own)."""
     (ta, ra), (tb, rb) = tenants.items()
     want = {}
     with owner(ctx) as c:
@@ -116,6 +117,7 @@ _SIG = "oml_bm25_topk(tsquery, text[], text[], timestamptz, uuid[], int, int, in
 _TAMPER = [
     f"ALTER FUNCTION {_SIG} RESET search_path",
     f"ALTER FUNCTION {_SIG} SECURITY INVOKER",
+    f"ALTER FUNCTION {_SIG} RESET plan_cache_mode",
     "CREATE OR REPLACE FUNCTION oml_bm25_topk_sql() RETURNS text LANGUAGE sql RETURN 'SELECT 1'",
     "CREATE OR REPLACE FUNCTION oml_fts_scope_sql() RETURNS text LANGUAGE sql RETURN 'SELECT 1'",
     "CREATE FUNCTION public.unnest(text[]) RETURNS SETOF text LANGUAGE sql RETURN 'x'",

@@ -237,9 +237,11 @@ def lexical_planning(ctx: Any, corpus: Any, questions: list[dict]) -> dict[str, 
     question, with the values recall binds (its lexemes, its workarea's path, its instant, the leg's pool, the
     bounded search's depth and fetch), run under ``EXPLAIN (ANALYZE, SUMMARY)`` as the schema owner in the role
     ``oml_search`` (the function's) two ways: planned on every call (the values as constants: the one-shot plan of
-    an ``EXECUTE … USING``) and prepared once (``plan_cache_mode`` as the server has it, after :data:`WARM` untimed
-    runs). Returns ``{"questions": n, "per_call": {"planning": [ms…], "execution": [ms…]}, "prepared": {…, "generic_plans":
-    g, "custom_plans": c}}``; the owner's transaction is rolled back."""
+    an ``EXECUTE … USING``) and prepared once under the function's own settings (its ``search_path`` and
+    ``plan_cache_mode``, 63_bm25_postings.sql), after :data:`WARM` untimed runs; then, for each question, whether the
+    function's answer is flagged and whether its hits are the exhaustive ``oml_bm25_search``'s in its order. Returns
+    ``{"questions": n, "per_call": {"planning": [ms…], "execution": [ms…]}, "prepared": {…, "generic_plans": g,
+    "custom_plans": c}, "answers": {"exact": e, "equal_to_exhaustive": q}}``; the owner's transaction is rolled back."""
     import datetime as dt
 
     import psycopg
@@ -263,7 +265,10 @@ def lexical_planning(ctx: Any, corpus: Any, questions: list[dict]) -> dict[str, 
                               corpus.asked_at.get(q["sample"]) or dt.datetime.now(dt.UTC), None, pool, corpus.tenant,
                               lex, bm25.DEPTH, max(bm25.FETCHED, pool)])
         conn.execute(sa.text("SET LOCAL ROLE oml_search"))
-        conn.execute(sa.text("SET LOCAL search_path = public, pg_temp"))
+        # The function's own settings (search_path, plan_cache_mode), as they hold while it runs.
+        for setting in conn.execute(sa.text("SELECT unnest(proconfig) FROM pg_proc WHERE proname = 'oml_bm25_topk'")).scalars():
+            name, _, value = setting.partition("=")
+            conn.execute(sa.text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value})
         cur = psycopg.ClientCursor(conn.connection.driver_connection)
         typed = ", ".join(f"CAST(%s AS {t})" for t in TOPK_TYPES)
         one_shot = text
@@ -286,6 +291,20 @@ def lexical_planning(ctx: Any, corpus: Any, questions: list[dict]) -> dict[str, 
         cur.execute("SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = 'oml_bench_lexical'")
         out["prepared"]["generic_plans"], out["prepared"]["custom_plans"] = cur.fetchone()
         cur.execute("DEALLOCATE oml_bench_lexical")
+        # The answers themselves: the function's flag, and its hits against the exhaustive search's (61_bm25.sql).
+        cur.execute("SELECT set_config('oml.tenant_id', %s, true)", [corpus.tenant])
+        exact = equal = 0
+        for q, scopes, _a, _k, _p, valid, excl, lim, _t, terms, depth, fetched in calls:
+            cur.execute("SELECT version_id, exact FROM oml_bm25_topk(CAST(%s AS tsquery), CAST(%s AS text[]),"
+                        " CAST(%s AS text[]), CAST(%s AS timestamptz), CAST(%s AS uuid[]), %s, %s, %s)",
+                        [q, terms, scopes, valid, excl, lim, depth, fetched])
+            got = cur.fetchall()
+            exact += bool(got[-1][1])
+            cur.execute("SELECT version_id FROM oml_bm25_search(CAST(%s AS tsquery), CAST(%s AS text[]), CAST(%s AS text[]),"
+                        " NULL, NULL, NULL, CAST(%s AS timestamptz), CAST(%s AS uuid[]), %s)",
+                        [q, terms, scopes, valid, excl, lim])
+            equal += [r[0] for r in got[:-1]] == [r[0] for r in cur.fetchall()]
+        out["answers"] = {"exact": exact, "equal_to_exhaustive": equal}
         conn.rollback()
     out["questions"] = len(calls)
     return out
@@ -304,6 +323,9 @@ def render_lexical_planning(res: dict[str, Any]) -> list[str]:
                        (f"prepared ({prep['generic_plans']} generic, {prep['custom_plans']} custom plans)", prep)):
         lines.append(f"  {label:<44}  {pct(way['planning'], 50):8.2f}  {pct(way['planning'], 95):8.2f}  "
                      f"{pct(way['execution'], 50):8.2f}  {pct(way['execution'], 95):8.2f}")
+    if "answers" in res:
+        lines.append(f"  answers: {res['answers']['exact']} of {res['questions']} proved exact (not flagged), "
+                     f"{res['answers']['equal_to_exhaustive']} the exhaustive search's hits in its order")
     return lines
 
 
