@@ -327,9 +327,12 @@ CREATE OR REPLACE FUNCTION oml_bm25_topk_sql() RETURNS text
                     WHERE u.version_id NOT IN (SELECT x.version_id FROM x)
                     ORDER BY u.partial DESC, u.ub DESC, u.tip_from_seq DESC, u.version_id LIMIT $12) q) r
     WHERE r.rn <= (SELECT fl.n FROM fl)),
+ -- each candidate looked up by its key behind a LIMIT: an index scan per row whatever the plan estimates (the
+ -- session''s generic plan is made without the tenant, and a join could read the tenant''s whole partition)
  cand AS MATERIALIZED (
-   SELECT m.* FROM (' || oml_fts_scope_sql() || ') m
-    WHERE (m.version_id, m.tip_from_seq) IN (SELECT p.version_id, p.tip_from_seq FROM pick p)),
+   SELECT c.* FROM pick p
+    CROSS JOIN LATERAL (SELECT m.* FROM (' || oml_fts_scope_sql() || ') m
+                         WHERE m.version_id = p.version_id AND m.tip_from_seq = p.tip_from_seq LIMIT 1) c),
  toks AS MATERIALIZED (SELECT c.version_id, c.claim_id, c.tip_from_seq, c.tsv_len::float8 AS dl, u.lexeme,
                               cardinality(u.positions)::float8 AS tf
                          FROM cand c
