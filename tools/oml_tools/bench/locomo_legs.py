@@ -303,7 +303,7 @@ def rescore(saved: Mapping[str, Any], fusions: Sequence[str]) -> dict[str, Any]:
 
 def render(res: dict[str, Any]) -> list[str]:
     res = json.loads(json.dumps(res))
-    lines = [f"oml bench locomo-legs — {len(res['conversations'])} conversations ({', '.join(res['conversations'])}), "
+    lines = [f"oml bench locomo-legs — {len(res['conversations'])} conversation{'s' * (len(res['conversations']) != 1)} ({', '.join(res['conversations'])}), "
              f"{res['turns']} turns, {res['questions']} questions with evidence ({res['skipped_no_evidence']} skipped: none)",
              f"machine: {res['machine']['cpus']} CPUs, {res['machine']['platform']}, Python {res['machine']['python']}, "
              f"load average at the end {res['machine']['load_average']}",
