@@ -352,11 +352,14 @@ CREATE OR REPLACE FUNCTION oml_bm25_topk_sql() RETURNS text
                             WHERE (SELECT count(*) FROM pick) >= (SELECT fl.n FROM fl)
                               AND u.partial <= (SELECT min(p.partial) FROM pick p)
                               AND u.version_id NOT IN (SELECT x.version_id FROM x))) AS bound)
+ -- exact: the last hit above the bound by more than float rounding. A partial score sums a row''s terms in the order
+ -- its postings reach the aggregate, the exact score in lexeme order: the two can differ in the last bits, so a row
+ -- left unfetched whose partial score is the bound may score as high as the last hit (a tie it comes first in).
  SELECT tp.version_id, tp.claim_id, tp.score, tp.tip_from_seq, NULL::boolean, NULL::float8
    FROM (SELECT * FROM top ORDER BY score DESC, tip_from_seq DESC, version_id) tp
  UNION ALL
  SELECT NULL, NULL, NULL, NULL,
-        r.bound = 0 OR ((SELECT count(*) FROM top) >= $8 AND (SELECT min(score) FROM top) > r.bound),
+        r.bound = 0 OR ((SELECT count(*) FROM top) >= $8 AND (SELECT min(score) FROM top) > r.bound * (1 + 1e-9)),
         r.bound
    FROM rest r' $f$;
 

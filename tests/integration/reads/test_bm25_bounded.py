@@ -201,6 +201,23 @@ def test_a_read_of_whole_lists_fetches_twice_its_limit(ctx, tenant):
         assert exact and bound == 0  # room for 24: all 21 rows seen were scored
 
 
+def test_a_partial_score_summed_in_another_order_is_not_proof(ctx, tenant):
+    """A partial score sums the terms of a row in the order its postings were aggregated, the exact score in lexeme
+    order: the two can differ in the last bit. Rows of equal exact score (the same term frequencies over words of the
+    same df, permuted), whose partial sums fall one bit apart, must not let a row left unfetched that ties the last hit
+    (and comes first among equals) pass for one below it: the answer is the exhaustive one, or flagged."""
+    with _tx(ctx, tenant) as conn:
+        rows = [(" ".join(w for w, n in zip(["crane", "harbour", "tide"], tfs) for _ in range(n)), "main.a", False, None)
+                for tfs in [(2, 1, 4), (1, 2, 4), (1, 2, 4), (2, 4, 1), (2, 4, 1)]]
+        _insert(conn, tenant, rows)
+        terms = _lexemes(conn, "crane harbour tide")
+        for order in (terms, terms[::-1], [terms[1], terms[0], terms[2]], [terms[2], terms[0], terms[1]]):
+            want = _oracle(conn, order, ["main"], NOW, None, 2)
+            got, exact, _bound = _bounded(conn, order, ["main"], NOW, None, 2, 1024, 512)
+            if exact:
+                assert [v for v, _ in got] == [v for v, _ in want], order
+
+
 def _long_lists(n: int):
     # many rows sharing the same two words with varied lengths: lists longer than 16 truncate at depth 16
     return [(" ".join(["crane"] * (1 + i % 3) + ["harbour"] * (i % 2) + ["tide"] * (i % 5)), "main.a", False, None)
