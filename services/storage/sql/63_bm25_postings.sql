@@ -371,7 +371,11 @@ CREATE OR REPLACE FUNCTION oml_bm25_topk_sql() RETURNS text
 -- reads current tips, any kind and provenance), so every plan, generic ones included, folds them as a one-shot plan
 -- folds NULL values. Variables are qualified (the function's name, the block's label), and #variable_conflict
 -- use_column makes every unqualified name in the statement a column, as in oml_bm25_topk_sql() run on its own (the
--- function's result columns share names with the statement's).
+-- function's result columns share names with the statement's). The session's one generic plan is made from each
+-- partition's statistics when it is made, and kept until that partition is analyzed again: a tenant whose partition
+-- held a page then would have its candidates looked up by a sequential scan of the whole partition, once per candidate,
+-- as it grows. enable_seqscan = off keeps every scan of the statement on its index (each one has a tenant-leading
+-- key), whatever the partition held when the plan was made.
 DO $gen$
 DECLARE
   stmt text := oml_bm25_topk_sql();
@@ -410,6 +414,7 @@ CREATE OR REPLACE FUNCTION oml_bm25_topk(q tsquery, terms text[], scopes text[],
   RETURNS TABLE (version_id uuid, claim_id uuid, score double precision, tip_from_seq bigint, exact boolean,
                  bound double precision)
   LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp SET plan_cache_mode = force_generic_plan
+  SET enable_seqscan = off
   AS %L$def$, $body$
 #variable_conflict use_column
 <<topk>>
