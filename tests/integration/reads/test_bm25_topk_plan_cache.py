@@ -118,6 +118,7 @@ _TAMPER = [
     f"ALTER FUNCTION {_SIG} RESET search_path",
     f"ALTER FUNCTION {_SIG} SECURITY INVOKER",
     f"ALTER FUNCTION {_SIG} RESET plan_cache_mode",
+    f"ALTER FUNCTION {_SIG} RESET enable_seqscan",
     "CREATE OR REPLACE FUNCTION oml_bm25_topk_sql() RETURNS text LANGUAGE sql RETURN 'SELECT 1'",
     "CREATE OR REPLACE FUNCTION oml_fts_scope_sql() RETURNS text LANGUAGE sql RETURN 'SELECT 1'",
     "CREATE FUNCTION public.unnest(text[]) RETURNS SETOF text LANGUAGE sql RETURN 'x'",
