@@ -223,15 +223,19 @@ _RECORDED = (
 # a switch (ACCESS EXCLUSIVE on both tables, memory_embeddings first; model_switch.py) waits for the transaction that
 # read the record, or the statement waits for the switch to commit and reads the new record. Recall asks for it: a
 # switch committing between its read of the record and its vector leg would make that leg compare vectors of two
-# dimensions (an error, not a degradation). The EXISTS reads no row.
+# dimensions (an error, not a degradation). The EXISTS read no row. memories_fts is named first, for its ACCESS SHARE
+# lock to come before memory_embeddings': the order tenant creation takes the two (oml_create_tenant_partitions, ACCESS
+# EXCLUSIVE on memories_fts, then memory_embeddings). A recall that held memory_embeddings and then read memories_fts
+# (its lexical leg) would deadlock with a creation that held memories_fts and waited for memory_embeddings.
 _RECORDED_SQL = {False: sa.text(_RECORDED),
-                 True: sa.text(_RECORDED + " AND NOT EXISTS (SELECT FROM memory_embeddings WHERE false)")}
+                 True: sa.text(_RECORDED + " AND NOT EXISTS (SELECT FROM memories_fts WHERE false)"
+                               " AND NOT EXISTS (SELECT FROM memory_embeddings WHERE false)")}
 
 
 def recorded_model(conn: sa.Connection, *, hold: bool = False) -> IndexModel:
     """The :class:`IndexModel` of this database, read from the catalog (any role; one statement). ``hold``: by a
-    role that may read ``memory_embeddings``, keeping its ACCESS SHARE lock to the end of the transaction, so no
-    switch commits before then. Take it before touching ``sim_memory_embeddings`` in the transaction (the switch
+    role that may read ``memory_embeddings`` and ``memories_fts``, keeping their ACCESS SHARE locks (``memories_fts``'s
+    first, as tenant creation takes them) to the end of the transaction, so no switch commits before then. Take it before touching ``sim_memory_embeddings`` in the transaction (the switch
     locks ``memory_embeddings`` first; the other order can deadlock). The indexer does not need it: a batch calls
     this after reading the embedding table it writes, whose lock a switch needs too."""
     return recorded_from(conn.execute(recorded_query(hold)).one())

@@ -352,11 +352,14 @@ CREATE OR REPLACE FUNCTION oml_bm25_topk_sql() RETURNS text
                             WHERE (SELECT count(*) FROM pick) >= (SELECT fl.n FROM fl)
                               AND u.partial <= (SELECT min(p.partial) FROM pick p)
                               AND u.version_id NOT IN (SELECT x.version_id FROM x))) AS bound)
+ -- exact: the last hit above the bound by more than float rounding. A partial score sums a row''s terms in the order
+ -- its postings reach the aggregate, the exact score in lexeme order: the two can differ in the last bits, so a row
+ -- left unfetched whose partial score is the bound may score as high as the last hit (a tie it comes first in).
  SELECT tp.version_id, tp.claim_id, tp.score, tp.tip_from_seq, NULL::boolean, NULL::float8
    FROM (SELECT * FROM top ORDER BY score DESC, tip_from_seq DESC, version_id) tp
  UNION ALL
  SELECT NULL, NULL, NULL, NULL,
-        r.bound = 0 OR ((SELECT count(*) FROM top) >= $8 AND (SELECT min(score) FROM top) > r.bound),
+        r.bound = 0 OR ((SELECT count(*) FROM top) >= $8 AND (SELECT min(score) FROM top) > r.bound * (1 + 1e-9)),
         r.bound
    FROM rest r' $f$;
 
@@ -368,7 +371,11 @@ CREATE OR REPLACE FUNCTION oml_bm25_topk_sql() RETURNS text
 -- reads current tips, any kind and provenance), so every plan, generic ones included, folds them as a one-shot plan
 -- folds NULL values. Variables are qualified (the function's name, the block's label), and #variable_conflict
 -- use_column makes every unqualified name in the statement a column, as in oml_bm25_topk_sql() run on its own (the
--- function's result columns share names with the statement's).
+-- function's result columns share names with the statement's). The session's one generic plan is made from each
+-- partition's statistics when it is made, and kept until that partition is analyzed again: a tenant whose partition
+-- held a page then would have its candidates looked up by a sequential scan of the whole partition, once per candidate,
+-- as it grows. enable_seqscan = off keeps every scan of the statement on its index (each one has a tenant-leading
+-- key), whatever the partition held when the plan was made.
 DO $gen$
 DECLARE
   stmt text := oml_bm25_topk_sql();
@@ -407,6 +414,7 @@ CREATE OR REPLACE FUNCTION oml_bm25_topk(q tsquery, terms text[], scopes text[],
   RETURNS TABLE (version_id uuid, claim_id uuid, score double precision, tip_from_seq bigint, exact boolean,
                  bound double precision)
   LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp SET plan_cache_mode = force_generic_plan
+  SET enable_seqscan = off
   AS %L$def$, $body$
 #variable_conflict use_column
 <<topk>>

@@ -127,6 +127,41 @@ def test_bounded_top_k_is_the_exhaustive_one_or_says_how_far_off(ctx, tenant, do
                     assert s <= max(bound, floor) * (1 + 1e-9)
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(docs=st.lists(st.tuples(st.lists(st.sampled_from(WORDS[:5]), min_size=1, max_size=6).map(" ".join),
+                               st.sampled_from(PATHS), st.booleans(),
+                               st.sampled_from([None, None, None, NOW - dt.timedelta(days=1)])),
+                     min_size=20, max_size=120),
+       query=st.lists(st.sampled_from(WORDS[:5]), min_size=1, max_size=5),
+       scopes=st.sampled_from([["main"], ["main.a"], ["main.a", "main.b"]]),
+       lim=st.integers(1, 30), depth=st.sampled_from([1, 3, 8, 40, 1024]), fetched_extra=st.sampled_from([0, 1, 10, 60, 500]),
+       n_excluded=st.integers(0, 6), order=st.randoms(use_true_random=False))
+def test_bounded_top_k_over_larger_limits_and_any_term_order(ctx, tenant, docs, query, scopes, lim, depth,
+                                                              fetched_extra, n_excluded, order):
+    """As above over fewer words and more rows (long lists, many equal scores), limits up to 30 (twice the limit below
+    and above ``fetched``, lists cut and whole) and the query's lexemes in any order (the partial scores are summed in
+    the lists' order, the exact ones in lexeme order)."""
+    with _tx(ctx, tenant) as conn:
+        ids = _insert(conn, tenant, docs)
+        terms = _lexemes(conn, " ".join(query))
+        terms = sorted(set(terms))
+        order.shuffle(terms)
+        exclude = [v for v, _ in ids[:n_excluded]] or None
+        want = _oracle(conn, terms, scopes, NOW, exclude, lim)
+        got, exact, bound = _bounded(conn, terms, scopes, NOW, exclude, lim, depth, lim + fetched_extra)
+        everything = dict(_oracle(conn, terms, scopes, NOW, exclude, 1000))
+        for v, s in got:
+            assert s == pytest.approx(everything[v], rel=1e-12)
+        SEEN[exact] += 1
+        if exact:
+            assert [v for v, _ in got] == [v for v, _ in want]
+        else:
+            floor = got[-1][1] if len(got) == lim else 0.0
+            for v, s in everything.items():
+                if v not in dict(got):
+                    assert s <= max(bound, floor) * (1 + 1e-9)
+
+
 def test_both_outcomes_were_exercised():
     # runs after the property test (file order): it must have met exact and flagged answers
     assert SEEN[True] > 0 and SEEN[False] > 0, SEEN
@@ -199,6 +234,23 @@ def test_a_read_of_whole_lists_fetches_twice_its_limit(ctx, tenant):
         assert not exact and bound == pytest.approx(got[-1][1], rel=1e-12)  # 14 equal rows were not fetched
         got, exact, bound = _bounded(conn, terms, ["main"], NOW, None, 12, 1024, 512)
         assert exact and bound == 0  # room for 24: all 21 rows seen were scored
+
+
+def test_a_partial_score_summed_in_another_order_is_not_proof(ctx, tenant):
+    """A partial score sums the terms of a row in the order its postings were aggregated, the exact score in lexeme
+    order: the two can differ in the last bit. Rows of equal exact score (the same term frequencies over words of the
+    same df, permuted), whose partial sums fall one bit apart, must not let a row left unfetched that ties the last hit
+    (and comes first among equals) pass for one below it: the answer is the exhaustive one, or flagged."""
+    with _tx(ctx, tenant) as conn:
+        rows = [(" ".join(w for w, n in zip(["crane", "harbour", "tide"], tfs) for _ in range(n)), "main.a", False, None)
+                for tfs in [(2, 1, 4), (1, 2, 4), (1, 2, 4), (2, 4, 1), (2, 4, 1)]]
+        _insert(conn, tenant, rows)
+        terms = _lexemes(conn, "crane harbour tide")
+        for order in (terms, terms[::-1], [terms[1], terms[0], terms[2]], [terms[2], terms[0], terms[1]]):
+            want = _oracle(conn, order, ["main"], NOW, None, 2)
+            got, exact, _bound = _bounded(conn, order, ["main"], NOW, None, 2, 1024, 512)
+            if exact:
+                assert [v for v, _ in got] == [v for v, _ in want], order
 
 
 def _long_lists(n: int):

@@ -118,6 +118,7 @@ _TAMPER = [
     f"ALTER FUNCTION {_SIG} RESET search_path",
     f"ALTER FUNCTION {_SIG} SECURITY INVOKER",
     f"ALTER FUNCTION {_SIG} RESET plan_cache_mode",
+    f"ALTER FUNCTION {_SIG} RESET enable_seqscan",
     "CREATE OR REPLACE FUNCTION oml_bm25_topk_sql() RETURNS text LANGUAGE sql RETURN 'SELECT 1'",
     "CREATE OR REPLACE FUNCTION oml_fts_scope_sql() RETURNS text LANGUAGE sql RETURN 'SELECT 1'",
     "CREATE FUNCTION public.unnest(text[]) RETURNS SETOF text LANGUAGE sql RETURN 'x'",
@@ -143,3 +144,35 @@ def test_no_workload_changes_what_the_function_runs(ctx, tenants, role):
     else:
         with pytest.raises(sa.exc.ProgrammingError, match="permission denied"), call as c:
             c.execute(_CALL, _args(c, rows, 0)).all()
+
+
+def test_the_generic_plan_made_on_a_one_page_partition_looks_candidates_up_by_key(ctx):
+    """The session's generic plan is made once, from each partition's statistics at that time; a tenant analyzed while
+    its partition held a page keeps that plan as it grows (until the partition is analyzed again). Under the function's
+    own settings, its candidates are still looked up by key: a sequential scan there reads the whole partition once per
+    candidate (512 per read) once the tenant has grown."""
+    t = make_ekit(ctx, "plan-cache-tiny").tenant
+    with owner(ctx, t) as c:
+        for i in range(5):
+            c.execute(sa.text(
+                "INSERT INTO memories_fts (tenant_id, version_id, claim_id, workarea_id, path, kind, provenance,"
+                " self_signed, tip_from_seq, tip_from_at, tsv) VALUES (:t, :v, :c, :w, 'main.a', 'fact', 'human', false,"
+                " :seq, :at, to_tsvector('english', 'crane harbour tide'))"),
+                {"t": t, "v": uuid.uuid4(), "c": uuid.uuid4(), "w": _WA["main.a"], "seq": 1000 + i, "at": NOW})
+    with owner(ctx) as c:
+        c.execute(sa.text("ANALYZE memories_fts, bm25_postings, bm25_df, bm25_groups"))
+    with owner(ctx) as c:
+        text = c.execute(sa.text("SELECT oml_bm25_topk_sql()")).scalar()
+        config = c.execute(sa.text("SELECT proconfig FROM pg_proc WHERE proname = 'oml_bm25_topk'")).scalar()
+        c.execute(sa.text("SET LOCAL ROLE oml_search"))
+        for setting in config:
+            name, _, value = setting.partition("=")
+            c.execute(sa.text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value})
+        raw = c.connection.driver_connection
+        raw.pgconn.exec_(f"PREPARE tiny ({', '.join(_TYPES)}) AS {text}".encode())
+        plan = "\n".join(r[0] for r in raw.execute(
+            "EXPLAIN (COSTS OFF) EXECUTE tiny ('crane | harbour | tide', ARRAY['main'], NULL, NULL, NULL, NULL, NULL, 10,"
+            f" '{t}', ARRAY['crane', 'harbour', 'tide'], 2048, 512)").fetchall())
+        raw.execute("DEALLOCATE tiny")
+    cand = plan[plan.index("CTE cand"):plan.index("CTE toks")]
+    assert "Seq Scan" not in cand, cand

@@ -26,9 +26,10 @@ def test_upgrade_from_0025_fetches_by_what_was_cut_and_keeps_a_generic_plan(ctx)
             "(SELECT count(*) FROM pick) >= (SELECT fl.n FROM fl)", "(SELECT count(*) FROM pick) >= $12")
         c.exec_driver_sql("CREATE OR REPLACE FUNCTION oml_bm25_topk_sql() RETURNS text LANGUAGE sql IMMUTABLE RETURN '"
                           + old.replace("'", "''") + "'")
-        c.connection.driver_connection.execute(generator().replace(" SET plan_cache_mode = force_generic_plan", ""))
+        c.connection.driver_connection.execute(generator().replace(" SET plan_cache_mode = force_generic_plan", "")
+                                               .replace("\n  SET enable_seqscan = off", ""))
         assert "fl.n" not in c.execute(SRC).scalar() and _LOOKUP not in c.execute(SRC).scalar()
-        assert not any("plan_cache_mode" in s for s in c.execute(_CONFIG).scalar())
+        assert not any("plan_cache_mode" in s or "enable_seqscan" in s for s in c.execute(_CONFIG).scalar())
         c.execute(sa.text("UPDATE alembic_version SET version_num = '0025'"))
     upgrade_to(ctx, "0026")
     with owner(ctx) as c:
@@ -36,5 +37,5 @@ def test_upgrade_from_0025_fetches_by_what_was_cut_and_keeps_a_generic_plan(ctx)
         assert "(SELECT fl.n FROM fl)" in src and "least(oml_bm25_topk.fetched, 2 * oml_bm25_topk.lim)" in src
         assert _LOOKUP in src
         assert "$" not in src
-        assert "plan_cache_mode=force_generic_plan" in c.execute(_CONFIG).scalar()
+        assert {"plan_cache_mode=force_generic_plan", "enable_seqscan=off"} <= set(c.execute(_CONFIG).scalar())
         assert_kept(c)
