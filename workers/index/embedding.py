@@ -223,7 +223,7 @@ _RECORDED = (
 # a switch (ACCESS EXCLUSIVE on both tables, memory_embeddings first; model_switch.py) waits for the transaction that
 # read the record, or the statement waits for the switch to commit and reads the new record. Recall asks for it: a
 # switch committing between its read of the record and its vector leg would make that leg compare vectors of two
-# dimensions (an error, not a degradation). The EXISTS read no row. memories_fts is named first, for its ACCESS SHARE
+# dimensions (an error, not a degradation). The two EXISTS read no row. memories_fts is named first, for its ACCESS SHARE
 # lock to come before memory_embeddings': the order tenant creation takes the two (oml_create_tenant_partitions, ACCESS
 # EXCLUSIVE on memories_fts, then memory_embeddings). A recall that held memory_embeddings and then read memories_fts
 # (its lexical leg) would deadlock with a creation that held memories_fts and waited for memory_embeddings.
