@@ -108,23 +108,30 @@ def test_bounded_top_k_is_the_exhaustive_one_or_says_how_far_off(ctx, tenant, do
     exhaustive score of that row, and every admitted row it left out scores no higher than the bound (or than its
     last hit)."""
     with _tx(ctx, tenant) as conn:
-        ids = _insert(conn, tenant, docs)
-        terms = _lexemes(conn, " ".join(query))
-        exclude = [v for v, _ in ids[:n_excluded]] or None
-        want = _oracle(conn, terms, scopes, NOW, exclude, lim)
-        got, exact, bound = _bounded(conn, terms, scopes, NOW, exclude, lim, depth, lim + fetched_extra)
-        everything = dict(_oracle(conn, terms, scopes, NOW, exclude, 100))
-        for v, s in got:
-            assert s == pytest.approx(everything[v], rel=1e-12)
-        SEEN[exact] += 1
-        if exact:
-            assert [v for v, _ in got] == [v for v, _ in want]
-            assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-12)
-        else:
-            floor = got[-1][1] if len(got) == lim else 0.0
-            for v, s in everything.items():
-                if v not in dict(got):
-                    assert s <= max(bound, floor) * (1 + 1e-9)
+        _assert_exhaustive_or_bounded(conn, tenant, docs, _lexemes(conn, " ".join(query)), scopes, lim, depth,
+                                      lim + fetched_extra, n_excluded)
+
+
+def _assert_exhaustive_or_bounded(conn, tenant, docs, terms, scopes, lim, depth, fetched, n_excluded) -> None:
+    """``docs`` inserted, the first ``n_excluded`` excluded: the bounded answer is the exhaustive one (ids, order,
+    scores) when not flagged; flagged, its scores are still exact and no row left out scores above the bound (or its
+    last hit)."""
+    ids = _insert(conn, tenant, docs)
+    exclude = [v for v, _ in ids[:n_excluded]] or None
+    want = _oracle(conn, terms, scopes, NOW, exclude, lim)
+    got, exact, bound = _bounded(conn, terms, scopes, NOW, exclude, lim, depth, fetched)
+    everything = dict(_oracle(conn, terms, scopes, NOW, exclude, 1000))
+    for v, s in got:
+        assert s == pytest.approx(everything[v], rel=1e-12)
+    SEEN[exact] += 1
+    if exact:
+        assert [v for v, _ in got] == [v for v, _ in want]
+        assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-12)
+    else:
+        floor = got[-1][1] if len(got) == lim else 0.0
+        for v, s in everything.items():
+            if v not in dict(got):
+                assert s <= max(bound, floor) * (1 + 1e-9)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -142,24 +149,9 @@ def test_bounded_top_k_over_larger_limits_and_any_term_order(ctx, tenant, docs, 
     and above ``fetched``, lists cut and whole) and the query's lexemes in any order (the partial scores are summed in
     the lists' order, the exact ones in lexeme order)."""
     with _tx(ctx, tenant) as conn:
-        ids = _insert(conn, tenant, docs)
-        terms = _lexemes(conn, " ".join(query))
-        terms = sorted(set(terms))
+        terms = sorted(set(_lexemes(conn, " ".join(query))))
         order.shuffle(terms)
-        exclude = [v for v, _ in ids[:n_excluded]] or None
-        want = _oracle(conn, terms, scopes, NOW, exclude, lim)
-        got, exact, bound = _bounded(conn, terms, scopes, NOW, exclude, lim, depth, lim + fetched_extra)
-        everything = dict(_oracle(conn, terms, scopes, NOW, exclude, 1000))
-        for v, s in got:
-            assert s == pytest.approx(everything[v], rel=1e-12)
-        SEEN[exact] += 1
-        if exact:
-            assert [v for v, _ in got] == [v for v, _ in want]
-        else:
-            floor = got[-1][1] if len(got) == lim else 0.0
-            for v, s in everything.items():
-                if v not in dict(got):
-                    assert s <= max(bound, floor) * (1 + 1e-9)
+        _assert_exhaustive_or_bounded(conn, tenant, docs, terms, scopes, lim, depth, lim + fetched_extra, n_excluded)
 
 
 def test_both_outcomes_were_exercised():
