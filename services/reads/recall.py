@@ -636,9 +636,10 @@ def _opening(conn: sa.Connection, principal: Principal, workarea_id: Any, audien
              vector: bool) -> _Opening:
     """The statements a recall's first steps need that depend on nothing read yet — the workarea ``workarea_id``
     names (when it is a uuid), the key's open simulations (``audience``), the lexemes of ``text`` (the lexical
-    leg's; None: no lexical leg) and, for a ``vector`` leg, the index's recorded model with its lock held to the end
-    of the transaction (so no model switch commits before the vector leg has run, and the lock comes before any
-    simulation embedding table's, the order a switch takes them) — sent as one pipeline
+    leg's; None: no lexical leg) and, for a ``vector`` leg, the index's recorded model with the locks of
+    ``memories_fts`` and then ``memory_embeddings`` held to the end of the transaction (so no model switch commits
+    before the vector leg has run; taken before any other table's, in the order tenant creation and a switch take
+    them) — sent as one pipeline
     (:func:`oml.services.storage.pipelined.fetch`): one round trip instead of four. Each statement is the one its own
     function runs (:func:`rows.workarea_by_id`, :func:`sim_read.audience_of`, :func:`query_lexemes`,
     :func:`oml.workers.index.embedding.recorded_model`)."""
