@@ -142,6 +142,11 @@ def body_of(sid: str, turn: dict, position: int) -> dict:
             "context": {"thread": f"locomo:{sid}", "position": position}}
 
 
+def conversations_named(ids: list[str]) -> str:
+    """``"N conversation(s) (id, …)"`` for a bench's first line."""
+    return f"{len(ids)} conversation{'s' * (len(ids) != 1)} ({', '.join(ids)})"
+
+
 def _pct(xs: list[float], p: float) -> float:
     if not xs:
         return float("nan")
@@ -395,7 +400,7 @@ def run(ctx, data: Path, *, conversations: str | int | None = None, retrievers: 
 def render(res: dict[str, Any]) -> list[str]:
     res = json.loads(json.dumps(res))  # cutoffs as string keys, the same whether fresh or read back from --json
     ks = [str(k) for k in res["cutoffs"]]
-    lines = [f"oml bench locomo — {len(res['conversations'])} conversation{'s' * (len(res['conversations']) != 1)} ({', '.join(res['conversations'])}), "
+    lines = [f"oml bench locomo — {conversations_named(res['conversations'])}, "
              f"{res['turns']} turns, {res['questions']} questions with evidence ({res['skipped_no_evidence']} skipped: none)",
              f"machine: {res['machine']['cpus']} CPUs, {res['machine']['platform']}, Python {res['machine']['python']}",
              f"ingest+promote {res['timings']['ingest_and_promote_s']:.1f}s, index {res['timings']['index_s']:.1f}s, "

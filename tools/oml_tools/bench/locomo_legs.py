@@ -53,7 +53,19 @@ from oml.domain.context_window import OWN_WEIGHT
 from oml.services.entrypoints.cli.common import JSON
 from oml.workers.index.onnx_embedding import file_sha256
 from oml_tools.bench import emit
-from oml_tools.bench.locomo import CATEGORIES, CUTOFFS, DECIDE, Scores, _pct, ingest, load, questions_of, recall_dia, turns_of
+from oml_tools.bench.locomo import (
+    CATEGORIES,
+    CUTOFFS,
+    DECIDE,
+    Scores,
+    _pct,
+    conversations_named,
+    ingest,
+    load,
+    questions_of,
+    recall_dia,
+    turns_of,
+)
 
 POOL = 50
 
@@ -303,7 +315,7 @@ def rescore(saved: Mapping[str, Any], fusions: Sequence[str]) -> dict[str, Any]:
 
 def render(res: dict[str, Any]) -> list[str]:
     res = json.loads(json.dumps(res))
-    lines = [f"oml bench locomo-legs — {len(res['conversations'])} conversation{'s' * (len(res['conversations']) != 1)} ({', '.join(res['conversations'])}), "
+    lines = [f"oml bench locomo-legs — {conversations_named(res['conversations'])}, "
              f"{res['turns']} turns, {res['questions']} questions with evidence ({res['skipped_no_evidence']} skipped: none)",
              f"machine: {res['machine']['cpus']} CPUs, {res['machine']['platform']}, Python {res['machine']['python']}, "
              f"load average at the end {res['machine']['load_average']}",
@@ -415,14 +427,14 @@ def register(bench_app: typer.Typer) -> None:
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--lexical") from None
         try:
-            before = model_texts_of(model_text, models)
+            texts = model_texts_of(model_text, models)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--model-text") from None
         fusions = default_fusions(list(models), list(params), lexicals) + list(fusion)
         with context(new_home=True) as ctx:
             res = run(ctx, data, conversations=conversations or None, decide=[x.strip() for x in decide.split(",") if x.strip()],
                       models=models, bm25=params, prf=prfs, fusions=fusions, context_before=context_window, lexical=lexicals,
-                      model_texts=before, progress=lambda m: err.print(m))
+                      model_texts=texts, progress=lambda m: err.print(m))
         if save:
             save.write_text(json.dumps(res, indent=1))
         res.pop("per_question")

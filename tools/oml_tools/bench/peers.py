@@ -193,7 +193,7 @@ def render_phases(table: dict[str, Any]) -> list[str]:
 
 def render(res: dict[str, Any]) -> list[str]:
     load = res["machine"].get("load_average")
-    lines = [f"oml bench peers — {len(res['conversations'])} conversation{'s' * (len(res['conversations']) != 1)} ({', '.join(res['conversations'])}), "
+    lines = [f"oml bench peers — {locomo.conversations_named(res['conversations'])}, "
              f"{res['turns']} turns, {res['questions']} questions, k = {res['k']}, interleaved question by question, "
              "same MiniLM model",
              f"machine: {res['machine']['cpus']} CPUs, {res['machine']['platform']}, Python {res['machine']['python']}"
@@ -332,7 +332,7 @@ def render_lexical_planning(res: dict[str, Any]) -> list[str]:
 def render_oml(res: dict[str, Any]) -> list[str]:
     load = res["machine"]["load_average"]
     lat = res["latency_ms"]
-    return [f"oml bench recall-phases — {len(res['conversations'])} conversation{'s' * (len(res['conversations']) != 1)} ({', '.join(res['conversations'])}), "
+    return [f"oml bench recall-phases — {locomo.conversations_named(res['conversations'])}, "
             f"{res['questions']} questions, hybrid, k = {res['k']}",
             f"machine: {res['machine']['cpus']} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at the end",
             f"OML hybrid recall: p50 {lat['p50']:.1f} ms, p95 {lat['p95']:.1f} ms, mean {lat['mean']:.1f} ms",
