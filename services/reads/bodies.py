@@ -172,7 +172,7 @@ def _decrypt_versions(conn: sa.Connection, keystore: KeyStore, tenant: str, vers
     # One statement verifies and opens: the verdict's rows (verified_reads), the signed submission behind each
     # body, and each version's artifact and wrapped DEK. Full-key lookups behind LATERAL/LIMIT fences, tenant as
     # (SELECT :t): linear plans even when the tenant's statistics are stale (services/reads/rows.py explains).
-    rows = conn.execute(_BODIES, {"t": tenant, "ids": ids}).all()
+    rows = pipelined.lookup(conn, _BODIES, {"t": tenant, "ids": ids})
     bad = verified_reads.judge(conn, tenant, rows)
     out.update({v: Unverified() for v in bad})
     rows = [r for r in rows if str(r.version_id) not in bad and r.stored_artifact is not None]

@@ -647,13 +647,13 @@ def _opening(conn: sa.Connection, principal: Principal, workarea_id: Any, audien
     queries: list[pipelined.Query] = []
     if workarea_id is not None and _is_uuid(workarea_id):
         names.append("workarea")
-        queries.append(pipelined.of(rows.WORKAREA_BY_ID, {"t": principal.tenant, "n": str(workarea_id)}))
+        queries.append(pipelined.of(rows.WORKAREA_BY_ID, {"t": principal.tenant, "n": str(workarea_id)}, prepare=True))
     if audience:
         names.append("audience")
-        queries.append(pipelined.of(*sim_read.audience_query(principal)))
+        queries.append(pipelined.of(*sim_read.audience_query(principal), prepare=True))
     if text is not None:
         names.append("lexemes")
-        queries.append(pipelined.of(*lexemes_query(text)))
+        queries.append(pipelined.of(*lexemes_query(text), prepare=True))
     if vector:
         from oml.workers.index.embedding import recorded_query
 
@@ -771,7 +771,7 @@ class Recaller:
             outside: dict[str, int | bool] | None = None
             if found and not audience_simulations:
                 # The candidates' rows and the valid-time count depend on nothing between them: one round trip.
-                got_rows, got_outside = pipelined.fetch(conn, [pipelined.of(*rows.rows_query(tenant, found, q.as_of)),
+                got_rows, got_outside = pipelined.fetch(conn, [pipelined.of(*rows.rows_query(tenant, found, q.as_of), prepare=True),
                                                                pipelined.of(*outside_query(tenant, f))])
                 cand = rows.loaded_from(tenant, got_rows)
                 outside = outside_from(got_outside[0])

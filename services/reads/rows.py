@@ -21,6 +21,7 @@ import sqlalchemy as sa
 
 from oml.domain.recall import RowFacts
 from oml.services.runtime.tracing import traced
+from oml.services.storage import pipelined
 
 # The tip interval that covers the read's instant: the open one when :as_of is NULL.
 _TIP_AT = ("(CASE WHEN CAST(:as_of AS timestamptz) IS NULL THEN ti.to_seq IS NULL"
@@ -124,7 +125,7 @@ def load_rows(conn: sa.Connection, tenant: str, version_ids: Iterable[str], as_o
     ids = sorted({str(v) for v in version_ids})
     if not ids:
         return {}
-    out = loaded_from(tenant, conn.execute(*rows_query(tenant, ids, as_of)))
+    out = loaded_from(tenant, pipelined.lookup(conn, *rows_query(tenant, ids, as_of)))
     if audience:
         from oml.services.reads import sim_read
 
@@ -161,7 +162,7 @@ def steering_version_ids(conn: sa.Connection, tenant: str, paths: Sequence[str],
     (plus the simulation tips of ``audience``'s simulations, when non-empty)."""
     if not paths:
         return []
-    out = [str(v) for v in conn.execute(_STEERING, {"t": tenant, "paths": list(paths), "as_of": as_of}).scalars()]
+    out = [str(r.version_id) for r in pipelined.lookup(conn, _STEERING, {"t": tenant, "paths": list(paths), "as_of": as_of})]
     if audience:
         from oml.services.reads import sim_read
 

@@ -16,9 +16,10 @@ that fails it is replaced), so there is no separate pre-ping (one
 round trip per transaction fewer); for admission it also opens the transaction
 (:data:`BEGIN_AT_CHECKOUT`, one more fewer), and every other tenant transaction sends its ``BEGIN`` and the
 tenant binding together (:meth:`Database.bound`, one more fewer). The prepared statements that survive are
-admission's own, prepared on purpose: its set statements (``prepare=True`` in
-``services/journal/sets.py``) and its opening lookups (``pipelined.Query``'s
-``prepare``; the tenant binding is not one); nothing is prepared automatically: OML's SQL
+prepared on purpose: admission's set statements (``prepare=True`` in
+``services/journal/sets.py``) and opening lookups (``pipelined.Query``'s
+``prepare``; the tenant binding is not one), and the read path's lookups by full key
+(:func:`oml.services.storage.pipelined.lookup`); nothing is prepared automatically: OML's SQL
 text with no data in it, whose parameters are bound at each execution and
 whose row-level security reads the transaction's tenant binding when it runs
 (docs/adr/0001-admission-write-path.md).
@@ -221,7 +222,8 @@ class Database:
                     max_overflow=self.pool_size * 2,
                     pool_reset_on_return="rollback",
                     # Nothing is prepared automatically (a generic plan could ignore an index a
-                    # recall needs, such as a tenant partition's HNSW); a statement executed with prepare=True is.
+                    # recall needs, such as a tenant partition's HNSW); a statement executed with prepare=True is:
+                    # lookups by full key whose plan cannot depend on their parameters.
                     # A workload's statement waits at most lock_timeout for a lock a compromised credential may
                     # hold; startup options, so RESET ALL at checkout restores them (services/storage/timeouts.py).
                     connect_args={"prepare_threshold": 2**31 - 1} | ({} if role is None else {

@@ -12,6 +12,7 @@ this goes around it.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, NamedTuple
@@ -35,10 +36,24 @@ class Query(NamedTuple):
     prepare: bool = False
 
 
-def of(stmt: sa.TextClause, params: Mapping[str, Any]) -> Query:
+def of(stmt: sa.TextClause, params: Mapping[str, Any], prepare: bool = False) -> Query:
     """A SQLAlchemy ``text()`` statement (``:name`` placeholders) as a :class:`Query`: compiled for psycopg's
-    ``%(name)s`` (literal ``%`` doubled), so a statement written for ``conn.execute`` can join a pipeline as it is."""
-    return Query(str(stmt.compile(dialect=_DIALECT)), params)
+    ``%(name)s`` (literal ``%`` doubled), so a statement written for ``conn.execute`` can join a pipeline as it is.
+    ``prepare`` as :class:`Query`'s."""
+    return Query(_compiled(stmt.text), params, prepare)
+
+
+@functools.lru_cache(maxsize=512)
+def _compiled(text: str) -> str:
+    # The compiled form depends on the text alone; the read path sends the same few statements on every call.
+    return str(sa.text(text).compile(dialect=_DIALECT))
+
+
+def lookup(conn: sa.Connection, stmt: sa.TextClause, params: Mapping[str, Any]) -> list[Any]:
+    """The rows of one lookup whose plan cannot depend on its parameters (full keys behind ``LATERAL``/``LIMIT``
+    fences, the tenant as ``(SELECT :t)``: services/reads/rows.py), sent as a prepared statement: parsed and planned
+    once per pooled connection instead of on every call (docs/recall.md, "Latency"). Rows as :func:`fetch`'s."""
+    return fetch(conn, [of(stmt, params, prepare=True)])[0]
 
 
 def fetch(conn: sa.Connection, queries: Sequence[Query]) -> list[list[Any]]:

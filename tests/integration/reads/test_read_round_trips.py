@@ -100,3 +100,31 @@ def test_a_recall_fills_its_phases(world):
         assert name in got, name
     marked = sum(v for k, v in got.items() if k not in ("embed", "total", "gc", "gc_collections"))
     assert marked == pytest.approx(got["total"], rel=1e-6)
+
+
+def test_prepared_lookups_answer_only_the_bound_tenant_under_a_generic_plan(world, ctx):
+    """The read path's fixed lookups are prepared (``pipelined.lookup``): a generic plan made for one tenant's
+    binding and parameters serves another's on the same connection, and RLS and the statement's own tenant filter
+    still decide every row."""
+    from oml.services.reads import bodies, rows
+
+    other = reader_world(ctx, "rtrips-other", ["A second tenant's glacier note."])
+    with ctx.db.system(None) as owner:
+        ids = {t: [str(v) for v in owner.execute(sa.text("SELECT version_id FROM claim_versions WHERE tenant_id = :t"),
+                                                 {"t": t}).scalars()] for t in (world.tenant, other.tenant)}
+    every = ids[world.tenant] + ids[other.tenant]
+    with ctx.db.engine("oml_server").connect() as conn:
+        conn.exec_driver_sql("SET plan_cache_mode = force_generic_plan")
+        conn.commit()
+        for _ in range(2):
+            for bound in (world.tenant, other.tenant):
+                for asked in (world.tenant, other.tenant):
+                    with conn.begin():
+                        conn.execute(sa.text("SELECT set_config('oml.tenant_id', :t, true)"), {"t": bound})
+                        expect = set(ids[asked]) if bound == asked else set()
+                        assert set(rows.load_rows(conn, asked, every)) == expect
+                        opened = bodies.decrypt_versions(conn, ctx.keystore, asked, every)
+                        assert {v for v, b in opened.items() if isinstance(b, dict)} == expect
+                        assert bool(rows.steering_version_ids(conn, asked, ["main"], None)) is False
+        generic = conn.exec_driver_sql("SELECT count(*) FROM pg_prepared_statements WHERE generic_plans > 0").scalar()
+    assert generic >= 3  # the rows, the bodies and the steering lookups
