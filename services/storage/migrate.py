@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from importlib import resources
 
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 
 log = logging.getLogger(__name__)
 
@@ -21,11 +25,76 @@ def alembic_config(owner_url: str) -> Config:
     return cfg
 
 
-def upgrade(owner_url: str, role_connection_limit: int = ROLE_CONNECTION_LIMIT) -> None:
+@dataclass(frozen=True)
+class Migration:
+    """One revision of the installed release: its id and the first line of its file's docstring."""
+
+    revision: str
+    summary: str
+
+
+class UnknownRevision(LookupError):
+    """The database is at a revision the installed release does not have (a newer release migrated it)."""
+
+
+def _scripts() -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config(""))
+
+
+def _migration(script) -> Migration:
+    doc = (script.module.__doc__ or "").strip()
+    return Migration(script.revision, doc.splitlines()[0] if doc else "")
+
+
+def head() -> str:
+    """The head revision of the installed release."""
+    rev = _scripts().get_current_head()
+    assert rev is not None
+    return rev
+
+
+def current(owner_url: str) -> str | None:
+    """The database's revision (``alembic_version``; ``None`` before the first migration), read in a read-only
+    transaction: nothing is created or migrated."""
+    engine = sa.create_engine(owner_url, execution_options={"postgresql_readonly": True})
+    try:
+        with engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+    finally:
+        engine.dispose()
+
+
+def pending(revision: str | None) -> list[Migration]:
+    """The installed release's migrations after ``revision`` (``None``: every one), oldest first.
+    :class:`UnknownRevision` when the release has no ``revision``."""
+    scripts = _scripts()
+    if revision is not None:
+        try:
+            scripts.get_revision(revision)
+        except CommandError:
+            raise UnknownRevision(revision) from None
+    return [_migration(s) for s in reversed(list(scripts.iterate_revisions("heads", revision or "base")))]
+
+
+def upgrade(owner_url: str, role_connection_limit: int = ROLE_CONNECTION_LIMIT) -> list[Migration]:
     """Run every pending migration as the owner, then set each workload role's connection limit
-    (:func:`limit_connections`)."""
-    command.upgrade(alembic_config(owner_url), "head")
+    (:func:`limit_connections`). Returns the migrations applied, oldest first, each logged at INFO once the
+    upgrade has committed (Alembic runs them in one transaction: none is applied unless all are)."""
+    cfg = alembic_config(owner_url)
+    applied: list[str] = []
+
+    def record(ctx, step, heads, run_args) -> None:
+        if step.is_upgrade and step.up_revision_id:
+            applied.append(step.up_revision_id)
+
+    cfg.attributes["on_version_apply"] = record
+    command.upgrade(cfg, "head")
+    scripts = _scripts()
+    done = [_migration(scripts.get_revision(rev)) for rev in applied]
+    for m in done:
+        log.info("OML: applied migration %s: %s", m.revision, m.summary)
     limit_connections(owner_url, role_connection_limit)
+    return done
 
 
 def limit_connections(owner_url: str, limit: int) -> None:
