@@ -6,12 +6,12 @@ from importlib.metadata import entry_points
 
 import typer
 
-from oml.services.entrypoints.cli import admin, audit, erasure, ops, recall, serve, simulations
+from oml.services.entrypoints.cli import admin, audit, db, erasure, ops, recall, serve, simulations
 from oml.services.entrypoints.cli.common import SortedGroup
 
 app = typer.Typer(cls=SortedGroup, no_args_is_help=True, add_completion=False, help="OML — governed memory for AI agents.")
 
-for module in (admin, recall, audit, erasure, simulations, ops, serve):
+for module in (admin, recall, audit, erasure, simulations, ops, db, serve):
     module.register(app)
 
 # Commands of other distributions (`oml bench` and `oml demo` come from tools/, which a clone installs and the
