@@ -27,7 +27,7 @@ def alembic_config(owner_url: str) -> Config:
 
 @dataclass(frozen=True)
 class Migration:
-    """One revision of the installed release: its id and the first line of its file's docstring."""
+    """One revision of the installed release: its id and the first sentence of its file's docstring."""
 
     revision: str
     summary: str
@@ -42,8 +42,9 @@ def _scripts() -> ScriptDirectory:
 
 
 def _migration(script) -> Migration:
-    doc = (script.module.__doc__ or "").strip()
-    return Migration(script.revision, doc.splitlines()[0] if doc else "")
+    # The docstring's first sentence: its first line often stops mid-sentence.
+    paragraph = " ".join((script.module.__doc__ or "").strip().split("\n\n")[0].split())
+    return Migration(script.revision, paragraph.split(". ", 1)[0].rstrip("."))
 
 
 def head() -> str:
