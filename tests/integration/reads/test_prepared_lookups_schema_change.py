@@ -2,12 +2,14 @@
 statement prepared before it cannot serve after it (PostgreSQL: "cached plan must not change result type"), so the
 next read on each pooled connection holding it is refused as retry-safe (503 ``service.unavailable``, reason
 ``schema_changed``: nothing was committed, and the rollback drops the connection's prepared statements), and the retry
-answers as before."""
+answers as before (over HTTP: a 503 with ``Retry-After``)."""
 from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
+from fastapi.testclient import TestClient
 
+from oml.services.entrypoints.http.app import create_app
 from oml.services.reads.recall import RecallRequest
 from oml.services.storage import timeouts
 
@@ -44,3 +46,19 @@ def test_other_unsupported_features_are_not_refused_as_retry_safe(ctx):
         with ctx.db.system("oml_server") as conn:
             conn.execute(sa.text("SELECT 1 FROM (SELECT count(*) FROM pg_class) x FOR UPDATE"))
     assert e.value.orig.sqlstate == "0A000" and timeouts.refusal(e.value) is None
+
+
+def test_over_http_the_refusal_is_a_503_with_retry_after_and_the_retry_answers(world, ctx):
+    client = TestClient(create_app(ctx), raise_server_exceptions=False)
+    key = world.keys[world.reader.principal_id]
+
+    def recall():
+        return client.post("/v1/recall", json={"query": "glacier survey ice", "k": 3}, headers={"Authorization": f"Bearer {key}"})
+
+    assert recall().status_code == 200
+    with owner(ctx) as c:
+        c.execute(sa.text("ALTER TABLE workareas ALTER COLUMN path TYPE varchar"))
+    r = recall()
+    assert r.status_code == 503 and r.json()["reason"] == "schema_changed" and r.headers["retry-after"], r.text
+    assert "glacier" not in r.text
+    assert recall().status_code == 200
