@@ -306,7 +306,9 @@ class Database:
         while True:
             done = conn.execute(sa.text("SELECT coalesce(pg_last_wal_replay_lsn() >= CAST(:l AS pg_lsn), true)"),
                                 {"l": lsn}).scalar()
-            conn.rollback()
+            # Commit, not rollback: psycopg answers a rollback by deallocating every statement the connection
+            # prepared (pipelined.lookup's), and this transaction only read.
+            conn.commit()
             if done or time.monotonic() >= deadline:
                 return bool(done)
             time.sleep(0.01)
@@ -319,7 +321,9 @@ class Database:
 
         A standby that has replayed it shows every transaction committed before this call.
         """
-        with self.engine("oml_server").connect() as conn:
+        # begin(): committed, where connect() would return it to the pool's rollback, which psycopg answers by
+        # deallocating the read path's prepared lookups on this oml_server connection (_replayed).
+        with self.engine("oml_server").begin() as conn:
             return str(conn.execute(sa.text("SELECT pg_current_wal_lsn()")).scalar())
 
     @contextmanager

@@ -15,6 +15,12 @@ write rows the other's statements must update (the BM25 statistics that every wr
 63_bm25_postings.sql: an indexer batch and an erasure or a path move in the same workareas). :func:`refusal` turns
 each into ``503 service.unavailable`` with ``reason`` ``lock_timeout``, ``statement_timeout`` or ``deadlock``: the
 transaction rolled back, nothing was committed, and a retry is safe.
+
+A statement prepared on a pooled connection (``prepare=True``, ``pipelined.lookup``) whose result columns changed
+type since (DDL while the server runs) fails with ``FeatureNotSupported`` (0A000), "cached plan must not change result
+type", on that connection until it is deallocated; the transaction's rollback makes psycopg deallocate the
+connection's prepared statements, so the same read succeeds when retried. :func:`refusal` turns it into ``503
+service.unavailable`` with ``reason`` ``schema_changed``; any other 0A000 is a programming error and stays one.
 """
 from __future__ import annotations
 
@@ -27,7 +33,11 @@ STATEMENT_TIMEOUT_MS = 0
 
 _REASONS = {"55P03": "lock_timeout", "57014": "statement_timeout", "40P01": "deadlock"}
 _WHAT = {"lock_timeout": "a lock another session holds", "statement_timeout": "the statement's time limit",
-         "deadlock": "a lock cycle with another transaction"}
+         "deadlock": "a lock cycle with another transaction",
+         "schema_changed": "a prepared statement planned before a schema change"}
+# PostgreSQL's message (plancache.c) for a prepared statement whose result type changed: 0A000 names no more than
+# "feature not supported".
+_PLAN_CHANGED = "cached plan must not change result type"
 
 
 def options(lock_timeout_ms: int, statement_timeout_ms: int) -> str:
@@ -36,11 +46,14 @@ def options(lock_timeout_ms: int, statement_timeout_ms: int) -> str:
 
 
 def refusal(exc: BaseException) -> OMLError | None:
-    """``service.unavailable`` (503, ``reason`` ``lock_timeout``, ``statement_timeout`` or ``deadlock``) for a
-    database error raised because a statement waited past its limit or was ended to break a lock cycle; None for
-    any other error."""
+    """``service.unavailable`` (503, ``reason`` ``lock_timeout``, ``statement_timeout``, ``deadlock`` or
+    ``schema_changed``) for a database error raised because a statement waited past its limit, was ended to break a
+    lock cycle, or was prepared before its result type changed; None for any other error."""
     orig = getattr(exc, "orig", None) if isinstance(exc, sa.exc.DBAPIError) else exc
-    reason = _REASONS.get(getattr(orig, "sqlstate", None) or "")
+    state = getattr(orig, "sqlstate", None) or ""
+    reason = _REASONS.get(state)
+    if state == "0A000" and getattr(getattr(orig, "diag", None), "message_primary", None) == _PLAN_CHANGED:
+        reason = "schema_changed"
     if reason is None:
         return None
     return OMLError("service.unavailable", f"the database did not answer in time ({_WHAT[reason]}); nothing was"

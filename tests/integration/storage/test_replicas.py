@@ -225,3 +225,25 @@ def test_metrics_count_reads_by_source(world, monkeypatch):
     m = world.client.get("/metrics", headers={"Authorization": "Bearer replica-metrics-token"})
     assert m.status_code == 200
     assert 'oml_replica_reads_total{source="replica:0"}' in m.text
+
+
+def test_read_your_writes_keeps_the_pooled_connections_prepared_lookups(ctx, rctx, standby, tenants, monkeypatch):
+    """A rollback in psycopg drops every statement the connection prepared (``DEALLOCATE ALL``): the write position
+    and the standby's replay check, each a read-only statement of its own, end without one, so the read path's
+    prepared lookups (``pipelined.lookup``) stay planned on the primary's and the standby's pooled connections."""
+    from psycopg import _preparing
+
+    from oml.services.storage import pipelined
+
+    dropped = []
+    clear = _preparing.PrepareManager.clear
+    monkeypatch.setattr(_preparing.PrepareManager, "clear", lambda self: dropped.append(clear(self)) or dropped[-1])
+    stmt = sa.text("SELECT CAST(:t AS text) AS t")
+    for _ in range(3):
+        position = rctx.db.write_position()
+        with rctx.db.read("oml_server", "rep-a", after_lsn=position) as rtx:
+            assert rtx.source == "replica:0"
+            assert pipelined.lookup(rtx.conn, stmt, {"t": "rep-a"})[0].t == "rep-a"
+        with rctx.db.tenant("oml_server", "rep-a") as conn:
+            assert pipelined.lookup(conn, stmt, {"t": "rep-a"})[0].t == "rep-a"
+    assert not any(dropped)
