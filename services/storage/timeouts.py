@@ -33,8 +33,7 @@ STATEMENT_TIMEOUT_MS = 0
 
 _REASONS = {"55P03": "lock_timeout", "57014": "statement_timeout", "40P01": "deadlock"}
 _WHAT = {"lock_timeout": "a lock another session holds", "statement_timeout": "the statement's time limit",
-         "deadlock": "a lock cycle with another transaction",
-         "schema_changed": "a prepared statement planned before a schema change"}
+         "deadlock": "a lock cycle with another transaction"}
 # PostgreSQL's message (plancache.c) for a prepared statement whose result type changed: 0A000 names no more than
 # "feature not supported".
 _PLAN_CHANGED = "cached plan must not change result type"
@@ -56,5 +55,6 @@ def refusal(exc: BaseException) -> OMLError | None:
         reason = "schema_changed"
     if reason is None:
         return None
-    return OMLError("service.unavailable", f"the database did not answer in time ({_WHAT[reason]}); nothing was"
-                    " committed, retry later", 503, {"reason": reason})
+    said = ("a statement was prepared before a schema change" if reason == "schema_changed"
+            else f"the database did not answer in time ({_WHAT[reason]})")
+    return OMLError("service.unavailable", f"{said}; nothing was committed, retry later", 503, {"reason": reason})
