@@ -22,13 +22,18 @@ def with_db(url: str, name: str) -> str:
     return sa.make_url(url).set(database=name).render_as_string(hide_password=False)
 
 
-def fresh_database(pg_server: str, template: str) -> str:
+def new_database(pg_server: str, template: str | None = None) -> str:
+    """A new database on ``pg_server`` (a copy of ``template``, or empty); its URL."""
     name = f"oml_t_{uuid.uuid4().hex[:12]}"
     admin = sa.create_engine(pg_server, isolation_level="AUTOCOMMIT")
     with admin.connect() as c:
-        c.execute(sa.text(f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
+        c.execute(sa.text(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else "")))
     admin.dispose()
-    url = with_db(pg_server, name)
+    return with_db(pg_server, name)
+
+
+def fresh_database(pg_server: str, template: str) -> str:
+    url = new_database(pg_server, template)
     # A copy does not inherit the template's database privileges (who may create temporary tables).
     eng = sa.create_engine(url, isolation_level="AUTOCOMMIT")
     with eng.connect() as c:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 
 import pytest
 import sqlalchemy as sa
@@ -16,7 +15,7 @@ import sqlalchemy as sa
 from oml.services.storage import migrate
 
 from support.admission import run_cli
-from support.database import drop_database, with_db
+from support.database import drop_database, new_database
 from support.owner import owner
 
 HEAD = migrate.head()
@@ -88,12 +87,7 @@ def test_the_auto_migration_of_any_command_logs_each_migration_applied(ctx, behi
 
 
 def test_status_of_a_database_never_migrated_lists_every_migration(ctx, pg_server):
-    name = f"oml_t_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(pg_server, isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    admin.dispose()
-    url = with_db(pg_server, name)
+    url = new_database(pg_server)
     try:
         r = run_cli(ctx, ["db", "status", "--json"], env={"OML_DATABASE_URL": url})
         assert r.exit_code == 1, r.output
