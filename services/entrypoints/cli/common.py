@@ -159,7 +159,11 @@ def context(*tenants: str | None, new_home: bool = False) -> Iterator[Context]:
 
     if not new_home:
         require_home(get_settings())
-    ctx = open_context()
+    try:
+        ctx = open_context()
+    except Exception as exc:
+        _refuse_unreachable(exc, get_settings())
+        raise
     try:
         for tenant in tenants:
             if tenant is not None:
@@ -171,6 +175,7 @@ def context(*tenants: str | None, new_home: bool = False) -> Iterator[Context]:
     except Exception as exc:
         from oml.services.storage import timeouts
 
+        _refuse_unreachable(exc, ctx.settings)  # OML_AUTO_MIGRATE=false: the first connection is the command's own
         busy = timeouts.refusal(exc)  # a lock or statement wait past its limit: 503 service.unavailable
         if busy is None:
             raise
@@ -178,6 +183,21 @@ def context(*tenants: str | None, new_home: bool = False) -> Iterator[Context]:
         raise typer.Exit(EXIT_FAILED) from None
     finally:
         ctx.close()
+
+
+def _refuse_unreachable(exc: Exception, settings) -> None:
+    """``db.unavailable`` (exit 2), as ``oml db`` answers it, when ``exc`` is a connection that could not be opened
+    (SQLAlchemy's error with no statement); returns for anything else. The detail names the database and the driver
+    error's type, not its message, which can quote the URL."""
+    import sqlalchemy as sa
+
+    if not isinstance(exc, sa.exc.OperationalError) or exc.statement is not None:
+        return
+    from oml.services.runtime.home import database_label
+
+    print_problem(OMLError("db.unavailable", f"could not connect to {database_label(settings)} "
+                           f"({type(exc.orig).__name__}); is it running, and are its host, port and credentials right?", 503))
+    raise typer.Exit(EXIT_USAGE) from None
 
 
 def require_tenant(ctx: Context, tenant: str) -> None:

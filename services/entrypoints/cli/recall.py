@@ -59,11 +59,12 @@ def recall_cmd(
     with context() as ctx:
         p = _principal(ctx, key_file)
         if retriever != "fts":
-            from oml.workers.index.embedding import get_embedder
+            from oml.workers.index.embedding import query_embedder
 
-            # The model loads once per process (seconds): say so instead of looking hung.
+            # Recall embeds its query with the query embedder (ONNX, else torch), not the indexer's torch model: load
+            # that one here, under a spinner, so diagnostics.elapsed_ms times the recall and not the model's load.
             with err.status("loading the embedding model (once per process)…"):
-                get_embedder(ctx.settings)
+                query_embedder(ctx.settings).warm()
         with err.status(f"recalling with {escape(retriever)} retrieval…"):
             out = Recaller(ctx).recall(p, RecallRequest(query=query, workarea_id=workarea, retriever=retriever, k=k,
                                                         max_chars=max_chars, max_tokens=max_tokens, kinds=kind or None,

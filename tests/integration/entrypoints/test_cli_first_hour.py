@@ -332,6 +332,46 @@ def test_recall_at_80_columns_keeps_statements_readable(ctx):
     assert " ".join(" ".join(lines).split()).count(statement) == 1 and "source: https://wiki.example/backups" in r.stdout
 
 
+def test_recall_loads_the_query_embedder_before_the_recall_and_not_the_indexers_model(ctx, monkeypatch):
+    """`oml recall` loads the query embedder under its spinner, before the recall, so a one-shot call's
+    diagnostics.elapsed_ms times the recall, not the ONNX session's load; the indexer's torch model (seconds) it
+    never uses stays unloaded."""
+    from oml.workers.index import embedding
+
+    from support.recall import make_world
+
+    w = make_world(ctx, "fh-recall-warm")
+    w.remember("main", "The orders database is backed up every night at two.")
+    w.index()
+    reader = w.key("reader")
+    order: list[str] = []
+    warm, call = embedding.QueryEmbedder.warm, embedding.QueryEmbedder.__call__
+
+    def not_loaded(*a, **k):
+        raise AssertionError("oml recall loaded the indexer's model")
+
+    monkeypatch.setattr(embedding, "get_embedder", not_loaded)
+    monkeypatch.setattr(embedding.QueryEmbedder, "warm", lambda self: (order.append("warm"), warm(self))[1])
+    monkeypatch.setattr(embedding.QueryEmbedder, "__call__", lambda self, text: (order.append("embed"), call(self, text))[1])
+    r = run_cli(ctx, ["recall", "orders database backup", "--json"], env={"OML_API_KEY": w.keys[reader.principal_id]})
+    assert r.exit_code == 0, r.output
+    assert order == ["warm", "embed"]
+    out = json.loads(r.stdout)
+    assert out["diagnostics"]["degraded"] == [] and out["hits"], out
+
+
+@pytest.mark.parametrize("auto_migrate", ["true", "false"])
+@pytest.mark.parametrize("args", [["tenant", "list"], ["status"], ["journal", "verify", "-t", "acme"], ["recall", "x"]])
+def test_a_database_that_does_not_answer_is_refused_in_one_line(ctx, args, auto_migrate):
+    """OML_DATABASE_URL at a port where nothing listens: `db.unavailable`, exit 2, as `oml db` answers it, not a
+    traceback; with OML_AUTO_MIGRATE=false the first connection is the command's own, not the migration's."""
+    r = run_cli(ctx, args, env={"OML_DATABASE_URL": "postgresql://nobody:s3cret@127.0.0.1:1/none",
+                                "OML_AUTO_MIGRATE": auto_migrate, "OML_API_KEY": "oml_" + "0" * 16 + "_" + "0" * 64})
+    assert r.exit_code == 2, r.output
+    assert r.stderr.startswith("db.unavailable: could not connect to the database none on 127.0.0.1:1"), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "s3cret" not in r.stderr and "Traceback" not in r.output
+
+
 @pytest.mark.parametrize("args", [["tenant", "list"], ["status"], ["journal", "verify", "-t", "acme"], ["workarea", "list"],
                                   ["mcp"]])
 def test_a_typod_home_is_not_created_by_a_command_that_only_reads(ctx, tmp_path, args):
