@@ -34,6 +34,9 @@ def _main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log at IN
           version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
                                        help="Print the version and the git commit it was built from, and exit.")) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # Each migration applied is one INFO line of OML's own (services/storage/migrate.py); Alembic's would repeat it
+    # with the migration's whole docstring, after its plugin set-up lines.
+    logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
 def main() -> None:

@@ -77,6 +77,16 @@ def test_migrate_applies_the_pending_migration_prints_and_logs_it(ctx, behind, c
     assert r.exit_code == 0 and r.stdout.strip() == f"already at head {HEAD}", r.output
 
 
+def test_verbose_says_each_migration_once_in_oml_s_own_line(ctx, behind, caplog):
+    caplog.set_level(logging.INFO)
+    r = run_cli(ctx, ["-v", "db", "migrate"])
+    assert r.exit_code == 0, r.output
+    said = [m for m in caplog.records if m.levelno >= logging.INFO]
+    assert [m.getMessage() for m in said if m.name == migrate.log.name] == [
+        f"OML: applied migration {HEAD}: {migrate.pending(PREVIOUS)[0].summary}"]
+    assert not [m.getMessage() for m in said if m.name.startswith("alembic") and m.levelno < logging.WARNING]
+
+
 def test_the_auto_migration_of_any_command_logs_each_migration_applied(ctx, behind, caplog):
     caplog.set_level(logging.INFO, logger=migrate.log.name)
     r = run_cli(ctx, ["tenant", "list"])
