@@ -74,4 +74,7 @@ def database_label(settings) -> str:
     from sqlalchemy.engine import make_url
 
     url = make_url(settings.database_url)
-    return f"the database {url.database or ''} on {url.host or 'localhost'}{':' + str(url.port) if url.port else ''} (OML_DATABASE_URL)"
+    # libpq also takes the host as a query parameter (a socket directory: ?host=/run/postgresql), repeatable.
+    host = url.host or url.query.get("host") or "localhost"
+    host = ",".join(host) if isinstance(host, tuple) else host
+    return f"the database {url.database or ''} on {host}{':' + str(url.port) if url.port else ''} (OML_DATABASE_URL)"

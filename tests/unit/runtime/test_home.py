@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from oml.services.runtime.home import find_home
+from oml.services.runtime.home import database_label, find_home
 from oml.services.runtime.settings import Settings
 
 
@@ -94,3 +94,14 @@ def test_master_key_warning_once_per_home(tmp_path, caplog):
     assert first == second
     levels = [r.levelno for r in caplog.records if "OML_MASTER_KEY" in r.getMessage()]
     assert levels == [logging.WARNING, logging.INFO]
+
+
+def test_the_database_label_names_the_host_however_the_url_gives_it_and_never_the_password():
+    def label(url: str) -> str:
+        return database_label(Settings(database_url=url, home="/nonexistent"))
+
+    assert label("postgresql://u:secret@db.internal:5433/oml") == "the database oml on db.internal:5433 (OML_DATABASE_URL)"
+    assert label("postgresql://u:secret@/oml?host=/run/postgresql") == "the database oml on /run/postgresql (OML_DATABASE_URL)"
+    assert label("postgresql://u:secret@/oml?host=/a&host=/b") == "the database oml on /a,/b (OML_DATABASE_URL)"
+    assert label("postgresql://u@/oml") == "the database oml on localhost (OML_DATABASE_URL)"
+    assert not any("secret" in label(u) for u in ("postgresql://u:secret@h/oml", "postgresql://u:secret@/oml?host=/s"))
