@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
 from rich.console import Console
@@ -186,17 +186,22 @@ def context(*tenants: str | None, new_home: bool = False) -> Iterator[Context]:
 
 
 def _refuse_unreachable(exc: Exception, settings) -> None:
-    """``db.unavailable`` (exit 2), as ``oml db`` answers it, when ``exc`` is a connection that could not be opened
-    (SQLAlchemy's error with no statement); returns for anything else. The detail names the database and the driver
-    error's type, not its message, which can quote the URL."""
+    """:func:`refuse_unavailable` when ``exc`` is a connection that could not be opened (SQLAlchemy's error with no
+    statement); returns for anything else."""
     import sqlalchemy as sa
 
     if not isinstance(exc, sa.exc.OperationalError) or exc.statement is not None:
         return
+    refuse_unavailable(settings, exc, "could not connect to {db}", "; is it running, and are its host, port and credentials right?")
+
+
+def refuse_unavailable(settings, exc: Exception, what: str, hint: str = "") -> NoReturn:
+    """``db.unavailable`` (503, exit 2): ``what`` (``{db}``: the database ``settings`` name), the driver error's type,
+    then ``hint``; never the error's message, which can quote the URL."""
     from oml.services.runtime.home import database_label
 
-    print_problem(OMLError("db.unavailable", f"could not connect to {database_label(settings)} "
-                           f"({type(exc.orig).__name__}); is it running, and are its host, port and credentials right?", 503))
+    cause = getattr(exc, "orig", None) or exc
+    print_problem(OMLError("db.unavailable", f"{what.format(db=database_label(settings))} ({type(cause).__name__}){hint}", 503))
     raise typer.Exit(EXIT_USAGE) from None
 
 

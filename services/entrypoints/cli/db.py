@@ -18,13 +18,22 @@ from typing import NoReturn
 import typer
 
 from oml.domain.errors import OMLError
-from oml.services.entrypoints.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, JSON, emit, print_problem, require_home
+from oml.services.entrypoints.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    JSON,
+    emit,
+    print_problem,
+    refuse_unavailable,
+    require_home,
+)
 
 db_app = typer.Typer(no_args_is_help=True, help="The database's schema revision and its migrations (schema owner).")
 
 
 def _refuse(code: str, detail: str) -> NoReturn:
-    print_problem(OMLError(code, detail, 503 if code == "db.unavailable" else 409))
+    print_problem(OMLError(code, detail, 409))
     raise typer.Exit(EXIT_USAGE)
 
 
@@ -44,10 +53,9 @@ def _owner_url() -> str:
 
 
 def _unavailable(exc: Exception) -> NoReturn:
-    from oml.services.runtime.home import database_label
     from oml.services.runtime.settings import get_settings
 
-    _refuse("db.unavailable", f"could not read {database_label(get_settings())} as the schema owner ({type(exc).__name__})")
+    refuse_unavailable(get_settings(), exc, "could not read {db} as the schema owner")
 
 
 def _pending(revision: str | None):
