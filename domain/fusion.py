@@ -14,12 +14,16 @@ Ties, for both, are broken by the legs' orders exactly as ``fuse_rrf`` does
 (best rank over legs, more legs agreeing, then each leg's rank in
 ``priority`` order), so equal inputs always give the same order.
 
+After either method, :func:`propagate` can pass a share of each candidate's
+fused score to the candidates in its context window (``window_share``;
+docs/recall.md, "Window propagation").
+
 Pure: no I/O.
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .recall import RRF_K, Ranked, fuse_rrf
@@ -35,13 +39,15 @@ ALL_LEGS = (*LEGS, "time", "prf")
 class Fusion:
     """A fusion method, its RRF constant ``k`` (rrf only), per-leg weights ``(fts, vector)`` and the weight of
     the time leg (docs/recall.md, "Time leg"), which runs only when the query names a time, and of the expanded
-    lexical leg (``prf``, docs/recall.md "Pseudo-relevance feedback"), which runs only when that is on."""
+    lexical leg (``prf``, docs/recall.md "Pseudo-relevance feedback"), which runs only when that is on.
+    ``window_share`` (0 to 1) is :func:`propagate`'s share, 0 for none."""
 
     method: str = "rrf"
     k: int = RRF_K
     weights: tuple[float, float] = (1.0, 1.0)
     time: float = 1.0
     prf: float = 1.0
+    window_share: float = 0.0
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -54,15 +60,19 @@ class Fusion:
             raise ValueError("the time leg's weight is a finite non-negative number")
         if not math.isfinite(self.prf) or self.prf < 0:
             raise ValueError("the expanded lexical leg's weight is a finite non-negative number")
+        if not math.isfinite(self.window_share) or not 0 <= self.window_share <= 1:
+            raise ValueError("the window share is a number from 0 to 1")
 
     def describe(self) -> dict[str, object]:
-        """The diagnostics' ``fusion`` member: ``{"method", "k" (rrf), "weights": {"fts", "vector"}}``, weights
-        only when they are not both 1 (so the default reads ``{"method": "rrf", "k": 10}``)."""
+        """The diagnostics' ``fusion`` member: ``{"method", "k" (rrf), "weights": {"fts", "vector"},
+        "window_share"}``, weights only when they are not both 1, the window share only when it is not 0."""
         out: dict[str, object] = {"method": self.method}
         if self.method == "rrf":
             out["k"] = self.k
         if self.weights != (1.0, 1.0):
             out["weights"] = dict(zip(LEGS, self.weights))
+        if self.window_share:
+            out["window_share"] = self.window_share
         return out
 
 
@@ -70,6 +80,11 @@ class Fusion:
 #: half and confirmed on the other (docs/benchmarks.md; docs/adr/0007-recall-ranking.md): with the BM25 lexical leg,
 #: recall@10 0.744 → 0.775 (decide) and 0.714 → 0.749 (confirm) against equal weights.
 DEFAULT = Fusion(weights=(1.0, 0.5))
+
+#: The window share that measured best on the development split's decide half, of the grid {0.1, 0.25, 0.5, 1}
+#: (docs/benchmarks.md, "Window propagation"): +0.0097 recall@10 there, under the 0.01 a default needs, so
+#: ``OML_RECALL_WINDOW_SHARE`` defaults to 0 and this is the value an operator who turns it on is pointed to.
+WINDOW_SHARE = 0.25
 
 
 def fuse(fusion: Fusion, order: Mapping[str, Sequence[str]], scores: Mapping[str, Mapping[str, float]]) -> list[Ranked]:
@@ -93,6 +108,36 @@ def fuse(fusion: Fusion, order: Mapping[str, Sequence[str]], scores: Mapping[str
     keyed = sorted(fused, key=lambda d: (-fused[d], min(ranks[d].values()), -len(ranks[d]),
                                          tuple(ranks[d].get(n, math.inf) for n in ALL_LEGS), d))
     return [Ranked(d, fused[d], dict(ranks[d])) for d in keyed]
+
+
+def propagate(ranked: Sequence[Ranked], window: Mapping[str, Iterable[str]], share: float) -> list[Ranked]:
+    """Window propagation: each candidate's score plus ``share`` times the fused scores of the candidates whose
+    context window holds it, re-ordered.
+
+    ``ranked`` is a fusion's output, best first; ``window`` maps a candidate key to the keys of the candidates in
+    its context window (the turns before it in its thread that its index text carries; keys that are not
+    candidates are ignored). ``score'(d) = score(d) + share · Σ score(e)`` over the candidates ``e`` whose window
+    holds ``d``: one step of relevance propagation over the thread (Qin et al., "A study of relevance propagation
+    for web search", SIGIR 2005), along the same edges the window's text travels, the other way. The window gives
+    a turn its predecessors' words, so a question's words in turn t make t + 1 and t + 2 match too; propagation
+    gives t back a share of what its followers scored. Ties keep the fused order, so equal inputs give the same
+    order. ``share`` 0 returns ``ranked`` unchanged. Raises ``ValueError`` for a share outside [0, 1].
+    """
+    if not math.isfinite(share) or not 0 <= share <= 1:
+        raise ValueError("the window share is a number from 0 to 1")
+    if share == 0 or not window:
+        return list(ranked)
+    score = {x.key: x.score for x in ranked}
+    gain: dict[str, float] = {}
+    for key, held in window.items():
+        if key not in score:
+            continue
+        for d in dict.fromkeys(held):
+            if d in score and d != key:
+                gain[d] = gain.get(d, 0.0) + score[key]
+    place = {x.key: i for i, x in enumerate(ranked)}
+    out = [Ranked(x.key, x.score + share * gain.get(x.key, 0.0), x.ranks) for x in ranked]
+    return sorted(out, key=lambda x: (-x.score, place[x.key]))
 
 
 def parse_spec(spec: str) -> tuple[str, Fusion]:

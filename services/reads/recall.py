@@ -62,7 +62,7 @@ import datetime as dt
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -76,7 +76,7 @@ from oml.domain.errors import invalid, invalid_as, workarea_not_found
 from oml.domain.timewindow import TimeWindow
 from oml.services.reads import bm25 as bm25mod
 from oml.services.reads import prf as prfmod
-from oml.services.reads import readlog, rows, sim_read, timeleg
+from oml.services.reads import readlog, rows, sim_read, timeleg, windows
 from oml.services.reads.bodies import decrypt_versions
 from oml.services.runtime.phases import Phases
 from oml.services.runtime.tracing import traced
@@ -697,7 +697,8 @@ class Recaller:
         self.lexical = lexical
         self.bm25 = bm25  # (k1, b) of the BM25 leg
         # ``fusion`` (domain/fusion.py) wins over ``rrf_k``, which is kept for callers that only set the constant.
-        self.fusion = fusion or dataclasses.replace(fusionmod.DEFAULT, k=rrf_k)
+        self.fusion = fusion or dataclasses.replace(fusionmod.DEFAULT, k=rrf_k,
+                                                    window_share=ctx.settings.recall_window_share)
         self.rrf_k = self.fusion.k
         self.embed = embed or default_embed(ctx)
         self.exact_scan_max = exact_scan_max
@@ -769,12 +770,18 @@ class Recaller:
             legs = self._legs(conn, tenant, q, f, diag, pending, audience_simulations, timed, opening)
             found = {row[0] for got in legs.values() for row in got}
             outside: dict[str, int | bool] | None = None
+            got_windows: list[Any] | None = None
             if found and not audience_simulations:
-                # The candidates' rows and the valid-time count depend on nothing between them: one round trip.
-                got_rows, got_outside = pipelined.fetch(conn, [pipelined.of(*rows.rows_query(tenant, found, q.as_of), prepare=True),
-                                                               pipelined.of(*outside_query(tenant, f))])
+                # The candidates' rows, the valid-time count and, for window propagation, the candidates' windows
+                # depend on nothing between them: one round trip.
+                queries = [pipelined.of(*rows.rows_query(tenant, found, q.as_of), prepare=True),
+                           pipelined.of(*outside_query(tenant, f))]
+                if self.fusion.window_share and req.retriever == "hybrid":
+                    queries.append(pipelined.of(*windows.query(tenant, found), prepare=True))
+                got_rows, got_outside, *got_more = pipelined.fetch(conn, queries)
                 cand = rows.loaded_from(tenant, got_rows)
                 outside = outside_from(got_outside[0])
+                got_windows = got_more[0] if got_more else None
             else:
                 cand = rows.load_rows(conn, tenant, found, q.as_of, audience_simulations)
             admitted = {v for v, x in cand.items() if R.visible(x.facts, read, "hit")
@@ -791,7 +798,9 @@ class Recaller:
             window = diag.window
             in_window = ({v for v in admitted if window.contains(cand[v].valid_from)}
                          if window is not None and self.time_mode == "boost" else None)
-            ranked = self._rank(legs, admitted, req.retriever, in_window)
+            held = (windows.held(got_windows, {v: cand[v].claim_id for v in admitted}, admitted)
+                    if got_windows is not None and "fts" in legs and "vector" in legs else None)
+            ranked = self._rank(legs, admitted, req.retriever, in_window, held)
             # FTS degraded inside hybrid: say the answer is the vector leg's alone.
             if req.retriever == "hybrid" and "vector" in legs and diag.legs.get("fts", {}).get("mode") == "none":
                 for d in diag.degraded:
@@ -819,7 +828,7 @@ class Recaller:
                     "at": q.valid_at.isoformat(), "source": q.valid_source, "excluded_hits": outside,
                     "excluded_steering": {s: sum(1 for v in steer_valid.values() if v == s) for s in R.VALID_STATES[1:]}},
                 "fusion": (None if req.retriever != "hybrid" else
-                           self.fusion.describe() | ({"time": self.fusion.time} if "time" in legs else {})
+                           self._described(held is not None) | ({"time": self.fusion.time} if "time" in legs else {})
                            | ({"prf": self.fusion.prf} if "prf" in legs else {})),
                 "approximate": diag.approximate,
                 "candidates": diag.candidates,
@@ -950,8 +959,17 @@ class Recaller:
             hit_items.append(item)
         return steer_items, hit_items, used
 
+    def _described(self, propagated: bool) -> dict[str, object]:
+        """The diagnostics' ``fusion``: the window share only when this read applied it (an audience read, a
+        single leg or an empty pool does not)."""
+        out = self.fusion.describe()
+        if not propagated:
+            out.pop("window_share", None)
+        return out
+
     def _rank(self, legs: dict[str, list[LegRow]], admitted: set[str], retriever: str,
-              in_window: set[str] | None = None) -> list[tuple[str, float, dict[str, dict[str, float | int]]]]:
+              in_window: set[str] | None = None, held: Mapping[str, Sequence[str]] | None = None,
+              ) -> list[tuple[str, float, dict[str, dict[str, float | int]]]]:
         """``(version id, score, {retriever: {"rank", "score"|"distance"}})`` best first.
 
         Each leg keeps its own order — FTS by ts_rank, vector by cosine
@@ -991,7 +1009,11 @@ class Recaller:
                 dist = (slot.get("time") or slot.get("vector") or {}).get("distance")
                 slot["time"] = {"rank": i + 1} | ({} if dist is None else {"distance": dist})
                 scores["time"][v] = 0.0 if dist is None else 1.0 - float(dist)
-        return [(x.key, x.score, per[x.key]) for x in fusionmod.fuse(self.fusion, order, scores)]
+        fused = fusionmod.fuse(self.fusion, order, scores)
+        if held is not None:
+            # Window propagation (docs/recall.md): a share of each candidate's fused score to the turns its window holds.
+            fused = fusionmod.propagate(fused, held, self.fusion.window_share)
+        return [(x.key, x.score, per[x.key]) for x in fused]
 
     @staticmethod
     def _item(x: rows.Loaded, rk: tuple | None, bodies: dict[str, Any], diag: _Diag) -> dict | None:

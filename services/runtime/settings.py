@@ -99,6 +99,9 @@ class Settings(BaseSettings):
     # Pseudo-relevance feedback (RM3) on hybrid recall's lexical leg: off, or DOCS,TERMS[,WEIGHT[,MODE]]
     # (services/reads/prf.py; docs/recall.md, "Pseudo-relevance feedback"). Off until it measures better.
     recall_prf: str = "off"
+    # Hybrid recall's window propagation: the share of a candidate's fused score given to the turns in its context
+    # window, 0 to 1, 0 for none (domain/fusion.py ``propagate``; docs/recall.md, "Window propagation").
+    recall_window_share: float = Field(0.0, ge=0.0, le=1.0, allow_inf_nan=False)
     # Admission's worker processes (services/keys/wrapping.py, which reads them from the environment itself:
     # the worker is a child process). Declared here so a bad value stops `oml` at start, not a batch later.
     # Idle workers kept per server process (0: classify and seal in-process); DEKs of one submit wrapped under one

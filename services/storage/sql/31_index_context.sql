@@ -17,6 +17,8 @@ CREATE TABLE IF NOT EXISTS index_threads (
 );
 CREATE INDEX IF NOT EXISTS index_threads_order ON index_threads (tenant_id, workarea_id, thread_sha256, position);
 CREATE INDEX IF NOT EXISTS index_threads_window ON index_threads USING gin (window_claims);
+-- Recall reads the windows of its candidates by version (docs/recall.md, "Window propagation").
+CREATE INDEX IF NOT EXISTS index_threads_version ON index_threads (tenant_id, version_id);
 
 -- Locks the named claims FOR KEY SHARE (as the index-row trigger does for a row's own claim) and
 -- returns those already erased. The indexer calls it before it fetches neighbour text, so an erasure

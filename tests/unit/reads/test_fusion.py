@@ -69,3 +69,52 @@ def test_the_expanded_lexical_leg_is_weighted_and_ranks_after_the_others_in_ties
     assert F.ALL_LEGS[-1] == "prf"
     with pytest.raises(ValueError, match="expanded lexical leg"):
         F.Fusion(prf=-1.0)
+
+
+# Window propagation (domain/fusion.py ``propagate``): a share of a candidate's score goes to the turns its window holds.
+RANKED = [F.Ranked("t2", 0.30, {"fts": 1}), F.Ranked("t9", 0.25, {"fts": 2}), F.Ranked("t1", 0.20, {"fts": 3}),
+          F.Ranked("t5", 0.20, {"fts": 4})]
+
+
+def test_propagation_gives_a_turn_a_share_of_what_its_followers_scored():
+    # t2's window holds t1 (and t0, not a candidate): t1 gains 0.5 · 0.30 and overtakes t9; t5 holds nothing.
+    got = F.propagate(RANKED, {"t2": ["t1", "t0"], "t9": []}, 0.5)
+    assert [(x.key, round(x.score, 6)) for x in got] == [("t1", 0.35), ("t2", 0.30), ("t9", 0.25), ("t5", 0.20)]
+    assert got[0].ranks == {"fts": 3}  # the legs' ranks are kept
+
+
+def test_propagation_sums_every_follower_and_ignores_itself_repeats_and_strangers():
+    got = F.propagate(RANKED, {"t2": ["t5", "t5", "t2"], "t9": ["t5"], "zz": ["t5"], "t1": ["nope"]}, 0.25)
+    assert dict((x.key, round(x.score, 6)) for x in got)["t5"] == round(0.20 + 0.25 * (0.30 + 0.25), 6)
+    assert dict((x.key, x.score) for x in got)["t2"] == 0.30
+
+
+def test_propagation_keeps_the_fused_order_on_ties_and_does_nothing_at_share_zero():
+    assert [x.key for x in F.propagate(RANKED, {}, 0.5)] == ["t2", "t9", "t1", "t5"]
+    assert F.propagate(RANKED, {"t2": ["t1"]}, 0.0) == RANKED
+    # equal gains (0.35 each) keep t1 before t5, as the fusion placed them
+    assert [x.key for x in F.propagate(RANKED, {"t2": ["t5", "t1"]}, 0.5)] == ["t1", "t5", "t2", "t9"]
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.5, float("nan"), float("inf")])
+def test_a_window_share_outside_zero_to_one_is_refused(share):
+    with pytest.raises(ValueError, match="window share"):
+        F.propagate(RANKED, {}, share)
+    with pytest.raises(ValueError, match="window share"):
+        F.Fusion(window_share=share)
+
+
+def test_the_window_share_is_described_only_when_set():
+    assert "window_share" not in F.DEFAULT.describe() or F.DEFAULT.window_share
+    assert F.Fusion(window_share=0.25).describe()["window_share"] == 0.25
+    assert "window_share" not in F.Fusion().describe()
+
+
+def test_windows_held_keeps_admitted_candidates_only():
+    from oml.services.reads import windows
+
+    rows = [("v2", ["c1", "c0"]), ("v3", ["c2", "c1"]), ("vx", ["c1"]), ("v1", None)]
+    claim_of = {"v1": "c1", "v2": "c2", "v3": "c3"}
+    # c0 is no candidate, vx not admitted: neither moves anything; a version never holds itself
+    assert windows.held(rows, claim_of, claim_of) == {"v2": ["v1"], "v3": ["v2", "v1"]}
+    assert windows.held(rows, {"v2": "c2"}, {"v2"}) == {}

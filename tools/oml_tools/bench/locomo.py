@@ -23,7 +23,9 @@ What it does, end to end through the product:
    recall gets by default: the settings' lexical leg fused by
    ``domain.fusion.DEFAULT``), ``hybrid-time`` and ``hybrid-time-vector`` (the
    default with the time leg as a boost or as the window's vector rows only,
-   docs/recall.md "Time leg"), ``hybrid-ts_rank`` and ``hybrid-bm25`` (either
+   docs/recall.md "Time leg"), ``hybrid-window`` (the default with window
+   propagation at ``domain.fusion.WINDOW_SHARE``, docs/recall.md "Window
+   propagation"), ``hybrid-ts_rank`` and ``hybrid-bm25`` (either
    leg with equal-weight RRF, k = 10) and ``hybrid-rrf60`` (ts_rank, the
    classic RRF constant 60);
 5. evidence recall@k = |evidence ∩ top-k dia_ids| / |evidence|, averaged
@@ -276,7 +278,9 @@ def oml_rows(ctx, fusions: Mapping[str, Any] | None = None, *, lexical: str = "t
     """Retriever rows: name -> (Recaller, retriever). ``fusions`` adds hybrid rows fused another way
     (name -> :class:`oml.domain.fusion.Fusion`) over the ``lexical`` leg; the classic RRF constant 60 (over
     ts_rank) is always one of them. ``bm25`` adds BM25-only rows with other (k1, b) (name -> pair)."""
-    from oml.domain.fusion import Fusion
+    import dataclasses
+
+    from oml.domain.fusion import DEFAULT, WINDOW_SHARE, Fusion
     from oml.domain.recall import RRF_K, RRF_K_CLASSIC
     from oml.services.reads.recall import Recaller
 
@@ -289,6 +293,8 @@ def oml_rows(ctx, fusions: Mapping[str, Any] | None = None, *, lexical: str = "t
         # the default with the time leg (docs/recall.md, "Time leg"), and the leg as the window's vector rows only
         "hybrid-time": (Recaller(ctx, time_leg=True), "hybrid"),
         "hybrid-time-vector": (Recaller(ctx, time_leg=True, time_mode="vector"), "hybrid"),
+        # the default with window propagation at the measured share (docs/recall.md, "Window propagation")
+        "hybrid-window": (Recaller(ctx, fusion=dataclasses.replace(DEFAULT, window_share=WINDOW_SHARE)), "hybrid"),
         # the default before BM25 and the weighted fusion (docs/adr/0007-recall-ranking.md), and BM25 with equal weights
         "hybrid-ts_rank": (ts_rank, "hybrid"),
         "hybrid-bm25": (Recaller(ctx, lexical="bm25", fusion=equal), "hybrid"),

@@ -29,7 +29,10 @@ it reuses):
 4. **fusions** of those leg lists are computed in process with
    :func:`oml.domain.recall.fuse_rrf`, the product's own fusion: spec
    ``LEG:W,LEG:W,…@K``. The spec ``bm25:1,minilm:0.5@10`` is the default read
-   and must reproduce the ``hybrid`` row (printed as a check).
+   and must reproduce the ``hybrid`` row (printed as a check). ``…@K~SHARE``
+   adds window propagation (:func:`oml.domain.fusion.propagate`) over each
+   conversation's thread with the run's context window, the windows the
+   indexer records.
 
 Evidence recall@5/10/25 per row on the decide and the confirm half and
 overall, and per category. Latency is printed for the product rows only; a
@@ -71,8 +74,8 @@ POOL = 50
 
 
 def parse_fusion(spec: str) -> tuple[list[tuple[str, float]], int]:
-    """``LEG:W,LEG:W,…@K`` → ([(leg, weight)…], k); raises ``ValueError``."""
-    legs_part, _, k = spec.partition("@")
+    """``LEG:W,LEG:W,…@K[~SHARE]`` → ([(leg, weight)…], k); raises ``ValueError``. ``~SHARE``: :func:`window_share`."""
+    legs_part, _, k = spec.partition("~")[0].partition("@")
     legs = []
     for part in legs_part.split(","):
         name, _, w = part.partition(":")
@@ -80,14 +83,41 @@ def parse_fusion(spec: str) -> tuple[list[tuple[str, float]], int]:
     return legs, int(k or 10)
 
 
-def fuse(lists: Mapping[str, Sequence[str]], spec: str) -> list[str]:
+def window_share(spec: str) -> float:
+    """A fusion spec's window propagation share (``…~SHARE``, ``domain.fusion.propagate``), 0 without one."""
+    _, _, share = spec.partition("~")
+    return float(share) if share else 0.0
+
+
+def thread_windows(threads: Mapping[str, Sequence[str]], before: int) -> dict[str, list[str]]:
+    """``sample#dia`` → the keys of the ``before`` turns before it in its conversation: the claims its index text's
+    window holds, as ``index_threads.window_claims`` records them (one thread per conversation). ``threads`` maps a
+    conversation to its dia ids in thread order."""
+    out: dict[str, list[str]] = {}
+    for sid, dias in threads.items():
+        keys = [f"{sid}#{d}" for d in dias]
+        for i, key in enumerate(keys):
+            out[key] = keys[max(0, i - before):i]
+    return out
+
+
+def fuse(lists: Mapping[str, Sequence[str]], spec: str, windows: Mapping[str, Sequence[str]] | None = None) -> list[str]:
+    """The keys of ``lists`` fused by ``spec`` with the product's functions (``fuse_rrf``, then ``propagate`` over
+    ``windows`` when the spec has a share); raises ``ValueError`` for a share without ``windows``."""
+    from oml.domain.fusion import propagate
     from oml.domain.recall import fuse_rrf
 
     legs, k = parse_fusion(spec)
-    if len(legs) == 1:
+    share = window_share(spec)
+    if len(legs) == 1 and not share:
         return list(lists[legs[0][0]])
+    if share and windows is None:
+        raise ValueError(f"{spec}: a window share needs the conversations' turn order")
     order = {name: lists[name] for name, _ in legs}
-    return [x.key for x in fuse_rrf(order, k=k, weights=dict(legs), priority=[n for n, _ in legs])]
+    fused = fuse_rrf(order, k=k, weights=dict(legs), priority=[n for n, _ in legs])
+    if share:
+        fused = propagate(fused, {x.key: windows.get(x.key, ()) for x in fused}, share)
+    return [x.key for x in fused]
 
 
 def model_texts_of(values: Iterable[str], models: Mapping[str, Any]) -> dict[str, tuple[int, int | None]]:
@@ -272,6 +302,8 @@ def run(ctx, data: Path, *, conversations: str | None = None, decide: Sequence[s
                 sc.add(q, lists[i][name], 0.0)
             results[name] = sc.summary(groups)
 
+    threads = {c["sample_id"]: [t["dia_id"] for t in turns_of(c)] for c in convs}
+    windows = thread_windows(threads, before)
     fused: dict[str, Any] = {}
     for spec in fusions:
         legs, _k = parse_fusion(spec)
@@ -279,11 +311,11 @@ def run(ctx, data: Path, *, conversations: str | None = None, decide: Sequence[s
             continue
         sc = Scores(CUTOFFS)
         for i, q in enumerate(questions):
-            sc.add(q, fuse(lists[i], spec)[:kmax], 0.0)
+            sc.add(q, fuse(lists[i], spec, windows)[:kmax], 0.0)
         fused[spec] = sc.summary(groups)
     return {"conversations": [c["sample_id"] for c in convs], "turns": corpus.turns, "questions": len(questions),
             "skipped_no_evidence": skipped, "groups": {g: sorted(m) for g, m in groups.items()},
-            "timings": corpus.timings, "context_before": before,
+            "timings": corpus.timings, "context_before": before, "threads": threads,
             "results": results, "fusions": fused, "encode": encode, "lexical": dict(lexical or {}), "checks": checks,
             "latency_ms": {n: {"p50": _pct(v, 50), "p95": _pct(v, 95)} for n, v in lat.items()},
             # per question: its sample, category, evidence and each leg's list (for --save; not rendered)
@@ -300,6 +332,7 @@ def rescore(saved: Mapping[str, Any], fusions: Sequence[str]) -> dict[str, Any]:
     per_q = saved["per_question"]
     questions = [{"sample": q["sample"], "category": q["category"], "evidence": set(q["evidence"])} for q in per_q]
     groups = {g: set(m) for g, m in saved["groups"].items()}
+    windows = thread_windows(saved["threads"], saved["context_before"]) if "threads" in saved else None
     fused: dict[str, Any] = {}
     for spec in fusions:
         legs, _k = parse_fusion(spec)
@@ -308,7 +341,7 @@ def rescore(saved: Mapping[str, Any], fusions: Sequence[str]) -> dict[str, Any]:
             raise KeyError(f"{spec}: no leg {', '.join(missing)} in the saved result")
         sc = Scores(CUTOFFS)
         for q, row in zip(questions, per_q):
-            sc.add(q, fuse(row["lists"], spec)[:max(CUTOFFS)], 0.0)
+            sc.add(q, fuse(row["lists"], spec, windows)[:max(CUTOFFS)], 0.0)
         fused[spec] = sc.summary(groups)
     return {**{k: v for k, v in saved.items() if k != "per_question"}, "fusions": fused}
 
@@ -382,7 +415,7 @@ def register(bench_app: typer.Typer) -> None:
     @bench_app.command("locomo-legs-fuse")
     def locomo_legs_fuse(saved: Path = typer.Option(..., "--saved", exists=True, dir_okay=False,
                                                     help="a locomo-legs --save file"),
-                         fusion: list[str] = typer.Option(..., "--fusion", help="fusion LEG:W,LEG:W@K"),
+                         fusion: list[str] = typer.Option(..., "--fusion", help="fusion LEG:W,LEG:W@K[~SHARE]"),
                          as_json: bool = JSON) -> None:
         """Fusions of a saved locomo-legs run's leg lists, scored offline (no ingestion)."""
         try:
@@ -405,7 +438,7 @@ def register(bench_app: typer.Typer) -> None:
                                                       f" own statement counted R times (default {OWN_WEIGHT}, the product's"
                                                       " OWN_WEIGHT); W turns before it (default: the run's window), A after"),
                     prf: list[str] = typer.Option([], "--prf", help="hybrid row with pseudo-relevance feedback NAME=DOCS,TERMS[,WEIGHT[,MODE]]"),
-                    fusion: list[str] = typer.Option([], "--fusion", help="extra fusion LEG:W,LEG:W@K"),
+                    fusion: list[str] = typer.Option([], "--fusion", help="extra fusion LEG:W,LEG:W@K[~SHARE]"),
                     save: Path = typer.Option(None, "--save", help="also write the JSON result here"),
                     context_window: int = typer.Option(None, "--context-window", min=0, max=8,
                                                        help="turns before each turn indexed with it (default: the setting)"),

@@ -1,0 +1,117 @@
+"""Window propagation through the product (docs/recall.md, "Window propagation"): a hybrid recall gives each
+admitted candidate a share of the fused scores of the admitted candidates whose context window holds it, reading
+the windows the indexer recorded (``index_threads``) as ``oml_server``, and nothing else moves a score."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import sqlalchemy as sa
+
+from oml.domain import fusion as F
+from oml.services.reads.recall import Recaller, RecallRequest
+
+from support.bm25_function import upgrade_to
+from support.owner import owner
+from support.recall import make_world
+
+# One thread: the turn that answers "what happened at the Boston marathon" shares none of its words; the two turns
+# after it do, and carry it in their windows (the default window: two turns before). A turn of the thread whose
+# valid time has ended is a candidate of the legs but never admitted: its window must move nothing. Another thread
+# and loose claims compete.
+THREAD = [
+    "We spent the spring getting ready for a long race.",
+    "I finally did it last Saturday, crossing the line in four hours.",
+    "Finishing the Boston marathon felt amazing.",
+    "The Boston marathon crowd cheered the whole way.",
+    "The Boston marathon results list was posted, then withdrawn.",
+]
+OTHER = ["The Boston office moves to a new floor.", "Our marathon planning meeting is on Monday.",
+         "Marathon sessions of code review tire everyone.", "The spring race in Boston was cancelled."]
+QUERY = "what happened at the Boston marathon"
+HIDDEN = 4
+
+
+@pytest.fixture(scope="module")
+def world(ctx):
+    w = make_world(ctx, "window-prop")
+    for i, s in enumerate(THREAD):
+        extra = {"valid_from": "2020-01-01T00:00:00+00:00", "valid_to": "2020-02-01T00:00:00+00:00"} if i == HIDDEN else {}
+        w.remember("main.docs", s, context={"thread": "chat-1", "position": i}, **extra)
+    for i, s in enumerate(OTHER):
+        w.remember("main.docs", s, context={"thread": "chat-2", "position": i})
+    w.index()
+    w.reader = w.key("reader")
+    return w
+
+
+def _recall(ctx, w, share: float) -> dict:
+    fusion = dataclasses.replace(F.DEFAULT, window_share=share)
+    return Recaller(ctx, fusion=fusion).recall(w.reader, RecallRequest(query=QUERY, retriever="hybrid", k=25))
+
+
+def _windows(ctx, w) -> dict[str, list[str]]:
+    # As the server reads them: this is also the grant under test.
+    with ctx.db.tenant("oml_server", w.tenant) as c:
+        return {str(v): [str(x) for x in cs] for v, cs in c.execute(sa.text(
+            "SELECT version_id, window_claims FROM index_threads"))}
+
+
+def test_a_hybrid_recall_propagates_exactly_the_admitted_candidates_scores(ctx, world):
+    plain, got = _recall(ctx, world, 0.0), _recall(ctx, world, 0.5)
+    claim_of = {h["version_id"]: h["claim_id"] for h in plain["hits"]}
+    version_of = {c: v for v, c in claim_of.items()}
+    held = {v: [version_of[c] for c in cs if c in version_of] for v, cs in _windows(ctx, world).items() if v in claim_of}
+    want = F.propagate([F.Ranked(h["version_id"], h["score"]) for h in plain["hits"]], held, 0.5)
+    assert [(h["version_id"], pytest.approx(h["score"])) for h in got["hits"]] == [(x.key, x.score) for x in want]
+    statements = [h["body"]["statement"] for h in got["hits"]]
+    before = [h["body"]["statement"] for h in plain["hits"]]
+    assert THREAD[HIDDEN] not in statements and THREAD[HIDDEN] not in before
+    # the answer turn rises: its followers matched the query
+    assert statements.index(THREAD[1]) < before.index(THREAD[1])
+    assert got["diagnostics"]["fusion"]["window_share"] == 0.5
+    assert "window_share" not in plain["diagnostics"]["fusion"]
+
+
+def test_the_not_admitted_turn_moves_nothing(ctx, world):
+    # Its window holds turns 2 and 3; had it counted, both would score more than the admitted followers give them.
+    got = {h["body"]["statement"]: h["score"] for h in _recall(ctx, world, 0.5)["hits"]}
+    plain = {h["body"]["statement"]: h["score"] for h in _recall(ctx, world, 0.0)["hits"]}
+    assert got[THREAD[2]] == pytest.approx(plain[THREAD[2]] + 0.5 * plain[THREAD[3]])
+    assert got[THREAD[3]] == pytest.approx(plain[THREAD[3]])
+
+
+def test_single_leg_recalls_are_not_propagated(ctx, world):
+    for retriever in ("fts", "vector"):
+        fusion = dataclasses.replace(F.DEFAULT, window_share=0.5)
+        a = Recaller(ctx, fusion=fusion).recall(world.reader, RecallRequest(query=QUERY, retriever=retriever, k=25))
+        b = Recaller(ctx).recall(world.reader, RecallRequest(query=QUERY, retriever=retriever, k=25))
+        assert [(h["version_id"], h["score"]) for h in a["hits"]] == [(h["version_id"], h["score"]) for h in b["hits"]]
+
+
+def test_the_server_reads_window_ids_of_its_bound_tenant_only(ctx, world):
+    other = make_world(ctx, "window-prop-other")
+    other.remember("main", "Another tenant's Boston marathon turn.", context={"thread": "chat-1", "position": 0})
+    other.remember("main", "And its follower.", context={"thread": "chat-1", "position": 1})
+    other.index()
+    mine = _windows(ctx, world)
+    assert len(mine) == len(THREAD) + len(OTHER) and not set(mine) & set(_windows(ctx, other))
+    with owner(ctx) as c:
+        privilege = "SELECT has_column_privilege('oml_server', 'index_threads', :col, 'SELECT')"
+        for col, allowed in (("version_id", True), ("window_claims", True), ("position", False),
+                             ("thread_sha256", False), ("workarea_id", False)):
+            assert c.execute(sa.text(privilege), {"col": col}).scalar() is allowed
+        assert not c.execute(sa.text("SELECT has_table_privilege('oml_server', 'index_threads', 'INSERT, UPDATE, DELETE')")).scalar()
+
+
+def test_migration_0027_adds_the_index_and_the_grant_and_keeps_the_indexer_narrow(ctx):
+    with owner(ctx) as c:
+        c.execute(sa.text("DROP INDEX index_threads_version"))
+        c.execute(sa.text("REVOKE SELECT (tenant_id, version_id, window_claims) ON index_threads FROM oml_server"))
+        c.execute(sa.text("UPDATE alembic_version SET version_num = '0026'"))
+    upgrade_to(ctx, "0027")
+    with owner(ctx) as c:
+        assert c.execute(sa.text("SELECT to_regclass('index_threads_version') IS NOT NULL")).scalar()
+        assert c.execute(sa.text("SELECT has_column_privilege('oml_server', 'index_threads', 'window_claims', 'SELECT')")).scalar()
+        assert not c.execute(sa.text("SELECT has_table_privilege('oml_indexer', 'index_threads', 'UPDATE')")).scalar()
+        assert c.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == "0027"
