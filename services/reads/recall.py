@@ -977,7 +977,9 @@ class Recaller:
         orders and :func:`~oml.domain.recall.leg_order_key`). One leg: its
         order, with ts_rank or cosine similarity (1 − distance) as the score.
         Two legs: RRF over those orders (k = ``self.rrf_k``); the score is the
-        fused score, ties broken by the legs' orders (``fuse_rrf``).
+        fused score, ties broken by the legs' orders (``fuse_rrf``). ``held``
+        (two legs only): version id → the admitted versions its context window
+        holds, for window propagation (``domain.fusion.propagate``).
         """
         per: dict[str, dict[str, dict[str, float | int]]] = {}
         order: dict[str, list[str]] = {}

@@ -118,3 +118,22 @@ def test_windows_held_keeps_admitted_candidates_only():
     # c0 is no candidate, vx not admitted: neither moves anything; a version never holds itself
     assert windows.held(rows, claim_of, claim_of) == {"v2": ["v1"], "v3": ["v2", "v1"]}
     assert windows.held(rows, {"v2": "c2"}, {"v2"}) == {}
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "1.5", "abc"])
+def test_a_bad_window_share_setting_stops_at_start(monkeypatch, value):
+    from pydantic import ValidationError
+
+    from oml.services.runtime.settings import Settings
+
+    monkeypatch.setenv("OML_RECALL_WINDOW_SHARE", value)
+    with pytest.raises(ValidationError, match="recall_window_share"):
+        Settings()
+
+
+def test_the_window_share_setting_reads_a_share(monkeypatch):
+    from oml.services.runtime.settings import Settings
+
+    assert Settings().recall_window_share == 0.0
+    monkeypatch.setenv("OML_RECALL_WINDOW_SHARE", "0.25")
+    assert Settings().recall_window_share == 0.25
