@@ -84,9 +84,11 @@ def test_behind_is_refused_over_http_until_migrated_then_served_without_a_restar
             assert "`oml db migrate`" in body["detail"] and r.headers["retry-after"]
         assert reads == ["oml_server"] * 3  # each refused use reads again
         assert _revision(ctx) == PREVIOUS  # nothing migrated
-    # The owner migrated while the process ran: served, and never read again as that role.
-    assert client.get("/readyz").status_code == 200
-    assert client.get("/v1/workareas", headers=ANY_KEY).json()["code"] == "access.unauthenticated"
+        # The owner migrates while the process runs: served, and never read again as that role.
+        migrated = run_cli(ctx, ["db", "migrate"])
+        assert migrated.exit_code == 0 and f"database revision: {HEAD}" in migrated.stdout, migrated.output
+        assert client.get("/readyz").status_code == 200
+        assert client.get("/v1/workareas", headers=ANY_KEY).json()["code"] == "access.unauthenticated"
     with at_revision(ctx, PREVIOUS):
         assert client.get("/readyz").status_code == 200
     assert reads == ["oml_server"] * 4
@@ -155,10 +157,15 @@ def test_no_check_when_the_process_migrates(ctx, tmp_path):
 
 def test_serve_behind_refuses_to_start_in_one_line(ctx, monkeypatch):
     """``oml serve`` reads the database before it listens (the restore check), so it refuses there, not later."""
+    import socket
+
     import uvicorn
 
+    with socket.socket() as s:  # a free port: 0 means the default one
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     monkeypatch.setattr(uvicorn, "run", lambda *a, **k: pytest.fail("serving a database behind its release"))
     with at_revision(ctx, PREVIOUS):
-        r = run_cli(ctx, ["serve", "--no-workers", "--port", "0"], env=NO_MIGRATE)
+        r = run_cli(ctx, ["serve", "--no-workers", "--port", str(port)], env=NO_MIGRATE)
     assert r.exit_code == 2, r.output
     assert r.stderr.startswith("db.migrations_pending: ") and len(r.stderr.strip().splitlines()) == 1, r.stderr
