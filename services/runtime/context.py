@@ -3,7 +3,9 @@
 ``open_context()`` is what every entry point (CLI, HTTP app, MCP server,
 workers) calls. On the embedded default it starts PostgreSQL under the
 home (``OML_HOME``, else the nearest ``.oml``, else the per-user data
-directory: :mod:`oml.services.runtime.home`), migrates it to head, and checks pgvector.
+directory: :mod:`oml.services.runtime.home`), migrates it to head, and checks pgvector. With
+``OML_AUTO_MIGRATE=false`` it migrates nothing, and each workload role is refused until it reads this release's head
+revision in the database (:class:`~oml.services.storage.db.Database`, ``check_revision``).
 """
 from __future__ import annotations
 
@@ -66,8 +68,11 @@ def open_context(settings: Settings | None = None, *, migrate: bool = True) -> C
     url = owner_url(settings)
     db = Database(url, settings.role_password, settings.pool_size, settings.role_passwords,
                   replica_urls=settings.replica_urls, replica_wait_s=settings.replica_wait_s,
-                  lock_timeout_ms=settings.db_lock_timeout_ms, statement_timeout_ms=settings.db_statement_timeout_ms)
-    # With auto_migrate off the process never connects as the owner (it may not hold its password).
+                  lock_timeout_ms=settings.db_lock_timeout_ms, statement_timeout_ms=settings.db_statement_timeout_ms,
+                  check_revision=not settings.auto_migrate)
+    # With auto_migrate off the process never connects as the owner (it may not hold its password); each workload
+    # role reads the database's revision before its first use instead, and is refused while it is not this
+    # release's head (Database.engine; docs/operator-guide.md, "Upgrading").
     if settings.auto_migrate:
         embedded.check_pgvector(db.engine(None))
         if migrate:

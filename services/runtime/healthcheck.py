@@ -5,16 +5,20 @@ depends on with exactly the credentials it holds — a login as each of its
 database roles (the owner is never used), which also fails while the role has
 session defaults of its own (``pg_db_role_setting``: OML sets none, so one was
 planted with ``ALTER ROLE CURRENT_USER SET …``, which the pool's checkout reset
-returns to; docs/security-model.md, Known limits), a Redis ``PING`` on
+returns to; docs/security-model.md, Known limits), and, with ``OML_AUTO_MIGRATE=false``, fails while the database is
+not at this release's head revision, as the workload itself would refuse (``db.migrations_pending``,
+``db.unknown_revision``: services/storage/db.py), a Redis ``PING`` on
 ``OML_REDIS_URL``, a GET on an HTTP URL answering 2xx, or a TCP connect. It opens no
 KeyStore and reads no key. Exit status 0 when every check passes, 1
 otherwise; one line per check on stdout, naming the check and the error
-type only (never a URL with credentials or a message that could carry one).
+type only (never a URL with credentials or a message that could carry one), or a refusal's stable code.
 """
 from __future__ import annotations
 
 import argparse
 import sys
+
+from oml.domain.errors import OMLError  # a refusal's code is content-free (domain/errors.py): printed as it is
 
 
 class RoleSettingsPlanted(RuntimeError):
@@ -35,7 +39,7 @@ def check_role(role: str) -> None:
     s = Settings()
     if not s.database_url:
         raise RuntimeError("OML_DATABASE_URL is not set")
-    db = Database(s.database_url, s.role_password, 1, s.role_passwords)
+    db = Database(s.database_url, s.role_password, 1, s.role_passwords, check_revision=not s.auto_migrate)
     try:
         with db.system(role) as conn:
             if conn.execute(sa.text(_ROLE_SETTINGS)).scalar():
@@ -96,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ok   {name}")
         except Exception as exc:  # report the type only: messages may embed URLs with passwords
             ok = False
-            print(f"FAIL {name}: {type(exc).__name__}")
+            print(f"FAIL {name}: {exc.code if isinstance(exc, OMLError) else type(exc).__name__}")
     return 0 if ok else 1
 
 

@@ -29,6 +29,13 @@ opens a read-only, tenant-bound transaction on a standby, or on the primary
 when none is configured, none answers, or the standby has not yet replayed
 the position the caller asked to read after (docs/operations.md, "Recall
 from hot standbys").
+
+A process that does not migrate (``OML_AUTO_MIGRATE=false``: ``check_revision``) reads the database's revision as
+each workload role before that role's first use (:meth:`Database.engine`, one ``SELECT`` of ``alembic_version`` on
+the primary) and refuses the use while it is not its release's head: ``db.migrations_pending`` (503) when the
+database is behind, ``db.unknown_revision`` (503) when a newer release migrated it (docs/operator-guide.md,
+"Upgrading"). Once a role reads the head, the process never reads it again as that role; while it does not, each
+use reads it again, so a migration run while the process runs is seen without a restart.
 """
 from __future__ import annotations
 
@@ -183,7 +190,7 @@ class Database:
     def __init__(self, owner_url: str, role_password: str | None = None, pool_size: int = 5,
                  role_passwords: dict[str, str] | None = None, replica_urls: list[str] | None = None,
                  replica_wait_s: float = 0.5, lock_timeout_ms: int = timeouts.LOCK_TIMEOUT_MS,
-                 statement_timeout_ms: int = timeouts.STATEMENT_TIMEOUT_MS) -> None:
+                 statement_timeout_ms: int = timeouts.STATEMENT_TIMEOUT_MS, check_revision: bool = False) -> None:
         url = _psycopg(owner_url)
         self.owner_url = url
         self.replica_urls = [_psycopg(u) for u in replica_urls or []]
@@ -198,6 +205,12 @@ class Database:
         self.statement_timeout_ms = statement_timeout_ms
         self._engines: dict[str, sa.Engine] = {}
         self._lock = threading.Lock()
+        self.check_revision = check_revision
+        #: Workload roles that read the release's head (never read again); one lock per role, so one statement reads.
+        self._at_head: set[str] = set()
+        self._revision_locks = {r: threading.Lock() for r in WORKLOAD_ROLES}
+        self._refused: dict[str, str | None] = {}  # role -> the revision last refused, logged once per change
+        self._head: str | None = None
 
     def url_for(self, role: str | None) -> sa.URL:
         if role is None:
@@ -207,7 +220,51 @@ class Database:
         return self.owner_url.set(username=role, password=self.role_passwords.get(role, self.role_password))
 
     def engine(self, role: str | None, replica: int | None = None) -> sa.Engine:
-        """The pooled engine of ``role`` (``None``: the owner) on the primary, or on standby number ``replica``."""
+        """The pooled engine of ``role`` (``None``: the owner) on the primary, or on standby number ``replica``.
+
+        With ``check_revision``, a workload role's engine (primary or standby) is handed out only once the role has
+        read its release's head revision on the primary (:meth:`_require_head`); until then each call reads it again
+        and raises the refusal."""
+        eng = self._engine(role, replica)
+        if role is not None and self.check_revision and role not in self._at_head:
+            self._require_head(role)
+        return eng
+
+    def _require_head(self, role: str) -> None:
+        """Read ``alembic_version`` as ``role`` on the primary; return at the release's head (and remember it), else
+        raise ``db.migrations_pending`` or ``db.unknown_revision`` (:func:`oml.services.storage.migrate.refusal`).
+        A role refused the read (42501) is on a database older than the grant (0028); one with no table (42P01), on a
+        database never migrated. A connection error is raised as it is (``db.unavailable`` on the CLI)."""
+        from oml.services.storage import migrate
+
+        with self._revision_locks[role]:
+            if role in self._at_head:
+                return
+            if self._head is None:
+                self._head = migrate.head()
+            revision, readable = None, True
+            with self._engine(role, None).connect() as conn:
+                try:
+                    revision = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
+                except sa.exc.ProgrammingError as exc:
+                    state = getattr(exc.orig, "sqlstate", None)
+                    if state == "42501":
+                        readable = False
+                    elif state != "42P01":
+                        raise
+            refused = migrate.refusal(revision, self._head, readable=readable)
+            if refused is None:
+                if role in self._refused:
+                    log.info("OML: the database is at this release's head revision %s; %s serves", self._head, role)
+                self._at_head.add(role)
+                return
+            said = revision if readable else "unreadable"
+            if self._refused.get(role, "") != said:  # once per role and revision: not at every refused use
+                self._refused[role] = said
+                log.warning("OML: %s refused for %s: %s", refused.code, role, refused.detail)
+            raise refused
+
+    def _engine(self, role: str | None, replica: int | None) -> sa.Engine:
         key = f"{role or '__owner__'}@{'primary' if replica is None else replica}"
         with self._lock:
             eng = self._engines.get(key)

@@ -12,6 +12,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 
+from oml.domain.errors import OMLError
+
 log = logging.getLogger(__name__)
 
 #: Default CONNECTION LIMIT of each workload role (``OML_ROLE_CONNECTION_LIMIT``; docs/operator-guide.md).
@@ -75,6 +77,40 @@ def pending(revision: str | None) -> list[Migration]:
         except CommandError:
             raise UnknownRevision(revision) from None
     return [_migration(s) for s in reversed(list(scripts.iterate_revisions("heads", revision or "base")))]
+
+
+#: The refusal of a process that does not migrate (``OML_AUTO_MIGRATE=false``) when the database is behind its
+#: release (503, ``Retry-After``: the operator may migrate while the process runs), and when the database is at a
+#: revision the release does not have (503: a newer release migrated it).
+MIGRATIONS_PENDING, UNKNOWN_REVISION = "db.migrations_pending", "db.unknown_revision"
+#: The revision from which the workload roles may read ``alembic_version``; a role refused that read is on a database
+#: older than it.
+READABLE_FROM = "0028"
+_MIGRATE = "as the schema owner run `oml db migrate` (or the deployment's migrate job)"
+
+
+def refusal(revision: str | None, head: str, *, readable: bool = True) -> OMLError | None:
+    """None when ``revision`` (the database's, as a workload role read it) is ``head``; otherwise the refusal that
+    names both and what to run: ``db.migrations_pending`` for a revision this release has before ``head`` (or
+    ``None``: never migrated; or ``readable`` false: a database before :data:`READABLE_FROM`), ``db.unknown_revision``
+    for one it does not have. Content-free: revisions are the release's ids or what ``alembic_version`` holds."""
+    if readable and revision == head:
+        return None
+    if not readable:
+        return OMLError(MIGRATIONS_PENDING, f"the database is at a revision before {READABLE_FROM} (its workload roles "
+                        f"may not read alembic_version) and this release's head is {head}: migrations are pending; "
+                        f"{_MIGRATE}", 503, {"head": head})
+    try:
+        todo = pending(revision)
+    except UnknownRevision:
+        return OMLError(UNKNOWN_REVISION, f"the database is at revision {revision}, which this release ({head}) does "
+                        "not have: a newer release migrated it; run that release", 503,
+                        {"revision": revision, "head": head})
+    at = f"is at revision {revision}" if revision is not None else "has no revision (never migrated)"
+    n = len(todo)
+    return OMLError(MIGRATIONS_PENDING, f"the database {at} and this release's head is {head}: {n} "
+                    f"migration{'s' if n != 1 else ''} pending; {_MIGRATE}", 503,
+                    {"head": head} | ({"revision": revision} if revision is not None else {}))
 
 
 def upgrade(owner_url: str, role_connection_limit: int = ROLE_CONNECTION_LIMIT) -> list[Migration]:

@@ -47,8 +47,14 @@ DEFAULT = "any other problem: `claim.erased` (410), `service.unavailable` / `ser
           "`internal.error` (500; nothing was committed), `integrity.unverified_state` (500; the act would rest on " \
           "state the signed journal does not back; nothing was committed). `503 service.unavailable` also answers a " \
           "request whose statement waited past the database's lock or statement limit (`reason`: `lock_timeout` or " \
-          "`statement_timeout`; a `Retry-After` header; nothing was committed, so a retry, with the same " \
-          "`Idempotency-Key`, is safe; docs/operator-guide.md, \"Lock waits and connection limits\")"
+          "`statement_timeout`; docs/operator-guide.md, \"Lock waits and connection limits\") or whose prepared " \
+          "statement was planned before a column it returns changed type (`reason`: `schema_changed`; docs/recall.md, " \
+          "\"Latency\"); each with a `Retry-After` header; nothing was committed, so a retry, with the same " \
+          "`Idempotency-Key`, is safe. A server that does not migrate (`OML_AUTO_MIGRATE=false`) answers every " \
+          "request with `503 db.migrations_pending` while the database is behind its release (members `head` and " \
+          "`revision`; a `Retry-After` header: it serves once the schema owner has migrated, without a restart) and " \
+          "`503 db.unknown_revision` while a newer release has migrated it (docs/operator-guide.md, \"Upgrading\"); " \
+          "nothing was committed"
 
 PROBLEM_SCHEMA: dict[str, Any] = {
     "title": "Problem",

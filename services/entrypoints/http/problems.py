@@ -26,6 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from oml.domain.errors import WORKAREA_BY_ID, OMLError
 from oml.services.storage import timeouts
+from oml.services.storage.migrate import MIGRATIONS_PENDING
 
 log = logging.getLogger("oml.http")
 
@@ -45,6 +46,9 @@ PATH_CODES = {
     "/v1/simulations/{simulation_id}/claims:batch": ADMISSION_INVALID,
     "/v1/simulations/{simulation_id}/claims/{claim_id}/supersede": ADMISSION_INVALID,
 }
+# Refusals that a later retry may find served, and how long to wait (seconds): a database behind this release
+# serves once its owner has migrated it (services/storage/db.py, Database.engine).
+RETRY_AFTER = {MIGRATIONS_PENDING: "30"}
 _QUOTED = re.compile(r"'([^']*)'")
 _WORKAREA_FIELD = re.compile(r"(^|\.)(workarea_id|parent_id|new_parent_id|node_id|roots(\[\d+\])?)$")
 
@@ -174,7 +178,10 @@ def install(app: FastAPI) -> None:
     async def _oml(request: Request, exc: OMLError):
         code = area_code(request) if exc.code == ADMISSION_INVALID else exc.code
         errors = field_errors(exc)
-        return problem(exc.status, code, exc.detail, **exc.extra, **({"errors": errors} if errors else {}))
+        resp = problem(exc.status, code, exc.detail, **exc.extra, **({"errors": errors} if errors else {}))
+        if code in RETRY_AFTER:
+            resp.headers["Retry-After"] = RETRY_AFTER[code]
+        return resp
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):

@@ -3,7 +3,10 @@
 ``GET /healthz`` (liveness) answers ``{"status": "ok", "restore_pending": bool}`` when the server can run a
 query as ``oml_server``; otherwise 503 ``service.unavailable``. ``GET /readyz`` (readiness) answers the same
 body when the server would serve requests, and 503 ``service.restore_pending`` while a restore is pending (every
-request is refused until ``oml restore reapply-erasures`` has run; docs/backup-restore.md). No tenant data.
+request is refused until ``oml restore reapply-erasures`` has run; docs/backup-restore.md). A process that does not
+migrate (``OML_AUTO_MIGRATE=false``) answers both, as every request, with 503 ``db.migrations_pending`` while the
+database is behind its release and ``db.unknown_revision`` while a newer release has migrated it
+(docs/operator-guide.md, "Upgrading"). No tenant data.
 
 ``GET /metrics`` (Prometheus text format) reports, per consumer and tenant,
 the journal head, the consumer's cursor, its lag in events and its poison
@@ -41,6 +44,8 @@ def _health(ctx: Context) -> dict:
         with ctx.db.system("oml_server") as conn:
             conn.execute(sa.text("SELECT 1"))
             fenced = restore.pending_in(conn)
+    except OMLError:  # a database behind (or ahead of) this release: db.migrations_pending, db.unknown_revision
+        raise
     except Exception:
         raise OMLError("service.unavailable", "the database is not reachable", 503) from None
     return {"status": "ok", "restore_pending": fenced}

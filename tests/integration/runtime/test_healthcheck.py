@@ -32,3 +32,22 @@ def test_a_role_with_planted_session_defaults_fails_its_health_check(db_url, mon
         planter.dispose()
         owner.dispose()
     assert healthcheck.main(roles) == 0
+
+
+def test_a_workload_that_does_not_migrate_fails_its_health_check_while_the_database_is_behind(db_url, monkeypatch, capsys):
+    from oml.services.storage import migrate
+
+    monkeypatch.setenv("OML_DATABASE_URL", db_url)
+    monkeypatch.setenv("OML_AUTO_MIGRATE", "false")
+    owner = sa.create_engine(db_url)
+    previous = migrate.pending(None)[-2].revision
+    try:
+        with owner.begin() as c:
+            c.execute(sa.text("UPDATE alembic_version SET version_num = :r"), {"r": previous})
+        assert healthcheck.main(["--role", "oml_relay"]) == 1
+        assert capsys.readouterr().out.strip() == "FAIL role oml_relay: db.migrations_pending"
+    finally:
+        with owner.begin() as c:
+            c.execute(sa.text("UPDATE alembic_version SET version_num = :r"), {"r": migrate.head()})
+        owner.dispose()
+    assert healthcheck.main(["--role", "oml_relay"]) == 0
