@@ -47,6 +47,14 @@ def _migration(script) -> Migration:
     return Migration(script.revision, paragraph.split(". ", 1)[0].rstrip("."))
 
 
+def describe(revision: str) -> Migration:
+    """``revision`` of the installed release with its summary; :class:`UnknownRevision` when the release has none."""
+    try:
+        return _migration(_scripts().get_revision(revision))
+    except CommandError:
+        raise UnknownRevision(revision) from None
+
+
 def head() -> str:
     """The head revision of the installed release."""
     rev = _scripts().get_current_head()
