@@ -44,9 +44,18 @@ def _scripts() -> ScriptDirectory:
 
 
 def _migration(script) -> Migration:
-    # The docstring's first sentence: its first line often stops mid-sentence.
-    paragraph = " ".join((script.module.__doc__ or "").strip().split("\n\n")[0].split())
+    # The docstring's first sentence: its first line often stops mid-sentence. Its reStructuredText literals
+    # (``name``) are printed as Markdown's (`name`), as the operator guide quotes them.
+    paragraph = " ".join((script.module.__doc__ or "").strip().split("\n\n")[0].split()).replace("``", "`")
     return Migration(script.revision, paragraph.split(". ", 1)[0].rstrip("."))
+
+
+def describe(revision: str) -> Migration:
+    """``revision`` of the installed release with its summary; :class:`UnknownRevision` when the release has none."""
+    try:
+        return _migration(_scripts().get_revision(revision))
+    except CommandError:
+        raise UnknownRevision(revision) from None
 
 
 def head() -> str:

@@ -87,7 +87,9 @@ def db_status(as_json: bool = JSON) -> None:
         _unavailable(exc)
     todo = _pending(revision)
     head = migrate.head()
-    lines = [f"database revision: {revision or 'none (never migrated)'}", f"head revision: {head}"]
+    # The database's own revision with what it did, so an operator at head sees what the last migration was.
+    lines = [f"database revision: {_line(migrate.describe(revision)) if revision else 'none (never migrated)'}",
+             f"head revision: {head}"]
     if todo:
         lines += [f"pending: {len(todo)} (`oml db migrate` applies them)"] + [f"  {_line(m)}" for m in todo]
     else:

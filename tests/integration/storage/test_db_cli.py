@@ -40,7 +40,8 @@ def behind(ctx):
 def test_status_at_head_exits_0_and_names_the_head(ctx):
     r = run_cli(ctx, ["db", "status"])
     assert r.exit_code == 0, r.output
-    assert f"database revision: {HEAD}" in r.stdout and f"head revision: {HEAD}" in r.stdout
+    assert f"database revision: {HEAD}  {migrate.describe(HEAD).summary}" in r.stdout.splitlines()
+    assert f"head revision: {HEAD}" in r.stdout.splitlines()
     assert "at head" in r.stdout
 
 
@@ -48,7 +49,8 @@ def test_status_one_behind_names_the_pending_migration_exits_1_and_migrates_noth
     r = run_cli(ctx, ["db", "status"])
     assert r.exit_code == 1, r.output
     summary = migrate.pending(PREVIOUS)[0].summary
-    assert f"database revision: {PREVIOUS}" in r.stdout and "pending: 1" in r.stdout
+    assert f"database revision: {PREVIOUS}  {migrate.describe(PREVIOUS).summary}" in r.stdout.splitlines()
+    assert "pending: 1" in r.stdout
     assert f"  {HEAD}  {summary}" in r.stdout.splitlines()
     assert _revision(ctx) == PREVIOUS
 
