@@ -776,7 +776,7 @@ class Recaller:
                 # depend on nothing between them: one round trip.
                 queries = [pipelined.of(*rows.rows_query(tenant, found, q.as_of), prepare=True),
                            pipelined.of(*outside_query(tenant, f))]
-                if self.fusion.window_share and req.retriever == "hybrid":
+                if self.fusion.window_share and req.retriever == "hybrid" and "fts" in legs and "vector" in legs:
                     queries.append(pipelined.of(*windows.query(tenant, found), prepare=True))
                 got_rows, got_outside, *got_more = pipelined.fetch(conn, queries)
                 cand = rows.loaded_from(tenant, got_rows)
@@ -798,8 +798,8 @@ class Recaller:
             window = diag.window
             in_window = ({v for v in admitted if window.contains(cand[v].valid_from)}
                          if window is not None and self.time_mode == "boost" else None)
-            held = (windows.held(got_windows, {v: cand[v].claim_id for v in admitted}, admitted)
-                    if got_windows is not None and "fts" in legs and "vector" in legs else None)
+            held = (None if got_windows is None else
+                    windows.held(got_windows, {v: cand[v].claim_id for v in admitted}, admitted))
             ranked = self._rank(legs, admitted, req.retriever, in_window, held)
             # FTS degraded inside hybrid: say the answer is the vector leg's alone.
             if req.retriever == "hybrid" and "vector" in legs and diag.legs.get("fts", {}).get("mode") == "none":
