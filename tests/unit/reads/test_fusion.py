@@ -134,7 +134,7 @@ def test_windows_held_keeps_admitted_candidates_only():
     assert windows.held(rows, {"v2": "c2"}, {"v2"}) == {}
 
 
-@pytest.mark.parametrize("value", ["nan", "inf", "-1", "1.5", "abc"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e400", "-1", "1.5", "abc", "", " ", "0,5"])
 def test_a_bad_window_share_setting_stops_at_start(monkeypatch, value):
     from pydantic import ValidationError
 
