@@ -120,23 +120,25 @@ def propagate(ranked: Sequence[Ranked], window: Mapping[str, Iterable[str]], sha
     holds ``d``: one step of relevance propagation over the thread (Qin et al., "A study of relevance propagation
     for web search", SIGIR 2005), along the same edges the window's text travels, the other way. The window gives
     a turn its predecessors' words, so a question's words in turn t make t + 1 and t + 2 match too; propagation
-    gives t back a share of what its followers scored. Ties keep the fused order, so equal inputs give the same
-    order. ``share`` 0 returns ``ranked`` unchanged. Raises ``ValueError`` for a share outside [0, 1].
+    gives t back a share of what its followers scored. The sum is exactly rounded (``math.fsum``), so it does not
+    depend on the order ``window`` lists the candidates in (their version ids', which differ between two ingestions
+    of one corpus); ties keep the fused order, so equal inputs give the same order. ``share`` 0 returns ``ranked``
+    unchanged. Raises ``ValueError`` for a share outside [0, 1].
     """
     if not math.isfinite(share) or not 0 <= share <= 1:
         raise ValueError("the window share is a number from 0 to 1")
     if share == 0 or not window:
         return list(ranked)
     score = {x.key: x.score for x in ranked}
-    gain: dict[str, float] = {}
+    gain: dict[str, list[float]] = {}
     for key, held in window.items():
         if key not in score:
             continue
         for d in dict.fromkeys(held):
             if d in score and d != key:
-                gain[d] = gain.get(d, 0.0) + score[key]
+                gain.setdefault(d, []).append(score[key])
     place = {x.key: i for i, x in enumerate(ranked)}
-    out = [Ranked(x.key, x.score + share * gain.get(x.key, 0.0), x.ranks) for x in ranked]
+    out = [Ranked(x.key, x.score + share * math.fsum(gain.get(x.key, ())), x.ranks) for x in ranked]
     return sorted(out, key=lambda x: (-x.score, place[x.key]))
 
 

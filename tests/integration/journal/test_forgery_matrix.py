@@ -79,6 +79,7 @@ FM = "test_forgery_matrix.py::"
 DD = "test_dek_digests.py::"
 CM = "test_chain_membership.py::"
 SB = "test_subject_binding.py::"
+WF = "test_window_forgery.py::test_a_forged_window_moves_only_the_admitted_claims_it_names"
 
 # (role, table, privilege) -> Entry; a privilege is DELETE or TRUNCATE (whole table), INSERT or UPDATE (the columns
 # listed in COLUMNS, else every column the role may write).
@@ -176,8 +177,10 @@ MATRIX: dict[tuple[str, str, str], Entry] = {
     # ------------------------------------------------------------------ oml_indexer
     ("oml_indexer", "consumer_cursors", "INSERT"): Entry(DERIVED, CURSOR, SIG + "test_derived_state_changes_are_named_and_rebuild_repairs_the_index"),
     ("oml_indexer", "consumer_cursors", "UPDATE"): Entry(DERIVED, CURSOR, SIG + "test_derived_state_changes_are_named_and_rebuild_repairs_the_index"),
-    ("oml_indexer", "index_threads", "INSERT"): Entry(DERIVED, "oml index rebuild recomputes context windows", None, "ranking text only"),
-    ("oml_indexer", "index_threads", "UPDATE"): Entry(DERIVED, "oml index rebuild recomputes context windows", None, "ranking text only"),
+    ("oml_indexer", "index_threads", "INSERT"): Entry(DERIVED, "oml index rebuild recomputes context windows", WF,
+                                                      "ranking text, and the window ids window propagation reads: a forged "
+                                                      "window reorders only candidates the read admitted"),
+    ("oml_indexer", "index_threads", "UPDATE"): Entry(DERIVED, "oml index rebuild recomputes context windows", WF, "as INSERT"),
     ("oml_indexer", "index_threads", "DELETE"): Entry(DERIVED, "oml index rebuild recomputes context windows", None, "ranking text only"),
     ("oml_indexer", "memories_fts", "INSERT"): Entry(DERIVED, INDEX, FM + "test_each_role_s_changes_are_refused_or_named"),
     ("oml_indexer", "memories_fts", "UPDATE"): Entry(DERIVED, INDEX, SIG + "test_derived_state_changes_are_named_and_rebuild_repairs_the_index",

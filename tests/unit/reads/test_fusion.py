@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 
@@ -96,6 +97,19 @@ def test_propagation_keeps_the_fused_order_on_ties_and_does_nothing_at_share_zer
     assert [x.key for x in F.propagate(RANKED, {"t2": ["t5", "t1"]}, 0.5)] == ["t1", "t5", "t2", "t9"]
 
 
+def test_propagation_does_not_depend_on_the_order_the_windows_come_in():
+    # The windows arrive in the order of their version ids (services/reads/windows.py), which differ between two
+    # ingestions of one corpus. Three followers of d, at RRF scores 1/11, 1/12 and 1/17: added in the order given,
+    # (a + b) + c and (a + c) + b differ in the last bit, and z, the fused order's first, tied with one of them.
+    a, b, c, s_d = 1 / 11, 1 / 12, 1 / 17, 0.01
+    assert (a + b) + c != (a + c) + b
+    ranked = [F.Ranked("z", math.fsum((s_d, a, b, c))), F.Ranked("e1", a), F.Ranked("e2", b), F.Ranked("e3", c),
+              F.Ranked("d", s_d)]
+    one = F.propagate(ranked, {"e1": ["d"], "e2": ["d"], "e3": ["d"]}, 1.0)
+    other = F.propagate(ranked, {"e3": ["d"], "e1": ["d"], "e2": ["d"]}, 1.0)
+    assert [(x.key, x.score) for x in one] == [(x.key, x.score) for x in other]
+
+
 @pytest.mark.parametrize("share", [-0.1, 1.5, float("nan"), float("inf")])
 def test_a_window_share_outside_zero_to_one_is_refused(share):
     with pytest.raises(ValueError, match="window share"):
@@ -120,7 +134,7 @@ def test_windows_held_keeps_admitted_candidates_only():
     assert windows.held(rows, {"v2": "c2"}, {"v2"}) == {}
 
 
-@pytest.mark.parametrize("value", ["nan", "inf", "-1", "1.5", "abc"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e400", "-1", "1.5", "abc", "", " ", "0,5"])
 def test_a_bad_window_share_setting_stops_at_start(monkeypatch, value):
     from pydantic import ValidationError
 
