@@ -110,7 +110,8 @@ def fuse(fusion: Fusion, order: Mapping[str, Sequence[str]], scores: Mapping[str
     return [Ranked(d, fused[d], dict(ranks[d])) for d in keyed]
 
 
-def propagate(ranked: Sequence[Ranked], window: Mapping[str, Iterable[str]], share: float) -> list[Ranked]:
+def propagate(ranked: Sequence[Ranked], window: Mapping[str, Iterable[str]], share: float,
+              most: int | None = None) -> list[Ranked]:
     """Window propagation: each candidate's score plus ``share`` times the fused scores of the candidates whose
     context window holds it, re-ordered.
 
@@ -120,13 +121,17 @@ def propagate(ranked: Sequence[Ranked], window: Mapping[str, Iterable[str]], sha
     holds ``d``: one step of relevance propagation over the thread (Qin et al., "A study of relevance propagation
     for web search", SIGIR 2005), along the same edges the window's text travels, the other way. The window gives
     a turn its predecessors' words, so a question's words in turn t make t + 1 and t + 2 match too; propagation
-    gives t back a share of what its followers scored. The sum is exactly rounded (``math.fsum``), so it does not
+    gives t back a share of what its followers scored. ``most``: only that many of a candidate's followers count,
+    the best-scoring (the window's depth: in a thread with one claim per position a turn has that many followers,
+    and many claims declared at one position cannot add up past it); None counts every one. The sum is exactly rounded (``math.fsum``), so it does not
     depend on the order ``window`` lists the candidates in (their version ids', which differ between two ingestions
     of one corpus); ties keep the fused order, so equal inputs give the same order. ``share`` 0 returns ``ranked``
-    unchanged. Raises ``ValueError`` for a share outside [0, 1].
+    unchanged. Raises ``ValueError`` for a share outside [0, 1] or a negative ``most``.
     """
     if not math.isfinite(share) or not 0 <= share <= 1:
         raise ValueError("the window share is a number from 0 to 1")
+    if most is not None and most < 0:
+        raise ValueError("the number of followers that count is not negative")
     if share == 0 or not window:
         return list(ranked)
     score = {x.key: x.score for x in ranked}
@@ -138,7 +143,8 @@ def propagate(ranked: Sequence[Ranked], window: Mapping[str, Iterable[str]], sha
             if d in score and d != key:
                 gain.setdefault(d, []).append(score[key])
     place = {x.key: i for i, x in enumerate(ranked)}
-    out = [Ranked(x.key, x.score + share * math.fsum(gain.get(x.key, ())), x.ranks) for x in ranked]
+    out = [Ranked(x.key, x.score + share * math.fsum(sorted(gain.get(x.key, ()), reverse=True)[:most]), x.ranks)
+           for x in ranked]
     return sorted(out, key=lambda x: (-x.score, place[x.key]))
 
 

@@ -776,7 +776,7 @@ class Recaller:
                 # depend on nothing between them: one round trip.
                 queries = [pipelined.of(*rows.rows_query(tenant, found, q.as_of), prepare=True),
                            pipelined.of(*outside_query(tenant, f))]
-                if self.fusion.window_share and req.retriever == "hybrid" and "fts" in legs and "vector" in legs:
+                if self.fusion.window_share and req.retriever == "hybrid" and legs.get("fts") and legs.get("vector"):
                     queries.append(pipelined.of(*windows.query(tenant, found), prepare=True))
                 got_rows, got_outside, *got_more = pipelined.fetch(conn, queries)
                 cand = rows.loaded_from(tenant, got_rows)
@@ -1014,7 +1014,7 @@ class Recaller:
         fused = fusionmod.fuse(self.fusion, order, scores)
         if held is not None:
             # Window propagation (docs/recall.md): a share of each candidate's fused score to the turns its window holds.
-            fused = fusionmod.propagate(fused, held, self.fusion.window_share)
+            fused = fusionmod.propagate(fused, held, self.fusion.window_share, self.ctx.settings.index_context_before)
         return [(x.key, x.score, per[x.key]) for x in fused]
 
     @staticmethod

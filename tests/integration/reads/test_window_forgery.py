@@ -87,7 +87,7 @@ def test_a_forged_window_moves_only_the_admitted_claims_it_names(ctx, world, for
     held = {v: [version_of[c] for c in cs if c in version_of and version_of[c] != v] for v, cs in windows.items()
             if v in version_of.values()}
     held[version_of[t[3]]] = [] if forged == "two_dimensional" else [version_of[c] for c in admitted_named]
-    want = F.propagate([F.Ranked(h["version_id"], h["score"]) for h in plain["hits"]], held, 0.5)
+    want = F.propagate([F.Ranked(h["version_id"], h["score"]) for h in plain["hits"]], held, 0.5, ctx.settings.index_context_before)
     assert [(v, pytest.approx(s)) for v, s in _scores(got)] == [(x.key, x.score) for x in want]
     assert {h["claim_id"] for h in got["hits"]} == set(version_of)
     assert other_after == other_before

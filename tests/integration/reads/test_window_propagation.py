@@ -61,7 +61,7 @@ def test_a_hybrid_recall_propagates_exactly_the_admitted_candidates_scores(ctx, 
     claim_of = {h["version_id"]: h["claim_id"] for h in plain["hits"]}
     version_of = {c: v for v, c in claim_of.items()}
     held = {v: [version_of[c] for c in cs if c in version_of] for v, cs in _windows(ctx, world).items() if v in claim_of}
-    want = F.propagate([F.Ranked(h["version_id"], h["score"]) for h in plain["hits"]], held, 0.5)
+    want = F.propagate([F.Ranked(h["version_id"], h["score"]) for h in plain["hits"]], held, 0.5, ctx.settings.index_context_before)
     assert [(h["version_id"], pytest.approx(h["score"])) for h in got["hits"]] == [(x.key, x.score) for x in want]
     statements = [h["body"]["statement"] for h in got["hits"]]
     before = [h["body"]["statement"] for h in plain["hits"]]
@@ -102,3 +102,20 @@ def test_the_server_reads_window_ids_of_its_bound_tenant_only(ctx, world):
             assert c.execute(sa.text(privilege), {"col": col}).scalar() is allowed
         assert not c.execute(sa.text("SELECT has_table_privilege('oml_server', 'index_threads', 'INSERT, UPDATE, DELETE')")).scalar()
 
+
+
+def test_many_claims_at_one_position_count_only_as_deep_as_the_window(ctx):
+    # Six claims declared at position 1 all hold the position-0 turn in their windows: only the window's depth
+    # (OML_INDEX_CONTEXT_BEFORE, 2) of them, the best-scoring, give it a share.
+    w = make_world(ctx, "window-prop-crowd")
+    w.remember("main", "Our quarterly budget review is on Thursday.", context={"thread": "t", "position": 0})
+    for i in range(6):
+        w.remember("main", f"Boston marathon results, page {i}.", context={"thread": "t", "position": 1})
+    w.remember("main", "The Boston office moves to a new floor.", context={"thread": "u", "position": 0})
+    w.index()
+    w.reader = w.key("reader")
+    plain, got = ({h["body"]["statement"]: h["score"] for h in _recall(ctx, w, share)["hits"]} for share in (0.0, 0.5))
+    best = sorted((v for s, v in plain.items() if s.startswith("Boston marathon results")), reverse=True)[:2]
+    assert ctx.settings.index_context_before == 2
+    assert got["Our quarterly budget review is on Thursday."] == pytest.approx(
+        plain["Our quarterly budget review is on Thursday."] + 0.5 * sum(best))

@@ -97,6 +97,17 @@ def test_propagation_keeps_the_fused_order_on_ties_and_does_nothing_at_share_zer
     assert [x.key for x in F.propagate(RANKED, {"t2": ["t5", "t1"]}, 0.5)] == ["t1", "t5", "t2", "t9"]
 
 
+def test_only_the_best_followers_count_up_to_the_window_depth():
+    # t1 is held by t2, t9 and t5: with two counting, the best two (0.30, 0.25); t5's 0.20 does not add up
+    window = {"t2": ["t1"], "t9": ["t1"], "t5": ["t1"]}
+    got = {x.key: x.score for x in F.propagate(RANKED, window, 0.5, most=2)}
+    assert got["t1"] == 0.20 + 0.5 * (0.30 + 0.25)
+    assert {x.key: x.score for x in F.propagate(RANKED, window, 0.5)}["t1"] == 0.20 + 0.5 * (0.30 + 0.25 + 0.20)
+    assert F.propagate(RANKED, window, 0.5, most=0) == sorted(RANKED, key=lambda x: -x.score)
+    with pytest.raises(ValueError, match="followers"):
+        F.propagate(RANKED, window, 0.5, most=-1)
+
+
 def test_propagation_does_not_depend_on_the_order_the_windows_come_in():
     # The windows arrive in the order of their version ids (services/reads/windows.py), which differ between two
     # ingestions of one corpus. Three followers of d, at RRF scores 1/11, 1/12 and 1/17: added in the order given,

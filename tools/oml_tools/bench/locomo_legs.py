@@ -101,9 +101,11 @@ def thread_windows(threads: Mapping[str, Sequence[str]], before: int) -> dict[st
     return out
 
 
-def fuse(lists: Mapping[str, Sequence[str]], spec: str, windows: Mapping[str, Sequence[str]] | None = None) -> list[str]:
+def fuse(lists: Mapping[str, Sequence[str]], spec: str, windows: Mapping[str, Sequence[str]] | None = None,
+         depth: int | None = None) -> list[str]:
     """The keys of ``lists`` fused by ``spec`` with the product's functions (``fuse_rrf``, then ``propagate`` over
-    ``windows`` when the spec has a share); raises ``ValueError`` for a share without ``windows``."""
+    ``windows`` when the spec has a share, ``depth`` followers at most, as the product counts with its window);
+    raises ``ValueError`` for a share without ``windows``."""
     from oml.domain.fusion import propagate
     from oml.domain.recall import fuse_rrf
 
@@ -116,7 +118,7 @@ def fuse(lists: Mapping[str, Sequence[str]], spec: str, windows: Mapping[str, Se
     order = {name: lists[name] for name, _ in legs}
     fused = fuse_rrf(order, k=k, weights=dict(legs), priority=[n for n, _ in legs])
     if share:
-        fused = propagate(fused, {x.key: windows.get(x.key, ()) for x in fused}, share)
+        fused = propagate(fused, {x.key: windows.get(x.key, ()) for x in fused}, share, depth)
     return [x.key for x in fused]
 
 
@@ -311,7 +313,7 @@ def run(ctx, data: Path, *, conversations: str | None = None, decide: Sequence[s
             continue
         sc = Scores(CUTOFFS)
         for i, q in enumerate(questions):
-            sc.add(q, fuse(lists[i], spec, windows)[:kmax], 0.0)
+            sc.add(q, fuse(lists[i], spec, windows, before)[:kmax], 0.0)
         fused[spec] = sc.summary(groups)
     return {"conversations": [c["sample_id"] for c in convs], "turns": corpus.turns, "questions": len(questions),
             "skipped_no_evidence": skipped, "groups": {g: sorted(m) for g, m in groups.items()},
@@ -341,7 +343,7 @@ def rescore(saved: Mapping[str, Any], fusions: Sequence[str]) -> dict[str, Any]:
             raise KeyError(f"{spec}: no leg {', '.join(missing)} in the saved result")
         sc = Scores(CUTOFFS)
         for q, row in zip(questions, per_q):
-            sc.add(q, fuse(row["lists"], spec, windows)[:max(CUTOFFS)], 0.0)
+            sc.add(q, fuse(row["lists"], spec, windows, saved.get("context_before"))[:max(CUTOFFS)], 0.0)
         fused[spec] = sc.summary(groups)
     return {**{k: v for k, v in saved.items() if k != "per_question"}, "fusions": fused}
 
