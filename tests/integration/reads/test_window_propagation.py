@@ -86,6 +86,12 @@ def test_single_leg_recalls_are_not_propagated(ctx, world):
         a = Recaller(ctx, fusion=fusion).recall(world.reader, RecallRequest(query=QUERY, retriever=retriever, k=25))
         b = Recaller(ctx).recall(world.reader, RecallRequest(query=QUERY, retriever=retriever, k=25))
         assert [(h["version_id"], h["score"]) for h in a["hits"]] == [(h["version_id"], h["score"]) for h in b["hits"]]
+    # a hybrid read whose query has no lexemes is answered by the vector leg alone: not propagated either
+    fusion = dataclasses.replace(F.DEFAULT, window_share=0.5)
+    a = Recaller(ctx, fusion=fusion).recall(world.reader, RecallRequest(query="?! ...", retriever="hybrid", k=25))
+    b = Recaller(ctx).recall(world.reader, RecallRequest(query="?! ...", retriever="hybrid", k=25))
+    assert a["hits"] and "window_share" not in a["diagnostics"]["fusion"]
+    assert [(h["version_id"], h["score"]) for h in a["hits"]] == [(h["version_id"], h["score"]) for h in b["hits"]]
 
 
 def test_the_server_reads_window_ids_of_its_bound_tenant_only(ctx, world):
