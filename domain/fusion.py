@@ -118,15 +118,17 @@ def propagate(ranked: Sequence[Ranked], window: Mapping[str, Iterable[str]], sha
     ``ranked`` is a fusion's output, best first; ``window`` maps a candidate key to the keys of the candidates in
     its context window (the turns before it in its thread that its index text carries; keys that are not
     candidates are ignored). ``score'(d) = score(d) + share · Σ score(e)`` over the candidates ``e`` whose window
-    holds ``d``: one step of relevance propagation over the thread (Qin et al., "A study of relevance propagation
-    for web search", SIGIR 2005), along the same edges the window's text travels, the other way. The window gives
-    a turn its predecessors' words, so a question's words in turn t make t + 1 and t + 2 match too; propagation
-    gives t back a share of what its followers scored. ``most``: only that many of a candidate's followers count,
-    the best-scoring (the window's depth: in a thread with one claim per position a turn has that many followers,
-    and many claims declared at one position cannot add up past it); None counts every one. The sum is exactly rounded (``math.fsum``), so it does not
-    depend on the order ``window`` lists the candidates in (their version ids', which differ between two ingestions
-    of one corpus); ties keep the fused order, so equal inputs give the same order. ``share`` 0 returns ``ranked``
-    unchanged. Raises ``ValueError`` for a share outside [0, 1] or a negative ``most``.
+    holds ``d``, at most ``most`` of them, the best-scoring (None: every one). This is one step of relevance
+    propagation over the thread (Qin et al., "A study of relevance propagation for web search", SIGIR 2005), along
+    the edges the window's text travels, the other way: the window gives a turn its predecessors' words, so a
+    question's words in turn t make t + 1 and t + 2 match too, and propagation gives t back a share of what its
+    followers scored. ``most`` is the window's depth: in a thread with one claim per position a turn has that many
+    followers, and claims declared in numbers at one position cannot add up past it.
+
+    The sum is exactly rounded (``math.fsum``), so it does not depend on the order ``window`` lists the candidates
+    in (their version ids', which differ between two ingestions of one corpus); ties keep the fused order, so equal
+    inputs give the same order. ``share`` 0 returns ``ranked`` unchanged. Raises ``ValueError`` for a share
+    outside [0, 1] or a negative ``most``.
     """
     if not math.isfinite(share) or not 0 <= share <= 1:
         raise ValueError("the window share is a number from 0 to 1")
