@@ -84,9 +84,28 @@ def parse_fusion(spec: str) -> tuple[list[tuple[str, float]], int]:
 
 
 def window_share(spec: str) -> float:
-    """A fusion spec's window propagation share (``…~SHARE``, ``domain.fusion.propagate``), 0 without one."""
+    """A fusion spec's window propagation share (``…~SHARE``, ``domain.fusion.propagate``), 0 without one; raises
+    ``ValueError`` for a share that is not a number from 0 to 1."""
     _, _, share = spec.partition("~")
-    return float(share) if share else 0.0
+    if not share:
+        return 0.0
+    try:
+        value = float(share)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value <= 1:
+        raise ValueError(f"{spec}: the window share after ~ is a number from 0 to 1")
+    return value
+
+
+def check_fusions(specs: Sequence[str]) -> None:
+    """Parse every fusion spec before a run spends minutes ingesting; raises ``ValueError`` naming a bad one."""
+    for spec in specs:
+        try:
+            parse_fusion(spec)
+        except ValueError:
+            raise ValueError(f"{spec}: a fusion is LEG:W,LEG:W,…@K[~SHARE]") from None
+        window_share(spec)
 
 
 def thread_windows(threads: Mapping[str, Sequence[str]], before: int) -> dict[str, list[str]]:
@@ -421,8 +440,9 @@ def register(bench_app: typer.Typer) -> None:
                          as_json: bool = JSON) -> None:
         """Fusions of a saved locomo-legs run's leg lists, scored offline (no ingestion)."""
         try:
+            check_fusions(fusion)
             res = rescore(json.loads(saved.read_text()), fusion)
-        except KeyError as exc:
+        except (KeyError, ValueError) as exc:
             raise typer.BadParameter(str(exc.args[0]), param_hint="--fusion") from None
         emit(res, render, as_json)
 
@@ -465,6 +485,10 @@ def register(bench_app: typer.Typer) -> None:
             texts = model_texts_of(model_text, models)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--model-text") from None
+        try:
+            check_fusions(fusion)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--fusion") from None
         fusions = default_fusions(list(models), list(params), lexicals) + list(fusion)
         with context(new_home=True) as ctx:
             res = run(ctx, data, conversations=conversations or None, decide=[x.strip() for x in decide.split(",") if x.strip()],
