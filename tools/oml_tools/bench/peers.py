@@ -15,7 +15,14 @@ What it does:
    the reader key scoped to the conversation's workarea: access checks,
    decryption and the read log included), then mem0 ``search`` (top_k = 10,
    ``filters={"user_id": …}``, threshold 0 so it always returns 10), then the
-   next question — so both see the same machine state;
+   next question — so both see the same machine state. The timed calls run
+   with the BLAS libraries limited to one thread (``threadpoolctl``):
+   OpenBLAS's worker threads busy-wait after each call, so mem0's
+   matrix-vector product (NumPy, in this process) left a spinning thread on
+   the second core during OML's next recall and its own next search; a
+   product of one query and a few thousand 384-float rows gains nothing from
+   a second thread (docs/benchmarks.md, "BLAS threads between the two
+   systems");
 3. per system: p50/p95 latency of the call and evidence recall@10;
 4. where OML's time went: each phase of the recall (``Recaller.recall``'s ``phases``,
    ``services/runtime/phases.py``), the statements it sent and the collector's pauses, as the mean over the
@@ -49,6 +56,8 @@ WARM = 5
 #: The placeholders of ``oml_bm25_topk_sql()`` (63_bm25_postings.sql) and their types, as ``oml_bm25_topk`` binds them.
 TOPK_TYPES = ("tsquery", "text[]", "timestamptz", "text[]", "text[]", "timestamptz", "uuid[]", "int", "text", "text[]",
               "int", "int")
+#: BLAS threads during the timed calls (module docstring, step 2).
+BLAS_THREADS = 1
 #: Phases that ran on another thread, beside the others (not part of the call's sum).
 OVERLAPPING = ("embed",)
 
@@ -84,6 +93,8 @@ def run(ctx, data: Path, *, conversations: str | None = None, progress=None) -> 
     """Ingest into both systems, then time and score them question by question (module docstring)."""
     import importlib.metadata as md
 
+    from threadpoolctl import threadpool_limits
+
     from oml.services.reads.recall import Recaller
 
     say = progress or (lambda _m: None)
@@ -102,21 +113,23 @@ def run(ctx, data: Path, *, conversations: str | None = None, progress=None) -> 
         rec = Recaller(ctx)
         oml = locomo.Scores((K,))
         peer = locomo.Scores((K,))
-        locomo.recall_dia(corpus, rec, "hybrid", questions[0], K)
-        mem.search(questions[0]["question"], filters={"user_id": questions[0]["sample"]}, top_k=K, threshold=0.0)
-        heap.freeze()  # as oml serve does after warm-up; spares both systems' timed calls a full collection
-        calls = PhaseLog(ctx)
-        for q in questions:
-            dia, ms = calls.recall(corpus, rec, q)
-            oml.add(q, dia, ms)
-            t1 = time.perf_counter()
-            got = mem.search(q["question"], filters={"user_id": q["sample"]}, top_k=K, threshold=0.0)["results"]
-            peer.add(q, [f"{q['sample']}#{m['metadata']['dia']}" for m in got], (time.perf_counter() - t1) * 1000)
+        with threadpool_limits(limits=BLAS_THREADS, user_api="blas"):
+            locomo.recall_dia(corpus, rec, "hybrid", questions[0], K)
+            mem.search(questions[0]["question"], filters={"user_id": questions[0]["sample"]}, top_k=K, threshold=0.0)
+            heap.freeze()  # as oml serve does after warm-up; spares both systems' timed calls a full collection
+            calls = PhaseLog(ctx)
+            for q in questions:
+                dia, ms = calls.recall(corpus, rec, q)
+                oml.add(q, dia, ms)
+                t1 = time.perf_counter()
+                got = mem.search(q["question"], filters={"user_id": q["sample"]}, top_k=K, threshold=0.0)["results"]
+                peer.add(q, [f"{q['sample']}#{m['metadata']['dia']}" for m in got], (time.perf_counter() - t1) * 1000)
     return {
         "conversations": [c["sample_id"] for c in convs], "turns": corpus.turns, "questions": len(questions),
         "skipped_no_evidence": skipped, "k": K, "timings": {**corpus.timings, "mem0_ingest_s": mem0_ingest},
         "systems": {"OML hybrid recall": oml.summary(), f"mem0 {md.version('mem0ai')} search (infer=False)": peer.summary()},
         "phases": calls.table(),
+        "blas_threads": BLAS_THREADS,
         "machine": _machine(),
     }
 
@@ -195,7 +208,7 @@ def render(res: dict[str, Any]) -> list[str]:
     load = res["machine"].get("load_average")
     lines = [f"oml bench peers — {locomo.conversations_named(res['conversations'])}, "
              f"{res['turns']} turns, {res['questions']} questions, k = {res['k']}, interleaved question by question, "
-             "same MiniLM model",
+             "same MiniLM model" + (f", BLAS on {res['blas_threads']} thread" if "blas_threads" in res else ""),
              f"machine: {res['machine']['cpus']} CPUs, {res['machine']['platform']}, Python {res['machine']['python']}"
              + (f", load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at the end" if load else ""),
              f"ingest: OML {res['timings']['ingest_and_promote_s'] + res['timings']['index_s']:.1f}s (admission, review, "
