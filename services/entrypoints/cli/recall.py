@@ -76,7 +76,9 @@ def recall_cmd(
     # The statement wraps under its row's heading at any width and stays whole (never cut).
     rows = [("steering", "", it) for it in out["steering"]] + [("hit", f"{it['score']:.4f}", it) for it in out["hits"]]
     for i, (segment, score, it) in enumerate(rows, 1):
-        head = "  ".join(x for x in (f"{i}.", segment, score, it["workarea"]["path"], it["kind"]) if x)
+        # A steering row's kind is always steering: the segment says it once.
+        kind = "" if segment == "steering" else it["kind"]
+        head = "  ".join(x for x in (f"{i}.", segment, score, it["workarea"]["path"], kind) if x)
         console.print(escape(head), style="bold", highlight=False)
         console.print(_stored(str(it["body"].get("statement", ""))), highlight=False, soft_wrap=False)
         if _source(it):

@@ -332,6 +332,18 @@ def test_recall_at_80_columns_keeps_statements_readable(ctx):
     assert " ".join(" ".join(lines).split()).count(statement) == 1 and "source: https://wiki.example/backups" in r.stdout
 
 
+def test_recall_names_a_steering_row_once(ctx):
+    from support.recall import make_world
+
+    w = make_world(ctx, "fh-steer")
+    w.remember("main", "Deploys need a second approver.", kind="steering")
+    w.index()
+    reader = w.key("reader")
+    r = run_cli(ctx, ["recall", "deploys", "--retriever", "fts"], env={"OML_API_KEY": w.keys[reader.principal_id]})
+    assert r.exit_code == 0, r.output
+    assert "1.  steering  main" in r.stdout.splitlines(), r.stdout  # the segment, not the kind again
+
+
 def test_recall_loads_the_query_embedder_before_the_recall_and_not_the_indexers_model(ctx, monkeypatch):
     """`oml recall` loads the query embedder under its spinner, before the recall, so a one-shot call's
     diagnostics.elapsed_ms times the recall, not the ONNX session's load; the indexer's torch model (seconds) it
