@@ -19,10 +19,9 @@ What it does:
    with the BLAS libraries limited to one thread (``threadpoolctl``):
    OpenBLAS's worker threads busy-wait after each call, so mem0's
    matrix-vector product (NumPy, in this process) left a spinning thread on
-   the second core during OML's next recall and its own next search; a
-   product of one query and a few thousand 384-float rows gains nothing from
-   a second thread (docs/benchmarks.md, "BLAS threads between the two
-   systems");
+   the second core during OML's next recall and its own next search (both
+   were faster with one thread in the runs in docs/benchmarks.md, "BLAS
+   threads between the two systems");
 3. per system: p50/p95 latency of the call and evidence recall@10;
 4. where OML's time went: each phase of the recall (``Recaller.recall``'s ``phases``,
    ``services/runtime/phases.py``), the statements it sent and the collector's pauses, as the mean over the
