@@ -799,7 +799,7 @@ class Recaller:
             in_window = ({v for v in admitted if window.contains(cand[v].valid_from)}
                          if window is not None and self.time_mode == "boost" else None)
             held = (None if got_windows is None else
-                    windows.held(got_windows, {v: cand[v].claim_id for v in admitted}, admitted))
+                    windows.held(got_windows, {v: cand[v].claim_id for v in admitted}))
             ranked = self._rank(legs, admitted, req.retriever, in_window, held)
             # FTS degraded inside hybrid: say the answer is the vector leg's alone.
             if req.retriever == "hybrid" and "vector" in legs and diag.legs.get("fts", {}).get("mode") == "none":

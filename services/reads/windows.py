@@ -29,15 +29,15 @@ def query(tenant: str, version_ids: Iterable[str]) -> tuple[sa.TextClause, dict[
     return _WINDOWS, {"t": tenant, "ids": sorted({str(v) for v in version_ids})}
 
 
-def held(result: Iterable[Any], claim_of: Mapping[str, str], admitted: Iterable[str]) -> dict[str, list[str]]:
+def held(result: Iterable[Any], claim_of: Mapping[str, str]) -> dict[str, list[str]]:
     """Version id → the admitted versions its window holds, from :func:`query`'s rows. ``claim_of`` maps each
-    admitted version to its claim; a window names claims, and each admitted claim has one candidate version here."""
-    ok = set(admitted)
-    version_of = {claim_of[v]: v for v in ok}
+    admitted version, and only those, to its claim; a window names claims, and each admitted claim has one candidate
+    version here."""
+    version_of = {c: v for v, c in claim_of.items()}
     out: dict[str, list[str]] = {}
     for version_id, claims in result:
         v = str(version_id)
-        if v not in ok:
+        if v not in claim_of:
             continue
         got = [version_of[c] for c in map(str, claims or ()) if c in version_of and version_of[c] != v]
         if got:

@@ -5,24 +5,15 @@ repeats, NULLs or a two-dimensional array moves exactly what the admitted claims
 nothing else, and leaves another tenant's reads as they were."""
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import sqlalchemy as sa
 
 from oml.domain import fusion as F
-from oml.services.reads.recall import Recaller, RecallRequest
 
 from support.recall import make_world
+from support.window_propagation import ENDED, THREAD, recall, server_windows
 
-THREAD = ["We spent the spring getting ready for a long race.",
-          "I finally did it last Saturday, crossing the line in four hours.",
-          "Finishing the Boston marathon felt amazing.",
-          "The Boston marathon crowd cheered the whole way.",
-          "The Boston marathon results list was posted, then withdrawn."]
 SECRET = "Secret: the Boston marathon sponsor pays double."
-QUERY = "what happened at the Boston marathon"
-ENDED = {"valid_from": "2020-01-01T00:00:00+00:00", "valid_to": "2020-02-01T00:00:00+00:00"}
 
 
 @pytest.fixture(scope="module")
@@ -40,11 +31,6 @@ def world(ctx):
     other.reader = other.key("reader")
     w.other = other
     return w
-
-
-def _recall(ctx, w, share: float) -> dict:
-    fusion = dataclasses.replace(F.DEFAULT, window_share=share)
-    return Recaller(ctx, fusion=fusion).recall(w.reader, RecallRequest(query=QUERY, retriever="hybrid", k=25))
 
 
 def _scores(out: dict) -> list[tuple[str, float]]:
@@ -70,18 +56,17 @@ def test_a_forged_window_moves_only_the_admitted_claims_it_names(ctx, world, for
     with ctx.db.tenant("oml_indexer", world.tenant) as c:
         honest = [str(x) for x in c.execute(sa.text("SELECT window_claims FROM index_threads WHERE claim_id = :c"),
                                             {"c": t[3]}).scalar()]
-    other_before = _scores(_recall(ctx, world.other, 0.5))
-    plain = _recall(ctx, world, 0.0)
+    other_before = _scores(recall(ctx, world.other, 0.5))
+    plain = recall(ctx, world, 0.0)
     try:
         _set_window(ctx, world.tenant, t[3], expr, params)
-        got = _recall(ctx, world, 0.5)
-        other_after = _scores(_recall(ctx, world.other, 0.5))
+        got = recall(ctx, world, 0.5)
+        other_after = _scores(recall(ctx, world.other, 0.5))
     finally:
         _set_window(ctx, world.tenant, t[3], "CAST(:w AS uuid[])", {"w": honest})
     version_of = {h["claim_id"]: h["version_id"] for h in plain["hits"]}
     assert world.secret not in version_of and t[4] not in version_of
-    with ctx.db.tenant("oml_server", world.tenant) as c:
-        windows = {str(v): [str(x) for x in cs] for v, cs in c.execute(sa.text("SELECT version_id, window_claims FROM index_threads"))}
+    windows = server_windows(ctx, world.tenant)
     # What the honest windows of the other turns give, and t3's forged window read as its admitted claims alone
     # (a two-dimensional array names nothing: its elements are no claim ids).
     held = {v: [version_of[c] for c in cs if c in version_of and version_of[c] != v] for v, cs in windows.items()

@@ -13,21 +13,11 @@ from oml.services.reads.recall import Recaller, RecallRequest
 
 from support.owner import owner
 from support.recall import make_world
+from support.window_propagation import ENDED, QUERY, THREAD, recall, server_windows
 
-# One thread: the turn that answers "what happened at the Boston marathon" shares none of its words; the two turns
-# after it do, and carry it in their windows (the default window: two turns before). A turn of the thread whose
-# valid time has ended is a candidate of the legs but never admitted: its window must move nothing. Another thread
-# and loose claims compete.
-THREAD = [
-    "We spent the spring getting ready for a long race.",
-    "I finally did it last Saturday, crossing the line in four hours.",
-    "Finishing the Boston marathon felt amazing.",
-    "The Boston marathon crowd cheered the whole way.",
-    "The Boston marathon results list was posted, then withdrawn.",
-]
+# Beside the thread (support.window_propagation), another thread and loose claims compete.
 OTHER = ["The Boston office moves to a new floor.", "Our marathon planning meeting is on Monday.",
          "Marathon sessions of code review tire everyone.", "The spring race in Boston was cancelled."]
-QUERY = "what happened at the Boston marathon"
 HIDDEN = 4
 
 
@@ -35,8 +25,7 @@ HIDDEN = 4
 def world(ctx):
     w = make_world(ctx, "window-prop")
     for i, s in enumerate(THREAD):
-        extra = {"valid_from": "2020-01-01T00:00:00+00:00", "valid_to": "2020-02-01T00:00:00+00:00"} if i == HIDDEN else {}
-        w.remember("main.docs", s, context={"thread": "chat-1", "position": i}, **extra)
+        w.remember("main.docs", s, context={"thread": "chat-1", "position": i}, **(ENDED if i == HIDDEN else {}))
     for i, s in enumerate(OTHER):
         w.remember("main.docs", s, context={"thread": "chat-2", "position": i})
     w.index()
@@ -44,23 +33,11 @@ def world(ctx):
     return w
 
 
-def _recall(ctx, w, share: float) -> dict:
-    fusion = dataclasses.replace(F.DEFAULT, window_share=share)
-    return Recaller(ctx, fusion=fusion).recall(w.reader, RecallRequest(query=QUERY, retriever="hybrid", k=25))
-
-
-def _windows(ctx, w) -> dict[str, list[str]]:
-    # As the server reads them: this is also the grant under test.
-    with ctx.db.tenant("oml_server", w.tenant) as c:
-        return {str(v): [str(x) for x in cs] for v, cs in c.execute(sa.text(
-            "SELECT version_id, window_claims FROM index_threads"))}
-
-
 def test_a_hybrid_recall_propagates_exactly_the_admitted_candidates_scores(ctx, world):
-    plain, got = _recall(ctx, world, 0.0), _recall(ctx, world, 0.5)
+    plain, got = recall(ctx, world, 0.0), recall(ctx, world, 0.5)
     claim_of = {h["version_id"]: h["claim_id"] for h in plain["hits"]}
     version_of = {c: v for v, c in claim_of.items()}
-    held = {v: [version_of[c] for c in cs if c in version_of] for v, cs in _windows(ctx, world).items() if v in claim_of}
+    held = {v: [version_of[c] for c in cs if c in version_of] for v, cs in server_windows(ctx, world.tenant).items() if v in claim_of}
     want = F.propagate([F.Ranked(h["version_id"], h["score"]) for h in plain["hits"]], held, 0.5, ctx.settings.index_context_before)
     assert [(h["version_id"], pytest.approx(h["score"])) for h in got["hits"]] == [(x.key, x.score) for x in want]
     statements = [h["body"]["statement"] for h in got["hits"]]
@@ -74,8 +51,8 @@ def test_a_hybrid_recall_propagates_exactly_the_admitted_candidates_scores(ctx, 
 
 def test_the_not_admitted_turn_moves_nothing(ctx, world):
     # Its window holds turns 2 and 3; had it counted, both would score more than the admitted followers give them.
-    got = {h["body"]["statement"]: h["score"] for h in _recall(ctx, world, 0.5)["hits"]}
-    plain = {h["body"]["statement"]: h["score"] for h in _recall(ctx, world, 0.0)["hits"]}
+    got = {h["body"]["statement"]: h["score"] for h in recall(ctx, world, 0.5)["hits"]}
+    plain = {h["body"]["statement"]: h["score"] for h in recall(ctx, world, 0.0)["hits"]}
     assert got[THREAD[2]] == pytest.approx(plain[THREAD[2]] + 0.5 * plain[THREAD[3]])
     assert got[THREAD[3]] == pytest.approx(plain[THREAD[3]])
 
@@ -99,8 +76,8 @@ def test_the_server_reads_window_ids_of_its_bound_tenant_only(ctx, world):
     other.remember("main", "Another tenant's Boston marathon turn.", context={"thread": "chat-1", "position": 0})
     other.remember("main", "And its follower.", context={"thread": "chat-1", "position": 1})
     other.index()
-    mine = _windows(ctx, world)
-    assert len(mine) == len(THREAD) + len(OTHER) and not set(mine) & set(_windows(ctx, other))
+    mine = server_windows(ctx, world.tenant)
+    assert len(mine) == len(THREAD) + len(OTHER) and not set(mine) & set(server_windows(ctx, other.tenant))
     with owner(ctx) as c:
         privilege = "SELECT has_column_privilege('oml_server', 'index_threads', :col, 'SELECT')"
         for col, allowed in (("version_id", True), ("window_claims", True), ("position", False),
@@ -120,7 +97,7 @@ def test_many_claims_at_one_position_count_only_as_deep_as_the_window(ctx):
     w.remember("main", "The Boston office moves to a new floor.", context={"thread": "u", "position": 0})
     w.index()
     w.reader = w.key("reader")
-    plain, got = ({h["body"]["statement"]: h["score"] for h in _recall(ctx, w, share)["hits"]} for share in (0.0, 0.5))
+    plain, got = ({h["body"]["statement"]: h["score"] for h in recall(ctx, w, share)["hits"]} for share in (0.0, 0.5))
     best = sorted((v for s, v in plain.items() if s.startswith("Boston marathon results")), reverse=True)[:2]
     assert ctx.settings.index_context_before == 2
     assert got["Our quarterly budget review is on Thursday."] == pytest.approx(

@@ -141,8 +141,8 @@ def test_windows_held_keeps_admitted_candidates_only():
     rows = [("v2", ["c1", "c0"]), ("v3", ["c2", "c1"]), ("vx", ["c1"]), ("v1", None)]
     claim_of = {"v1": "c1", "v2": "c2", "v3": "c3"}
     # c0 is no candidate, vx not admitted: neither moves anything; a version never holds itself
-    assert windows.held(rows, claim_of, claim_of) == {"v2": ["v1"], "v3": ["v2", "v1"]}
-    assert windows.held(rows, {"v2": "c2"}, {"v2"}) == {}
+    assert windows.held(rows, claim_of) == {"v2": ["v1"], "v3": ["v2", "v1"]}
+    assert windows.held(rows, {"v2": "c2"}) == {}
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e400", "-1", "1.5", "abc", "", " ", "0,5"])
