@@ -30,6 +30,7 @@ import sqlalchemy as sa
 
 from oml.domain import recall as R
 from oml.services.runtime.tracing import traced
+from oml.services.storage import pipelined
 
 #: Robertson and Zaragoza (2009)'s usual defaults (also the stored impact's, 63_bm25_postings.sql).
 K1 = 1.2
@@ -47,7 +48,7 @@ _CALL = sa.text(
 
 
 _TOPK = sa.text(
-    "SELECT version_id, score, tip_from_seq, exact, bound FROM oml_bm25_topk(CAST(:q AS tsquery),"
+    "SELECT CAST(version_id AS text) AS version_id, score, tip_from_seq, exact, bound FROM oml_bm25_topk(CAST(:q AS tsquery),"
     " CAST(:terms AS text[]), CAST(:scopes AS text[]), CAST(:valid AS timestamptz), CAST(:excl AS uuid[]), :lim,"
     " :depth, :fetched)")
 
@@ -86,9 +87,9 @@ def bm25_leg(conn: sa.Connection, text: str, f: Any, n: int, diag: Any, params: 
 def _topk(conn: sa.Connection, lex: list[str], f: Any, n: int, info: dict[str, Any], diag: Any
           ) -> list[tuple[str, float, tuple]]:
     """The bounded search's hits; ``info`` gains ``search: "bounded"``, ``approximate`` and ``bound``."""
-    got = conn.execute(_TOPK, {"q": R.tsquery_text(lex, "|"), "terms": lex, "scopes": list(f.scopes),
-                               "valid": f.valid_at, "excl": f.exclude or None, "lim": n, "depth": DEPTH,
-                               "fetched": max(FETCHED, n)}).all()
+    got = pipelined.fetch(conn, [pipelined.of(_TOPK, {
+        "q": R.tsquery_text(lex, "|"), "terms": lex, "scopes": list(f.scopes), "valid": f.valid_at,
+        "excl": f.exclude or None, "lim": n, "depth": DEPTH, "fetched": max(FETCHED, n)})])[0]
     hits = [r for r in got if r.version_id is not None]
     last = got[-1]  # the function's last row carries exact and the bound
     if last.bound is None:

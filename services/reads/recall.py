@@ -450,10 +450,11 @@ def _counted_exact(conn: sa.Connection, tenant: str, q: str, f: _Filters, n: int
     one statement (the count fences the search: ``n.c < cap``). Returns (count, rows)."""
     where, params = _vector_where(f)
     exact = vector_statement("memory_embeddings", f"n.c < :cap AND {where}", exact=True)
-    got = conn.execute(sa.text(
+    got = pipelined.fetch(conn, [pipelined.of(sa.text(
         f"WITH n AS MATERIALIZED (SELECT count(*) AS c FROM (SELECT 1 FROM memory_embeddings m WHERE {where} LIMIT :cap) x)"
-        f" SELECT n.c AS qualifying, r.version_id, r.distance, r.tip_from_seq FROM n LEFT JOIN LATERAL ({exact}) r ON true"),
-        params | {"t": tenant, "q": q, "n": n, "cap": cap}).all()
+        f" SELECT n.c AS qualifying, CAST(r.version_id AS text) AS version_id, r.distance, r.tip_from_seq"
+        f" FROM n LEFT JOIN LATERAL ({exact}) r ON true"),
+        params | {"t": tenant, "q": q, "n": n, "cap": cap})])[0]
     return int(got[0].qualifying), [r for r in got if r.version_id is not None]
 
 

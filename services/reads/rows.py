@@ -27,6 +27,8 @@ from oml.services.storage import pipelined
 _TIP_AT = ("(CASE WHEN CAST(:as_of AS timestamptz) IS NULL THEN ti.to_seq IS NULL"
            " ELSE ti.from_at <= CAST(:as_of AS timestamptz) AND (ti.to_at IS NULL OR ti.to_at > CAST(:as_of AS timestamptz)) END)")
 
+# Ids leave as text: the read path keys and serves them as strings, and ~100 candidates' UUID objects, each made
+# and then turned back into text, cost more of a recall's client time than the statement's round trip.
 # Plans must stay linear even when a tenant's statistics are stale: claim_versions, claims, workareas
 # and tip_intervals are shared by every tenant, and a tenant created since the last ANALYZE is
 # estimated at one row. The planner then saw no difference between a tenant-prefix index scan and a
@@ -37,9 +39,11 @@ _TIP_AT = ("(CASE WHEN CAST(:as_of AS timestamptz) IS NULL THEN ti.to_seq IS NUL
 # which makes the full-key index the obviously cheaper path. (The partitioned index tables keep the
 # literal `tenant_id = :t`: there it prunes to the tenant's partition at plan time, with its own stats.)
 _ROWS = sa.text(
-    "SELECT v.version_id, v.claim_id, v.workarea_id, w.path, v.kind, v.provenance, v.status, v.self_signed,"
-    "       v.tainted, COALESCE(v.simulation_id, c.simulation_id) AS simulation_id, v.author_identity,"
-    "       v.author_principal, v.valid_from, v.valid_to, v.confidence, v.version_no, v.supersedes, v.created_at,"
+    "SELECT CAST(v.version_id AS text) AS version_id, CAST(v.claim_id AS text) AS claim_id,"
+    "       CAST(v.workarea_id AS text) AS workarea_id, w.path, v.kind, v.provenance, v.status, v.self_signed, v.tainted,"
+    "       CAST(COALESCE(v.simulation_id, c.simulation_id) AS text) AS simulation_id,"
+    "       CAST(v.author_identity AS text) AS author_identity, v.author_principal, v.valid_from, v.valid_to,"
+    "       v.confidence, v.version_no, CAST(v.supersedes AS text) AS supersedes, v.created_at,"
     "       v.submitted_seq, v.decided_seq, c.erased_seq, tip.from_seq AS tip_from_seq, tip.from_at AS tip_from_at"
     "  FROM unnest(CAST(:ids AS uuid[])) AS x(vid)"
     "  CROSS JOIN LATERAL (SELECT * FROM claim_versions v WHERE v.tenant_id = (SELECT CAST(:t AS text)) AND v.version_id = x.vid LIMIT 1) v"

@@ -2,8 +2,8 @@
 
 A :class:`Phases` is a list of marks: :meth:`Phases.mark` charges the time since the previous mark (or since the
 object was made) to a phase name, so the phases of one call add up to its wall time. Marks cost one
-``time.perf_counter_ns()`` and a dict update (well under a microsecond); they carry names and nanoseconds only,
-never a query or a body.
+``time.perf_counter_ns()`` and a dict update (well under a microsecond; with ``cpu=True`` a ``time.thread_time_ns()``
+too); they carry names and nanoseconds only, never a query or a body.
 
 Collector pauses are counted process-wide by a ``gc.callbacks`` hook installed on first use
 (:func:`gc_pauses`): a collection holds the GIL, so one that runs while a call is in flight — on its thread or on
@@ -51,20 +51,30 @@ def gc_pauses() -> tuple[int, int, int]:
 
 
 class Phases:
-    """Nanoseconds per phase of one call, in the order first marked; plus the collector's pauses meanwhile."""
+    """Nanoseconds per phase of one call, in the order first marked; plus the collector's pauses meanwhile.
 
-    __slots__ = ("_gc0", "_last", "ns", "started")
+    ``cpu``: also charge each phase the CPU time of the marking thread (``time.thread_time_ns``, a system call per
+    mark, so only benchmarks ask for it): a phase's wall time less its CPU time is what the thread waited for — on
+    PostgreSQL, on the query embedding, or for a core."""
 
-    def __init__(self) -> None:
+    __slots__ = ("_cpu_last", "_gc0", "_last", "cpu_ns", "ns", "started")
+
+    def __init__(self, *, cpu: bool = False) -> None:
         self._gc0 = gc_pauses()
         self.started = self._last = time.perf_counter_ns()
         self.ns: dict[str, int] = {}
+        self.cpu_ns: dict[str, int] | None = {} if cpu else None
+        self._cpu_last = time.thread_time_ns() if cpu else 0
 
     def mark(self, name: str) -> None:
         """Charge the time since the previous mark to ``name`` (added, when the phase is marked again)."""
         now = time.perf_counter_ns()
         self.ns[name] = self.ns.get(name, 0) + now - self._last
         self._last = now
+        if self.cpu_ns is not None:
+            cpu = time.thread_time_ns()
+            self.cpu_ns[name] = self.cpu_ns.get(name, 0) + cpu - self._cpu_last
+            self._cpu_last = cpu
 
     def add(self, name: str, ns: int) -> None:
         """Record ``ns`` under ``name`` without moving the mark (work that overlapped the phases: another thread's)."""
@@ -83,3 +93,7 @@ class Phases:
         out["gc"] = ns / 1e6
         out["gc_collections"] = float(c)
         return out
+
+    def cpu_ms(self) -> dict[str, float]:
+        """Each phase's CPU time on the marking thread in milliseconds (empty unless made with ``cpu=True``)."""
+        return {k: v / 1e6 for k, v in (self.cpu_ns or {}).items()}

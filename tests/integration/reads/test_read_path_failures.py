@@ -157,3 +157,36 @@ def test_nothing_runs_on_a_connection_after_its_read_log_row_committed(world, ct
             assert not conn.in_transaction()  # SQLAlchemy's idea of the transaction is the server's
             conn.execute(sa.text("SELECT current_setting('oml.tenant_id', true)"))
     assert _bound(ctx) in (None, "")
+
+
+@pytest.mark.parametrize("leg", ["lexical", "vector"])
+def test_a_leg_past_the_statement_limit_is_a_503_that_logs_nothing(world, ctx, monkeypatch, leg):
+    """The legs' statements go to psycopg directly (services/storage/pipelined.py), not through SQLAlchemy's execute:
+    a leg cancelled at ``statement_timeout`` is still the 503 any statement past its limit is, quoting neither the
+    statement nor the query, with nothing logged and the pooled connection left unbound."""
+    from oml.services.reads import bm25, recall
+    from oml.services.runtime.context import Context
+    from oml.services.storage.db import Database
+
+    if leg == "lexical":
+        monkeypatch.setattr(bm25, "_TOPK", sa.text(
+            "SELECT CAST(NULL AS text) AS version_id, 0.0 AS score, 0 AS tip_from_seq, true AS exact, 0.0 AS bound"
+            " FROM pg_sleep(5)"))
+    else:
+        monkeypatch.setattr(recall, "vector_statement", lambda table, where, *, exact: (
+            f"SELECT m.version_id, 0.0 AS distance, m.tip_from_seq FROM {table} m, pg_sleep(5) WHERE {where} LIMIT :n"))
+    db = Database(ctx.db.owner_url.render_as_string(hide_password=False), None, 1, statement_timeout_ms=300)
+    try:
+        limited = Context(ctx.settings, db, ctx.keystore)
+        before = len(read_events(ctx, world.tenant))
+        client = TestClient(create_app(limited), raise_server_exceptions=False)
+        r = client.post("/v1/recall", json={"query": "glacier survey", "k": 3},
+                        headers={"Authorization": f"Bearer {world.keys[world.reader.principal_id]}"})
+        assert r.status_code == 503, r.text
+        assert r.json()["code"] == "service.unavailable" and r.json()["reason"] == "statement_timeout", r.text
+        assert "glacier" not in r.text and "pg_sleep" not in r.text and "SELECT" not in r.text
+        assert len(read_events(ctx, world.tenant)) == before
+        with db.system("oml_server") as conn:
+            assert conn.execute(sa.text("SELECT current_setting('oml.tenant_id', true)")).scalar() in (None, "")
+    finally:
+        db.dispose()

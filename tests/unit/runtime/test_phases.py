@@ -27,3 +27,29 @@ def test_collections_during_a_call_are_counted_full_ones_apart():
     count, pause_ns, full = ph.gc()
     assert count >= 1 and full >= 1 and pause_ns >= 0
     assert ph.ms()["gc_collections"] >= 1
+
+
+def test_cpu_is_charged_per_phase_only_when_asked_and_a_wait_costs_little_of_it():
+    import time
+
+    assert Phases().cpu_ms() == {}
+    ph = Phases(cpu=True)
+    time.sleep(0.02)  # a wait: wall time, no CPU
+    ph.mark("wait")
+    end = time.thread_time() + 0.02
+    while time.thread_time() < end:  # work on this thread
+        pass
+    ph.mark("work")
+    cpu, wall = ph.cpu_ms(), ph.ms()
+    assert list(cpu) == ["wait", "work"]
+    assert cpu["wait"] < wall["wait"] / 2
+    assert cpu["work"] >= 20.0 and cpu["work"] <= wall["work"] + 1.0
+
+
+def test_the_bench_prints_each_phase_with_its_cpu_beside_it():
+    from oml_tools.bench.peers import CPU, phase_table, render_phases
+
+    calls = [(10.0 + i, {"lexical": 4.0, "lexical" + CPU: 1.0, "statements": 2.0}) for i in range(20)]
+    lines = render_phases(phase_table(calls))
+    assert any(line.split()[:5] == ["lexical", "4.00", "1.00", "4.00", "1.00"] for line in lines)
+    assert not any(CPU in line for line in lines)

@@ -59,6 +59,8 @@ TOPK_TYPES = ("tsquery", "text[]", "timestamptz", "text[]", "text[]", "timestamp
 BLAS_THREADS = 1
 #: Phases that ran on another thread, beside the others (not part of the call's sum).
 OVERLAPPING = ("embed",)
+#: Suffix of a phase's CPU time on the calling thread in a call's phases (``Phases.cpu_ms``).
+CPU = ".cpu"
 
 
 def offline() -> None:
@@ -157,12 +159,14 @@ class PhaseLog:
         """One timed OML recall (``locomo.recall_dia``); returns the ranked ids and its latency (ms)."""
         from oml.services.runtime.phases import Phases
 
-        ph = Phases()
+        ph = Phases(cpu=True)
         n0 = self._statements
         t1 = time.perf_counter()
         dia, _, _ = locomo.recall_dia(corpus, rec, "hybrid", q, K, phases=ph)
         ms = (time.perf_counter() - t1) * 1000
-        self.calls.append((ms, ph.ms() | {"statements": float(self._statements - n0)}))
+        cpu = ph.cpu_ms()
+        self.calls.append((ms, ph.ms() | {"statements": float(self._statements - n0)}
+                           | {k + CPU: v for k, v in cpu.items()} | {"total" + CPU: sum(cpu.values())}))
         return dia, ms
 
     def table(self) -> dict[str, Any]:
@@ -189,17 +193,19 @@ def phase_table(calls: list[tuple[float, dict[str, float]]]) -> dict[str, Any]:
 
 
 def render_phases(table: dict[str, Any]) -> list[str]:
-    """The phase table as text: one row per phase, slowest 5 % and middle 10 % side by side (ms)."""
+    """The phase table as text: one row per phase, slowest 5 % and middle 10 % side by side (ms), each phase's wall
+    time and, where the calls recorded it, the calling thread's CPU time in it (``Phases(cpu=True)``)."""
     if not table:
         return []
+    slow, mid = table["slowest_5pct"], table["middle_10pct"]
     lines = [f"where an OML recall's time goes (mean ms; slowest 5 % = {table['n']['slowest_5pct']} calls, "
-             f"middle 10 % (p45-p55) = {table['n']['middle_10pct']} calls)",
-             f"  {'phase':<20}  {'slowest 5%':>10}  {'p45-p55':>8}"]
-    for k in table["slowest_5pct"]:
-        a, b = table["slowest_5pct"][k], table["middle_10pct"].get(k, 0.0)
+             f"middle 10 % (p45-p55) = {table['n']['middle_10pct']} calls; cpu: the calling thread's)",
+             f"  {'phase':<20}  {'slowest 5%':>10}  {'cpu':>6}  {'p45-p55':>8}  {'cpu':>6}"]
+    for k in (k for k in slow if not k.endswith(CPU)):
         label = k + (" (worker, overlaps)" if k in OVERLAPPING else "")
-        fmt = "{:10.1f}  {:8.1f}" if k in ("statements", "gc_collections") else "{:10.2f}  {:8.2f}"
-        lines.append(f"  {label:<20}  " + fmt.format(a, b))
+        fmt = "{:10.1f}  {:>6}  {:8.1f}  {:>6}" if k in ("statements", "gc_collections") else "{:10.2f}  {:>6}  {:8.2f}  {:>6}"
+        cpu = [f"{g[k + CPU]:.2f}" if k + CPU in g else "" for g in (slow, mid)]
+        lines.append((f"  {label:<20}  " + fmt.format(slow[k], cpu[0], mid.get(k, 0.0), cpu[1])).rstrip())
     return lines
 
 
