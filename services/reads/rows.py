@@ -27,8 +27,9 @@ from oml.services.storage import pipelined
 _TIP_AT = ("(CASE WHEN CAST(:as_of AS timestamptz) IS NULL THEN ti.to_seq IS NULL"
            " ELSE ti.from_at <= CAST(:as_of AS timestamptz) AND (ti.to_at IS NULL OR ti.to_at > CAST(:as_of AS timestamptz)) END)")
 
-# Ids leave as text: the read path keys and serves them as strings, and ~100 candidates' UUID objects, each made
-# and then turned back into text, cost more of a recall's client time than the statement's round trip.
+# Ids leave as text: the read path keys and serves them as strings, and a UUID object per id of a recall's ~100
+# candidates, each turned back into text, is client time between two of its statements (docs/benchmarks.md,
+# "Client CPU per phase").
 # Plans must stay linear even when a tenant's statistics are stale: claim_versions, claims, workareas
 # and tip_intervals are shared by every tenant, and a tenant created since the last ANALYZE is
 # estimated at one row. The planner then saw no difference between a tenant-prefix index scan and a
