@@ -68,11 +68,12 @@ class World:
             self.ctx.admission.review(reviewer or self.reviewer, item["version_id"], "promote", "accurate")
         return item
 
-    def remember_many(self, path: str, statements: list[str], *, kind: str = "fact", chunk: int = 200) -> list[dict]:
+    def remember_many(self, path: str, statements: list[str], *, kind: str = "fact", chunk: int = 200, **kw) -> list[dict]:
+        """Submit and promote many claims, ``chunk`` per submit; ``kw`` as :class:`Submission`'s (``valid_from`` …)."""
         wid = self.area(path)
         out = []
         for i in range(0, len(statements), chunk):
-            items = self.ctx.admission.submit(self.writer, [Submission(wid, {"statement": s}, kind=kind)
+            items = self.ctx.admission.submit(self.writer, [Submission(wid, {"statement": s}, kind=kind, **kw)
                                                             for s in statements[i:i + chunk]])["items"]
             for it in items:
                 self.ctx.admission.review(self.reviewer, it["version_id"], "promote", "accurate")

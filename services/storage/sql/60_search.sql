@@ -130,7 +130,7 @@ CREATE INDEX IF NOT EXISTS claim_versions_steering ON claim_versions (tenant_id,
   WHERE kind = 'steering' AND status = 'promoted';
 CREATE INDEX IF NOT EXISTS tip_intervals_claim ON tip_intervals (tenant_id, claim_id, from_seq);
 
--- Valid time (docs/recall.md, "Valid time"): a recall counts the rows in scope whose declared valid
--- time excludes the read's instant. Few rows declare one, so a partial index keeps that count to them.
+-- Valid time (docs/recall.md, "Valid time"): the rows that declare a valid time, by scope. The rows an instant
+-- excludes are found by range (64_valid_time_ranges.sql): where every row declares one, this index holds them all.
 CREATE INDEX IF NOT EXISTS memories_fts_valid_time ON memories_fts (tenant_id, path text_pattern_ops)
   WHERE valid_from IS NOT NULL OR valid_to IS NOT NULL;

@@ -270,9 +270,13 @@ def lexical_planning(ctx: Any, corpus: Any, questions: list[dict]) -> dict[str, 
     from oml.services.reads.recall import query_lexemes
 
     pool = max(R.POOL_MIN, 2 * K)
-    out: dict[str, Any] = {"per_call": {"planning": [], "execution": []}, "prepared": {"planning": [], "execution": []}}
+    out: dict[str, Any] = {"per_call": {"planning": [], "execution": []}, "prepared": {"planning": [], "execution": []},
+                           "exclusions": {"rows_read": []}}
     with ctx.db.engine(None).connect() as conn:
         text = conn.execute(sa.text("SELECT oml_bm25_topk_sql()")).scalar()
+        out["exclusions"]["dated_rows"] = conn.execute(sa.text(
+            "SELECT count(*) FROM memories_fts WHERE tenant_id = :t AND (valid_from IS NOT NULL OR valid_to IS NOT NULL)"),
+            {"t": corpus.tenant}).scalar()
         paths = dict(conn.execute(sa.text("SELECT node_id::text, path FROM workareas WHERE tenant_id = :t"),
                                   {"t": corpus.tenant}).all())
         calls = []
@@ -306,6 +310,10 @@ def lexical_planning(ctx: Any, corpus: Any, questions: list[dict]) -> dict[str, 
                 plan = explain(sql, bind)
                 out[way]["planning"].append(plan["Planning Time"])
                 out[way]["execution"].append(plan["Execution Time"])
+                if way == "prepared":
+                    scan = exclusions_scan(plan["Plan"])
+                    out["exclusions"]["rows_read"].append(
+                        -1 if scan is None else int(scan["Actual Rows"] + scan.get("Rows Removed by Filter", 0)))
         cur.execute("SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = 'oml_bench_lexical'")
         out["prepared"]["generic_plans"], out["prepared"]["custom_plans"] = cur.fetchone()
         cur.execute("DEALLOCATE oml_bench_lexical")
@@ -328,6 +336,20 @@ def lexical_planning(ctx: Any, corpus: Any, questions: list[dict]) -> dict[str, 
     return out
 
 
+def exclusions_scan(plan: dict[str, Any]) -> dict[str, Any] | None:
+    """The scan of ``memories_fts`` that finds the bounded search's exclusions (CTE ``x`` of ``oml_bm25_topk_sql()``:
+    excluded versions and rows whose declared valid time excludes the read's instant) in an ``EXPLAIN (FORMAT JSON)``
+    plan node, or None. Its ``Actual Rows`` plus ``Rows Removed by Filter`` are the rows it read."""
+    if plan.get("Subplan Name") == "CTE x":
+        stack = [plan]
+        while stack:
+            node = stack.pop()
+            if node.get("Relation Name", "").startswith("memories_fts"):
+                return node
+            stack += node.get("Plans", [])
+    return next((got for child in plan.get("Plans", []) if (got := exclusions_scan(child)) is not None), None)
+
+
 def render_lexical_planning(res: dict[str, Any]) -> list[str]:
     """:func:`lexical_planning` as text: p50/p95 of planning and execution (ms), each way."""
     if not res:
@@ -341,6 +363,10 @@ def render_lexical_planning(res: dict[str, Any]) -> list[str]:
                        (f"prepared ({prep['generic_plans']} generic, {prep['custom_plans']} custom plans)", prep)):
         lines.append(f"  {label:<44}  {pct(way['planning'], 50):8.2f}  {pct(way['planning'], 95):8.2f}  "
                      f"{pct(way['execution'], 50):8.2f}  {pct(way['execution'], 95):8.2f}")
+    if res.get("exclusions", {}).get("rows_read"):
+        got = res["exclusions"]["rows_read"]
+        lines.append(f"  exclusions by valid time (x): rows read p50 {pct(got, 50):.0f}, max {max(got)}, of "
+                     f"{res['exclusions']['dated_rows']} rows in the tenant that declare a valid time")
     if "answers" in res:
         lines.append(f"  answers: {res['answers']['exact']} of {res['questions']} proved exact (not flagged), "
                      f"{res['answers']['equal_to_exhaustive']} the exhaustive search's hits in its order")
