@@ -364,8 +364,8 @@ def count_outside_valid_time(conn: sa.Connection, tenant: str, f: _Filters, audi
     excludes ``f.valid_at``: ``{"expired": n, "not_yet_valid": m, "truncated": bool}``, counted up to
     :data:`VALID_COUNT_CAP` over ``memories_fts`` (and the audience's simulation partitions). Rows, not claims:
     an audience member's overlay tip and the default tip it shadows count once each. One statement
-    (:func:`outside_query`, read by :func:`outside_from`); the
-    partial index ``memories_fts_valid_time`` (60_search.sql) keeps it to rows that declare a valid time."""
+    (:func:`outside_query`, read by :func:`outside_from`); partial indexes keep it to rows that declare a valid time
+    (``memories_fts_valid_time``, 60_search.sql) or, by range, to the rows excluded (64_valid_time_ranges.sql)."""
     return outside_from(conn.execute(*outside_query(tenant, f, audience)).one())
 
 
