@@ -12,7 +12,8 @@ rows as a set) for writes; ``HTTP POST /v1/recall`` → ``recall`` →
 ``recall.embed``, ``recall.steering``, ``recall.fts``, ``recall.vector``,
 ``recall.decrypt``, ``readlog.record`` for reads, so a slow recall is
 explained by its children. Span attributes are ids, counts and codes only —
-never a query, a body or a key (the same rule as logs, docs/erasure.md).
+never a query, a body or a key (the same rule as logs, docs/erasure.md); a span that failed carries its
+exception's type (``error.type``), never its message or stack trace.
 
 OML keeps its own :class:`TracerProvider` rather than the process-global
 one, so turning tracing on in one process (or one test) cannot make another
@@ -61,12 +62,28 @@ def configure(mode: str) -> None:
 
 
 @contextmanager
+def _started(name: str, **kw: Any) -> Iterator[Any]:
+    """``start_as_current_span`` that marks a failure by its exception's type only: OpenTelemetry's own recording
+    exports the message and the stack trace, where a database error carries its statement and the server's message,
+    which may quote a value (a query's words, a key's columns)."""
+    with _tracer.start_as_current_span(name, record_exception=False, set_status_on_exception=False, **kw) as s:
+        try:
+            yield s
+        except BaseException as exc:
+            from opentelemetry.trace import Status, StatusCode
+
+            s.set_status(Status(StatusCode.ERROR))
+            s.set_attribute("error.type", f"{type(exc).__module__}.{type(exc).__qualname__}")
+            raise
+
+
+@contextmanager
 def span(name: str, **attributes: Any) -> Iterator[Any]:
     """A child span of the current one (or nothing, when tracing is off); yields the span or ``None``."""
     if _tracer is None:
         yield None
         return
-    with _tracer.start_as_current_span(name, attributes=attributes or None) as s:
+    with _started(name, attributes=attributes or None) as s:
         yield s
 
 
@@ -78,7 +95,7 @@ def traced(name: str) -> Callable[[F], F]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if _tracer is None:
                 return fn(*args, **kwargs)
-            with _tracer.start_as_current_span(name):
+            with _started(name):
                 return fn(*args, **kwargs)
 
         return wrapper  # type: ignore[return-value]
@@ -121,7 +138,7 @@ class TraceRequests:
                 status["code"] = message["status"]
             await send(message)
 
-        with _tracer.start_as_current_span(f"HTTP {scope['method']}", kind=SpanKind.SERVER) as s:
+        with _started(f"HTTP {scope['method']}", kind=SpanKind.SERVER) as s:
             try:
                 await self.app(scope, receive, send_status)
             finally:
