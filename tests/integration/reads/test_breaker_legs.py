@@ -1,0 +1,279 @@
+"""The ranking legs sent to psycopg directly (services/storage/pipelined.py) with ids returned as text, under attack:
+a leg's backend terminated, a leg waiting on a lock, hostile text over HTTP, index rows forged by ``oml_indexer``
+naming another tenant's versions or versions that do not exist. What must hold: a stable RFC 9457 problem (503
+where a retry is safe), no statement, query or value in it, nothing logged, an unbound connection for the pool's next
+borrower, and never another tenant's claim."""
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import sqlalchemy as sa
+from fastapi.testclient import TestClient
+
+from oml.services.entrypoints.http.app import create_app
+from oml.services.reads import bm25, recall
+from oml.services.reads.recall import RecallRequest
+
+from support.owner import owner
+from support.recall import constant_vector, read_events, reader_world
+
+SECRET = "glacier"
+
+
+@pytest.fixture(scope="module")
+def world(ctx):
+    return reader_world(ctx, "breaker-a", [f"The {SECRET} survey measured less ice than planned.",
+                                            f"The {SECRET} melt doubled in spring."])
+
+
+@pytest.fixture(scope="module")
+def other(ctx):
+    return reader_world(ctx, "breaker-b", [f"The {SECRET} survey of tenant b is confidential moraine data."])
+
+
+def _bound(ctx) -> str | None:
+    with ctx.db.system("oml_server") as conn:
+        return conn.execute(sa.text("SELECT current_setting('oml.tenant_id', true)")).scalar()
+
+
+def _post(client, world, body, raw: bytes | None = None):
+    headers = {"Authorization": f"Bearer {world.keys[world.reader.principal_id]}"}
+    if raw is not None:
+        return client.post("/v1/recall", content=raw, headers=headers | {"Content-Type": "application/json"})
+    return client.post("/v1/recall", json=body, headers=headers)
+
+
+def _self_terminating(leg: str, monkeypatch) -> None:
+    """The leg's statement ends its own backend (57P01, FATAL: what ``pg_terminate_backend`` from another session
+    does to it), so the connection dies in the middle of the leg."""
+    if leg == "lexical":
+        monkeypatch.setattr(bm25, "_TOPK", sa.text(
+            "SELECT CAST(NULL AS text) AS version_id, 0.0 AS score, 0 AS tip_from_seq, true AS exact, 0.0 AS bound"
+            " FROM pg_terminate_backend(pg_backend_pid())"))
+    else:
+        monkeypatch.setattr(recall, "vector_statement", lambda table, where, *, exact: (
+            f"SELECT m.version_id, 0.0 AS distance, m.tip_from_seq FROM {table} m, pg_terminate_backend(pg_backend_pid())"
+            f" WHERE {where} LIMIT :n"))
+
+
+@pytest.mark.parametrize("leg", ["lexical", "vector"])
+def test_a_leg_whose_backend_is_terminated_fails_closed_and_the_pool_recovers(world, ctx, monkeypatch, caplog, leg):
+    before = len(read_events(ctx, world.tenant))
+    client = TestClient(create_app(ctx), raise_server_exceptions=False)
+    _self_terminating(leg, monkeypatch)
+    with caplog.at_level(logging.DEBUG):
+        r = _post(client, world, {"query": f"{SECRET} survey", "k": 3,
+                                  "retriever": "fts" if leg == "lexical" else "vector"})
+    assert r.status_code in (500, 503), r.text
+    got = r.json()
+    assert r.headers["content-type"].startswith("application/problem+json")
+    assert got["code"] in ("internal.error", "service.unavailable"), got
+    for leak in (SECRET, "SELECT", "pg_terminate_backend", "oml_bm25_topk", "memory_embeddings"):
+        assert leak not in r.text, leak
+        assert leak not in caplog.text, leak
+    assert len(read_events(ctx, world.tenant)) == before
+    monkeypatch.undo()
+    assert _bound(ctx) in (None, "")
+    for _ in range(4):  # every pooled connection serves the next reads
+        ok = _post(client, world, {"query": f"{SECRET} survey", "k": 3})
+        assert ok.status_code == 200, ok.text
+
+
+def test_a_lexical_leg_past_its_lock_wait_is_a_503(world, ctx, monkeypatch):
+    from oml.services.runtime.context import Context
+    from oml.services.storage.db import Database
+
+    monkeypatch.setattr(bm25, "_TOPK", sa.text(
+        "SELECT CAST(NULL AS text) AS version_id, 0.0 AS score, 0 AS tip_from_seq, true AS exact, 0.0 AS bound"
+        " FROM pg_advisory_xact_lock(7007001)"))
+    db = Database(ctx.db.owner_url.render_as_string(hide_password=False), None, 1, lock_timeout_ms=200)
+    try:
+        limited = Context(ctx.settings, db, ctx.keystore)
+        before = len(read_events(ctx, world.tenant))
+        client = TestClient(create_app(limited), raise_server_exceptions=False)
+        with owner(ctx) as o:
+            o.execute(sa.text("SELECT pg_advisory_xact_lock(7007001)"))
+            r = _post(client, world, {"query": f"{SECRET} survey", "k": 3, "retriever": "fts"})
+        assert r.status_code == 503, r.text
+        assert r.json()["code"] == "service.unavailable" and r.json()["reason"] == "lock_timeout", r.text
+        assert SECRET not in r.text and "SELECT" not in r.text and "advisory" not in r.text
+        assert len(read_events(ctx, world.tenant)) == before
+        with db.system("oml_server") as conn:
+            assert conn.execute(sa.text("SELECT current_setting('oml.tenant_id', true)")).scalar() in (None, "")
+    finally:
+        db.dispose()
+
+
+_HOSTILE = ["%s", "%(x)s", "%(q)s %(t)s", "$1 $2", "a::b", "glacier::tsquery", "\\", "glacier\\' OR 1=1 --",
+            "'\"", "glacier & !survey | <-> :*", "glacier' | 'survey", "%%", "{}", "E'\\x00'", "ünï—cødé 🧊 glacier",
+            "glacier " * 500, "x" * 4000]
+
+
+@pytest.mark.parametrize("query", _HOSTILE)
+@pytest.mark.parametrize("retriever", ["fts", "hybrid"])
+def test_hostile_query_text_is_answered_or_refused_never_a_500(world, other, ctx, query, retriever):
+    client = TestClient(create_app(ctx), raise_server_exceptions=False)
+    r = _post(client, world, {"query": query, "k": 5, "retriever": retriever})
+    assert r.status_code in (200, 422), r.text
+    if r.status_code == 200:
+        assert "moraine" not in r.text and "confidential" not in r.text
+
+
+@pytest.mark.parametrize("raw", [
+    b'{"query": "glacier\\u0000survey"}', b'{"query": "\\ud800glacier"}', b'{"query": "glacier\\udfff"}',
+    b'{"query": "' + b"g" * 100_000 + b'"}', b'{"query": "glacier", "workarea_id": "%s"}',
+    b'{"query": "glacier", "workarea_id": "00000000-0000-0000-0000-00000000000\\u0000"}',
+    b'{"query": "glacier", "filters": {"kinds": ["fact\\u0000"]}}', b'{"query": "glacier", "filters": {"kinds": ["%s"]}}',
+    b'{"query": "glacier", "filters": {"provenances": ["observed\'; --"]}}',
+    b'{"query": "glacier", "filters": {"provenances": ["$1"]}}', b'{"query": "glacier", "k": 1e400}',
+    b'{"query": "glacier", "k": 99999999999999999999999}'])
+def test_hostile_bodies_are_422_problems(world, ctx, raw):
+    client = TestClient(create_app(ctx), raise_server_exceptions=False)
+    r = _post(client, world, None, raw=raw)
+    assert r.status_code in (400, 422), r.text
+    assert r.headers["content-type"].startswith("application/problem+json")
+    assert "glacier" not in r.text
+
+
+def test_hostile_filters_sent_below_http_are_answered_or_refused_never_another_tenants(world, other, ctx):
+    """The Recaller called directly (the MCP and CLI paths validate less than HTTP): odd kinds and provenances."""
+    from oml.domain.errors import OMLError
+
+    for kinds in (["%s"], ["fact' OR '1'='1"], ["$1"], ["fact::text"], ["\\"], ["fact\x00"]):
+        for req in (RecallRequest(query=f"{SECRET} survey", k=5, kinds=kinds),
+                    RecallRequest(query=f"{SECRET} survey", k=5, provenances=kinds)):
+            with pytest.raises(OMLError) as e:
+                world.recaller.recall(world.reader, req)
+            assert e.value.code == "recall.invalid" and e.value.status in (400, 422)
+    for wa in ("%s", "$1", "00000000-0000-0000-0000-00000000000\x00", "' OR 1=1 --"):
+        with pytest.raises(OMLError) as e:
+            world.recaller.recall(world.reader, RecallRequest(query=f"{SECRET} survey", k=5, workarea_id=wa))
+        assert e.value.status in (400, 403, 404, 422), e.value.code
+
+
+def _forge(ctx, attacker, victim_version: dict, *, version_id: str | None = None) -> None:
+    """As ``oml_indexer`` bound to ``attacker``'s tenant, index rows in its own partitions that name
+    ``victim_version``'s ids (or ``version_id``), scoring first for the query's words and embedding."""
+    vec = "[" + ",".join(str(x) for x in constant_vector("")) + "]"
+    wa, path = attacker.workareas["main"], "main"
+    vid = version_id or victim_version["version_id"]
+    with ctx.db.tenant("oml_indexer", attacker.tenant) as c:
+        c.execute(sa.text(
+            "INSERT INTO memories_fts (tenant_id, version_id, claim_id, workarea_id, path, kind, provenance, self_signed,"
+            " tip_from_seq, tip_from_at, tsv) VALUES (:t, CAST(:v AS uuid), CAST(:c AS uuid), CAST(:w AS uuid), :p,"
+            " 'fact', 'observed', false, 9000000, now(),"
+            " to_tsvector('english', 'glacier glacier glacier survey survey moraine'))"),
+            {"t": attacker.tenant, "v": vid, "c": victim_version["claim_id"], "w": wa, "p": path})
+        c.execute(sa.text(
+            "INSERT INTO memory_embeddings (tenant_id, version_id, claim_id, workarea_id, path, kind, provenance,"
+            " self_signed, tip_from_seq, tip_from_at, embedding) VALUES (:t, CAST(:v AS uuid), CAST(:c AS uuid),"
+            " CAST(:w AS uuid), :p, 'fact', 'observed', false, 9000000, now(), CAST(:e AS vector))"),
+            {"t": attacker.tenant, "v": vid, "c": victim_version["claim_id"], "w": wa, "p": path, "e": vec})
+
+
+@pytest.mark.parametrize("which", ["other_tenants", "absent"])
+def test_forged_index_rows_never_serve_another_tenants_claim(world, other, ctx, which):
+    victim = other.remember("main", f"The {SECRET} moraine report of tenant b, forged at.")
+    other.index()
+    import uuid
+
+    _forge(ctx, world, victim, version_id=None if which == "other_tenants" else str(uuid.uuid4()).upper())
+    client = TestClient(create_app(ctx), raise_server_exceptions=False)
+    for retriever in ("fts", "vector", "hybrid"):
+        out = world.recaller.recall(world.reader, RecallRequest(query=f"{SECRET} survey moraine", retriever=retriever, k=10))
+        served = {h["claim_id"] for h in out["hits"]} | {h["version_id"] for h in out["hits"]}
+        assert victim["claim_id"] not in served and victim["version_id"] not in served, out
+        assert "moraine" not in json.dumps(out["hits"])
+        r = _post(client, world, {"query": f"{SECRET} survey moraine", "k": 10, "retriever": retriever})
+        assert r.status_code == 200, r.text
+        assert victim["claim_id"] not in r.text and victim["version_id"] not in r.text
+        assert "moraine" not in r.text
+
+
+def test_an_upper_case_workarea_id_scopes_like_its_canonical_form(world, ctx):
+    client = TestClient(create_app(ctx), raise_server_exceptions=False)
+    wa = world.workareas["main"]
+    got = {}
+    for form in (wa.lower(), wa.upper()):
+        r = _post(client, world, {"query": f"{SECRET} survey", "k": 10, "workarea_id": form, "retriever": "hybrid"})
+        assert r.status_code in (200, 422), r.text
+        got[form] = r.json().get("hits") if r.status_code == 200 else r.status_code
+    if isinstance(got[wa.upper()], list):
+        assert [h["version_id"] for h in got[wa.upper()]] == [h["version_id"] for h in got[wa.lower()]]
+
+
+def test_leg_ids_are_canonical_text_and_ties_keep_uuid_order(world, ctx):
+    """Ids leave the legs as PostgreSQL's canonical text; equal scores and equal tips are ordered by the uuid inside
+    SQL, which for canonical lower-case hex text is also their text order."""
+    out = world.recaller.recall(world.reader, RecallRequest(query=f"{SECRET}", retriever="fts", k=10))
+    ids = [h["version_id"] for h in out["hits"]]
+    import uuid
+
+    assert all(i == str(uuid.UUID(i)) for i in ids)
+
+
+@pytest.fixture
+def raising(ctx):
+    """``breaker_raise(state, v)``: raises SQLSTATE ``state`` with a message quoting ``v`` (what a server message
+    may do with a statement's value), callable by every role; dropped after the test."""
+    with owner(ctx) as o:
+        o.execute(sa.text("CREATE OR REPLACE FUNCTION breaker_raise(state text, v text) RETURNS void"
+                          " LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'zqx-leaked %', v USING ERRCODE = state; END $$"))
+        o.execute(sa.text("GRANT EXECUTE ON FUNCTION breaker_raise(text, text) TO PUBLIC"))
+    yield
+    with owner(ctx) as o:
+        o.execute(sa.text("DROP FUNCTION IF EXISTS breaker_raise(text, text)"))
+
+
+@pytest.mark.parametrize("state,status,reason", [
+    ("40P01", 503, "deadlock"), ("55P03", 503, "lock_timeout"), ("57014", 503, "statement_timeout"),
+    ("42501", 500, None), ("22P02", 500, None), ("40X99", 500, None)])
+@pytest.mark.parametrize("leg", ["lexical", "vector"])
+def test_a_leg_refused_by_the_server_is_a_stable_problem_quoting_nothing(world, ctx, monkeypatch, caplog, raising,
+                                                                         state, status, reason, leg):
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from oml.services.runtime import tracing
+
+    if leg == "lexical":
+        monkeypatch.setattr(bm25, "_TOPK", sa.text(
+            "SELECT CAST(NULL AS text) AS version_id, 0.0 AS score, 0 AS tip_from_seq, true AS exact, 0.0 AS bound"
+            f" FROM breaker_raise('{state}', CAST(:q AS text))"))
+    else:
+        monkeypatch.setattr(recall, "vector_statement", lambda table, where, *, exact: (
+            f"SELECT m.version_id, 0.0 AS distance, m.tip_from_seq FROM {table} m, breaker_raise('{state}', :t || :q)"
+            f" WHERE {where} LIMIT :n"))
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    before = len(read_events(ctx, world.tenant))
+    client = TestClient(create_app(ctx), raise_server_exceptions=False)
+    tracing.use(provider)
+    try:
+        with caplog.at_level(logging.DEBUG):
+            r = _post(client, world, {"query": f"{SECRET} survey", "k": 3,
+                                      "retriever": "fts" if leg == "lexical" else "vector"})
+    finally:
+        tracing.use(None)
+    assert r.status_code == status, r.text
+    got = r.json()
+    assert got["code"] == ("service.unavailable" if status == 503 else "internal.error"), got
+    assert got.get("reason") == reason
+    if status == 503:
+        assert r.headers["retry-after"]
+    for leak in (SECRET, "zqx-leaked", "SELECT", "breaker_raise"):
+        assert leak not in r.text, leak
+        assert leak not in caplog.text, leak
+    assert len(read_events(ctx, world.tenant)) == before
+    assert _bound(ctx) in (None, "")
+    spans = exporter.get_finished_spans()
+    exported = json.dumps([[s.name, dict(s.attributes or {}), s.status.description,
+                            [[ev.name, dict(ev.attributes or {})] for ev in s.events]] for s in spans], default=str)
+    for leak in (SECRET, "zqx-leaked", "SELECT", "breaker_raise", "breaker-a["):
+        assert leak not in exported, leak
+    failed = {s.name: (s.attributes or {}).get("error.type") for s in spans if not s.status.is_ok}
+    assert failed.get("recall.fts" if leg == "lexical" else "recall.vector", "").startswith("sqlalchemy.exc."), failed
