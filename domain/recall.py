@@ -43,6 +43,7 @@ from typing import Any
 from .access import Principal
 from .claims import ancestors, is_within
 from .errors import OMLError, invalid
+from .input_rules import NOT_UTF8, text_fault
 
 # ---------------------------------------------------------------- constants
 
@@ -382,7 +383,8 @@ def apply_budget(steering_chars: Sequence[int], hit_chars: Sequence[int], budget
 
 
 def check_query(text: object) -> str:
-    """Validate recall text: a string of at most :data:`QUERY_MAX_CHARS` characters without NUL.
+    """Validate recall text: a string of at most :data:`QUERY_MAX_CHARS` characters without NUL or a lone surrogate
+    (:mod:`oml.domain.input_rules`; HTTP's schema refuses both, the CLI's argv and the Python API can carry them).
 
     An empty or whitespace-only query is allowed: it yields steering rows and no hits.
     Raises ``admission.invalid`` naming the field, never echoing the value.
@@ -393,6 +395,8 @@ def check_query(text: object) -> str:
         raise invalid(f"query must be at most {QUERY_MAX_CHARS} characters", field="query")
     if "\x00" in text:
         raise invalid("query must not contain NUL characters", field="query")
+    if text_fault(text):
+        raise invalid(f"query {NOT_UTF8}", field="query")
     return text
 
 

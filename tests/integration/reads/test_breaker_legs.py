@@ -277,3 +277,23 @@ def test_a_leg_refused_by_the_server_is_a_stable_problem_quoting_nothing(world, 
         assert leak not in exported, leak
     failed = {s.name: (s.attributes or {}).get("error.type") for s in spans if not s.status.is_ok}
     assert failed.get("recall.fts" if leg == "lexical" else "recall.vector", "").startswith("sqlalchemy.exc."), failed
+
+
+@pytest.mark.parametrize("query", ["glacier\x00survey", "\ud800glacier", "glacier\udfff survey", "g" * 100_000,
+                                   "%(q)s\x00", "glacier " + "\\" * 3000])
+@pytest.mark.parametrize("retriever", ["fts", "hybrid"])
+def test_hostile_query_text_below_http_is_refused_or_answered_and_leaves_the_pool_clean(world, ctx, query, retriever):
+    """The Recaller called directly (what the MCP tools and the CLI call): text HTTP's schema would refuse."""
+    from oml.domain.errors import OMLError
+
+    before = len(read_events(ctx, world.tenant))
+    try:
+        out = world.recaller.recall(world.reader, RecallRequest(query=query, retriever=retriever, k=5))
+    except OMLError as e:
+        assert 400 <= e.status < 500, e.code
+        assert len(read_events(ctx, world.tenant)) == before
+    else:
+        assert "moraine" not in json.dumps(out)
+    assert _bound(ctx) in (None, "")
+    ok = world.recaller.recall(world.reader, RecallRequest(query=f"{SECRET} survey", retriever=retriever, k=5))
+    assert ok["hits"]

@@ -260,11 +260,11 @@ def test_tsquery_text_quotes_every_lexeme():
 
 def test_check_query():
     assert R.check_query("") == ""
-    for bad in (None, 3, "x" * (R.QUERY_MAX_CHARS + 1), "a\x00b"):
+    for bad in (None, 3, "x" * (R.QUERY_MAX_CHARS + 1), "a\x00b", "\ud800glacier", "glacier\udfff", "\udcff"):
         with pytest.raises(OMLError) as e:
             R.check_query(bad)
         assert e.value.code == "admission.invalid"
-        assert "a\x00b" not in e.value.detail
+        assert "a\x00b" not in e.value.detail and "glacier" not in e.value.detail
 
 
 def test_query_digest_is_keyed():
