@@ -61,6 +61,7 @@ import dataclasses
 import datetime as dt
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -333,8 +334,15 @@ def vector_sql(f: _Filters, *, exact: bool) -> tuple[str, dict[str, Any]]:
 
 
 def vector_rows(got: Sequence[Any]) -> list[LegRow]:
-    """Vector statement rows as leg rows; ties: newer tip first."""
-    return [(str(r.version_id), float(r.distance), (-int(r.tip_from_seq),)) for r in got]
+    """Vector statement rows as leg rows; ties: newer tip first. A row whose distance is NaN is left out: pgvector's
+    cosine distance to a zero embedding, which no model writes but a forged index row can hold, has no place in the
+    order, and a response's distance and score are numbers (JSON has no NaN)."""
+    out: list[LegRow] = []
+    for r in got:
+        d = float(r.distance)
+        if not math.isnan(d):
+            out.append((str(r.version_id), d, (-int(r.tip_from_seq),)))
+    return out
 
 
 def count_qualifying(conn: sa.Connection, tenant: str, f: _Filters, cap: int) -> int:
