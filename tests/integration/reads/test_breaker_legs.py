@@ -211,7 +211,17 @@ def test_leg_ids_are_canonical_text_and_ties_keep_uuid_order(world, ctx):
     ids = [h["version_id"] for h in out["hits"]]
     import uuid
 
-    assert all(i == str(uuid.UUID(i)) for i in ids)
+    assert ids and all(i == str(uuid.UUID(i)) for i in ids)
+    # PostgreSQL orders uuids by their bytes; Python breaks ties by the text the legs now return: the same order
+    # for canonical text, in the database's collation or in code points.
+    with ctx.db.system("oml_server") as conn:
+        by_uuid, by_text = conn.execute(sa.text(
+            "SELECT array_agg(CAST(u AS text) ORDER BY u), array_agg(CAST(u AS text) ORDER BY CAST(u AS text))"
+            " FROM (SELECT gen_random_uuid() AS u FROM generate_series(1, 4000)"
+            "       UNION ALL SELECT CAST(x AS uuid) FROM unnest(ARRAY['00000000-0000-0000-0000-00000000000a',"
+            "       '00000000-0000-0000-0000-000000000009', 'ffffffff-ffff-ffff-ffff-ffffffffffff',"
+            "       'a0000000-0000-0000-0000-000000000000', '9fffffff-ffff-ffff-ffff-ffffffffffff']) x) z")).one()
+    assert by_uuid == sorted(by_uuid) == by_text
 
 
 @pytest.fixture
@@ -297,3 +307,61 @@ def test_hostile_query_text_below_http_is_refused_or_answered_and_leaves_the_poo
     assert _bound(ctx) in (None, "")
     ok = world.recaller.recall(world.reader, RecallRequest(query=f"{SECRET} survey", retriever=retriever, k=5))
     assert ok["hits"]
+
+
+@pytest.mark.parametrize("ranking", ["bounded", "exhaustive"])
+def test_index_rows_stripped_of_positions_are_refused_at_write_and_recall_still_answers(ctx, ranking):
+    """``oml_indexer`` rewriting its tenant's rows with ``strip(tsv)`` (lexemes without positions: every row's length
+    0, and so the scope's average length, which the BM25 formula divides by) is refused by the postings' trigger."""
+    w = reader_world(ctx, f"breaker-strip-{ranking}", [f"The {SECRET} survey measured less ice than planned."])
+    with pytest.raises(sa.exc.IntegrityError):
+        with ctx.db.tenant("oml_indexer", w.tenant) as c:
+            got = c.execute(sa.text("DELETE FROM memories_fts WHERE tenant_id = :t RETURNING version_id, claim_id,"
+                                    " workarea_id, path, tip_from_seq, tip_from_at, strip(tsv) AS tsv"), {"t": w.tenant}).all()
+            assert len(got) == 1
+            c.execute(sa.text(
+                "INSERT INTO memories_fts (tenant_id, version_id, claim_id, workarea_id, path, kind, provenance,"
+                " self_signed, tip_from_seq, tip_from_at, tsv) VALUES (:t, :v, :c, :w, :p, 'fact', 'observed', false,"
+                " :s, :a, CAST(:tsv AS tsvector))"),
+                {"t": w.tenant, "v": got[0].version_id, "c": got[0].claim_id, "w": got[0].workarea_id, "p": got[0].path,
+                 "s": got[0].tip_from_seq, "a": got[0].tip_from_at, "tsv": got[0].tsv})
+    client = TestClient(create_app(ctx), raise_server_exceptions=False)
+    body = {"query": f"{SECRET} survey", "k": 3, "retriever": "fts"}
+    if ranking == "exhaustive":
+        body["filters"] = {"kinds": ["fact"]}
+    r = _post(client, w, body)
+    assert r.status_code == 200 and len(r.json()["hits"]) == 1, r.text
+
+
+@pytest.mark.parametrize("retriever", ["vector", "hybrid"])
+def test_a_zero_embedding_written_by_the_indexer_is_no_nan_and_no_null_distance(ctx, retriever):
+    """``oml_indexer`` replaces a version's embedding with the zero vector, whose cosine distance to any query is NaN
+    (pgvector): the vector leg's exact search reads it (services/reads/recall.py, ``_counted_exact``)."""
+    w = reader_world(ctx, f"breaker-zero-{retriever}", [f"The {SECRET} survey measured less ice than planned.",
+                                                        f"The {SECRET} melt doubled in spring."])
+    with ctx.db.tenant("oml_indexer", w.tenant) as c:
+        got = c.execute(sa.text("DELETE FROM memory_embeddings WHERE tenant_id = :t RETURNING version_id, claim_id,"
+                                " workarea_id, path, kind, provenance, self_signed, tip_from_seq, tip_from_at,"
+                                " CAST(embedding AS text) AS embedding"),
+                        {"t": w.tenant}).all()
+        assert len(got) == 2
+        for n, row in enumerate(got):
+            c.execute(sa.text(
+                "INSERT INTO memory_embeddings (tenant_id, version_id, claim_id, workarea_id, path, kind, provenance,"
+                " self_signed, tip_from_seq, tip_from_at, embedding) VALUES (:t, :v, :c, :w, :p, :k, :pr, :ss, :s, :a,"
+                " CASE WHEN :zero THEN CAST(array_fill(0, ARRAY[vector_dims(CAST(:e AS vector))]) AS vector)"
+                " ELSE CAST(:e AS vector) END)"),
+                {"t": w.tenant, "v": row.version_id, "c": row.claim_id, "w": row.workarea_id, "p": row.path,
+                 "k": row.kind, "pr": row.provenance, "ss": row.self_signed, "s": row.tip_from_seq,
+                 "a": row.tip_from_at, "e": row.embedding, "zero": n == 0})
+    out = w.recaller.recall(w.reader, RecallRequest(query=f"{SECRET} survey", retriever=retriever, k=5))
+    # The zero embedding has no distance: the vector leg leaves it out; the lexical leg still finds its version.
+    assert len(out["hits"]) == (1 if retriever == "vector" else 2), out["hits"]
+    assert all(h["score"] == h["score"] for h in out["hits"])  # no NaN
+    client = TestClient(create_app(ctx), raise_server_exceptions=False)
+    r = _post(client, w, {"query": f"{SECRET} survey", "k": 5, "retriever": retriever})
+    assert r.status_code == 200, r.text
+    assert "NaN" not in r.text  # JSON has no NaN: the server sends null for a score it cannot state
+    from oml.client import wire as W
+
+    W.Recalled.model_validate(r.json())  # still the published shape
