@@ -152,3 +152,18 @@ def world_with_reads(ctx: Context, tenant: str, text: str, reads: int = 3):
     for i in range(reads):
         rec.recall(reader, RecallRequest(query=f"fact retention {i}", retriever="fts"))
     return w, reader, operator, rec
+
+
+def leg_calls(monkeypatch, leg: str, call: str) -> None:
+    """Make the recall's ``lexical`` (``bm25._TOPK``) or ``vector`` (``recall.vector_statement``) leg a statement that
+    runs ``call`` — a set-returning SQL call in its FROM list, which may read the leg's parameters ``:q`` and ``:t`` —
+    and returns no candidate: how a test makes a leg wait, fail or lose its backend at the server."""
+    from oml.services.reads import bm25, recall
+
+    if leg == "lexical":
+        monkeypatch.setattr(bm25, "_TOPK", sa.text(
+            "SELECT CAST(NULL AS text) AS version_id, 0.0 AS score, 0 AS tip_from_seq, true AS exact, 0.0 AS bound"
+            f" FROM {call}"))
+    else:
+        monkeypatch.setattr(recall, "vector_statement", lambda table, where, *, exact: (
+            f"SELECT m.version_id, 0.0 AS distance, m.tip_from_seq FROM {table} m, {call} WHERE {where} LIMIT :n"))

@@ -18,7 +18,7 @@ from oml.services.reads.recall import RecallRequest
 from oml.services.storage import timeouts
 
 from support.owner import owner
-from support.recall import read_events, reader_world
+from support.recall import leg_calls, read_events, reader_world
 
 
 @pytest.fixture(scope="module")
@@ -164,17 +164,10 @@ def test_a_leg_past_the_statement_limit_is_a_503_that_logs_nothing(world, ctx, m
     """The legs' statements go to psycopg directly (services/storage/pipelined.py), not through SQLAlchemy's execute:
     a leg cancelled at ``statement_timeout`` is still the 503 any statement past its limit is, quoting neither the
     statement nor the query, with nothing logged and the pooled connection left unbound."""
-    from oml.services.reads import bm25, recall
     from oml.services.runtime.context import Context
     from oml.services.storage.db import Database
 
-    if leg == "lexical":
-        monkeypatch.setattr(bm25, "_TOPK", sa.text(
-            "SELECT CAST(NULL AS text) AS version_id, 0.0 AS score, 0 AS tip_from_seq, true AS exact, 0.0 AS bound"
-            " FROM pg_sleep(5)"))
-    else:
-        monkeypatch.setattr(recall, "vector_statement", lambda table, where, *, exact: (
-            f"SELECT m.version_id, 0.0 AS distance, m.tip_from_seq FROM {table} m, pg_sleep(5) WHERE {where} LIMIT :n"))
+    leg_calls(monkeypatch, leg, "pg_sleep(5)")
     db = Database(ctx.db.owner_url.render_as_string(hide_password=False), None, 1, statement_timeout_ms=300)
     try:
         limited = Context(ctx.settings, db, ctx.keystore)

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import pytest
 from fastapi.testclient import TestClient
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from oml.services.entrypoints.http.app import create_app
 from oml.services.runtime import tracing
 
 from support.recall import make_world
+from support.spans import recorded_spans
 
 CANARY = "zebracanary"
 
@@ -33,14 +32,8 @@ def world(ctx):
 
 @pytest.fixture()
 def spans():
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.use(provider)
-    try:
+    with recorded_spans() as exporter:
         yield exporter
-    finally:
-        tracing.use(None)
 
 
 def _tree(exporter):

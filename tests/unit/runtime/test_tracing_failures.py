@@ -2,31 +2,17 @@
 statement and the server's message, which may quote a query's words or a row's values (services/runtime/tracing.py)."""
 from __future__ import annotations
 
-import json
-
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from oml.services.runtime import tracing
+
+from support.spans import exported, recorded_spans
 
 
 @pytest.fixture
 def exporter():
-    got = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(got))
-    tracing.use(provider)
-    try:
+    with recorded_spans() as got:
         yield got
-    finally:
-        tracing.use(None)
-
-
-def _exported(exporter) -> str:
-    return json.dumps([[s.name, dict(s.attributes or {}), s.status.description,
-                        [[e.name, dict(e.attributes or {})] for e in s.events]] for s in exporter.get_finished_spans()])
 
 
 def test_a_failed_span_carries_the_type_never_the_message(exporter):
@@ -37,7 +23,7 @@ def test_a_failed_span_carries_the_type_never_the_message(exporter):
 
     with pytest.raises(ValueError):
         leg()
-    out = _exported(exporter)
+    out = exported(exporter)
     assert "canary-words" not in out and "SELECT" not in out and "Traceback" not in out
     spans = {s.name: s for s in exporter.get_finished_spans()}
     assert set(spans) == {"leg", "inner"}

@@ -13,24 +13,25 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from oml.services.entrypoints.http.app import create_app
-from oml.services.reads import bm25, recall
+from oml.services.reads import bm25
 from oml.services.reads.recall import RecallRequest
 
 from support.owner import owner
-from support.recall import constant_vector, read_events, reader_world
+from support.recall import constant_vector, leg_calls, read_events, reader_world
+from support.spans import exported, recorded_spans
 
 SECRET = "glacier"
 
 
 @pytest.fixture(scope="module")
 def world(ctx):
-    return reader_world(ctx, "breaker-a", [f"The {SECRET} survey measured less ice than planned.",
+    return reader_world(ctx, "legs-a", [f"The {SECRET} survey measured less ice than planned.",
                                             f"The {SECRET} melt doubled in spring."])
 
 
 @pytest.fixture(scope="module")
 def other(ctx):
-    return reader_world(ctx, "breaker-b", [f"The {SECRET} survey of tenant b is confidential moraine data."])
+    return reader_world(ctx, "legs-b", [f"The {SECRET} survey of tenant b is confidential moraine data."])
 
 
 def _bound(ctx) -> str | None:
@@ -48,14 +49,7 @@ def _post(client, world, body, raw: bytes | None = None):
 def _self_terminating(leg: str, monkeypatch) -> None:
     """The leg's statement ends its own backend (57P01, FATAL: what ``pg_terminate_backend`` from another session
     does to it), so the connection dies in the middle of the leg."""
-    if leg == "lexical":
-        monkeypatch.setattr(bm25, "_TOPK", sa.text(
-            "SELECT CAST(NULL AS text) AS version_id, 0.0 AS score, 0 AS tip_from_seq, true AS exact, 0.0 AS bound"
-            " FROM pg_terminate_backend(pg_backend_pid())"))
-    else:
-        monkeypatch.setattr(recall, "vector_statement", lambda table, where, *, exact: (
-            f"SELECT m.version_id, 0.0 AS distance, m.tip_from_seq FROM {table} m, pg_terminate_backend(pg_backend_pid())"
-            f" WHERE {where} LIMIT :n"))
+    leg_calls(monkeypatch, leg, "pg_terminate_backend(pg_backend_pid())")
 
 
 @pytest.mark.parametrize("leg", ["lexical", "vector"])
@@ -226,15 +220,15 @@ def test_leg_ids_are_canonical_text_and_ties_keep_uuid_order(world, ctx):
 
 @pytest.fixture
 def raising(ctx):
-    """``breaker_raise(state, v)``: raises SQLSTATE ``state`` with a message quoting ``v`` (what a server message
+    """``leg_refuses(state, v)``: raises SQLSTATE ``state`` with a message quoting ``v`` (what a server message
     may do with a statement's value), callable by every role; dropped after the test."""
     with owner(ctx) as o:
-        o.execute(sa.text("CREATE OR REPLACE FUNCTION breaker_raise(state text, v text) RETURNS void"
+        o.execute(sa.text("CREATE OR REPLACE FUNCTION leg_refuses(state text, v text) RETURNS void"
                           " LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'zqx-leaked %', v USING ERRCODE = state; END $$"))
-        o.execute(sa.text("GRANT EXECUTE ON FUNCTION breaker_raise(text, text) TO PUBLIC"))
+        o.execute(sa.text("GRANT EXECUTE ON FUNCTION leg_refuses(text, text) TO PUBLIC"))
     yield
     with owner(ctx) as o:
-        o.execute(sa.text("DROP FUNCTION IF EXISTS breaker_raise(text, text)"))
+        o.execute(sa.text("DROP FUNCTION IF EXISTS leg_refuses(text, text)"))
 
 
 @pytest.mark.parametrize("state,status,reason", [
@@ -243,49 +237,28 @@ def raising(ctx):
 @pytest.mark.parametrize("leg", ["lexical", "vector"])
 def test_a_leg_refused_by_the_server_is_a_stable_problem_quoting_nothing(world, ctx, monkeypatch, caplog, raising,
                                                                          state, status, reason, leg):
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    from oml.services.runtime import tracing
-
-    if leg == "lexical":
-        monkeypatch.setattr(bm25, "_TOPK", sa.text(
-            "SELECT CAST(NULL AS text) AS version_id, 0.0 AS score, 0 AS tip_from_seq, true AS exact, 0.0 AS bound"
-            f" FROM breaker_raise('{state}', CAST(:q AS text))"))
-    else:
-        monkeypatch.setattr(recall, "vector_statement", lambda table, where, *, exact: (
-            f"SELECT m.version_id, 0.0 AS distance, m.tip_from_seq FROM {table} m, breaker_raise('{state}', :t || :q)"
-            f" WHERE {where} LIMIT :n"))
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    leg_calls(monkeypatch, leg, f"leg_refuses('{state}', CAST(:q AS text))" if leg == "lexical"
+              else f"leg_refuses('{state}', :t || :q)")
     before = len(read_events(ctx, world.tenant))
     client = TestClient(create_app(ctx), raise_server_exceptions=False)
-    tracing.use(provider)
-    try:
-        with caplog.at_level(logging.DEBUG):
-            r = _post(client, world, {"query": f"{SECRET} survey", "k": 3,
-                                      "retriever": "fts" if leg == "lexical" else "vector"})
-    finally:
-        tracing.use(None)
+    with recorded_spans() as exporter, caplog.at_level(logging.DEBUG):
+        r = _post(client, world, {"query": f"{SECRET} survey", "k": 3,
+                                  "retriever": "fts" if leg == "lexical" else "vector"})
     assert r.status_code == status, r.text
     got = r.json()
     assert got["code"] == ("service.unavailable" if status == 503 else "internal.error"), got
     assert got.get("reason") == reason
     if status == 503:
         assert r.headers["retry-after"]
-    for leak in (SECRET, "zqx-leaked", "SELECT", "breaker_raise"):
+    for leak in (SECRET, "zqx-leaked", "SELECT", "leg_refuses"):
         assert leak not in r.text, leak
         assert leak not in caplog.text, leak
     assert len(read_events(ctx, world.tenant)) == before
     assert _bound(ctx) in (None, "")
-    spans = exporter.get_finished_spans()
-    exported = json.dumps([[s.name, dict(s.attributes or {}), s.status.description,
-                            [[ev.name, dict(ev.attributes or {})] for ev in s.events]] for s in spans], default=str)
-    for leak in (SECRET, "zqx-leaked", "SELECT", "breaker_raise", "breaker-a["):
-        assert leak not in exported, leak
-    failed = {s.name: (s.attributes or {}).get("error.type") for s in spans if not s.status.is_ok}
+    text = exported(exporter)
+    for leak in (SECRET, "zqx-leaked", "SELECT", "leg_refuses", "legs-a["):
+        assert leak not in text, leak
+    failed = {s.name: (s.attributes or {}).get("error.type") for s in exporter.get_finished_spans() if not s.status.is_ok}
     assert failed.get("recall.fts" if leg == "lexical" else "recall.vector", "").startswith("sqlalchemy.exc."), failed
 
 
@@ -313,7 +286,7 @@ def test_hostile_query_text_below_http_is_refused_or_answered_and_leaves_the_poo
 def test_index_rows_stripped_of_positions_are_refused_at_write_and_recall_still_answers(ctx, ranking):
     """``oml_indexer`` rewriting its tenant's rows with ``strip(tsv)`` (lexemes without positions: every row's length
     0, and so the scope's average length, which the BM25 formula divides by) is refused by the postings' trigger."""
-    w = reader_world(ctx, f"breaker-strip-{ranking}", [f"The {SECRET} survey measured less ice than planned."])
+    w = reader_world(ctx, f"legs-strip-{ranking}", [f"The {SECRET} survey measured less ice than planned."])
     with pytest.raises(sa.exc.IntegrityError):
         with ctx.db.tenant("oml_indexer", w.tenant) as c:
             got = c.execute(sa.text("DELETE FROM memories_fts WHERE tenant_id = :t RETURNING version_id, claim_id,"
@@ -337,7 +310,7 @@ def test_index_rows_stripped_of_positions_are_refused_at_write_and_recall_still_
 def test_a_zero_embedding_written_by_the_indexer_is_no_nan_and_no_null_distance(ctx, retriever):
     """``oml_indexer`` replaces a version's embedding with the zero vector, whose cosine distance to any query is NaN
     (pgvector): the vector leg's exact search reads it (services/reads/recall.py, ``_counted_exact``)."""
-    w = reader_world(ctx, f"breaker-zero-{retriever}", [f"The {SECRET} survey measured less ice than planned.",
+    w = reader_world(ctx, f"legs-zero-{retriever}", [f"The {SECRET} survey measured less ice than planned.",
                                                         f"The {SECRET} melt doubled in spring."])
     with ctx.db.tenant("oml_indexer", w.tenant) as c:
         got = c.execute(sa.text("DELETE FROM memory_embeddings WHERE tenant_id = :t RETURNING version_id, claim_id,"
