@@ -262,7 +262,6 @@ def lexical_planning(ctx: Any, corpus: Any, questions: list[dict]) -> dict[str, 
     "custom_plans": c}, "answers": {"exact": e, "equal_to_exhaustive": q}}``; the owner's transaction is rolled back."""
     import datetime as dt
 
-    import psycopg
     import sqlalchemy as sa
 
     from oml.domain import recall as R
@@ -286,34 +285,25 @@ def lexical_planning(ctx: Any, corpus: Any, questions: list[dict]) -> dict[str, 
                 calls.append([R.tsquery_text(lex, "|"), [paths[corpus.workarea_of[q["sample"]]]], None, None, None,
                               corpus.asked_at.get(q["sample"]) or dt.datetime.now(dt.UTC), None, pool, corpus.tenant,
                               lex, bm25.DEPTH, max(bm25.FETCHED, pool)])
-        conn.execute(sa.text("SET LOCAL ROLE oml_search"))
-        # The function's own settings (search_path, plan_cache_mode), as they hold while it runs.
-        for setting in conn.execute(sa.text("SELECT unnest(proconfig) FROM pg_proc WHERE proname = 'oml_bm25_topk'")).scalars():
-            name, _, value = setting.partition("=")
-            conn.execute(sa.text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value})
-        cur = psycopg.ClientCursor(conn.connection.driver_connection)
-        typed = ", ".join(f"CAST(%s AS {t})" for t in TOPK_TYPES)
+        cur, execute = prepare_topk(conn, "oml_bench_lexical")
         one_shot = text
         for i in range(len(TOPK_TYPES), 0, -1):  # $12 before $1
             one_shot = one_shot.replace(f"${i}", f"CAST(%(p{i})s AS {TOPK_TYPES[i - 1]})")
-        cur.execute(f"PREPARE oml_bench_lexical ({', '.join(TOPK_TYPES)}) AS {text}")
 
         def explain(sql: str, args: Any) -> dict[str, Any]:
             cur.execute("EXPLAIN (ANALYZE, SUMMARY, FORMAT JSON) " + sql, args)
             return cur.fetchone()[0][0]
 
         for args in calls[:1] * WARM:
-            explain(f"EXECUTE oml_bench_lexical ({typed})", args)
+            explain(execute, args)
         for args in calls:
             for way, sql, bind in (("per_call", one_shot, {f"p{i + 1}": v for i, v in enumerate(args)}),
-                                   ("prepared", f"EXECUTE oml_bench_lexical ({typed})", args)):
+                                   ("prepared", execute, args)):
                 plan = explain(sql, bind)
                 out[way]["planning"].append(plan["Planning Time"])
                 out[way]["execution"].append(plan["Execution Time"])
                 if way == "prepared":
-                    scan = exclusions_scan(plan["Plan"])
-                    out["exclusions"]["rows_read"].append(
-                        -1 if scan is None else int(scan["Actual Rows"] + scan.get("Rows Removed by Filter", 0)))
+                    out["exclusions"]["rows_read"].append(exclusions_read(plan["Plan"]))
         cur.execute("SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = 'oml_bench_lexical'")
         out["prepared"]["generic_plans"], out["prepared"]["custom_plans"] = cur.fetchone()
         cur.execute("DEALLOCATE oml_bench_lexical")
@@ -336,10 +326,35 @@ def lexical_planning(ctx: Any, corpus: Any, questions: list[dict]) -> dict[str, 
     return out
 
 
+def prepare_topk(conn: Any, name: str) -> tuple[Any, str]:
+    """Run ``oml_bm25_topk``'s statement as the function runs it, on ``conn`` (the owner's, in a transaction the caller
+    rolls back): become ``oml_search`` with the function's own settings (``search_path``, ``plan_cache_mode``,
+    ``enable_seqscan``) and ``PREPARE`` its statement as ``name``. Returns a psycopg cursor on the connection and the
+    ``EXECUTE`` text that takes the twelve parameters in :data:`TOPK_TYPES`' order."""
+    import psycopg
+    import sqlalchemy as sa
+
+    conn.execute(sa.text("SET LOCAL ROLE oml_search"))
+    for setting in conn.execute(sa.text("SELECT unnest(proconfig) FROM pg_proc WHERE proname = 'oml_bm25_topk'")).scalars():
+        key, _, value = setting.partition("=")
+        conn.execute(sa.text("SELECT set_config(:n, :v, true)"), {"n": key, "v": value})
+    text = conn.execute(sa.text("SELECT oml_bm25_topk_sql()")).scalar()
+    cur = psycopg.ClientCursor(conn.connection.driver_connection)
+    cur.execute(f"PREPARE {name} ({', '.join(TOPK_TYPES)}) AS {text}")
+    return cur, f"EXECUTE {name} ({', '.join(f'CAST(%s AS {t})' for t in TOPK_TYPES)})"
+
+
+def exclusions_read(plan: dict[str, Any]) -> int:
+    """The rows of ``memories_fts`` that :func:`exclusions_scan` read in ``plan`` (returned plus removed by its
+    filter); -1 when the plan has no such scan."""
+    scan = exclusions_scan(plan)
+    return -1 if scan is None else int(scan["Actual Rows"] + scan.get("Rows Removed by Filter", 0))
+
+
 def exclusions_scan(plan: dict[str, Any]) -> dict[str, Any] | None:
     """The scan of ``memories_fts`` that finds the bounded search's exclusions (CTE ``x`` of ``oml_bm25_topk_sql()``:
     excluded versions and rows whose declared valid time excludes the read's instant) in an ``EXPLAIN (FORMAT JSON)``
-    plan node, or None. Its ``Actual Rows`` plus ``Rows Removed by Filter`` are the rows it read."""
+    plan node, or None."""
     if plan.get("Subplan Name") == "CTE x":
         stack = [plan]
         while stack:
