@@ -343,8 +343,7 @@ def verify_projections(conn: sa.Connection, tenant: str, *, check_bodies: bool =
 
 def verify_tenant(db: Database, tenant: str, *, role: str = ROLE, check_bodies: bool = True) -> list[Difference]:
     """:func:`verify_projections` in one REPEATABLE READ, read-only-in-effect transaction as ``role``."""
-    with db.engine(role).connect().execution_options(isolation_level="REPEATABLE READ") as conn, conn.begin() as tx:
-        conn.execute(sa.text("SELECT set_config('oml.tenant_id', :t, true)"), {"t": tenant})
+    with db.snapshot(role, tenant) as (conn, tx):
         diffs = verify_projections(conn, tenant, check_bodies=check_bodies)
         tx.rollback()  # nothing to keep: the temp tables are gone and live tables were only read
         return diffs

@@ -123,6 +123,5 @@ def verify_rows(conn: sa.Connection, tenant: str, trusted_fingerprint: str | Non
 def verify_journal(db: Database, tenant: str, trusted_fingerprint: str | None = None, *, role: str = ROLE) -> JournalReport:
     """Verify ``tenant``'s journal in one read transaction as ``role`` (default ``oml_reconciler``)."""
     # One snapshot for rows and head, so a concurrent append cannot look like a gap or a stray row.
-    with db.engine(role).connect().execution_options(isolation_level="REPEATABLE READ") as conn, conn.begin():
-        conn.execute(sa.text("SELECT set_config('oml.tenant_id', :t, true)"), {"t": tenant})
+    with db.snapshot(role, tenant) as (conn, _):
         return verify_rows(conn, tenant, trusted_fingerprint)

@@ -641,17 +641,16 @@ class _Opening:
     model: Any = None
 
 
-def _opening(conn: sa.Connection, principal: Principal, workarea_id: Any, audience: bool, text: str | None,
-             vector: bool) -> _Opening:
-    """The statements a recall's first steps need that depend on nothing read yet — the workarea ``workarea_id``
-    names (when it is a uuid), the key's open simulations (``audience``), the lexemes of ``text`` (the lexical
-    leg's; None: no lexical leg) and, for a ``vector`` leg, the index's recorded model with the locks of
+def _opening(principal: Principal, workarea_id: Any, audience: bool, text: str | None, vector: bool
+             ) -> tuple[list[str], list[pipelined.Query]]:
+    """The statements a recall's first steps need that depend on nothing read yet, named — the workarea
+    ``workarea_id`` names (when it is a uuid), the key's open simulations (``audience``), the lexemes of ``text`` (the
+    lexical leg's; None: no lexical leg) and, for a ``vector`` leg, the index's recorded model with the locks of
     ``memories_fts`` and then ``memory_embeddings`` held to the end of the transaction (so no model switch commits
     before the vector leg has run; taken before any other table's, in the order tenant creation and a switch take
-    them) — sent as one pipeline
-    (:func:`oml.services.storage.pipelined.fetch`): one round trip instead of four. Each statement is the one its own
-    function runs (:func:`rows.workarea_by_id`, :func:`sim_read.audience_of`, :func:`query_lexemes`,
-    :func:`oml.workers.index.embedding.recorded_model`)."""
+    them). :meth:`Database.read` sends them behind the tenant binding, in its round trip; :func:`_opened` reads
+    their rows. Each statement is the one its own function runs (:func:`rows.workarea_by_id`,
+    :func:`sim_read.audience_of`, :func:`query_lexemes`, :func:`oml.workers.index.embedding.recorded_model`)."""
     names: list[str] = []
     queries: list[pipelined.Query] = []
     if workarea_id is not None and _is_uuid(workarea_id):
@@ -668,7 +667,12 @@ def _opening(conn: sa.Connection, principal: Principal, workarea_id: Any, audien
 
         names.append("model")
         queries.append(pipelined.of(recorded_query(hold=True), {}))
-    got = dict(zip(names, pipelined.fetch(conn, queries), strict=True)) if queries else {}
+    return names, queries
+
+
+def _opened(names: Sequence[str], got_rows: Sequence[list]) -> _Opening:
+    """:class:`_Opening` from the rows of :func:`_opening`'s statements, in its order."""
+    got = dict(zip(names, got_rows, strict=True))
     wa = got.get("workarea")
     return _Opening((str(wa[0].node_id), wa[0].path) if wa else None, got.get("audience"),
                     lexemes_from(got["lexemes"][0]) if "lexemes" in got else None,
@@ -686,6 +690,40 @@ def _steering(conn: sa.Connection, tenant: str, read: R.ReadScope, scopes: Seque
     steering = [x for x in applicable if steer_valid[x.version_id] == "valid"]
     steering.sort(key=lambda x: R.steering_order_key(x.facts.path, x.tip_from_at, x.claim_id, x.version_id))
     return applicable, steering, steer_valid
+
+
+@dataclass
+class _Candidates:
+    """The candidates' projection rows, their context windows and the valid-time count, read by
+    :func:`_load_candidates` in one round trip, or in two when the read waits for its query vector."""
+
+    rows: dict[str, rows.Loaded] = field(default_factory=dict)
+    read: set[str] = field(default_factory=set)  # version ids whose rows (and windows) were asked for
+    windows: list[Any] | None = None  # None: not asked for
+    outside: dict[str, int | bool] | None = None
+
+
+def _load_candidates(conn: sa.Connection, tenant: str, as_of: dt.datetime | None, f: _Filters, ids: set[str],
+                     got: _Candidates, with_windows: bool) -> None:
+    """Add to ``got``, in one round trip (:func:`oml.services.storage.pipelined.fetch`): the rows of ``ids`` not read
+    yet (:func:`rows.rows_query`), the valid-time count if not read yet (:func:`outside_query`) and, with
+    ``with_windows``, the new ids' windows (:func:`windows.query`). A shared-plan read only (no audience)."""
+    new = ids - got.read
+    queries = [pipelined.of(*rows.rows_query(tenant, new, as_of), prepare=True)] if new else []
+    if got.outside is None:
+        queries.append(pipelined.of(*outside_query(tenant, f)))
+    if with_windows and new:
+        queries.append(pipelined.of(*windows.query(tenant, new), prepare=True))
+    if not queries:
+        return
+    answers = iter(pipelined.fetch(conn, queries))
+    if new:
+        got.rows.update(rows.loaded_from(tenant, next(answers)))
+        got.read |= new
+    if got.outside is None:
+        got.outside = outside_from(next(answers)[0])
+    if with_windows and new:
+        got.windows = (got.windows or []) + next(answers)
 
 
 class Recaller:
@@ -760,11 +798,12 @@ class Recaller:
         tenant = principal.tenant
         # A hot standby serves the read when one can (docs/operations.md); the read log goes to the primary.
         ph.mark("parse")
-        with self.ctx.db.read(ROLE, tenant, after_lsn=after_lsn) as rtx:
+        names, opening_queries = _opening(principal, req.workarea_id, audience_simulations is None,
+                                          text if q.use_fts else None, q.use_vec)
+        with self.ctx.db.read(ROLE, tenant, after_lsn=after_lsn, queries=opening_queries) as rtx:
             conn = rtx.conn
             ph.mark("begin")
-            opening = _opening(conn, principal, req.workarea_id, audience_simulations is None, text if q.use_fts else None,
-                               q.use_vec)
+            opening = _opened(names, rtx.rows)
             scopes, scope_ids = _scope(principal, req.workarea_id, opening.workarea)
             if audience_simulations is None:
                 # Open simulations whose audience names the key; empty: the shared plan only.
@@ -776,21 +815,19 @@ class Recaller:
 
             # Segment 2: hits. Applicable steering rows are segment-1 material, never hits (in force or not).
             f = _Filters(scopes, q.as_of, q.kinds, q.provenances, q.valid_at, [x.version_id for x in applicable])
-            legs = self._legs(conn, tenant, q, f, diag, pending, audience_simulations, timed, opening)
+            loaded = _Candidates()
+            propagating = bool(self.fusion.window_share) and req.retriever == "hybrid"
+            legs = self._legs(conn, tenant, q, f, diag, pending, audience_simulations, timed, opening, loaded, propagating)
             found = {row[0] for got in legs.values() for row in got}
             outside: dict[str, int | bool] | None = None
             got_windows: list[Any] | None = None
             if found and not audience_simulations:
                 # The candidates' rows, the valid-time count and, for window propagation, the candidates' windows
-                # depend on nothing between them: one round trip.
-                queries = [pipelined.of(*rows.rows_query(tenant, found, q.as_of), prepare=True),
-                           pipelined.of(*outside_query(tenant, f))]
-                if self.fusion.window_share and req.retriever == "hybrid" and legs.get("fts") and legs.get("vector"):
-                    queries.append(pipelined.of(*windows.query(tenant, found), prepare=True))
-                got_rows, got_outside, *got_more = pipelined.fetch(conn, queries)
-                cand = rows.loaded_from(tenant, got_rows)
-                outside = outside_from(got_outside[0])
-                got_windows = got_more[0] if got_more else None
+                # depend on nothing between them: one round trip (those the wait for the query vector did not read).
+                propagating = propagating and bool(legs.get("fts")) and bool(legs.get("vector"))
+                _load_candidates(conn, tenant, q.as_of, f, found, loaded, propagating)
+                cand, outside = loaded.rows, loaded.outside
+                got_windows = loaded.windows if propagating else None
             else:
                 cand = rows.load_rows(conn, tenant, found, q.as_of, audience_simulations)
             admitted = {v for v, x in cand.items() if R.visible(x.facts, read, "hit")
@@ -853,12 +890,15 @@ class Recaller:
         }
 
     def _legs(self, conn: sa.Connection, tenant: str, q: _Query, f: _Filters, diag: _Diag, pending: Any,
-              audience_simulations: frozenset[str], timed: Any, opening: _Opening) -> dict[str, list[LegRow]]:
+              audience_simulations: frozenset[str], timed: Any, opening: _Opening, loaded: _Candidates,
+              propagating: bool) -> dict[str, list[LegRow]]:
         """Each retriever's candidates (``{"fts"|"vector"|"time": [LegRow …]}``), at most a pool of ``2k`` (and at
         least ``R.POOL_MIN``) each; a model failure degrades to the lexical leg, said in ``diag``. ``timed`` is the
         pending parse of the query's time expression: when it names one, the time leg is the vector leg over the
         claims whose ``valid_from`` lies in its window (docs/recall.md, "Time leg"). ``opening``: the query's lexemes
-        and the index's recorded model, read by :func:`_opening`."""
+        and the index's recorded model, read by :func:`_opening`. When the query vector is not ready once the lexical
+        leg has answered, the lexical candidates' rows, the valid-time count and (``propagating``) their windows are
+        read into ``loaded`` while the read waits for it (docs/recall.md, "Latency")."""
         pool = max(R.POOL_MIN, 2 * q.budget.k)
         use_vec = q.use_vec
         legs: dict[str, list[LegRow]] = {}
@@ -868,6 +908,9 @@ class Recaller:
             else:
                 legs["fts"] = fts_leg(conn, q.text, f, pool, diag, lexemes=opening.lexemes)
         diag.phases.mark("lexical")
+        if pending is not None and not pending.done() and legs.get("fts") and not audience_simulations:
+            _load_candidates(conn, tenant, q.as_of, f, {row[0] for row in legs["fts"]}, loaded, propagating)
+            diag.phases.mark("lexical_rows")
         qvec = None
         if pending is not None:
             try:

@@ -13,8 +13,8 @@ plans), so no setting, role, temporary table, cursor, listener or advisory
 lock left by one borrower reaches the next (SQLAlchemy's own reset on return
 is a ROLLBACK only); the same round trip is the liveness check (a connection
 that fails it is replaced), so there is no separate pre-ping (one
-round trip per transaction fewer); for admission it also opens the transaction
-(:data:`BEGIN_AT_CHECKOUT`, one more fewer), and every other tenant transaction sends its ``BEGIN`` and the
+round trip per transaction fewer); for admission and the server it also opens the transaction
+(:data:`BEGIN_AT_CHECKOUT`, one more fewer; a ``REPEATABLE READ`` transaction comes from :meth:`Database.snapshot`), and every other tenant transaction sends its ``BEGIN`` and the
 tenant binding together (:meth:`Database.bound`, one more fewer). The prepared statements that survive are
 prepared on purpose: admission's set statements (``prepare=True`` in
 ``services/journal/sets.py``) and opening lookups (``pipelined.Query``'s
@@ -47,7 +47,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psycopg
 import sqlalchemy as sa
@@ -73,16 +73,17 @@ _BEGIN_BIND = pgsql.SQL("BEGIN; SELECT set_config('oml.tenant_id', {}, true)")
 WORKLOAD_ROLES = ("oml_admission", "oml_server", "oml_lake_writer", "oml_reconciler", "oml_indexer", "oml_relay")
 
 
-# Admission's connections come out of the pool inside a transaction, opened in the reset's round trip: psycopg
-# sends its own BEGIN, and waits for it, even in pipeline mode, so this is one round trip fewer in every act
-# (docs/adr/0001-admission-write-path.md). The reset's steps run and commit in a transaction of their own, as the plain reset's do
+# Admission's and the server's connections come out of the pool inside a transaction, opened in the reset's round
+# trip: psycopg sends its own BEGIN, and waits for it, even in pipeline mode, so this is one round trip fewer in every
+# act (docs/adr/0001-admission-write-path.md) and every read on the primary (docs/recall.md, "Latency"). The reset's steps run and commit in a transaction of their own, as the plain reset's do
 # (UNLISTEN takes effect at that COMMIT; a later rollback cannot bring back what they removed), then the act's
 # transaction opens; both BEGINs state their level, so a default a borrower planted (default_transaction_isolation,
 # default_transaction_read_only, default_transaction_deferrable) starts neither. The count of planted statements
 # runs in the act's. Primary only: a standby refuses READ WRITE. psycopg refuses per-connection transaction
 # settings (execution_options isolation_level, autocommit) on such a connection while it is in that transaction:
-# a loud error, never a silently different level; no admission code sets them.
-BEGIN_AT_CHECKOUT = frozenset({"oml_admission"})
+# a loud error, never a silently different level: a REPEATABLE READ transaction comes from its own engine
+# (Database.snapshot), whose connections carry the level.
+BEGIN_AT_CHECKOUT = frozenset({"oml_admission", "oml_server"})
 _STEPS, _COUNT = RESET.rsplit("; ", 1)
 _BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE, NOT DEFERRABLE"
 _RESET_THEN_BEGIN = f"{_BEGIN}; {_STEPS}; COMMIT; {_BEGIN}; {_COUNT}".encode()
@@ -165,6 +166,8 @@ class ReadTx:
 
     conn: sa.Connection
     source: str
+    #: The rows of each query :meth:`Database.read` was asked to run with the binding, in order.
+    rows: list[list] = field(default_factory=list)
 
     @property
     def on_primary(self) -> bool:
@@ -219,13 +222,15 @@ class Database:
             raise ValueError(f"unknown workload role {role!r}")
         return self.owner_url.set(username=role, password=self.role_passwords.get(role, self.role_password))
 
-    def engine(self, role: str | None, replica: int | None = None) -> sa.Engine:
-        """The pooled engine of ``role`` (``None``: the owner) on the primary, or on standby number ``replica``.
+    def engine(self, role: str | None, replica: int | None = None, *, isolation: str | None = None) -> sa.Engine:
+        """The pooled engine of ``role`` (``None``: the owner) on the primary, or on standby number ``replica``;
+        ``isolation`` (``"REPEATABLE READ"``, …): an engine of its own whose connections open every transaction at that
+        level (:meth:`snapshot`), never inside one at checkout.
 
         With ``check_revision``, a workload role's engine (primary or standby) is handed out only once the role has
         read its release's head revision on the primary (:meth:`_require_head`); until then each call reads it again
         and raises the refusal."""
-        eng = self._engine(role, replica)
+        eng = self._engine(role, replica, isolation)
         if role is not None and self.check_revision and role not in self._at_head:
             self._require_head(role)
         return eng
@@ -264,8 +269,8 @@ class Database:
                 log.warning("OML: %s refused for %s: %s", refused.code, role, refused.detail)
             raise refused
 
-    def _engine(self, role: str | None, replica: int | None) -> sa.Engine:
-        key = f"{role or '__owner__'}@{'primary' if replica is None else replica}"
+    def _engine(self, role: str | None, replica: int | None, isolation: str | None = None) -> sa.Engine:
+        key = f"{role or '__owner__'}@{'primary' if replica is None else replica}/{isolation or 'default'}"
         with self._lock:
             eng = self._engines.get(key)
             if eng is None:
@@ -289,9 +294,10 @@ class Database:
                     # Parameters carry plaintext (the indexer's text, a subject under erasure): never
                     # in SQLAlchemy's INFO log nor in a StatementError's message (docs/erasure.md, Logs).
                     hide_parameters=True,
+                    **({} if isolation is None else {"isolation_level": isolation}),
                 )
                 event.listen(eng, "connect", _widen_send_buffer)
-                event.listen(eng, "checkout", functools.partial(_reset, begin=role in BEGIN_AT_CHECKOUT and replica is None))
+                event.listen(eng, "checkout", functools.partial(_reset, begin=role in BEGIN_AT_CHECKOUT and replica is None and isolation is None))
                 self._engines[key] = eng
             return eng
 
@@ -318,8 +324,19 @@ class Database:
                 yield conn, rows[1:]
 
     @contextmanager
-    def read(self, role: str, tenant: str, *, after_lsn: str | None = None) -> Iterator[ReadTx]:
-        """A read-only transaction as ``role`` bound to ``tenant``, on a standby when one can serve it.
+    def snapshot(self, role: str | None, tenant: str) -> Iterator[tuple[sa.Connection, sa.RootTransaction]]:
+        """One ``REPEATABLE READ`` transaction as ``role`` (``None``: the owner) with ``tenant`` bound: every statement
+        reads the same snapshot (a verification, an export, a reconciliation). Yields the connection and its
+        transaction; commits on success unless the caller ended it."""
+        with self.engine(role, isolation="REPEATABLE READ").connect() as conn, conn.begin() as tx:
+            conn.execute(sa.text("SELECT set_config('oml.tenant_id', :t, true)"), {"t": tenant})
+            yield conn, tx
+
+    @contextmanager
+    def read(self, role: str, tenant: str, *, after_lsn: str | None = None,
+             queries: Sequence[pipelined.Query] = ()) -> Iterator[ReadTx]:
+        """A read-only transaction as ``role`` bound to ``tenant``, on a standby when one can serve it; ``queries``
+        run right after the binding in the same round trip, their rows in :attr:`ReadTx.rows`.
 
         Standbys are tried round-robin; one that refuses the connection is
         skipped. With ``after_lsn`` (a ``pg_lsn`` text: read your writes) a
@@ -342,15 +359,16 @@ class Database:
                     self._count(f"replica:{n}:behind")
                     continue
                 with conn.begin():
-                    pipelined.fetch(conn, [pipelined.Query("SET TRANSACTION READ ONLY", {}), pipelined.Query(_BIND, {"t": tenant})])
+                    rows = pipelined.fetch(conn, [pipelined.Query("SET TRANSACTION READ ONLY", {}),
+                                                  pipelined.Query(_BIND, {"t": tenant}), *queries])
                     self._count(f"replica:{n}")
-                    yield ReadTx(conn, f"replica:{n}")
+                    yield ReadTx(conn, f"replica:{n}", rows[2:])
                     return
             finally:
                 cm.__exit__(None, None, None)
         self._count("primary")
-        with self.tenant(role, tenant) as conn:
-            yield ReadTx(conn, "primary")
+        with self.bound(role, tenant, queries) as (conn, rows):
+            yield ReadTx(conn, "primary", rows)
 
     def _replica_order(self) -> list[int]:
         if not self.replica_urls:

@@ -340,9 +340,7 @@ def reconcile(ctx, tenant: str, *, from_seq: int | None = None, to_seq: int | No
     _record_lake_tables(res, (lj, lc, lb))
 
     # 2. One Postgres snapshot for everything else.
-    eng = ctx.db.engine(ROLE)
-    with eng.connect().execution_options(isolation_level="REPEATABLE READ") as conn, conn.begin() as tx:
-        conn.execute(sa.text("SELECT set_config('oml.tenant_id', :t, true)"), {"t": tenant})
+    with ctx.db.snapshot(ROLE, tenant) as (conn, tx):
         head = conn.execute(sa.text("SELECT seq, hash FROM chain_heads WHERE tenant_id = :t"), {"t": tenant}).one_or_none()
         if head is None:
             raise OMLError("tenant.not_found", "tenant not found", 404)

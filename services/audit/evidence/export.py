@@ -116,9 +116,7 @@ def export(ctx, tenant: str, from_seq: int, to_seq: int | None, *, previous_chec
                        "the previous checkpoint is larger than the chain: the journal was truncated", 409,
                        {"previous_size": prev.size, "tree_size": cp.tree_size})
     at = now()
-    eng = ctx.db.engine(ROLE)
-    with eng.connect().execution_options(isolation_level="REPEATABLE READ") as conn, conn.begin() as tx:
-        conn.execute(sa.text("SELECT set_config('oml.tenant_id', :t, true)"), {"t": tenant})
+    with ctx.db.snapshot(ROLE, tenant) as (conn, tx):
         tree = proofs.tree_for(conn, tenant, cp)
         rows = _rows(conn, f"SELECT {_ROW_COLS} FROM journal_events WHERE tenant_id = :t AND seq BETWEEN :a AND :b ORDER BY seq",
                      {"t": tenant, "a": from_seq, "b": to_seq})

@@ -189,9 +189,7 @@ def test_index_rows_of_an_erased_claim_are_refused(ctx, kit):
 
 def test_rewrite_waits_for_an_older_snapshot(ctx, kit):
     c = kit.claim("snapshot holder")
-    with ctx.db.engine("oml_server").connect().execution_options(isolation_level="REPEATABLE READ") as reader:
-        reader.begin()
-        reader.execute(sa.text("SELECT set_config('oml.tenant_id', :t, true)"), {"t": kit.tenant})
+    with ctx.db.snapshot("oml_server", kit.tenant) as (reader, _):
         reader.execute(sa.text("SELECT count(*) FROM claims WHERE tenant_id = :t"), {"t": kit.tenant}).scalar()
         out = Erasure(ctx).erase_claim(kit.operator, c["claim_id"], "other", rewrite=False)
         assert out["rewrite"] is None

@@ -97,15 +97,13 @@ def test_erasure_under_concurrent_reads_and_writes(ctx):
 
     def snapshot_one(rnd: random.Random) -> None:
         c = rnd.choice(claims)
-        with ctx.db.engine("oml_server").connect().execution_options(isolation_level="REPEATABLE READ") as conn:
-            with conn.begin():
-                conn.execute(sa.text("SELECT set_config('oml.tenant_id', :t, true)"), {"t": kit.tenant})
-                p = {"t": kit.tenant, "c": c["claim_id"]}
-                erased = conn.execute(sa.text("SELECT erased_seq IS NOT NULL FROM claims WHERE tenant_id = :t AND claim_id = :c"), p).scalar()
-                ct = conn.execute(sa.text("SELECT count(*) FROM artifacts WHERE tenant_id = :t AND claim_id = :c AND ciphertext IS NOT NULL"), p).scalar()
-                dek = conn.execute(sa.text("SELECT count(*) FROM wrapped_deks d JOIN artifacts a USING (tenant_id, artifact_id)"
-                                           " WHERE a.tenant_id = :t AND a.claim_id = :c"), p).scalar()
-                idx = conn.execute(sa.text("SELECT count(*) FROM memories_fts WHERE tenant_id = :t AND claim_id = :c"), p).scalar()
+        with ctx.db.snapshot("oml_server", kit.tenant) as (conn, _):
+            p = {"t": kit.tenant, "c": c["claim_id"]}
+            erased = conn.execute(sa.text("SELECT erased_seq IS NOT NULL FROM claims WHERE tenant_id = :t AND claim_id = :c"), p).scalar()
+            ct = conn.execute(sa.text("SELECT count(*) FROM artifacts WHERE tenant_id = :t AND claim_id = :c AND ciphertext IS NOT NULL"), p).scalar()
+            dek = conn.execute(sa.text("SELECT count(*) FROM wrapped_deks d JOIN artifacts a USING (tenant_id, artifact_id)"
+                                       " WHERE a.tenant_id = :t AND a.claim_id = :c"), p).scalar()
+            idx = conn.execute(sa.text("SELECT count(*) FROM memories_fts WHERE tenant_id = :t AND claim_id = :c"), p).scalar()
         state = (erased, ct, dek, idx)
         if state not in ((False, 1, 1, 1), (True, 0, 0, 0)):
             errors.append(f"half-erased snapshot {state}")

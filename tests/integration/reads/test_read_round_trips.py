@@ -1,7 +1,7 @@
-"""The read path's round trips folded together, the answers unchanged (docs/recall.md, "Latency"): BEGIN with the
-tenant binding, the recall's opening pipeline, the candidates' rows with the valid-time count, the read-log row with
-COMMIT. No timing is asserted: what is checked is what each fold must keep (binding, transaction, quoting,
-atomicity, the read log)."""
+"""The read path's round trips folded together, the answers unchanged (docs/recall.md, "Latency"): BEGIN in the
+checkout's reset, the tenant binding with the recall's opening statements, the candidates' rows with the valid-time
+count, the read-log row with COMMIT. No timing is asserted: what is checked is what each fold must keep (binding,
+transaction, quoting, atomicity, the read log)."""
 from __future__ import annotations
 
 import pytest
@@ -39,6 +39,24 @@ def test_bound_queries_still_run_after_the_binding(ctx):
     with ctx.db.bound("oml_server", "t-bound", [pipelined.Query("SELECT current_setting('oml.tenant_id') AS t", {})]) as (
             conn, rows):
         assert rows[0][0].t == "t-bound"
+
+
+def test_a_read_runs_its_queries_with_the_binding_in_the_checkout_transaction(ctx):
+    """The server's connection leaves the pool inside a READ COMMITTED read-write transaction (the read log is written
+    in it), and the queries a read passes run behind the binding, seeing it."""
+    state = pipelined.Query("SELECT current_setting('oml.tenant_id') AS t, current_setting('transaction_isolation') AS iso,"
+                            " current_setting('transaction_read_only') AS ro", {})
+    with ctx.db.read("oml_server", "t-read", queries=[state, state]) as rtx:
+        assert _status(rtx.conn) == pq.TransactionStatus.INTRANS and rtx.on_primary
+        assert [tuple(r[0]) for r in rtx.rows] == [("t-read", "read committed", "off")] * 2
+
+
+def test_a_snapshot_is_one_repeatable_read_transaction_bound_to_its_tenant(ctx):
+    with ctx.db.snapshot("oml_server", "t-snap") as (conn, _):
+        got = conn.execute(sa.text("SELECT current_setting('oml.tenant_id'), current_setting('transaction_isolation')")).one()
+        assert tuple(got) == ("t-snap", "repeatable read")
+    with ctx.db.read("oml_server", "t-after") as rtx:  # the read path's engine keeps its own level
+        assert rtx.conn.execute(sa.text("SELECT current_setting('transaction_isolation')")).scalar() == "read committed"
 
 
 def test_a_statement_with_a_literal_percent_joins_a_pipeline(ctx):

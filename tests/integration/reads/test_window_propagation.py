@@ -102,3 +102,35 @@ def test_many_claims_at_one_position_count_only_as_deep_as_the_window(ctx):
     assert ctx.settings.index_context_before == 2
     assert got["Our quarterly budget review is on Thursday."] == pytest.approx(
         plain["Our quarterly budget review is on Thursday."] + 0.5 * sum(best))
+
+
+def test_a_read_that_waits_for_its_query_vector_answers_as_one_that_did_not(ctx, world):
+    """While the read waits for its query vector, the lexical candidates' rows, windows and the valid-time count are
+    read (docs/recall.md, "Latency"); the vector leg's other candidates follow after it. The answer is the one a read
+    whose vector was ready gives: hits, scores, legs and diagnostics."""
+    import time
+
+    from oml.services.reads.recall import default_embed
+    from oml.services.runtime.phases import Phases
+
+    fusion = dataclasses.replace(F.DEFAULT, window_share=0.5)
+    ready = Recaller(ctx, fusion=fusion)
+    embed = default_embed(ctx)
+    embed("warm")
+
+    def late(text: str):
+        time.sleep(1.0)  # far beyond the lexical leg on a small tenant
+        return embed(text)
+
+    late.identity = embed.identity
+    waited, ph = Recaller(ctx, fusion=fusion, embed=late), Phases()
+    a = ready.recall(world.reader, RecallRequest(query=QUERY, retriever="hybrid", k=25))
+    b = waited.recall(world.reader, RecallRequest(query=QUERY, retriever="hybrid", k=25), phases=ph)
+    assert "lexical_rows" in ph.ms() and b["diagnostics"]["fusion"]["window_share"] == 0.5
+    assert [(h["version_id"], h["score"], h["retrievers"]) for h in b["hits"]] == \
+        [(h["version_id"], h["score"], h["retrievers"]) for h in a["hits"]]
+    for out in (a, b):  # the read's own instant and duration
+        out["diagnostics"].pop("elapsed_ms")
+        out["diagnostics"]["valid_time"].pop("at")
+    assert b["diagnostics"] == a["diagnostics"]
+    assert b["diagnostics"]["valid_time"]["excluded_hits"]["expired"] == 1  # the ended turn, counted while waiting

@@ -53,3 +53,10 @@ def test_the_bench_prints_each_phase_with_its_cpu_beside_it():
     lines = render_phases(phase_table(calls))
     assert any(line.split()[:5] == ["lexical", "4.00", "1.00", "4.00", "1.00"] for line in lines)
     assert not any(CPU in line for line in lines)
+
+
+def test_a_phase_some_calls_skip_is_listed_where_the_calls_that_mark_it_put_it():
+    from oml_tools.bench.peers import phase_table
+
+    calls = [(10.0, {"lexical": 4.0, "vector": 2.0}), (11.0, {"lexical": 4.0, "lexical_rows": 1.0, "vector": 2.0})]
+    assert list(phase_table(calls)["middle_10pct"]) == ["latency", "lexical", "lexical_rows", "vector"]

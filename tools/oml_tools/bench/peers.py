@@ -185,7 +185,11 @@ def phase_table(calls: list[tuple[float, dict[str, float]]]) -> dict[str, Any]:
     groups = {"slowest_5pct": order[n - max(1, n // 20):], "middle_10pct": order[int(n * 0.45): max(int(n * 0.55), int(n * 0.45) + 1)]}
     names: list[str] = ["latency"]
     for _, ph in calls:
-        names += [k for k in ph if k not in names]
+        at = 0
+        for k in ph:  # a phase some calls skip goes after the phase before it in the calls that mark it
+            if k not in names:
+                names.insert(at + 1, k)
+            at = names.index(k)
     out: dict[str, Any] = {"n": {g: len(v) for g, v in groups.items()}}
     for g, rows in groups.items():
         out[g] = {k: sum((ms if k == "latency" else ph.get(k, 0.0)) for ms, ph in rows) / len(rows) for k in names}
