@@ -733,7 +733,7 @@ class Recaller:
     def __init__(self, ctx: Context, *, embed: EmbedFn | None = None, exact_scan_max: int = R.EXACT_SCAN_MAX,
                  rrf_k: int = R.RRF_K, fusion: fusionmod.Fusion | None = None, lexical: str | None = None,
                  bm25: tuple[float, float] = (bm25mod.K1, bm25mod.B), time_leg: bool | None = None,
-                 time_mode: str = "boost", prf: prfmod.PRF | str | None = None) -> None:
+                 time_mode: str = "boost", prf: prfmod.PRF | str | None = None, read_while_waiting: bool = True) -> None:
         lexical = lexical or ctx.settings.recall_lexical
         if lexical not in ("ts_rank", "bm25"):
             raise ValueError("lexical ranking must be ts_rank or bm25")
@@ -761,6 +761,9 @@ class Recaller:
         self.prf = prfmod.parse(ctx.settings.recall_prf) if prf is None else (prfmod.parse(prf) if isinstance(prf, str) else prf)
         if self.prf is not None and self.prf.mode == "leg":
             self.fusion = dataclasses.replace(self.fusion, prf=self.prf.weight)
+        # Read the lexical candidates while waiting for the query vector (_legs); False only for the benchmark's
+        # baseline (oml bench recall-phases --baseline), which reads them all after the vector leg.
+        self.read_while_waiting = read_while_waiting
 
     @traced("recall")
     def recall(self, principal: Principal, req: RecallRequest, *,
@@ -908,7 +911,8 @@ class Recaller:
             else:
                 legs["fts"] = fts_leg(conn, q.text, f, pool, diag, lexemes=opening.lexemes)
         diag.phases.mark("lexical")
-        if pending is not None and not pending.done() and legs.get("fts") and not audience_simulations:
+        if (self.read_while_waiting and pending is not None and not pending.done() and legs.get("fts")
+                and not audience_simulations):
             _load_candidates(conn, tenant, q.as_of, f, {row[0] for row in legs["fts"]}, loaded, propagating)
             diag.phases.mark("lexical_rows")
         qvec = None

@@ -13,8 +13,9 @@ plans), so no setting, role, temporary table, cursor, listener or advisory
 lock left by one borrower reaches the next (SQLAlchemy's own reset on return
 is a ROLLBACK only); the same round trip is the liveness check (a connection
 that fails it is replaced), so there is no separate pre-ping (one
-round trip per transaction fewer); for admission and the server it also opens the transaction
-(:data:`BEGIN_AT_CHECKOUT`, one more fewer; a ``REPEATABLE READ`` transaction comes from :meth:`Database.snapshot`), and every other tenant transaction sends its ``BEGIN`` and the
+round trip per transaction fewer); for admission and the server it also opens the
+transaction (:data:`BEGIN_AT_CHECKOUT`, one more fewer; a ``REPEATABLE READ`` transaction
+comes from :meth:`Database.snapshot`), and every other tenant transaction sends its ``BEGIN`` and the
 tenant binding together (:meth:`Database.bound`, one more fewer). The prepared statements that survive are
 prepared on purpose: admission's set statements (``prepare=True`` in
 ``services/journal/sets.py``) and opening lookups (``pipelined.Query``'s
@@ -75,14 +76,14 @@ WORKLOAD_ROLES = ("oml_admission", "oml_server", "oml_lake_writer", "oml_reconci
 
 # Admission's and the server's connections come out of the pool inside a transaction, opened in the reset's round
 # trip: psycopg sends its own BEGIN, and waits for it, even in pipeline mode, so this is one round trip fewer in every
-# act (docs/adr/0001-admission-write-path.md) and every read on the primary (docs/recall.md, "Latency"). The reset's steps run and commit in a transaction of their own, as the plain reset's do
-# (UNLISTEN takes effect at that COMMIT; a later rollback cannot bring back what they removed), then the act's
-# transaction opens; both BEGINs state their level, so a default a borrower planted (default_transaction_isolation,
-# default_transaction_read_only, default_transaction_deferrable) starts neither. The count of planted statements
-# runs in the act's. Primary only: a standby refuses READ WRITE. psycopg refuses per-connection transaction
-# settings (execution_options isolation_level, autocommit) on such a connection while it is in that transaction:
-# a loud error, never a silently different level: a REPEATABLE READ transaction comes from its own engine
-# (Database.snapshot), whose connections carry the level.
+# act (docs/adr/0001-admission-write-path.md) and every read on the primary (docs/recall.md, "Latency"). The reset's
+# steps run and commit in a transaction of their own, as the plain reset's do (UNLISTEN takes effect at that COMMIT; a
+# later rollback cannot bring back what they removed), then the act's transaction opens; both BEGINs state their
+# level, so a default a borrower planted (default_transaction_isolation, default_transaction_read_only,
+# default_transaction_deferrable) starts neither. The count of planted statements runs in the act's. Primary only: a
+# standby refuses READ WRITE. psycopg refuses per-connection transaction settings (execution_options isolation_level,
+# autocommit) on such a connection while it is in that transaction: a loud error, never a silently different level: a
+# REPEATABLE READ transaction comes from its own engine (Database.snapshot), whose connections carry the level.
 BEGIN_AT_CHECKOUT = frozenset({"oml_admission", "oml_server"})
 _STEPS, _COUNT = RESET.rsplit("; ", 1)
 _BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE, NOT DEFERRABLE"

@@ -58,5 +58,6 @@ def test_the_bench_prints_each_phase_with_its_cpu_beside_it():
 def test_a_phase_some_calls_skip_is_listed_where_the_calls_that_mark_it_put_it():
     from oml_tools.bench.peers import phase_table
 
-    calls = [(10.0, {"lexical": 4.0, "vector": 2.0}), (11.0, {"lexical": 4.0, "lexical_rows": 1.0, "vector": 2.0})]
-    assert list(phase_table(calls)["middle_10pct"]) == ["latency", "lexical", "lexical_rows", "vector"]
+    calls = [(10.0, {"parse": 0.1, "embed": 6.0, "lexical": 4.0, "vector": 2.0}),
+             (11.0, {"parse": 0.1, "lexical": 4.0, "embed": 6.0, "lexical_rows": 1.0, "vector": 2.0})]
+    assert list(phase_table(calls)["middle_10pct"]) == ["latency", "parse", "embed", "lexical", "lexical_rows", "vector"]

@@ -189,7 +189,8 @@ def phase_table(calls: list[tuple[float, dict[str, float]]]) -> dict[str, Any]:
         for k in ph:  # a phase some calls skip goes after the phase before it in the calls that mark it
             if k not in names:
                 names.insert(at + 1, k)
-            at = names.index(k)
+            # never back: the worker's own phases (embed) land wherever it finished, not where the read was
+            at = max(at, names.index(k))
     out: dict[str, Any] = {"n": {g: len(v) for g, v in groups.items()}}
     for g, rows in groups.items():
         out[g] = {k: sum((ms if k == "latency" else ph.get(k, 0.0)) for ms, ph in rows) / len(rows) for k in names}
@@ -233,25 +234,43 @@ def render(res: dict[str, Any]) -> list[str]:
     return lines + render_phases(res.get("phases", {}))
 
 
-def run_oml(ctx, data: Path, *, conversations: str | None = None, progress=None) -> dict[str, Any]:
-    """OML's half of :func:`run` alone: ingest, warm up, freeze, then every question timed with its phases."""
+def run_oml(ctx, data: Path, *, conversations: str | None = None, progress=None, baseline: bool = False
+            ) -> dict[str, Any]:
+    """OML's half of :func:`run` alone: ingest, warm up, freeze, then every question timed with its phases.
+
+    ``baseline``: every question is also asked of a read that does not read the lexical candidates while it waits
+    for its query vector (``Recaller(read_while_waiting=False)``), interleaved question by question, which of the two
+    goes first alternating, with the query-vector cache off for both (the second would find the first's vector);
+    the result gains ``baseline`` (its latency and phases) and ``same_answers`` (questions whose ranked hits are
+    equal in both)."""
     from oml.services.reads.recall import Recaller
+    from oml.services.runtime.context import Context
 
     say = progress or (lambda _m: None)
     convs = locomo.load(data, conversations)
     corpus = locomo.ingest(ctx, convs, progress=say)
     questions, _ = locomo.questions_of(convs)
-    rec = Recaller(ctx)
-    oml = locomo.Scores((K,))
-    locomo.recall_dia(corpus, rec, "hybrid", questions[0], K)
+    if baseline:
+        ctx = Context(ctx.settings.model_copy(update={"query_vector_cache": 0}), ctx.db, ctx.keystore)
+    recs = {"oml": Recaller(ctx)} | ({"baseline": Recaller(ctx, read_while_waiting=False)} if baseline else {})
+    scores = {name: locomo.Scores((K,)) for name in recs}
+    for rec in recs.values():
+        locomo.recall_dia(corpus, rec, "hybrid", questions[0], K)
     heap.freeze()
-    calls = PhaseLog(ctx)
-    for q in questions:
-        dia, ms = calls.recall(corpus, rec, q)
-        oml.add(q, dia, ms)
-    return {"conversations": [c["sample_id"] for c in convs], "questions": len(questions), "k": K,
-            "latency_ms": oml.summary()["latency_ms"], "phases": calls.table(),
-            "lexical_planning": lexical_planning(ctx, corpus, questions), "machine": _machine()}
+    calls = {name: PhaseLog(ctx) for name in recs}
+    same = 0
+    for i, q in enumerate(questions):
+        got = {}
+        for name in (list(recs) if i % 2 == 0 else list(recs)[::-1]):
+            got[name], ms = calls[name].recall(corpus, recs[name], q)
+            scores[name].add(q, got[name], ms)
+        same += len({tuple(v) for v in got.values()}) == 1
+    out = {"conversations": [c["sample_id"] for c in convs], "questions": len(questions), "k": K,
+           "latency_ms": scores["oml"].summary()["latency_ms"], "phases": calls["oml"].table()}
+    if baseline:
+        out["baseline"] = {"latency_ms": scores["baseline"].summary()["latency_ms"], "phases": calls["baseline"].table()}
+        out["same_answers"] = same
+    return out | {"lexical_planning": lexical_planning(ctx, corpus, questions), "machine": _machine()}
 
 
 def lexical_planning(ctx: Any, corpus: Any, questions: list[dict]) -> dict[str, Any]:
@@ -399,7 +418,19 @@ def render_oml(res: dict[str, Any]) -> list[str]:
             f"{res['questions']} questions, hybrid, k = {res['k']}",
             f"machine: {res['machine']['cpus']} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at the end",
             f"OML hybrid recall: p50 {lat['p50']:.1f} ms, p95 {lat['p95']:.1f} ms, mean {lat['mean']:.1f} ms",
-            *render_phases(res["phases"]), *render_lexical_planning(res.get("lexical_planning", {}))]
+            *render_phases(res["phases"]), *render_baseline(res), *render_lexical_planning(res.get("lexical_planning", {}))]
+
+
+def render_baseline(res: dict[str, Any]) -> list[str]:
+    """``--baseline``'s lines: the baseline read's latency, the ratio of the two, its phase table."""
+    if "baseline" not in res:
+        return []
+    lat, base = res["latency_ms"], res["baseline"]["latency_ms"]
+    return [f"baseline (no reads while waiting for the query vector), interleaved, query-vector cache off for both: "
+            f"p50 {base['p50']:.1f} ms, p95 {base['p95']:.1f} ms, mean {base['mean']:.1f} ms",
+            f"OML ÷ baseline: p50 {lat['p50'] / base['p50']:.3f}×, p95 {lat['p95'] / base['p95']:.3f}×, "
+            f"mean {lat['mean'] / base['mean']:.3f}×; same ranked hits for {res['same_answers']} of {res['questions']} questions",
+            *render_phases(res["baseline"]["phases"])]
 
 
 def register(bench_app: typer.Typer) -> None:
@@ -423,10 +454,13 @@ def register(bench_app: typer.Typer) -> None:
     @bench_app.command("recall-phases")
     def recall_phases(data: Path = typer.Option(..., "--data", exists=True, dir_okay=False, help="LoCoMo JSON"),
                       conversations: str = typer.Option("", "--conversations", help="comma-separated sample ids, or N; default all"),
+                      baseline: bool = typer.Option(False, "--baseline", help="also time, interleaved, a read that does "
+                                                    "not read the lexical candidates while it waits for its query vector"),
                       as_json: bool = JSON) -> None:
         """Where OML's hybrid recall spends its time: each phase's mean over the slowest 5 % and the middle 10 % of calls."""
         from oml.services.entrypoints.cli.common import context, err
 
         with context(new_home=True) as ctx:
-            res = run_oml(ctx, data, conversations=conversations or None, progress=lambda m: err.print(m))
+            res = run_oml(ctx, data, conversations=conversations or None, progress=lambda m: err.print(m),
+                          baseline=baseline)
         emit(res, render_oml, as_json)
