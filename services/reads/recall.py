@@ -698,7 +698,7 @@ class _Candidates:
     :func:`_load_candidates` in one round trip, or in two when the read waits for its query vector."""
 
     rows: dict[str, rows.Loaded] = field(default_factory=dict)
-    read: set[str] = field(default_factory=set)  # version ids whose rows (and windows) were asked for
+    asked: set[str] = field(default_factory=set)  # version ids whose rows (and windows) were asked for
     windows: list[Any] | None = None  # None: not asked for
     outside: dict[str, int | bool] | None = None
 
@@ -708,7 +708,7 @@ def _load_candidates(conn: sa.Connection, tenant: str, as_of: dt.datetime | None
     """Add to ``got``, in one round trip (:func:`oml.services.storage.pipelined.fetch`): the rows of ``ids`` not read
     yet (:func:`rows.rows_query`), the valid-time count if not read yet (:func:`outside_query`) and, with
     ``with_windows``, the new ids' windows (:func:`windows.query`). A shared-plan read only (no audience)."""
-    new = ids - got.read
+    new = ids - got.asked
     queries = [pipelined.of(*rows.rows_query(tenant, new, as_of), prepare=True)] if new else []
     if got.outside is None:
         queries.append(pipelined.of(*outside_query(tenant, f)))
@@ -719,7 +719,7 @@ def _load_candidates(conn: sa.Connection, tenant: str, as_of: dt.datetime | None
     answers = iter(pipelined.fetch(conn, queries))
     if new:
         got.rows.update(rows.loaded_from(tenant, next(answers)))
-        got.read |= new
+        got.asked |= new
     if got.outside is None:
         got.outside = outside_from(next(answers)[0])
     if with_windows and new:
