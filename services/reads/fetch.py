@@ -38,6 +38,7 @@ from oml.domain.errors import OMLError, invalid, not_found, valid_uuid, workarea
 from oml.services.reads import readlog, rows, sim_read
 from oml.services.reads.bodies import decrypt_version
 from oml.services.runtime.tracing import traced
+from oml.services.storage import pipelined
 
 if TYPE_CHECKING:  # pragma: no cover
     from oml.services.runtime.context import Context
@@ -101,11 +102,13 @@ def fetch(ctx: Context, principal: Principal, *, claim_id: str | None = None, ve
         raise invalid("give exactly one of claim_id and version_id", code=INVALID, field="claim_id")
     when = _time(as_of, "as_of")
     tenant = principal.tenant
-    with ctx.db.read(ROLE, tenant, after_lsn=after_lsn) as rtx:
+    # The key's open simulations depend on nothing read yet: they go with the tenant binding, in its round trip.
+    opening = [] if audience_simulations is not None else [pipelined.of(*sim_read.audience_query(principal), prepare=True)]
+    with ctx.db.read(ROLE, tenant, after_lsn=after_lsn, queries=opening) as rtx:
         conn = rtx.conn
         scopes, scope_ids = _scopes(conn, principal, workarea_id)
         if audience_simulations is None:
-            audience_simulations = sim_read.audience_of(conn, principal)
+            audience_simulations = sim_read.audience_of(conn, principal, rtx.rows[0])
         if claim_id is not None:
             cid = valid_uuid(claim_id, "claim_id", code=INVALID)
             vid = rows.tip_of_claim(conn, tenant, cid, when, audience_simulations)

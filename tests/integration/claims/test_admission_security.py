@@ -231,8 +231,10 @@ def test_a_statement_planted_under_psycopgs_name_does_not_reach_the_next_borrowe
     drops every prepared statement (psycopg forgets its own): the next submit writes its claim rows (before, it
     returned its items and wrote none)."""
     from oml.services.claims.admission import Submission
+    from oml.services.reads.recall import Recaller, RecallRequest
     from oml.services.runtime.auth import authenticate
     from oml.services.runtime.context import Context
+    from support.recall import constant_vector
 
     db = Database(db_url, None, pool_size=1)
     adm = Context(ctx.settings, db, ctx.keystore).admission
@@ -277,18 +279,21 @@ def test_a_dead_pooled_connection_is_replaced_at_checkout(db_url, kit, role):
         watch.dispose()
 
 
-@pytest.mark.parametrize("role", ["oml_admission"])
+@pytest.mark.parametrize("role", ["oml_admission", "oml_server"])  # BEGIN_AT_CHECKOUT
 def test_admission_checks_out_inside_a_read_committed_transaction(db_url, ctx, kit, role, role_temporary_tables):
-    """Admission's connections leave the pool inside a transaction opened in the reset's own round trip, at
-    READ COMMITTED, read-write, whatever defaults a borrower planted in the session, with the reset committed before
-    it: a planted setting, session tenant binding, temporary table (admission allowed them here), held cursor and
-    listener are gone in that transaction and stay gone after a rollback on the same checkout; the server's connections
-    leave it in one too, its snapshot engine's (a level of their own) and other roles' idle."""
+    """Admission's and the server's connections leave the pool inside a transaction opened in the reset's own round
+    trip, at READ COMMITTED, read-write, whatever defaults a borrower planted in the session, with the reset committed
+    before it: a planted setting, session tenant binding, temporary table (the role allowed them here), held cursor
+    and listener are gone in that transaction and stay gone after a rollback on the same checkout; a submit and a
+    recall work after the planted defaults; the server's snapshot engine's connections (a level of their own) and
+    other roles' leave the pool idle."""
     from psycopg import pq
 
     from oml.services.claims.admission import Submission
+    from oml.services.reads.recall import Recaller, RecallRequest
     from oml.services.runtime.auth import authenticate
     from oml.services.runtime.context import Context
+    from support.recall import constant_vector
 
     db = Database(db_url, None, pool_size=1)
     adm = Context(ctx.settings, db, ctx.keystore).admission
@@ -298,7 +303,7 @@ def test_admission_checks_out_inside_a_read_committed_transaction(db_url, ctx, k
                     " (SELECT count(*) FROM pg_cursors WHERE is_holdable), (SELECT count(*) FROM pg_listening_channels())")
     clean = ("read committed", "off", "off", True, True, True, 0, 0)
     try:
-        with db.engine("oml_admission").connect() as conn:
+        with db.engine(role).connect() as conn:
             dc = conn.connection.driver_connection
             assert dc.pgconn.transaction_status == pq.TransactionStatus.INTRANS
             dc.rollback()
@@ -308,7 +313,7 @@ def test_admission_checks_out_inside_a_read_committed_transaction(db_url, ctx, k
                        " SET default_transaction_read_only = on")
             dc.execute("SELECT set_config('oml.tenant_id', %s, false)", (kit.tenant,))
             dc.autocommit = False
-        with db.engine("oml_admission").connect() as conn:
+        with db.engine(role).connect() as conn:
             assert conn.connection.driver_connection.pgconn.transaction_status == pq.TransactionStatus.INTRANS
             assert tuple(conn.execute(state, {"t": kit.tenant}).one()) == clean
             conn.rollback()  # and the same checkout again: the reset was committed on its own
@@ -316,8 +321,9 @@ def test_admission_checks_out_inside_a_read_committed_transaction(db_url, ctx, k
             conn.rollback()
         out = adm.submit(authenticate(db, kit.writer_key), [Submission(kit.root, {"statement": "after the planted defaults"})])
         assert len(out["items"]) == 1
-        with db.engine("oml_server").connect() as conn:  # the read path's, likewise (docs/recall.md, "Latency")
-            assert conn.connection.driver_connection.pgconn.transaction_status == pq.TransactionStatus.INTRANS
+        got = Recaller(Context(ctx.settings, db, ctx.keystore), embed=constant_vector).recall(
+            authenticate(db, kit.reviewer_key), RecallRequest(query="planted defaults", retriever="fts"))
+        assert got["diagnostics"]["returned"]["steering"] == 0  # answered, and its read-log row committed
         for eng in (db.engine("oml_indexer"), db.engine("oml_server", isolation="REPEATABLE READ")):
             with eng.connect() as conn:
                 assert conn.connection.driver_connection.pgconn.transaction_status == pq.TransactionStatus.IDLE

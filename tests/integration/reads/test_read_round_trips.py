@@ -4,16 +4,24 @@ count, the read-log row with COMMIT. No timing is asserted: what is checked is w
 transaction, quoting, atomicity, the read log)."""
 from __future__ import annotations
 
+import os
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
 import pytest
 import sqlalchemy as sa
 from psycopg import pq
+from sqlalchemy import event
 
 from oml.domain.errors import OMLError
 from oml.services.reads.bodies import log_read
-from oml.services.reads.recall import RecallRequest
+from oml.services.reads.fetch import fetch
+from oml.services.reads.recall import Recaller, RecallRequest
 from oml.services.storage import pipelined
 
-from support.recall import read_events, reader_world
+from support.recall import constant_vector, read_events, reader_world
 
 
 @pytest.fixture(scope="module")
@@ -146,3 +154,58 @@ def test_prepared_lookups_answer_only_the_bound_tenant_under_a_generic_plan(worl
                         assert bool(rows.steering_version_ids(conn, asked, ["main"], None)) is False
         generic = conn.exec_driver_sql("SELECT count(*) FROM pg_prepared_statements WHERE generic_plans > 0").scalar()
     assert generic >= 3  # the rows, the bodies and the steering lookups
+
+
+@contextmanager
+def round_trips(ctx, role: str = "oml_server"):
+    """Counts the round trips of ``role``'s connections checked out inside, the checkout's reset included: libpq's
+    trace of each, where every frontend ``Sync`` (extended protocol, one per pipeline) or simple ``Query`` ends one.
+    Yields a list that holds the count once the block ends."""
+    eng = ctx.db.engine(role)
+    fd, path = tempfile.mkstemp()
+    traced, counted = [], []
+
+    def start(dbapi_connection, *_):  # before the reset, which is a checkout listener too
+        dbapi_connection.pgconn.trace(fd)
+        dbapi_connection.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+        traced.append(dbapi_connection)
+
+    event.listen(eng, "checkout", start, insert=True)
+    try:
+        yield counted
+    finally:
+        event.remove(eng, "checkout", start)
+        for c in traced:
+            c.pgconn.untrace()
+        os.close(fd)
+        lines = Path(path).read_text(errors="replace").splitlines()
+        os.unlink(path)
+        counted.append(sum(1 for line in lines if line.startswith("F\t") and line.split("\t")[2] in ("Sync", "Query")))
+
+
+def _slow(text: str):
+    time.sleep(0.5)  # far beyond the lexical leg on a small tenant
+    return constant_vector(text)
+
+
+def test_a_recall_and_a_fetch_send_the_round_trips_docs_recall_md_counts(ctx):
+    """docs/recall.md, "Latency": eight round trips for a recall whose query vector is ready when the lexical leg
+    answers; nine for one that reads its lexical candidates while it waits and then finds others by vector; seven for
+    a fetch by claim id. Each read runs once untimed first, so the statements it prepares on the connection are
+    already there."""
+    w = reader_world(ctx, "rtrips-count", ["The glacier survey measured less ice than planned.",
+                                           "A quiet afternoon by the lake.", "Minutes of the budget meeting."])
+    ask = RecallRequest(query="glacier survey", retriever="hybrid", k=3)
+    ready, waiting = Recaller(ctx, embed=constant_vector, read_while_waiting=False), Recaller(ctx, embed=_slow)
+    out = ready.recall(w.reader, ask)
+    assert out["diagnostics"]["candidates"] == {"fts": 1, "vector": 3}  # the vector leg finds two more
+    waiting.recall(w.reader, ask)
+    claim = out["hits"][0]["claim_id"]
+    fetch(ctx, w.reader, claim_id=claim)
+    with round_trips(ctx) as got:
+        ready.recall(w.reader, ask)
+    with round_trips(ctx) as waited:
+        waiting.recall(w.reader, ask)
+    with round_trips(ctx) as fetched:
+        fetch(ctx, w.reader, claim_id=claim)
+    assert (got, waited, fetched) == ([8], [9], [7])

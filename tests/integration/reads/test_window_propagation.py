@@ -107,14 +107,14 @@ def test_many_claims_at_one_position_count_only_as_deep_as_the_window(ctx):
 def test_a_read_that_waits_for_its_query_vector_answers_as_one_that_did_not(ctx, world):
     """While the read waits for its query vector, the lexical candidates' rows, windows and the valid-time count are
     read (docs/recall.md, "Latency"); the vector leg's other candidates follow after it. The answer is the one a read
-    whose vector was ready gives: hits, scores, legs and diagnostics."""
+    that reads every candidate after the vector leg gives: hits, scores, legs and diagnostics."""
     import time
 
     from oml.services.reads.recall import default_embed
     from oml.services.runtime.phases import Phases
 
     fusion = dataclasses.replace(F.DEFAULT, window_share=0.5)
-    ready = Recaller(ctx, fusion=fusion)
+    ready, ready_ph = Recaller(ctx, fusion=fusion, read_while_waiting=False), Phases()
     embed = default_embed(ctx)
     embed("warm")
 
@@ -124,9 +124,10 @@ def test_a_read_that_waits_for_its_query_vector_answers_as_one_that_did_not(ctx,
 
     late.identity = embed.identity
     waited, ph = Recaller(ctx, fusion=fusion, embed=late), Phases()
-    a = ready.recall(world.reader, RecallRequest(query=QUERY, retriever="hybrid", k=25))
+    a = ready.recall(world.reader, RecallRequest(query=QUERY, retriever="hybrid", k=25), phases=ready_ph)
     b = waited.recall(world.reader, RecallRequest(query=QUERY, retriever="hybrid", k=25), phases=ph)
-    assert "lexical_rows" in ph.ms() and b["diagnostics"]["fusion"]["window_share"] == 0.5
+    assert "lexical_rows" not in ready_ph.ms() and "lexical_rows" in ph.ms()
+    assert b["diagnostics"]["fusion"]["window_share"] == 0.5
     assert [(h["version_id"], h["score"], h["retrievers"]) for h in b["hits"]] == \
         [(h["version_id"], h["score"], h["retrievers"]) for h in a["hits"]]
     for out in (a, b):  # the read's own instant and duration
