@@ -231,10 +231,8 @@ def test_a_statement_planted_under_psycopgs_name_does_not_reach_the_next_borrowe
     drops every prepared statement (psycopg forgets its own): the next submit writes its claim rows (before, it
     returned its items and wrote none)."""
     from oml.services.claims.admission import Submission
-    from oml.services.reads.recall import Recaller, RecallRequest
     from oml.services.runtime.auth import authenticate
     from oml.services.runtime.context import Context
-    from support.recall import constant_vector
 
     db = Database(db_url, None, pool_size=1)
     adm = Context(ctx.settings, db, ctx.keystore).admission
@@ -293,6 +291,7 @@ def test_admission_checks_out_inside_a_read_committed_transaction(db_url, ctx, k
     from oml.services.reads.recall import Recaller, RecallRequest
     from oml.services.runtime.auth import authenticate
     from oml.services.runtime.context import Context
+
     from support.recall import constant_vector
 
     db = Database(db_url, None, pool_size=1)

@@ -417,7 +417,8 @@ def render_oml(res: dict[str, Any]) -> list[str]:
     return [f"oml bench recall-phases — {locomo.conversations_named(res['conversations'])}, "
             f"{res['questions']} questions, hybrid, k = {res['k']}",
             f"machine: {res['machine']['cpus']} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at the end",
-            f"OML hybrid recall: p50 {lat['p50']:.1f} ms, p95 {lat['p95']:.1f} ms, mean {lat['mean']:.1f} ms",
+            f"OML hybrid recall: p50 {lat['p50']:.1f} ms, p95 {lat['p95']:.1f} ms, mean {lat['mean']:.1f} ms"
+            + (", query-vector cache off" if "baseline" in res else ""),
             *render_phases(res["phases"]), *render_baseline(res), *render_lexical_planning(res.get("lexical_planning", {}))]
 
 
@@ -455,7 +456,9 @@ def register(bench_app: typer.Typer) -> None:
     def recall_phases(data: Path = typer.Option(..., "--data", exists=True, dir_okay=False, help="LoCoMo JSON"),
                       conversations: str = typer.Option("", "--conversations", help="comma-separated sample ids, or N; default all"),
                       baseline: bool = typer.Option(False, "--baseline", help="also time, interleaved, a read that does "
-                                                    "not read the lexical candidates while it waits for its query vector"),
+                                                    "not read the lexical candidates while it waits for its query vector; "
+                                                    "the query-vector cache is off for both, and the run takes about "
+                                                    "twice as long"),
                       as_json: bool = JSON) -> None:
         """Where OML's hybrid recall spends its time: each phase's mean over the slowest 5 % and the middle 10 % of calls."""
         from oml.services.entrypoints.cli.common import context, err
