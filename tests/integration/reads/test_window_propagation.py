@@ -135,3 +135,49 @@ def test_a_read_that_waits_for_its_query_vector_answers_as_one_that_did_not(ctx,
         out["diagnostics"]["valid_time"].pop("at")
     assert b["diagnostics"] == a["diagnostics"]
     assert b["diagnostics"]["valid_time"]["excluded_hits"]["expired"] == 1  # the ended turn, counted while waiting
+
+
+def test_a_claim_superseded_while_the_read_waits_is_served_once_at_its_new_tip(ctx, monkeypatch):
+    """The early read (docs/recall.md, "Latency") reads the lexical candidates' rows in a statement of their own; a new
+    version of one of their claims, committed and indexed after it and before the vector leg, is a candidate of the
+    vector leg whose row is read after it, also as the tip. The claim is served once, at the newer tip: what a read
+    whose candidates' rows were all read after the vector leg answers."""
+    import threading
+
+    from oml.services.reads import recall as recall_module
+    from oml.services.reads.recall import default_embed
+    from oml.services.runtime.phases import Phases
+
+    w = make_world(ctx, "window-superseded")
+    for s in THREAD[:4]:
+        w.remember("main.docs", s)
+    old = w.remember("main.docs", "The Boston marathon route changes near the finish.")
+    w.index()
+    reader = w.key("reader")
+    embed = default_embed(ctx)
+    embed("warm")
+    early_read = threading.Event()
+    load = recall_module._load_candidates
+
+    def load_then_tell(*args, **kw):
+        load(*args, **kw)
+        early_read.set()
+
+    monkeypatch.setattr(recall_module, "_load_candidates", load_then_tell)
+    new: dict = {}
+
+    def superseding(text: str):
+        assert early_read.wait(30)
+        new.update(w.remember("main.docs", "The Boston marathon route changes near the finish line again.",
+                              claim_id=old["claim_id"], supersedes=old["version_id"]))
+        w.index()
+        return embed(text)
+
+    superseding.identity = embed.identity
+    ph = Phases()
+    got = Recaller(ctx, embed=superseding).recall(reader, RecallRequest(query=QUERY, retriever="hybrid", k=25), phases=ph)
+    assert "lexical_rows" in ph.ms() and new
+    served = [(h["claim_id"], h["version_id"]) for h in got["hits"] if h["claim_id"] == old["claim_id"]]
+    assert served == [(old["claim_id"], new["version_id"])]
+    claims = [h["claim_id"] for h in got["hits"]]
+    assert len(claims) == len(set(claims))
