@@ -833,15 +833,17 @@ class Recaller:
             # Segment 2: hits. Applicable steering rows are segment-1 material, never hits (in force or not).
             f = _Filters(scopes, q.as_of, q.kinds, q.provenances, q.valid_at, [x.version_id for x in applicable])
             loaded = _Candidates()
-            propagating = bool(self.fusion.window_share) and req.retriever == "hybrid"
-            legs = self._legs(conn, tenant, q, f, diag, pending, audience_simulations, timed, opening, loaded, propagating)
+            # Whether the read may propagate windows: the early read fetches windows before it knows both legs answer.
+            may_propagate = bool(self.fusion.window_share) and req.retriever == "hybrid"
+            legs = self._legs(conn, tenant, q, f, diag, pending, audience_simulations, timed, opening, loaded,
+                              may_propagate)
             found = {row[0] for got in legs.values() for row in got}
             outside: dict[str, int | bool] | None = None
             got_windows: list[Any] | None = None
             if found and not audience_simulations:
                 # The candidates' rows, the valid-time count and, for window propagation, the candidates' windows
                 # depend on nothing between them: one round trip (those the wait for the query vector did not read).
-                propagating = propagating and bool(legs.get("fts")) and bool(legs.get("vector"))
+                propagating = may_propagate and bool(legs.get("fts")) and bool(legs.get("vector"))
                 _load_candidates(conn, tenant, q.as_of, f, found, loaded, propagating)
                 cand, outside = loaded.rows, loaded.outside
                 got_windows = loaded.windows if propagating else None
@@ -911,13 +913,13 @@ class Recaller:
 
     def _legs(self, conn: sa.Connection, tenant: str, q: _Query, f: _Filters, diag: _Diag, pending: Any,
               audience_simulations: frozenset[str], timed: Any, opening: _Opening, loaded: _Candidates,
-              propagating: bool) -> dict[str, list[LegRow]]:
+              may_propagate: bool) -> dict[str, list[LegRow]]:
         """Each retriever's candidates (``{"fts"|"vector"|"time": [LegRow …]}``), at most a pool of ``2k`` (and at
         least ``R.POOL_MIN``) each; a model failure degrades to the lexical leg, said in ``diag``. ``timed`` is the
         pending parse of the query's time expression: when it names one, the time leg is the vector leg over the
         claims whose ``valid_from`` lies in its window (docs/recall.md, "Time leg"). ``opening``: the query's lexemes
         and the index's recorded model, read by :func:`_opening`. When the query vector is not ready once the lexical
-        leg has answered, the lexical candidates' rows, the valid-time count and (``propagating``) their windows are
+        leg has answered, the lexical candidates' rows, the valid-time count and (``may_propagate``) their windows are
         read into ``loaded`` while the read waits for it (docs/recall.md, "Latency")."""
         pool = max(R.POOL_MIN, 2 * q.budget.k)
         use_vec = q.use_vec
@@ -930,7 +932,7 @@ class Recaller:
         diag.phases.mark("lexical")
         if (self.read_while_waiting and pending is not None and not pending.done() and legs.get("fts")
                 and not audience_simulations):
-            _load_candidates(conn, tenant, q.as_of, f, {row[0] for row in legs["fts"]}, loaded, propagating)
+            _load_candidates(conn, tenant, q.as_of, f, {row[0] for row in legs["fts"]}, loaded, may_propagate)
             diag.phases.mark("lexical_rows")
         qvec = None
         if pending is not None:
