@@ -39,6 +39,7 @@ from oml.services.reads import readlog, rows, sim_read
 from oml.services.reads.bodies import decrypt_version
 from oml.services.runtime.tracing import traced
 from oml.services.storage import pipelined
+from oml.services.storage.db import SNAPSHOT_ISOLATION
 
 if TYPE_CHECKING:  # pragma: no cover
     from oml.services.runtime.context import Context
@@ -271,7 +272,7 @@ def lineage(ctx: Context, principal: Principal, claim_id: str, *, depth: int = L
     cid = valid_uuid(claim_id, "claim_id", code=INVALID)
     tenant = principal.tenant
     scopes = R.resolve_scope(principal, None)
-    with ctx.db.tenant(ROLE, tenant) as conn:
+    with ctx.db.tenant(ROLE, tenant, isolation=SNAPSHOT_ISOLATION) as conn:
         if audience_simulations is None:
             audience_simulations = sim_read.audience_of(conn, principal)
         w = _LineageWalk(conn, tenant, principal, scopes, R.ReadScope(principal, scopes, "history", audience_simulations),
@@ -297,7 +298,7 @@ def journal_page(ctx: Context, principal: Principal, *, after_seq: int = 0, limi
     if int(after_seq) < 0:
         raise invalid("after_seq must not be negative", code=INVALID, field="after_seq")
     tenant = principal.tenant
-    with ctx.db.tenant(ROLE, tenant) as conn:
+    with ctx.db.tenant(ROLE, tenant, isolation=SNAPSHOT_ISOLATION) as conn:
         got = conn.execute(sa.text(
             "SELECT seq, canonical, hash, prev_hash, signature, kid FROM journal_events WHERE tenant_id = :t AND seq > :a"
             " ORDER BY seq LIMIT :n"), {"t": tenant, "a": int(after_seq), "n": int(limit) + 1}).all()

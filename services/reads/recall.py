@@ -726,20 +726,6 @@ def _load_candidates(conn: sa.Connection, tenant: str, as_of: dt.datetime | None
         got.windows = (got.windows or []) + next(answers)
 
 
-def _one_version_per_claim(admitted: set[str], cand: dict[str, rows.Loaded]) -> set[str]:
-    """``admitted`` with one version per claim: the one whose tip began last. The candidates' rows are read in more
-    than one statement (the early read while the read waits for its query vector, then the vector leg's; pseudo-relevance
-    feedback's), each with its own snapshot, so a claim superseded between two of them can show its old version as the
-    tip in one and its new version in the other; a single statement never shows two tips of a claim."""
-    best: dict[str, str] = {}
-    for v in admitted:
-        claim = cand[v].facts.claim_id
-        b = best.get(claim)
-        if b is None or (cand[v].tip_from_seq or 0, v) > (cand[b].tip_from_seq or 0, b):
-            best[claim] = v
-    return set(best.values())
-
-
 class Recaller:
     """The read path for recall. ``embed`` turns query text into a vector (default: the indexer's model);
     ``exact_scan_max`` is the exact/approximate threshold and ``rrf_k`` the fusion constant (docs/recall.md)."""
@@ -851,13 +837,10 @@ class Recaller:
                 cand = rows.load_rows(conn, tenant, found, q.as_of, audience_simulations)
             admitted = {v for v, x in cand.items() if R.visible(x.facts, read, "hit")
                         and R.valid_state(x.valid_from, x.valid_to, q.valid_at) == "valid"}
-            if not audience_simulations:
-                admitted = _one_version_per_claim(admitted, cand)
             ph.mark("load_candidates")
             if (self.prf is not None and req.retriever == "hybrid" and self.lexical == "bm25" and not audience_simulations
                     and legs.get("fts")):
                 found, admitted = self._feedback(conn, tenant, q, f, legs, found, admitted, cand, read, diag)
-                admitted = _one_version_per_claim(admitted, cand)
             diag.excluded_by_predicate = len(found - admitted)
             ph.mark("prf")
             if outside is None:

@@ -14,8 +14,8 @@ lock left by one borrower reaches the next (SQLAlchemy's own reset on return
 is a ROLLBACK only); the same round trip is the liveness check (a connection
 that fails it is replaced), so there is no separate pre-ping (one
 round trip per transaction fewer); for admission and the server it also opens the
-transaction (:data:`BEGIN_AT_CHECKOUT`, one more fewer; a ``REPEATABLE READ`` transaction
-comes from :meth:`Database.snapshot`), and every other tenant transaction sends its ``BEGIN`` and the
+transaction (:data:`BEGIN_AT_CHECKOUT`, one more fewer; at ``REPEATABLE READ`` for a read,
+:meth:`Database.read`, and a snapshot, :meth:`Database.snapshot`, which have an engine of their own), and every other tenant transaction sends its ``BEGIN`` and the
 tenant binding together (:meth:`Database.bound`, one more fewer). The prepared statements that survive are
 prepared on purpose: admission's set statements (``prepare=True`` in
 ``services/journal/sets.py``) and opening lookups (``pipelined.Query``'s
@@ -83,25 +83,32 @@ WORKLOAD_ROLES = ("oml_admission", "oml_server", "oml_lake_writer", "oml_reconci
 # default_transaction_deferrable) starts neither. The count of planted statements runs in the act's. Primary only: a
 # standby refuses READ WRITE. psycopg refuses per-connection transaction settings (execution_options isolation_level,
 # autocommit) on such a connection while it is in that transaction: a loud error, never a silently different level: a
-# REPEATABLE READ transaction comes from its own engine (Database.snapshot), whose connections carry the level.
+# REPEATABLE READ transaction comes from an engine of its own (Database.read, Database.snapshot), whose connections
+# carry the level, and its reset opens the transaction at that level.
 BEGIN_AT_CHECKOUT = frozenset({"oml_admission", "oml_server"})
 _STEPS, _COUNT = RESET.rsplit("; ", 1)
-_BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE, NOT DEFERRABLE"
-_RESET_THEN_BEGIN = f"{_BEGIN}; {_STEPS}; COMMIT; {_BEGIN}; {_COUNT}".encode()
+_RESET_THEN_BEGIN = {
+    level: (f"BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE, NOT DEFERRABLE; {_STEPS}; COMMIT;"
+            f" BEGIN ISOLATION LEVEL {level.name.replace('_', ' ')}, READ WRITE, NOT DEFERRABLE; {_COUNT}").encode()
+    for level in psycopg.IsolationLevel}
+#: The level of a read and of a snapshot (:meth:`Database.read`, :meth:`Database.snapshot`): every statement of the
+#: transaction sees one snapshot. Both come from the one engine of this level per role.
+SNAPSHOT_ISOLATION = "REPEATABLE READ"
 
 
 def _reset(dbapi_connection, connection_record, connection_proxy, *, begin: bool = False) -> None:
     """Reset a connection as it is checked out; a dead one raises ``DisconnectionError``, on which the
     pool discards it and checks out another (SQLAlchemy, "Disconnect Handling - Pessimistic").
 
-    ``begin``: then leave it inside a READ COMMITTED read-write transaction opened in the same round trip
-    (:data:`BEGIN_AT_CHECKOUT`), unless the connection carries transaction characteristics of its own
-    (psycopg's ``isolation_level``, ``read_only``, ``deferrable``), which psycopg's own BEGIN states."""
+    ``begin``: then leave it inside a read-write transaction opened in the same round trip (:data:`BEGIN_AT_CHECKOUT`)
+    at the connection's isolation level (psycopg's ``isolation_level``: the engine's; READ COMMITTED when it has
+    none), unless it carries ``read_only`` or ``deferrable`` of its own, which psycopg's own BEGIN states."""
     try:
         dbapi_connection.rollback()
-        if begin and (dbapi_connection.isolation_level, dbapi_connection.read_only, dbapi_connection.deferrable) == (None, None, None):
+        if begin and (dbapi_connection.read_only, dbapi_connection.deferrable) == (None, None):
             # libpq directly, or psycopg would put its own BEGIN in front. The last result is the count.
-            res = dbapi_connection.pgconn.exec_(_RESET_THEN_BEGIN)
+            level = dbapi_connection.isolation_level or psycopg.IsolationLevel.READ_COMMITTED
+            res = dbapi_connection.pgconn.exec_(_RESET_THEN_BEGIN[level])
             if res.status != pq.ExecStatus.TUPLES_OK or dbapi_connection.pgconn.transaction_status != pq.TransactionStatus.INTRANS:
                 raise psycopg.OperationalError("the reset failed")
             if int(res.get_value(0, 0)):
@@ -226,7 +233,7 @@ class Database:
     def engine(self, role: str | None, replica: int | None = None, *, isolation: str | None = None) -> sa.Engine:
         """The pooled engine of ``role`` (``None``: the owner) on the primary, or on standby number ``replica``;
         ``isolation`` (``"REPEATABLE READ"``, …): an engine of its own whose connections open every transaction at that
-        level (:meth:`snapshot`), never inside one at checkout.
+        level (:meth:`read`, :meth:`snapshot`; at checkout for :data:`BEGIN_AT_CHECKOUT` on the primary).
 
         With ``check_revision``, a workload role's engine (primary or standby) is handed out only once the role has
         read its release's head revision on the primary (:meth:`_require_head`); until then each call reads it again
@@ -298,25 +305,27 @@ class Database:
                     **({} if isolation is None else {"isolation_level": isolation}),
                 )
                 event.listen(eng, "connect", _widen_send_buffer)
-                event.listen(eng, "checkout", functools.partial(_reset, begin=role in BEGIN_AT_CHECKOUT and replica is None and isolation is None))
+                event.listen(eng, "checkout", functools.partial(_reset, begin=role in BEGIN_AT_CHECKOUT and replica is None))
                 self._engines[key] = eng
             return eng
 
     @contextmanager
-    def tenant(self, role: str, tenant: str) -> Iterator[sa.Connection]:
-        """One transaction as ``role`` with ``oml.tenant_id`` bound to ``tenant``; commits on success."""
-        with self.bound(role, tenant, ()) as (conn, _):
+    def tenant(self, role: str, tenant: str, *, isolation: str | None = None) -> Iterator[sa.Connection]:
+        """One transaction as ``role`` with ``oml.tenant_id`` bound to ``tenant``; commits on success. ``isolation``:
+        its level (:meth:`engine`; :data:`SNAPSHOT_ISOLATION` for a read that answers a client from one snapshot)."""
+        with self.bound(role, tenant, (), isolation=isolation) as (conn, _):
             yield conn
 
     @contextmanager
-    def bound(self, role: str, tenant: str, queries: Sequence[pipelined.Query]) -> Iterator[tuple[sa.Connection, list[list]]]:
+    def bound(self, role: str, tenant: str, queries: Sequence[pipelined.Query], *,
+              isolation: str | None = None) -> Iterator[tuple[sa.Connection, list[list]]]:
         """:meth:`tenant`, with ``queries`` run right after the binding (:func:`oml.services.storage.pipelined.fetch`);
-        yields the connection and each query's rows.
+        yields the connection and each query's rows. ``isolation``: the transaction's level (:meth:`engine`).
 
         Round trips: a connection that comes out of the pool inside a transaction (:data:`BEGIN_AT_CHECKOUT`) sends
         the binding and the queries in one; any other sends ``BEGIN`` and the binding in one (:func:`_begin_bound`:
         psycopg would send its ``BEGIN`` alone and wait for it), then the queries, if any, in one more."""
-        with self.engine(role).begin() as conn:
+        with self.engine(role, isolation=isolation).begin() as conn:
             if _begin_bound(conn, tenant):
                 rows = pipelined.fetch(conn, list(queries)) if queries else []
                 yield conn, rows
@@ -329,15 +338,19 @@ class Database:
         """One ``REPEATABLE READ`` transaction as ``role`` (``None``: the owner) with ``tenant`` bound: every statement
         reads the same snapshot (a verification, an export, a reconciliation). Yields the connection and its
         transaction; commits on success unless the caller ended it."""
-        with self.engine(role, isolation="REPEATABLE READ").connect() as conn, conn.begin() as tx:
+        with self.engine(role, isolation=SNAPSHOT_ISOLATION).connect() as conn, conn.begin() as tx:
             conn.execute(sa.text("SELECT set_config('oml.tenant_id', :t, true)"), {"t": tenant})
             yield conn, tx
 
     @contextmanager
     def read(self, role: str, tenant: str, *, after_lsn: str | None = None,
              queries: Sequence[pipelined.Query] = ()) -> Iterator[ReadTx]:
-        """A read-only transaction as ``role`` bound to ``tenant``, on a standby when one can serve it; ``queries``
-        run right after the binding in the same round trip, their rows in :attr:`ReadTx.rows`.
+        """A ``REPEATABLE READ`` transaction (:data:`SNAPSHOT_ISOLATION`) as ``role`` bound to ``tenant``, on a standby
+        when one can serve it; ``queries`` run right after the binding in the same round trip, their rows in
+        :attr:`ReadTx.rows`. Every statement of the read sees one snapshot, taken at its first: the rows of its
+        candidates, read in more than one statement, and their verdicts and bodies agree with each other, as of one
+        instant (docs/recall.md, "One snapshot"). On the primary the only write is the read-log row (an insert:
+        nothing for a concurrent transaction to conflict with); a standby's transaction is read-only.
 
         Standbys are tried round-robin; one that refuses the connection is
         skipped. With ``after_lsn`` (a ``pg_lsn`` text: read your writes) a
@@ -360,7 +373,7 @@ class Database:
                     self._count(f"replica:{n}:behind")
                     continue
                 with conn.begin():
-                    rows = pipelined.fetch(conn, [pipelined.Query("SET TRANSACTION READ ONLY", {}),
+                    rows = pipelined.fetch(conn, [pipelined.Query(f"SET TRANSACTION ISOLATION LEVEL {SNAPSHOT_ISOLATION}, READ ONLY", {}),
                                                   pipelined.Query(_BIND, {"t": tenant}), *queries])
                     self._count(f"replica:{n}")
                     yield ReadTx(conn, f"replica:{n}", rows[2:])
@@ -368,7 +381,7 @@ class Database:
             finally:
                 cm.__exit__(None, None, None)
         self._count("primary")
-        with self.bound(role, tenant, queries) as (conn, rows):
+        with self.bound(role, tenant, queries, isolation=SNAPSHOT_ISOLATION) as (conn, rows):
             yield ReadTx(conn, "primary", rows)
 
     def _replica_order(self) -> list[int]:

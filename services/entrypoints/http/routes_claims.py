@@ -32,6 +32,7 @@ from oml.services.entrypoints.http.routes_admin import IdemKey
 from oml.services.entrypoints.http.validation import UUID_PATTERN, Body, Closed, Time, UUIDStr, text, uuid_path
 from oml.services.reads.bodies import Unverified, decrypt_version, log_read
 from oml.services.runtime.context import Context
+from oml.services.storage.db import SNAPSHOT_ISOLATION
 
 router = APIRouter(tags=["claims"])
 
@@ -201,7 +202,7 @@ def review_queue(ctx: Context, p: Principal, *, limit: int = 50, after: str | No
     Raises ``access.denied`` and ``admission.invalid`` (an unknown cursor).
     """
     rules.require_act(p.role, "review_queue")
-    with ctx.db.tenant("oml_server", p.tenant) as conn:
+    with ctx.db.tenant("oml_server", p.tenant, isolation=SNAPSHOT_ISOLATION) as conn:
         rows = conn.execute(sa.text(_HELD_WITHIN + " AND v.status = 'held' ORDER BY v.submitted_seq LIMIT :n"),
                             {"t": p.tenant, "after": _position(conn, p, after), "roots": list(p.root_paths),
                              "p": p.principal_id, "n": limit}).all()
@@ -233,7 +234,7 @@ def own_work(ctx: Context, p: Principal, *, status: str = "held", decrypt: bool 
     Paged like :func:`review_queue`.
     """
     rules.require_act(p.role, "own_work")
-    with ctx.db.tenant("oml_server", p.tenant) as conn:
+    with ctx.db.tenant("oml_server", p.tenant, isolation=SNAPSHOT_ISOLATION) as conn:
         rows = conn.execute(sa.text(_HELD_WITHIN + " AND v.status = :st AND v.author_identity = CAST(:i AS uuid)"
                                     " ORDER BY v.submitted_seq LIMIT :n"),
                             {"t": p.tenant, "after": _position(conn, p, after), "roots": list(p.root_paths), "p": p.principal_id,

@@ -277,14 +277,16 @@ def test_a_dead_pooled_connection_is_replaced_at_checkout(db_url, kit, role):
         watch.dispose()
 
 
-@pytest.mark.parametrize("role", ["oml_admission", "oml_server"])  # BEGIN_AT_CHECKOUT
-def test_admission_checks_out_inside_a_read_committed_transaction(db_url, ctx, kit, role, role_temporary_tables):
+@pytest.mark.parametrize(("role", "isolation"), [("oml_admission", None), ("oml_server", None),  # BEGIN_AT_CHECKOUT
+                                                 ("oml_server", "REPEATABLE READ")])  # a read's, a snapshot's
+def test_admission_checks_out_inside_a_transaction_at_its_engines_level(db_url, ctx, kit, role, isolation,
+                                                                         role_temporary_tables):
     """Admission's and the server's connections leave the pool inside a transaction opened in the reset's own round
-    trip, at READ COMMITTED, read-write, whatever defaults a borrower planted in the session, with the reset committed
-    before it: a planted setting, session tenant binding, temporary table (the role allowed them here), held cursor
-    and listener are gone in that transaction and stay gone after a rollback on the same checkout; a submit and a
-    recall work after the planted defaults; the server's snapshot engine's connections (a level of their own) and
-    other roles' leave the pool idle."""
+    trip, at the engine's level (READ COMMITTED, or REPEATABLE READ for a read's and a snapshot's engine), read-write,
+    whatever defaults a borrower planted in the session, with the reset committed before it: a planted setting,
+    session tenant binding, temporary table (the role allowed them here), held cursor and listener are gone in that
+    transaction and stay gone after a rollback on the same checkout; a submit and a recall work after the planted
+    defaults; other roles' connections leave the pool idle."""
     from psycopg import pq
 
     from oml.services.claims.admission import Submission
@@ -300,9 +302,9 @@ def test_admission_checks_out_inside_a_read_committed_transaction(db_url, ctx, k
                     " current_setting('default_transaction_read_only'), current_setting('work_mem') <> '7MB',"
                     " current_setting('oml.tenant_id', true) IS DISTINCT FROM :t, to_regclass('pg_temp.leak') IS NULL,"
                     " (SELECT count(*) FROM pg_cursors WHERE is_holdable), (SELECT count(*) FROM pg_listening_channels())")
-    clean = ("read committed", "off", "off", True, True, True, 0, 0)
+    clean = ((isolation or "read committed").lower(), "off", "off", True, True, True, 0, 0)
     try:
-        with db.engine(role).connect() as conn:
+        with db.engine(role, isolation=isolation).connect() as conn:
             dc = conn.connection.driver_connection
             assert dc.pgconn.transaction_status == pq.TransactionStatus.INTRANS
             dc.rollback()
@@ -312,7 +314,7 @@ def test_admission_checks_out_inside_a_read_committed_transaction(db_url, ctx, k
                        " SET default_transaction_read_only = on")
             dc.execute("SELECT set_config('oml.tenant_id', %s, false)", (kit.tenant,))
             dc.autocommit = False
-        with db.engine(role).connect() as conn:
+        with db.engine(role, isolation=isolation).connect() as conn:
             assert conn.connection.driver_connection.pgconn.transaction_status == pq.TransactionStatus.INTRANS
             assert tuple(conn.execute(state, {"t": kit.tenant}).one()) == clean
             conn.rollback()  # and the same checkout again: the reset was committed on its own
@@ -323,7 +325,7 @@ def test_admission_checks_out_inside_a_read_committed_transaction(db_url, ctx, k
         got = Recaller(Context(ctx.settings, db, ctx.keystore), embed=constant_vector).recall(
             authenticate(db, kit.reviewer_key), RecallRequest(query="planted defaults", retriever="fts"))
         assert got["diagnostics"]["returned"]["steering"] == 0  # answered, and its read-log row committed
-        for eng in (db.engine("oml_indexer"), db.engine("oml_server", isolation="REPEATABLE READ")):
+        for eng in (db.engine("oml_indexer"), db.engine("oml_indexer", isolation="REPEATABLE READ")):
             with eng.connect() as conn:
                 assert conn.connection.driver_connection.pgconn.transaction_status == pq.TransactionStatus.IDLE
     finally:

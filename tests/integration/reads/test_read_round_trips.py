@@ -20,6 +20,7 @@ from oml.services.reads.bodies import log_read
 from oml.services.reads.fetch import fetch
 from oml.services.reads.recall import Recaller, RecallRequest
 from oml.services.storage import pipelined
+from oml.services.storage.db import SNAPSHOT_ISOLATION
 
 from support.recall import constant_vector, read_events, reader_world
 
@@ -50,21 +51,21 @@ def test_bound_queries_still_run_after_the_binding(ctx):
 
 
 def test_a_read_runs_its_queries_with_the_binding_in_the_checkout_transaction(ctx):
-    """The server's connection leaves the pool inside a READ COMMITTED read-write transaction (the read log is written
-    in it), and the queries a read passes run behind the binding, seeing it."""
+    """A read's connection leaves the pool inside a REPEATABLE READ read-write transaction (one snapshot for the whole
+    read; the read log is written in it), and the queries a read passes run behind the binding, seeing it."""
     state = pipelined.Query("SELECT current_setting('oml.tenant_id') AS t, current_setting('transaction_isolation') AS iso,"
                             " current_setting('transaction_read_only') AS ro", {})
     with ctx.db.read("oml_server", "t-read", queries=[state, state]) as rtx:
         assert _status(rtx.conn) == pq.TransactionStatus.INTRANS and rtx.on_primary
-        assert [tuple(r[0]) for r in rtx.rows] == [("t-read", "read committed", "off")] * 2
+        assert [tuple(r[0]) for r in rtx.rows] == [("t-read", "repeatable read", "off")] * 2
 
 
 def test_a_snapshot_is_one_repeatable_read_transaction_bound_to_its_tenant(ctx):
     with ctx.db.snapshot("oml_server", "t-snap") as (conn, _):
         got = conn.execute(sa.text("SELECT current_setting('oml.tenant_id'), current_setting('transaction_isolation')")).one()
         assert tuple(got) == ("t-snap", "repeatable read")
-    with ctx.db.read("oml_server", "t-after") as rtx:  # the read path's engine keeps its own level
-        assert rtx.conn.execute(sa.text("SELECT current_setting('transaction_isolation')")).scalar() == "read committed"
+    with ctx.db.tenant("oml_server", "t-after") as conn:  # the server's other transactions keep their own level
+        assert conn.execute(sa.text("SELECT current_setting('transaction_isolation')")).scalar() == "read committed"
 
 
 def test_a_statement_with_a_literal_percent_joins_a_pipeline(ctx):
@@ -158,10 +159,10 @@ def test_prepared_lookups_answer_only_the_bound_tenant_under_a_generic_plan(worl
 
 @contextmanager
 def round_trips(ctx, role: str = "oml_server"):
-    """Counts the round trips of ``role``'s connections checked out inside, the checkout's reset included: libpq's
-    trace of each, where every frontend ``Sync`` (extended protocol, one per pipeline) or simple ``Query`` ends one.
-    Yields a list that holds the count once the block ends."""
-    eng = ctx.db.engine(role)
+    """Counts the round trips of the connections of ``role``'s read engine (``Database.read``'s) checked out inside,
+    the checkout's reset included: libpq's trace of each, where every frontend ``Sync`` (extended protocol, one per
+    pipeline) or simple ``Query`` ends one. Yields a list that holds the count once the block ends."""
+    eng = ctx.db.engine(role, isolation=SNAPSHOT_ISOLATION)
     fd, path = tempfile.mkstemp()
     traced, counted = [], []
 
@@ -209,3 +210,30 @@ def test_a_recall_and_a_fetch_send_the_round_trips_docs_recall_md_counts(ctx):
     with round_trips(ctx) as fetched:
         fetch(ctx, w.reader, claim_id=claim)
     assert (got, waited, fetched) == ([8], [9], [7])
+
+
+def test_every_read_that_answers_a_client_is_one_repeatable_read_transaction(ctx, world, monkeypatch):
+    """docs/recall.md, "One snapshot": a recall, a fetch, lineage, a journal page, the review queue and a caller's own
+    work each write their read-log row in a REPEATABLE READ transaction, the one that read what they serve."""
+    from oml.services.entrypoints.http import routes_claims
+    from oml.services.reads import readlog
+    from oml.services.reads.fetch import journal_page, lineage
+
+    levels: dict[str, str] = {}
+
+    def at_level(real):
+        def logged(conn, tenant, **kw):
+            levels[kw["op"]] = conn.exec_driver_sql("SELECT current_setting('transaction_isolation')").scalar()
+            return real(conn, tenant, **kw)
+        return logged
+
+    monkeypatch.setattr(readlog, "log_read", at_level(readlog.log_read))
+    monkeypatch.setattr(routes_claims, "log_read", at_level(routes_claims.log_read))
+    held = world.remember("main", "A held glacier note.", promote=False)
+    out = world.recaller.recall(world.reader, RecallRequest(query="glacier survey", retriever="hybrid", k=3))
+    fetch(ctx, world.reader, claim_id=out["hits"][0]["claim_id"])
+    lineage(ctx, world.reader, out["hits"][0]["claim_id"])
+    journal_page(ctx, world.key("auditor"), limit=5)
+    assert routes_claims.review_queue(ctx, world.reviewer)["items"][0]["version_id"] == held["version_id"]
+    routes_claims.own_work(ctx, world.writer, decrypt=True)
+    assert levels == dict.fromkeys(("recall", "fetch", "lineage", "journal", "review_queue", "own_work"), "repeatable read")

@@ -137,25 +137,30 @@ def test_a_read_that_waits_for_its_query_vector_answers_as_one_that_did_not(ctx,
     assert b["diagnostics"]["valid_time"]["excluded_hits"]["expired"] == 1  # the ended turn, counted while waiting
 
 
-def test_a_claim_superseded_while_the_read_waits_is_served_once_at_its_new_tip(ctx, monkeypatch):
-    """The early read (docs/recall.md, "Latency") reads the lexical candidates' rows in a statement of their own; a new
-    version of one of their claims, committed and indexed after it and before the vector leg, is a candidate of the
-    vector leg whose row is read after it, also as the tip. The claim is served once, at the newer tip: what a read
-    whose candidates' rows were all read after the vector leg answers."""
+def test_a_read_answers_from_its_one_snapshot_whatever_commits_while_it_waits(ctx, monkeypatch):
+    """Every statement of a read sees the snapshot its transaction took at checkout (docs/recall.md, "One snapshot").
+    After the early read and before the vector leg (docs/recall.md, "Latency"), one claim gets a new version (indexed),
+    one is demoted and one erased; the read answers as a read that finished before any of them: the same hits, each
+    claim once, every body readable. The next read sees all three."""
     import threading
 
+    from oml.services.erasure.acts import Erasure
     from oml.services.reads import recall as recall_module
     from oml.services.reads.recall import default_embed
     from oml.services.runtime.phases import Phases
 
-    w = make_world(ctx, "window-superseded")
+    w = make_world(ctx, "one-snapshot")
     for s in THREAD[:4]:
         w.remember("main.docs", s)
     old = w.remember("main.docs", "The Boston marathon route changes near the finish.")
+    demoted = w.remember("main.docs", "The Boston marathon water stations move every mile.")
+    erased = w.remember("main.docs", "The Boston marathon volunteers meet at the finish.")
     w.index()
-    reader = w.key("reader")
+    reader, op = w.key("reader"), w.key("operator")
     embed = default_embed(ctx)
     embed("warm")
+    ask = RecallRequest(query=QUERY, retriever="hybrid", k=25)
+    before = Recaller(ctx).recall(reader, ask)
     early_read = threading.Event()
     load = recall_module._load_candidates
 
@@ -166,18 +171,23 @@ def test_a_claim_superseded_while_the_read_waits_is_served_once_at_its_new_tip(c
     monkeypatch.setattr(recall_module, "_load_candidates", load_then_tell)
     new: dict = {}
 
-    def superseding(text: str):
+    def committing(text: str):
         assert early_read.wait(30)
         new.update(w.remember("main.docs", "The Boston marathon route changes near the finish line again.",
                               claim_id=old["claim_id"], supersedes=old["version_id"]))
+        ctx.admission.review(w.reviewer, demoted["version_id"], "demote", "outdated")
+        Erasure(ctx).erase_claim(op, erased["claim_id"], "data_subject_request")
         w.index()
         return embed(text)
 
-    superseding.identity = embed.identity
+    committing.identity = embed.identity
     ph = Phases()
-    got = Recaller(ctx, embed=superseding).recall(reader, RecallRequest(query=QUERY, retriever="hybrid", k=25), phases=ph)
+    got = Recaller(ctx, embed=committing).recall(reader, ask, phases=ph)
     assert "lexical_rows" in ph.ms() and new
-    served = [(h["claim_id"], h["version_id"]) for h in got["hits"] if h["claim_id"] == old["claim_id"]]
-    assert served == [(old["claim_id"], new["version_id"])]
-    claims = [h["claim_id"] for h in got["hits"]]
-    assert len(claims) == len(set(claims))
+    hits = lambda out: [(h["claim_id"], h["version_id"], h["body"]) for h in out["hits"]]  # noqa: E731
+    assert hits(got) == hits(before) and got["diagnostics"]["unreadable"] == before["diagnostics"]["unreadable"] == 0
+    assert {old["version_id"], demoted["version_id"], erased["version_id"]} <= {h["version_id"] for h in got["hits"]}
+    monkeypatch.undo()
+    after = {h["claim_id"]: h["version_id"] for h in Recaller(ctx).recall(reader, ask)["hits"]}
+    assert after.get(old["claim_id"]) == new["version_id"]
+    assert demoted["claim_id"] not in after and erased["claim_id"] not in after

@@ -19,6 +19,7 @@ from oml.services.journal.projections import verify_tenant
 from oml.services.reads import fetch as F
 from oml.services.reads.recall import Recaller, RecallRequest
 from oml.services.simulations.acts import Simulations
+from oml.services.storage.db import SNAPSHOT_ISOLATION
 
 from support.recall import make_world, owner
 
@@ -270,7 +271,7 @@ def test_forged_default_promotion_of_a_tainted_version_is_refused_by_the_project
 
 
 class _Capture:
-    """Every statement the ``oml_server`` engine runs while active (text and parameters), those sent in a pipeline
+    """Every statement ``engine`` runs while active (text and parameters), those sent in a pipeline
     (services/storage/pipelined.py, which goes around SQLAlchemy) included."""
 
     def __init__(self, engine):
@@ -321,7 +322,7 @@ def plans(ctx, tenant: str, statements) -> list[str]:
 
 
 def test_explain_as_a_key_outside_the_audience_shows_no_simulation_partition(w, ctx):
-    engine = ctx.db.engine("oml_server")
+    engine = ctx.db.engine("oml_server", isolation=SNAPSHOT_ISOLATION)  # every read's (Database.read)
     for who, inside in ((w.outside_reader, False), (w.inside_reader, True)):
         with _Capture(engine) as cap:
             for retriever in ("fts", "vector", "hybrid"):

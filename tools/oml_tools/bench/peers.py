@@ -146,14 +146,16 @@ class PhaseLog:
     def __init__(self, ctx: Any) -> None:
         from sqlalchemy import event
 
+        from oml.services.storage.db import SNAPSHOT_ISOLATION
+
         self.calls: list[tuple[float, dict[str, float]]] = []
         self._statements = 0
 
         def count(*_a: Any) -> None:
             self._statements += 1
 
-        # Statements SQLAlchemy sends for the read role (the tenant binding goes through pipelined.fetch: +1).
-        event.listen(ctx.db.engine("oml_server"), "before_cursor_execute", count)
+        # Statements SQLAlchemy sends on the reads' engine (the tenant binding goes through pipelined.fetch: +1).
+        event.listen(ctx.db.engine("oml_server", isolation=SNAPSHOT_ISOLATION), "before_cursor_execute", count)
 
     def recall(self, corpus: Any, rec: Any, q: dict) -> tuple[list[str | None], float]:
         """One timed OML recall (``locomo.recall_dia``); returns the ranked ids and its latency (ms)."""
