@@ -38,7 +38,7 @@ import hashlib
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -268,13 +268,13 @@ def signed_body(conn: sa.Connection, tenant: str, r: Any) -> V.SubmittedBody | N
 
 
 class _Rewraps:
-    """A tenant's verified ``encryption_key.rewrapped`` events folded: artifact id → (key version, wrapped-DEK
-    SHA-256) of the last one naming it, and the seq read up to. Grows with the DEKs a tenant rewrapped (32 bytes
-    and an id each); evicted with the tenant from :data:`_REWRAPS`."""
+    """A tenant's verified ``encryption_key.rewrapped`` events folded: artifact id → the (seq, key version,
+    wrapped-DEK SHA-256) of each one naming it, in seq order, and the seq read up to. Grows with the DEKs a tenant
+    rewrapped (an id, and 32 bytes and two ints a rewrap); evicted with the tenant from :data:`_REWRAPS`."""
 
     def __init__(self) -> None:
         self.upto = 0
-        self.deks: dict[str, tuple[int, bytes]] = {}
+        self.deks: dict[str, list[tuple[int, int, bytes]]] = {}
 
 
 _REWRAPS = LRU(CACHE_TENANTS)  # tenant -> _Rewraps
@@ -282,14 +282,15 @@ _REWRAPS_LOCK = threading.Lock()
 _REWRAP_EVENTS = sa.text(
     "SELECT seq AS j_seq, kid, canonical, hash, prev_hash, signature FROM journal_events"
     " WHERE tenant_id = :t AND type = :type AND seq > :after ORDER BY seq")
+_IN_SNAPSHOT = sa.text("SELECT seq FROM journal_events WHERE tenant_id = :t AND seq = ANY(CAST(:s AS bigint[]))")
 
 
-def rewrapped(conn: sa.Connection, tenant: str, *, refresh: bool) -> dict[str, tuple[int, bytes]]:
-    """Artifact id → (key version, SHA-256 of the wrapped DEK) named by the tenant's latest verified
-    ``encryption_key.rewrapped`` for it. Kept per process; ``refresh`` reads the events journalled since (one
-    statement), which a reader asks for only when a stored DEK's key version is not the one the signed acts it
-    knows name (a rewrap always moves a DEK to another version). An event that does not verify is left out (logged):
-    the DEKs it names are then judged by the older digest and refused (``dek.digest``)."""
+def rewrapped(conn: sa.Connection, tenant: str, *, refresh: bool) -> dict[str, list[tuple[int, int, bytes]]]:
+    """Artifact id → (seq, key version, SHA-256 of the wrapped DEK) of each of the tenant's verified
+    ``encryption_key.rewrapped`` events naming it, in seq order. Kept per process; ``refresh`` reads the events
+    journalled since (one statement), which a reader asks for only when a stored DEK's key version is not the one the
+    signed acts it knows name (a rewrap always moves a DEK to another version). An event that does not verify is left
+    out (logged): the DEKs it names are then judged by the older digest and refused (``dek.digest``)."""
     with _REWRAPS_LOCK:
         cur = _REWRAPS.get(tenant)
         if cur is None:
@@ -301,36 +302,51 @@ def rewrapped(conn: sa.Connection, tenant: str, *, refresh: bool) -> dict[str, t
                 row = _journal_row(r)
                 try:
                     _checked(conn, tenant, row)
-                    cur.deks.update(V.rewrapped_deks(parse_event(row.canonical, seq=row.seq, tenant=tenant)))
+                    for art, (version, digest) in V.rewrapped_deks(parse_event(row.canonical, seq=row.seq, tenant=tenant)).items():
+                        cur.deks.setdefault(art, []).append((row.seq, version, digest))
                 except ValueError as exc:
                     log.warning("integrity.rewrap_event_unverified", tenant=tenant, seq=row.seq, reason=str(exc.args[0]))
                 cur.upto = max(cur.upto, row.seq)
         return cur.deks
 
 
-def _expected_dek(signed: V.SubmittedBody | None, known: dict[str, tuple[int, bytes]], artifact_id: str
+def _expected_dek(signed: V.SubmittedBody | None, rewraps: Sequence[tuple[int, int, bytes]]
                   ) -> tuple[int | None, bytes | None] | None:
-    if artifact_id in known:
-        return known[artifact_id]
+    """(key version, digest) of the last of ``rewraps``, else of the signed submission; None with neither."""
+    if rewraps:
+        return rewraps[-1][1:]
     return None if signed is None else (signed.key_version, signed.wrapped_dek_sha256)
+
+
+def _moved(expected: tuple[int | None, bytes | None] | None, key_version: int) -> bool:
+    return expected is not None and expected[0] is not None and expected[0] != key_version
 
 
 def dek_refusal(conn: sa.Connection, tenant: str, row: Any, key_version: int, wrapped: bytes) -> str | None:
     """:data:`~oml.domain.verified_read.DEK_DIGEST` when the stored wrapped DEK is not the one the latest signed act
-    for the version's artifact names (its ``claim.submitted``'s ``wrapped_dek_sha256``, or that of the last
-    ``encryption_key.rewrapped`` naming it); None when it is, when that submission predates the field and no
-    journalled rewrap named the DEK since, or when reads are not verified. Call after :func:`body_refusal`
-    passed for ``row`` (its submission is then verified and cached: no round trip, unless the DEK's key version
-    asks for the rewraps journalled since)."""
+    in the reader's snapshot names for the version's artifact (its ``claim.submitted``'s ``wrapped_dek_sha256``, or
+    that of the last ``encryption_key.rewrapped`` naming it); None when it is, when that submission predates the field
+    and no journalled rewrap named the DEK since, or when reads are not verified. Call after :func:`body_refusal`
+    passed for ``row`` (its submission is then verified and cached: no round trip, unless the DEK's key version asks
+    for the rewraps journalled since).
+
+    A rewrap's UPDATE and its event commit together, so a snapshot holds the DEK the last event it holds names. The
+    process's rewraps may run past the reader's snapshot (another read, on a newer snapshot, verified later ones):
+    when the stored version is neither the last known nor one journalled since, the DEK is judged by the last
+    rewrap whose event the snapshot holds (one statement; docs/recall.md, "One snapshot")."""
     if not enabled():
         return None
     signed = signed_body(conn, tenant, row)
     art = str(row.artifact_id)
     digest = hashlib.sha256(wrapped).digest()
-    known = rewrapped(conn, tenant, refresh=False)
-    expected = _expected_dek(signed, known, art)
-    if expected is not None and expected[0] is not None and expected[0] != key_version:
-        expected = _expected_dek(signed, rewrapped(conn, tenant, refresh=True), art)
+    rewraps = rewrapped(conn, tenant, refresh=False).get(art, [])
+    expected = _expected_dek(signed, rewraps)
+    if _moved(expected, key_version):
+        rewraps = rewrapped(conn, tenant, refresh=True).get(art, [])
+        expected = _expected_dek(signed, rewraps)
+        if _moved(expected, key_version) and rewraps:
+            held = set(conn.execute(_IN_SNAPSHOT, {"t": tenant, "s": [seq for seq, _, _ in rewraps]}).scalars())
+            expected = _expected_dek(signed, [r for r in rewraps if r[0] in held])
     return V.dek_reason(expected, key_version, digest)
 
 

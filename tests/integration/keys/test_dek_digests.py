@@ -159,3 +159,43 @@ def test_a_rewrap_journals_its_digests_and_every_check_still_passes(ctx, kit, cl
     ex = export(ctx, TENANT, 1, None)
     got = evidence_verify(ex.data, trusted_key=_fingerprint(ctx))
     assert got.exit_code == 0, got.failure
+
+
+def test_a_read_whose_snapshot_predates_a_rewrap_judges_the_dek_by_the_acts_it_holds(ctx, monkeypatch):
+    """docs/recall.md, "One snapshot": a fetch's snapshot is taken, then a rotation rewraps its DEK and another read, on
+    a newer snapshot, verifies the rewrap into the process's cache. The first fetch holds the old DEK and not the
+    rewrap's event: it is served. A DEK put back to its old wrap and version, read in a snapshot that holds the
+    rewrap, is still refused (dek.digest)."""
+    import threading
+
+    from oml.services.reads import fetch as F
+    from oml.services.reads import rows
+
+    k = make_ekit(ctx, "dek-snapshot")
+    c = k.claim("a body read across a rewrap")
+    assert F.fetch(ctx, k.reader, claim_id=c["claim_id"])["body"]["statement"] == "a body read across a rewrap"
+    old = version_dek(ctx, k.tenant, c["version_id"])
+    load, rotated = rows.load_rows, {}
+
+    def rotating_meanwhile(*args, **kw):
+        if not rotated:
+            def rotate_and_read():
+                rotated.update(keys_rotation.rotate(ctx, k.tenant))
+                rotated["served"] = F.fetch(ctx, k.reader, claim_id=c["claim_id"])["body"]
+            t = threading.Thread(target=rotate_and_read)
+            t.start()
+            t.join()
+        return load(*args, **kw)
+
+    monkeypatch.setattr(rows, "load_rows", rotating_meanwhile)
+    got = F.fetch(ctx, k.reader, claim_id=c["claim_id"])
+    monkeypatch.undo()
+    assert rotated["rewrapped"] >= 1 and rotated["served"] == got["body"] == {"statement": "a body read across a rewrap"}
+    assert version_dek(ctx, k.tenant, c["version_id"]).key_version != old.key_version
+    with ctx.db.tenant("oml_server", k.tenant) as w:
+        w.execute(sa.text("UPDATE wrapped_deks SET wrapped = :w, key_version = :v WHERE tenant_id = :t AND artifact_id = :a"),
+                  {"w": bytes(old.wrapped), "v": old.key_version, "t": k.tenant, "a": old.artifact_id})
+    with pytest.raises(Exception) as refused:
+        F.fetch(ctx, k.reader, claim_id=c["claim_id"])
+    assert getattr(refused.value, "code", None) == "integrity.body"
+    assert "dek.digest" in integrity_reasons(ctx, k.tenant, c["version_id"])
