@@ -70,5 +70,5 @@ serve: $(VENV)/.installed
 # or their postmasters outlive the files they serve.
 # .oml-bench (docs/benchmarks.md's scratch home) is stopped, not deleted: a bench population can take hours to load.
 clean:
-	-for d in .oml/pg .oml-test/pg .oml-bench/pg; do [ -f $$d/postmaster.pid ] && kill $$(head -1 $$d/postmaster.pid); done; sleep 1
+	-for d in .oml/pg .oml-test/pg .oml-bench/pg; do [ -f $$d/postmaster.pid ] && kill -INT $$(head -1 $$d/postmaster.pid); done; sleep 1
 	rm -rf .oml .oml-test .smoke dist build

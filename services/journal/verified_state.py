@@ -48,6 +48,7 @@ import structlog
 from oml.domain.chain import ChainVerifier, JournalRow, genesis
 from oml.domain.errors import OMLError
 from oml.services.journal import state_snapshots
+from oml.services.storage.db import WORKLOAD_ROLES
 
 log = structlog.get_logger("oml.integrity")
 
@@ -242,6 +243,8 @@ class VerifiedStates:
             self._reset(s)
             resumed = None
         rows = conn.execute(_ROWS, {"t": s.tenant, "s": s.seq, "upto": upto}).all()
+        if s.seq > 0 and not rows and resumed is None and self._committed(conn, s):
+            return  # conn's snapshot is behind the verified head (a read's one snapshot, a lagging standby)
         if s.seq > 0 and (not rows or rows[0].seq != s.seq or bytes(rows[0].hash) != s.head):
             if snaps is not None and resumed is not None:
                 if rows:
@@ -262,6 +265,15 @@ class VerifiedStates:
         self.verified_events += verified
         if snaps is not None and snaps.due(s, verified):
             snaps.save(s)
+
+    def _committed(self, conn: sa.Connection, s: TenantState) -> bool:
+        """Whether the verified head's row is in the journal as verified, read on the primary in a transaction of its
+        own, as ``conn``'s role: then a connection that does not show it reads an older snapshot, not a restored or
+        rewritten journal, and the state stays as it is."""
+        user = conn.engine.url.username
+        with self.db.tenant(user if user in WORKLOAD_ROLES else None, s.tenant) as c:
+            got = c.execute(_AT, {"t": s.tenant, "seqs": [s.seq]}).first()
+        return got is not None and bytes(got.hash) == s.head
 
     def _resume(self, s: TenantState) -> int | None:
         """Load the tenant's trusted snapshot into ``s`` (at event 0); its seq, or None when there is none."""

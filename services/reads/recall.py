@@ -557,8 +557,8 @@ def default_embed(ctx: Context) -> EmbedFn:
 
 def vector_unavailable(recorded: Any, embed: EmbedFn, qvec: Sequence[float]) -> tuple[str, str] | None:
     """``(reason, detail)`` when the vector leg must stand aside, judged from ``recorded``, the row of
-    :func:`oml.workers.index.embedding.recorded_query` (held) that the recall's opening pipeline read in its
-    transaction (docs/adr/0022-selectable-embedding-model.md): ``vector.rebuilding`` while ``oml index rebuild
+    :func:`oml.workers.index.embedding.recorded_query` that the recall's opening pipeline read in its transaction,
+    under the index's locks (docs/adr/0022-selectable-embedding-model.md): ``vector.rebuilding`` while ``oml index rebuild
     --model`` re-embeds the rows, ``vector.model_mismatch`` when the query vector is another model's (its dimension,
     or its identity where ``embed`` tells it). None: the leg may run. Raises
     :class:`~oml.workers.index.embedding.DimensionMismatch` when the column declares no dimension."""
@@ -637,22 +637,22 @@ class _Opening:
     workarea: tuple[str, str] | None
     audience_rows: list[Any] | None
     lexemes: tuple[list[str], int] | None
-    # The row of the index's recorded model, read with its lock held (vector_unavailable); None: no vector leg.
+    # The row of the index's recorded model, read under the index's locks (vector_unavailable); None: no vector leg.
     model: Any = None
 
 
 def _opening(principal: Principal, workarea_id: Any, audience: bool, text: str | None, vector: bool
-             ) -> tuple[list[str], list[pipelined.Query]]:
+             ) -> tuple[list[str], list[pipelined.Query], tuple[str, ...]]:
     """The statements a recall's first steps need that depend on nothing read yet, named — the workarea
     ``workarea_id`` names (when it is a uuid), the key's open simulations (``audience``), the lexemes of ``text`` (the
-    lexical leg's; None: no lexical leg) and, for a ``vector`` leg, the index's recorded model with the locks of
-    ``memories_fts`` and then ``memory_embeddings`` held to the end of the transaction (so no model switch commits
-    before the vector leg has run; taken before any other table's, in the order tenant creation and a switch take
-    them). :meth:`Database.read` sends them behind the tenant binding, in its round trip; :func:`_opened` reads
-    their rows. Each statement is the one its own function runs (:func:`rows.workarea_by_id`,
+    lexical leg's; None: no lexical leg) and, for a ``vector`` leg, the index's recorded model, read under the locks
+    :data:`oml.workers.index.embedding.READ_LOCKS` the read takes before its snapshot (:meth:`Database.read`'s
+    ``locks``, the third item returned). :meth:`Database.read` sends them behind the tenant binding, in its round
+    trip; :func:`_opened` reads their rows. Each statement is the one its own function runs (:func:`rows.workarea_by_id`,
     :func:`sim_read.audience_of`, :func:`query_lexemes`, :func:`oml.workers.index.embedding.recorded_model`)."""
     names: list[str] = []
     queries: list[pipelined.Query] = []
+    locks: tuple[str, ...] = ()
     if workarea_id is not None and _is_uuid(workarea_id):
         names.append("workarea")
         queries.append(pipelined.of(rows.WORKAREA_BY_ID, {"t": principal.tenant, "n": str(workarea_id)}, prepare=True))
@@ -663,11 +663,12 @@ def _opening(principal: Principal, workarea_id: Any, audience: bool, text: str |
         names.append("lexemes")
         queries.append(pipelined.of(*lexemes_query(text), prepare=True))
     if vector:
-        from oml.workers.index.embedding import recorded_query
+        from oml.workers.index.embedding import READ_LOCKS, recorded_query
 
         names.append("model")
-        queries.append(pipelined.of(recorded_query(hold=True), {}))
-    return names, queries
+        queries.append(pipelined.of(recorded_query(), {}))
+        locks = READ_LOCKS
+    return names, queries, locks
 
 
 def _opened(names: Sequence[str], got_rows: Sequence[list]) -> _Opening:
@@ -775,7 +776,7 @@ class Recaller:
         ``workarea.not_found`` (404) for a scope outside its access,
         ``recall.invalid`` (422) for a malformed request. Every answer is
         logged in ``read_events`` before it is returned (in the read's own
-        transaction on the primary; on the primary in a nested transaction
+        transaction on the primary; on the primary in a transaction of its own
         when a hot standby served it, ``readlog.unavailable`` 503 if that
         fails). ``after_lsn``: read no older than this primary WAL position
         (read your writes, :meth:`Database.read`). ``phases``: filled with the wall time of each phase of this
@@ -801,9 +802,9 @@ class Recaller:
         tenant = principal.tenant
         # A hot standby serves the read when one can (docs/operations.md); the read log goes to the primary.
         ph.mark("parse")
-        names, opening_queries = _opening(principal, req.workarea_id, audience_simulations is None,
+        names, opening_queries, locks = _opening(principal, req.workarea_id, audience_simulations is None,
                                           text if q.use_fts else None, q.use_vec)
-        with self.ctx.db.read(ROLE, tenant, after_lsn=after_lsn, queries=opening_queries) as rtx:
+        with self.ctx.db.read(ROLE, tenant, after_lsn=after_lsn, queries=opening_queries, locks=locks) as rtx:
             conn = rtx.conn
             ph.mark("begin")
             opening = _opened(names, rtx.rows)

@@ -60,7 +60,11 @@ _SIM_STEERING = sa.text(
     "   AND w.path = ANY(CAST(:paths AS text[])) AND " + _AT)
 
 
-_AUDIENCE = sa.text("SELECT simulation_id FROM simulations WHERE tenant_id = :t AND closed_seq IS NULL AND :p = ANY(audience)")
+# With each row, the last journal seq the read's snapshot holds: a close journalled after it is not yet a close for this
+# read (docs/recall.md, "One snapshot"). The journal's own rows, never chain_heads: a workload can insert journal rows
+# but not remove them, so the seq read here is never below the snapshot's real head.
+_AUDIENCE = sa.text("SELECT simulation_id, (SELECT max(j.seq) FROM journal_events j WHERE j.tenant_id = :t) AS head"
+                    " FROM simulations WHERE tenant_id = :t AND closed_seq IS NULL AND :p = ANY(audience)")
 
 
 def audience_query(principal: Principal) -> tuple[sa.TextClause, dict[str, Any]]:
@@ -73,18 +77,22 @@ def audience_of(conn: sa.Connection, principal: Principal, fetched: Iterable[Any
     """Open simulations of the principal's tenant whose audience names the principal (ids). ``fetched``: the rows
     of :func:`audience_query`, when the caller already read them.
 
-    The rows are compared with the verified journal (services/journal/verified_state.py): a simulation reopened by
-    clearing its ``closed_seq`` in the row alone, or an audience widened there, is refused with
-    ``integrity.unverified_state`` (500, recorded) instead of being served as an overlay."""
+    The rows are compared with the verified journal (services/journal/verified_state.py) as of the read's snapshot: a
+    simulation reopened by clearing its ``closed_seq`` in the row alone, or an audience widened there, is refused
+    with ``integrity.unverified_state`` (500, recorded) instead of being served as an overlay; one whose close was
+    journalled after the snapshot is open for this read."""
     if fetched is None:
         fetched = conn.execute(*audience_query(principal)).all()
+    fetched = list(fetched)
     rows = frozenset(str(r.simulation_id) for r in fetched)
+    head = max((int(r.head) for r in fetched if r.head is not None), default=0)
     states = verified_state.for_conn(conn)
     if states is not None:
         def differs(s: verified_state.TenantState) -> str | None:
             # Rows lag nothing: a simulation the state knows open but the rows do not is the state lagging a close.
             extra = sorted(sid for sid in rows if (v := s.simulations.get(sid)) is None
-                           or v["closed_seq"] is not None or principal.principal_id not in v["audience"])
+                           or (v["closed_seq"] is not None and v["closed_seq"] <= head)
+                           or principal.principal_id not in v["audience"])
             return f"simulation {extra[0]}" if extra else None
         states.check(conn, principal.tenant, differs, strict=False)
     return rows

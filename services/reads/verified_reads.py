@@ -409,6 +409,9 @@ def judge(conn: sa.Connection, tenant: str, rows: Iterable[Any]) -> dict[str, st
 
 def _write(engine: sa.Engine, tenant: str, counts: dict[tuple[str, int, str], int]) -> None:
     with engine.begin() as c:
+        # READ COMMITTED whatever the engine's level (a read's is REPEATABLE READ): a concurrent count of the same row
+        # then makes this upsert wait and add to it, where a snapshot would refuse it (40001).
+        c.execute(sa.text("SET TRANSACTION ISOLATION LEVEL READ COMMITTED"))
         c.execute(sa.text("SELECT set_config('oml.tenant_id', :t, true)"), {"t": tenant})
         c.execute(_RECORD, [{"t": tenant, "v": v, "s": s, "r": r, "n": n} for (v, s, r), n in sorted(counts.items())])
 

@@ -26,8 +26,8 @@ whose row-level security reads the transaction's tenant binding when it runs
 (docs/adr/0001-admission-write-path.md).
 
 Reads may go to hot standbys (``replica_urls``): :meth:`Database.read`
-opens a read-only, tenant-bound transaction on a standby, or on the primary
-when none is configured, none answers, or the standby has not yet replayed
+opens a ``REPEATABLE READ``, tenant-bound transaction, read-only on a standby, or read-write (its read-log row) on
+the primary when none is configured, none answers, or the standby has not yet replayed
 the position the caller asked to read after (docs/operations.md, "Recall
 from hot standbys").
 
@@ -77,19 +77,19 @@ WORKLOAD_ROLES = ("oml_admission", "oml_server", "oml_lake_writer", "oml_reconci
 # Admission's and the server's connections come out of the pool inside a transaction, opened in the reset's round
 # trip: psycopg sends its own BEGIN, and waits for it, even in pipeline mode, so this is one round trip fewer in every
 # act (docs/adr/0001-admission-write-path.md) and every read on the primary (docs/recall.md, "Latency"). The reset's
-# steps run and commit in a transaction of their own, as the plain reset's do (UNLISTEN takes effect at that COMMIT; a
-# later rollback cannot bring back what they removed), then the act's transaction opens; both BEGINs state their
-# level, so a default a borrower planted (default_transaction_isolation, default_transaction_read_only,
-# default_transaction_deferrable) starts neither. The count of planted statements runs in the act's. Primary only: a
-# standby refuses READ WRITE. psycopg refuses per-connection transaction settings (execution_options isolation_level,
-# autocommit) on such a connection while it is in that transaction: a loud error, never a silently different level: a
-# REPEATABLE READ transaction comes from an engine of its own (Database.read, Database.snapshot), whose connections
-# carry the level, and its reset opens the transaction at that level.
+# steps and its count of planted statements run and commit in a transaction of their own, as the plain reset's do
+# (UNLISTEN takes effect at that COMMIT; a later rollback cannot bring back what they removed), then the act's
+# transaction opens and runs nothing: a REPEATABLE READ transaction's snapshot is taken by the caller's first statement,
+# which may be a LOCK (Database.read's ``locks``). Both BEGINs state their level, so a default a borrower planted
+# (default_transaction_isolation, default_transaction_read_only, default_transaction_deferrable) starts neither.
+# Primary only: a standby refuses READ WRITE. psycopg refuses per-connection transaction settings (execution_options
+# isolation_level, autocommit) on such a connection while it is in that transaction: a loud error, never a silently
+# different level: a REPEATABLE READ transaction comes from an engine of its own (Database.read, Database.snapshot),
+# whose connections carry the level, and its reset opens the transaction at that level.
 BEGIN_AT_CHECKOUT = frozenset({"oml_admission", "oml_server"})
-_STEPS, _COUNT = RESET.rsplit("; ", 1)
 _RESET_THEN_BEGIN = {
-    level: (f"BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE, NOT DEFERRABLE; {_STEPS}; COMMIT;"
-            f" BEGIN ISOLATION LEVEL {level.name.replace('_', ' ')}, READ WRITE, NOT DEFERRABLE; {_COUNT}").encode()
+    level: (f"BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE, NOT DEFERRABLE; {RESET}; COMMIT;"
+            f" BEGIN ISOLATION LEVEL {level.name.replace('_', ' ')}, READ WRITE, NOT DEFERRABLE").encode()
     for level in psycopg.IsolationLevel}
 #: The level of a read and of a snapshot (:meth:`Database.read`, :meth:`Database.snapshot`): every statement of the
 #: transaction sees one snapshot. Both come from the one engine of this level per role.
@@ -102,16 +102,14 @@ def _reset(dbapi_connection, connection_record, connection_proxy, *, begin: bool
 
     ``begin``: then leave it inside a read-write transaction opened in the same round trip (:data:`BEGIN_AT_CHECKOUT`)
     at the connection's isolation level (psycopg's ``isolation_level``: the engine's; READ COMMITTED when it has
-    none), unless it carries ``read_only`` or ``deferrable`` of its own, which psycopg's own BEGIN states."""
+    none), which has run no statement, unless it carries ``read_only`` or ``deferrable`` of its own, which psycopg's
+    own BEGIN states."""
     try:
         dbapi_connection.rollback()
         if begin and (dbapi_connection.read_only, dbapi_connection.deferrable) == (None, None):
-            # libpq directly, or psycopg would put its own BEGIN in front. The last result is the count.
             level = dbapi_connection.isolation_level or psycopg.IsolationLevel.READ_COMMITTED
-            res = dbapi_connection.pgconn.exec_(_RESET_THEN_BEGIN[level])
-            if res.status != pq.ExecStatus.TUPLES_OK or dbapi_connection.pgconn.transaction_status != pq.TransactionStatus.INTRANS:
-                raise psycopg.OperationalError("the reset failed")
-            if int(res.get_value(0, 0)):
+            planted = _planted_then_begin(dbapi_connection.pgconn, _RESET_THEN_BEGIN[level])
+            if planted:
                 dbapi_connection.execute("DEALLOCATE ALL")  # not transactional; psycopg sees it
             return
         dbapi_connection.autocommit = True
@@ -125,6 +123,27 @@ def _reset(dbapi_connection, connection_record, connection_proxy, *, begin: bool
             dbapi_connection.autocommit = False
     except Exception as exc:
         raise sa.exc.DisconnectionError(f"pooled connection failed its reset: {type(exc).__name__}") from None
+
+
+def _planted_then_begin(pgconn: pq.abc.PGconn, query: bytes) -> int:
+    """Send ``query`` (:data:`_RESET_THEN_BEGIN`) as one simple query, libpq directly (psycopg would put its own BEGIN
+    in front), and read every result: the count of planted statements is not the last. Returns that count; raises
+    ``OperationalError`` unless every statement succeeded and the connection is left inside the new transaction.
+    Blocking for the call: psycopg keeps libpq non-blocking, where a sent query must be flushed by hand (libpq,
+    "Asynchronous Command Processing"); getting a result blocks in either mode."""
+    pgconn.nonblocking = 0
+    try:
+        pgconn.send_query(query)  # raises OperationalError when it cannot be sent
+        results = []
+        while (res := pgconn.get_result()) is not None:
+            results.append(res)
+    finally:
+        pgconn.nonblocking = 1
+    counts = [r for r in results if r.status == pq.ExecStatus.TUPLES_OK]
+    if (any(r.status not in (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK) for r in results) or not counts
+            or pgconn.transaction_status != pq.TransactionStatus.INTRANS):
+        raise psycopg.OperationalError("the reset failed")
+    return int(counts[-1].get_value(0, 0))
 
 
 def _begin_bound(conn: sa.Connection, tenant: str) -> bool:
@@ -166,6 +185,19 @@ def _widen_send_buffer(dbapi_connection, connection_record) -> None:
         pass
     finally:
         sock.detach()  # the descriptor stays libpq's
+
+
+def lock_first(tables: Sequence[str]) -> pipelined.Query:
+    """``LOCK TABLE ONLY`` ``tables`` ``IN ACCESS SHARE MODE``, in their order: a transaction's first statement. A
+    ``REPEATABLE READ`` transaction's snapshot is taken by its first statement that needs one, before the locks that
+    statement then waits for; ``LOCK`` takes none (PostgreSQL documentation, "LOCK"). A read that waited for a
+    rewrite of a table it reads (``TRUNCATE``, ``ALTER … TYPE``: not MVCC-safe) would otherwise see the rewritten
+    table empty and the catalog as it was; locked first, it sees both as they are after the rewrite, or keeps the
+    rewrite out until it ends. ``ONLY``: a partitioned table's parent, which a rewrite and a new partition lock first.
+    Raises ``ValueError`` for a name that is not a plain identifier (the names are OML's, never a caller's)."""
+    if not tables or not all(t.isidentifier() and t.isascii() for t in tables):
+        raise ValueError("lock_first takes plain table names")
+    return pipelined.Query(f"LOCK TABLE ONLY {', '.join(tables)} IN ACCESS SHARE MODE", {})
 
 
 @dataclass
@@ -310,28 +342,31 @@ class Database:
             return eng
 
     @contextmanager
-    def tenant(self, role: str, tenant: str, *, isolation: str | None = None) -> Iterator[sa.Connection]:
+    def tenant(self, role: str | None, tenant: str, *, isolation: str | None = None) -> Iterator[sa.Connection]:
         """One transaction as ``role`` with ``oml.tenant_id`` bound to ``tenant``; commits on success. ``isolation``:
         its level (:meth:`engine`; :data:`SNAPSHOT_ISOLATION` for a read that answers a client from one snapshot)."""
         with self.bound(role, tenant, (), isolation=isolation) as (conn, _):
             yield conn
 
     @contextmanager
-    def bound(self, role: str, tenant: str, queries: Sequence[pipelined.Query], *,
-              isolation: str | None = None) -> Iterator[tuple[sa.Connection, list[list]]]:
+    def bound(self, role: str | None, tenant: str, queries: Sequence[pipelined.Query], *, isolation: str | None = None,
+              locks: Sequence[str] = ()) -> Iterator[tuple[sa.Connection, list[list]]]:
         """:meth:`tenant`, with ``queries`` run right after the binding (:func:`oml.services.storage.pipelined.fetch`);
-        yields the connection and each query's rows. ``isolation``: the transaction's level (:meth:`engine`).
+        yields the connection and each query's rows. ``isolation``: the transaction's level (:meth:`engine`);
+        ``locks``: tables locked ``IN ACCESS SHARE MODE`` before the binding (:func:`lock_first`).
 
         Round trips: a connection that comes out of the pool inside a transaction (:data:`BEGIN_AT_CHECKOUT`) sends
-        the binding and the queries in one; any other sends ``BEGIN`` and the binding in one (:func:`_begin_bound`:
-        psycopg would send its ``BEGIN`` alone and wait for it), then the queries, if any, in one more."""
+        the locks, the binding and the queries in one; any other sends ``BEGIN`` and the binding in one
+        (:func:`_begin_bound`: psycopg would send its ``BEGIN`` alone and wait for it), then the queries, if any, in
+        one more (with ``locks``: psycopg's ``BEGIN``, then the rest in one)."""
         with self.engine(role, isolation=isolation).begin() as conn:
-            if _begin_bound(conn, tenant):
+            if not locks and _begin_bound(conn, tenant):
                 rows = pipelined.fetch(conn, list(queries)) if queries else []
                 yield conn, rows
             else:
-                rows = pipelined.fetch(conn, [pipelined.Query(_BIND, {"t": tenant}), *queries])
-                yield conn, rows[1:]
+                first = [lock_first(locks)] if locks else []
+                rows = pipelined.fetch(conn, [*first, pipelined.Query(_BIND, {"t": tenant}), *queries])
+                yield conn, rows[1 + len(first):]
 
     @contextmanager
     def snapshot(self, role: str | None, tenant: str) -> Iterator[tuple[sa.Connection, sa.RootTransaction]]:
@@ -344,13 +379,15 @@ class Database:
 
     @contextmanager
     def read(self, role: str, tenant: str, *, after_lsn: str | None = None,
-             queries: Sequence[pipelined.Query] = ()) -> Iterator[ReadTx]:
+             queries: Sequence[pipelined.Query] = (), locks: Sequence[str] = ()) -> Iterator[ReadTx]:
         """A ``REPEATABLE READ`` transaction (:data:`SNAPSHOT_ISOLATION`) as ``role`` bound to ``tenant``, on a standby
         when one can serve it; ``queries`` run right after the binding in the same round trip, their rows in
         :attr:`ReadTx.rows`. Every statement of the read sees one snapshot, taken at its first: the rows of its
         candidates, read in more than one statement, and their verdicts and bodies agree with each other, as of one
         instant (docs/recall.md, "One snapshot"). On the primary the only write is the read-log row (an insert:
-        nothing for a concurrent transaction to conflict with); a standby's transaction is read-only.
+        nothing for a concurrent transaction to conflict with); a standby's transaction is read-only. ``locks``:
+        tables the read locks ``IN ACCESS SHARE MODE`` before its snapshot (:func:`lock_first`), in the same round
+        trip.
 
         Standbys are tried round-robin; one that refuses the connection is
         skipped. With ``after_lsn`` (a ``pg_lsn`` text: read your writes) a
@@ -373,15 +410,16 @@ class Database:
                     self._count(f"replica:{n}:behind")
                     continue
                 with conn.begin():
-                    rows = pipelined.fetch(conn, [pipelined.Query(f"SET TRANSACTION ISOLATION LEVEL {SNAPSHOT_ISOLATION}, READ ONLY", {}),
-                                                  pipelined.Query(_BIND, {"t": tenant}), *queries])
+                    first = [pipelined.Query(f"SET TRANSACTION ISOLATION LEVEL {SNAPSHOT_ISOLATION}, READ ONLY", {}),
+                             *([lock_first(locks)] if locks else [])]
+                    rows = pipelined.fetch(conn, [*first, pipelined.Query(_BIND, {"t": tenant}), *queries])
                     self._count(f"replica:{n}")
-                    yield ReadTx(conn, f"replica:{n}", rows[2:])
+                    yield ReadTx(conn, f"replica:{n}", rows[len(first) + 1:])
                     return
             finally:
                 cm.__exit__(None, None, None)
         self._count("primary")
-        with self.bound(role, tenant, queries, isolation=SNAPSHOT_ISOLATION) as (conn, rows):
+        with self.bound(role, tenant, queries, isolation=SNAPSHOT_ISOLATION, locks=locks) as (conn, rows):
             yield ReadTx(conn, "primary", rows)
 
     def _replica_order(self) -> list[int]:

@@ -137,10 +137,10 @@ class Fenced(Database):
         super().__init__(url)
         self.allowed = allowed
 
-    def engine(self, role):
+    def engine(self, role, replica=None, *, isolation=None):
         if role not in self.allowed:
             raise AssertionError(f"this workload may not connect as {role or 'the owner'}")
-        return super().engine(role)
+        return super().engine(role, replica, isolation=isolation)
 
 
 @contextmanager

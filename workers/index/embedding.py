@@ -219,32 +219,30 @@ class IndexModel:
 _RECORDED = (
     "SELECT a.atttypmod, col_description(a.attrelid, a.attnum) FROM pg_attribute a"
     " WHERE a.attrelid = 'memory_embeddings'::regclass AND a.attname = 'embedding'")
-# Naming memory_embeddings in the statement takes its ACCESS SHARE lock, held to the end of the caller's transaction:
-# a switch (ACCESS EXCLUSIVE on both tables, memory_embeddings first; model_switch.py) waits for the transaction that
-# read the record, or the statement waits for the switch to commit and reads the new record. Recall asks for it: a
-# switch committing between its read of the record and its vector leg would make that leg compare vectors of two
-# dimensions (an error, not a degradation). The two EXISTS read no row. memories_fts is named first, for its ACCESS SHARE
-# lock to come before memory_embeddings': the order tenant creation takes the two (oml_create_tenant_partitions, ACCESS
-# EXCLUSIVE on memories_fts, then memory_embeddings). A recall that held memory_embeddings and then read memories_fts
-# (its lexical leg) would deadlock with a creation that held memories_fts and waited for memory_embeddings.
-_RECORDED_SQL = {False: sa.text(_RECORDED),
-                 True: sa.text(_RECORDED + " AND NOT EXISTS (SELECT FROM memories_fts WHERE false)"
-                               " AND NOT EXISTS (SELECT FROM memory_embeddings WHERE false)")}
+#: The tables a recall with a vector leg locks ``IN ACCESS SHARE MODE`` before its snapshot
+#: (services/storage/db.py, ``lock_first``), held to the end of its transaction. A switch (ACCESS EXCLUSIVE on
+#: memory_embeddings, then sim_memory_embeddings; model_switch.py) truncates and retypes the embedding tables and
+#: records the new model, which is not MVCC-safe: a read whose snapshot predated it would read the old record over an
+#: emptied table. Locked first, the read either waits for the switch to commit and reads its record, or keeps it out
+#: until the read ends: no switch commits between the read's record and its vector leg, which would compare vectors of
+#: two dimensions. memories_fts comes first, the order tenant creation takes the two (oml_create_tenant_partitions,
+#: ACCESS EXCLUSIVE on memories_fts, then memory_embeddings): a recall that held memory_embeddings and waited for
+#: memories_fts would deadlock with a creation that held memories_fts and waited for memory_embeddings.
+READ_LOCKS = ("memories_fts", "memory_embeddings")
+_RECORDED_SQL = sa.text(_RECORDED)
 
 
-def recorded_model(conn: sa.Connection, *, hold: bool = False) -> IndexModel:
-    """The :class:`IndexModel` of this database, read from the catalog (any role; one statement). ``hold``: by a
-    role that may read ``memory_embeddings`` and ``memories_fts``, keeping their ACCESS SHARE locks (``memories_fts``'s
-    first, as tenant creation takes them) to the end of the transaction, so no switch commits before then. Take it before touching ``sim_memory_embeddings`` in the transaction (the switch
-    locks ``memory_embeddings`` first; the other order can deadlock). The indexer does not need it: a batch calls
-    this after reading the embedding table it writes, whose lock a switch needs too."""
-    return recorded_from(conn.execute(recorded_query(hold)).one())
+def recorded_model(conn: sa.Connection) -> IndexModel:
+    """The :class:`IndexModel` of this database, read from the catalog (any role; one statement). A reader that must
+    see a switch's record whole takes :data:`READ_LOCKS` before its snapshot; the indexer does not need to: a batch
+    calls this after reading the embedding table it writes, whose lock a switch needs too."""
+    return recorded_from(conn.execute(_RECORDED_SQL).one())
 
 
-def recorded_query(hold: bool = False) -> sa.TextClause:
+def recorded_query() -> sa.TextClause:
     """:func:`recorded_model`'s statement (no parameters), for a caller that sends it in a pipeline and reads its one
-    row with :func:`recorded_from`; ``hold`` as there."""
-    return _RECORDED_SQL[hold]
+    row with :func:`recorded_from`."""
+    return _RECORDED_SQL
 
 
 def recorded_from(row: Any) -> IndexModel:
