@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 import sqlalchemy as sa
-from psycopg import pq
+from psycopg import generators, pq
 from psycopg import sql as pgsql
 from sqlalchemy import event
 
@@ -87,10 +87,10 @@ WORKLOAD_ROLES = ("oml_admission", "oml_server", "oml_lake_writer", "oml_reconci
 # different level: a REPEATABLE READ transaction comes from an engine of its own (Database.read, Database.snapshot),
 # whose connections carry the level, and its reset opens the transaction at that level.
 BEGIN_AT_CHECKOUT = frozenset({"oml_admission", "oml_server"})
-_RESET_THEN_BEGIN = {
-    level: (f"BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE, NOT DEFERRABLE; {RESET}; COMMIT;"
-            f" BEGIN ISOLATION LEVEL {level.name.replace('_', ' ')}, READ WRITE, NOT DEFERRABLE").encode()
-    for level in psycopg.IsolationLevel}
+_BEGIN = {level: f"BEGIN ISOLATION LEVEL {level.name.replace('_', ' ')}, READ WRITE, NOT DEFERRABLE"
+          for level in psycopg.IsolationLevel}
+_RESET_THEN_BEGIN = {level: f"{_BEGIN[psycopg.IsolationLevel.READ_COMMITTED]}; {RESET}; COMMIT; {begin}".encode()
+                     for level, begin in _BEGIN.items()}
 #: The level of a read and of a snapshot (:meth:`Database.read`, :meth:`Database.snapshot`): every statement of the
 #: transaction sees one snapshot. Both come from the one engine of this level per role.
 SNAPSHOT_ISOLATION = "REPEATABLE READ"
@@ -104,41 +104,43 @@ def _reset(dbapi_connection, connection_record, connection_proxy, *, begin: bool
     at the connection's isolation level (psycopg's ``isolation_level``: the engine's; READ COMMITTED when it has
     none), which has run no statement, unless it carries ``read_only`` or ``deferrable`` of its own, which psycopg's
     own BEGIN states."""
+    dc = dbapi_connection
     try:
-        dbapi_connection.rollback()
-        if begin and (dbapi_connection.read_only, dbapi_connection.deferrable) == (None, None):
-            level = dbapi_connection.isolation_level or psycopg.IsolationLevel.READ_COMMITTED
-            planted = _planted_then_begin(dbapi_connection.pgconn, _RESET_THEN_BEGIN[level])
-            if planted:
-                dbapi_connection.execute("DEALLOCATE ALL")  # not transactional; psycopg sees it
+        dc.rollback()
+        if begin and (dc.read_only, dc.deferrable) == (None, None):
+            level = dc.isolation_level or psycopg.IsolationLevel.READ_COMMITTED
+            # libpq directly, or psycopg would put its own BEGIN in front; psycopg's own wait for the results, which
+            # lets the process's other threads run meanwhile (libpq's blocking calls in psycopg hold the GIL).
+            dc.pgconn.send_query(_RESET_THEN_BEGIN[level])
+            if _planted(dc.wait(generators.execute(dc.pgconn)), dc.pgconn):
+                # DEALLOCATE ALL outside the transaction handed out: that one must run nothing before the borrower's
+                # first statement (a read's LOCK comes before its snapshot: lock_first).
+                dc.rollback()
+                dc.autocommit = True
+                try:
+                    dc.execute("DEALLOCATE ALL")  # not transactional; psycopg sees it
+                finally:
+                    dc.autocommit = False
+                res = dc.pgconn.exec_(_BEGIN[level].encode())
+                if res.status != pq.ExecStatus.COMMAND_OK or dc.pgconn.transaction_status != pq.TransactionStatus.INTRANS:
+                    raise psycopg.OperationalError("the transaction did not open")
             return
-        dbapi_connection.autocommit = True
+        dc.autocommit = True
         try:
-            cur = dbapi_connection.execute(RESET)
+            cur = dc.execute(RESET)
             while cur.nextset():  # to the last statement's result: the count
                 pass
             if cur.fetchone()[0]:
-                dbapi_connection.execute("DEALLOCATE ALL")
+                dc.execute("DEALLOCATE ALL")
         finally:
-            dbapi_connection.autocommit = False
+            dc.autocommit = False
     except Exception as exc:
         raise sa.exc.DisconnectionError(f"pooled connection failed its reset: {type(exc).__name__}") from None
 
 
-def _planted_then_begin(pgconn: pq.abc.PGconn, query: bytes) -> int:
-    """Send ``query`` (:data:`_RESET_THEN_BEGIN`) as one simple query, libpq directly (psycopg would put its own BEGIN
-    in front), and read every result: the count of planted statements is not the last. Returns that count; raises
-    ``OperationalError`` unless every statement succeeded and the connection is left inside the new transaction.
-    Blocking for the call: psycopg keeps libpq non-blocking, where a sent query must be flushed by hand (libpq,
-    "Asynchronous Command Processing"); getting a result blocks in either mode."""
-    pgconn.nonblocking = 0
-    try:
-        pgconn.send_query(query)  # raises OperationalError when it cannot be sent
-        results = []
-        while (res := pgconn.get_result()) is not None:
-            results.append(res)
-    finally:
-        pgconn.nonblocking = 1
+def _planted(results: Sequence[pq.abc.PGresult], pgconn: pq.abc.PGconn) -> int:
+    """The count of planted statements among the results of :data:`_RESET_THEN_BEGIN` (it is not the last); raises
+    ``OperationalError`` unless every statement succeeded and the connection is left inside the new transaction."""
     counts = [r for r in results if r.status == pq.ExecStatus.TUPLES_OK]
     if (any(r.status not in (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK) for r in results) or not counts
             or pgconn.transaction_status != pq.TransactionStatus.INTRANS):
@@ -382,7 +384,7 @@ class Database:
              queries: Sequence[pipelined.Query] = (), locks: Sequence[str] = ()) -> Iterator[ReadTx]:
         """A ``REPEATABLE READ`` transaction (:data:`SNAPSHOT_ISOLATION`) as ``role`` bound to ``tenant``, on a standby
         when one can serve it; ``queries`` run right after the binding in the same round trip, their rows in
-        :attr:`ReadTx.rows`. Every statement of the read sees one snapshot, taken at its first: the rows of its
+        :attr:`ReadTx.rows`. Every statement of the read sees one snapshot, taken by the binding: the rows of its
         candidates, read in more than one statement, and their verdicts and bodies agree with each other, as of one
         instant (docs/recall.md, "One snapshot"). On the primary the only write is the read-log row (an insert:
         nothing for a concurrent transaction to conflict with); a standby's transaction is read-only. ``locks``:

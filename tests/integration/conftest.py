@@ -55,6 +55,11 @@ def template_db(pg_server: str) -> str:
 
 @pytest.fixture(scope="module")
 def db_url(pg_server: str, template_db: str):
+    from oml.services.reads import verified_reads
+
+    # The verified-read caches are per process and keyed by tenant, as a process serves one database; each module
+    # has a database of its own, where a tenant name another module used may hold other keys.
+    verified_reads.clear_cache()
     url = fresh_database(pg_server, template_db)
     yield url
     drop_database(pg_server, url)
