@@ -217,6 +217,16 @@ def render(spec: dict[str, Any]) -> str:
                 w("Response `200`:")
                 w("")
                 _fields(spec, ok["schema"], w)
+            headers = op.get("responses", {}).get("200", {}).get("headers") or {}
+            if headers:
+                w("Response headers (`200`):")
+                w("")
+                w("| header | type | description |")
+                w("|---|---|---|")
+                for name, h in headers.items():
+                    desc = (h.get("description") or "").replace("|", "\\|")
+                    w(f"| `{name}` | {_type(spec, h.get('schema', {}))} | {desc} |")
+                w("")
     schemas = spec.get("components", {}).get("schemas", {})
     nested = sorted(n for n in schemas if n not in ("HTTPValidationError", "ValidationError", "Problem") and any(
         f"#/components/schemas/{n}" in str(v) for v in schemas.values()))

@@ -1,12 +1,19 @@
 """``OML-Read-After``: read your writes when hot standbys serve reads (docs/operations.md).
 
-A write answered while replicas are configured carries the header: an
-opaque token (:mod:`oml.services.reads.positions`) for the primary's WAL
-position after the write committed. A recall or fetch that sends it back is
-served by a standby only once that standby has replayed the position, else
-by the primary after a bounded wait (``OML_REPLICA_WAIT_S``).
+A write whose effect a standby-served read can observe answers, while
+replicas are configured, with the header: an opaque token
+(:mod:`oml.services.reads.positions`) for the primary's WAL position after
+the write committed. A recall or fetch that sends it back is served by a
+standby only once that standby has replayed the position, else by the
+primary after a bounded wait (``OML_REPLICA_WAIT_S``).
+
+Which writes carry it is decided by what recall and fetch read from the
+standby's snapshot (docs/operations.md, "Read your writes" lists them and
+says why the others do not).
 """
 from __future__ import annotations
+
+from typing import Any
 
 from fastapi import Depends, Header, Response
 
@@ -14,6 +21,13 @@ from oml.domain.access import Principal
 from oml.services.entrypoints.http.deps import context, principal
 from oml.services.reads import positions
 from oml.services.runtime.context import Context
+
+#: ``responses=`` of a route that stamps its answer, so the OpenAPI document (and docs/api.md) declares the header.
+STAMPED: dict[int | str, dict[str, Any]] = {200: {"headers": {positions.HEADER: {
+    "description": "sent only while hot standbys serve reads (docs/operations.md, \"Read your writes\"): send it back"
+                   " as `OML-Read-After` on `POST /v1/recall`, `GET /v1/claims/{claim_id}` or"
+                   " `GET /v1/versions/{version_id}` to read no older than this write",
+    "schema": {"type": "string"}}}}}
 
 
 def read_after(token: str | None = Header(None, alias=positions.HEADER, max_length=200,

@@ -8,12 +8,21 @@ are created by the operator with ``oml tenant create`` (its output
 carries secrets shown once; docs/adr/0013-admission-api.md),
 not over HTTP. Admin keys act tenant-wide: their workarea roots do not limit
 admin acts.
+
+Of these acts only the two that change what a recall or fetch served by a hot
+standby answers carry ``OML-Read-After``: creating a workarea (a read scoped to
+it is ``workarea.not_found`` until the standby has it) and reparenting one (a
+standby compares the key's root paths, read on the primary, with the paths it
+holds). Authentication reads the primary, so a revoked key is refused at once;
+a workarea's and the tenant's policies and the signing key bear on admission,
+review and signing, not on what a read returns (docs/operations.md, "Read your
+writes").
 """
 from __future__ import annotations
 
 from typing import Literal
 
-from fastapi import APIRouter, Depends, Path
+from fastapi import APIRouter, Depends, Path, Response
 from pydantic import Field, model_validator
 
 from oml.client import wire as W
@@ -22,6 +31,7 @@ from oml.domain.errors import OMLError
 from oml.domain.events import Actor
 from oml.services.entrypoints.http.deps import context, principal
 from oml.services.entrypoints.http.deps import idempotency_key as idempotency_key_header
+from oml.services.entrypoints.http.read_after import STAMPED, stamp_position
 from oml.services.entrypoints.http.validation import KEY_ID_PATTERN, Closed, Label, UUIDStr, text, uuid_path
 from oml.services.keys import signing_rotation
 from oml.services.runtime.context import Context
@@ -74,23 +84,29 @@ class WorkareaIn(Closed):
     pii_policy: Literal["deny", "declare", "allow"] = "deny"
 
 
-@router.post("/v1/workareas", response_model=W.Workarea, summary="Create a workarea")
-def create_workarea(req: WorkareaIn, p: Principal = Depends(principal), ctx: Context = Depends(context),
+@router.post("/v1/workareas", response_model=W.Workarea, summary="Create a workarea", responses=STAMPED)
+def create_workarea(req: WorkareaIn, response: Response, p: Principal = Depends(principal), ctx: Context = Depends(context),
                     idempotency_key: str | None = IdemKey) -> dict:
     """Journals ``workarea.created``. Role: admin. ``workarea.exists`` (409) when the path is taken."""
-    return ctx.tenancy.create_workarea(p, req.label, req.parent_id, development=req.development,
-                                         pii_policy=req.pii_policy, idempotency_key=idempotency_key)
+    out = ctx.tenancy.create_workarea(p, req.label, req.parent_id, development=req.development,
+                                      pii_policy=req.pii_policy, idempotency_key=idempotency_key)
+    stamp_position(response, ctx, p)
+    return out
 
 
 class ReparentIn(Closed):
     new_parent_id: UUIDStr | None = Field(description="new parent node id; null makes the subtree top-level")
 
 
-@router.post("/v1/workareas/{node_id}/reparent", response_model=W.Workarea, summary="Move a workarea subtree")
-def reparent_workarea(req: ReparentIn, node_id: uuid_path("the workarea node id"), p: Principal = Depends(principal),
-                      ctx: Context = Depends(context), idempotency_key: str | None = IdemKey) -> dict:
+@router.post("/v1/workareas/{node_id}/reparent", response_model=W.Workarea, summary="Move a workarea subtree",
+             responses=STAMPED)
+def reparent_workarea(req: ReparentIn, response: Response, node_id: uuid_path("the workarea node id"),
+                      p: Principal = Depends(principal), ctx: Context = Depends(context),
+                      idempotency_key: str | None = IdemKey) -> dict:
     """Journals ``workarea.reparented``; every derived path is rewritten in the same transaction. Role: admin."""
-    return ctx.tenancy.reparent_workarea(p, node_id, req.new_parent_id, idempotency_key=idempotency_key)
+    out = ctx.tenancy.reparent_workarea(p, node_id, req.new_parent_id, idempotency_key=idempotency_key)
+    stamp_position(response, ctx, p)
+    return out
 
 
 class PolicyIn(Closed):

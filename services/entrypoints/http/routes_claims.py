@@ -27,7 +27,7 @@ from oml.domain.events import REASON_CODES
 from oml.domain.input_rules import body_chars
 from oml.services.claims.admission import Submission
 from oml.services.entrypoints.http.deps import context, principal
-from oml.services.entrypoints.http.read_after import stamp_position
+from oml.services.entrypoints.http.read_after import STAMPED, stamp_position
 from oml.services.entrypoints.http.routes_admin import IdemKey
 from oml.services.entrypoints.http.validation import UUID_PATTERN, Body, Closed, Time, UUIDStr, text, uuid_path
 from oml.services.reads.bodies import Unverified, decrypt_version, log_read
@@ -87,7 +87,7 @@ def single_claim() -> Iterator[None]:
         raise OMLError(exc.code, exc.detail, exc.status, extra) from None
 
 
-@router.post("/v1/claims", response_model=W.AdmittedOne, summary="Submit one claim version (held)")
+@router.post("/v1/claims", response_model=W.AdmittedOne, summary="Submit one claim version (held)", responses=STAMPED)
 def submit(req: ClaimIn, response: Response, p: Principal = Depends(principal), ctx: Context = Depends(context),
            idempotency_key: str | None = IdemKey) -> dict:
     """Encrypts the body, journals ``claim.submitted`` and projects a ``held`` version. Role: writer.
@@ -103,7 +103,8 @@ def submit(req: ClaimIn, response: Response, p: Principal = Depends(principal), 
     return {**out["items"][0], "replayed": out.get("replayed", False)}
 
 
-@router.post("/v1/claims:batch", response_model=W.BatchAdmitted, summary="Submit many claim versions in one group commit")
+@router.post("/v1/claims:batch", response_model=W.BatchAdmitted, summary="Submit many claim versions in one group commit",
+             responses=STAMPED)
 def submit_batch(req: BatchIn, response: Response, p: Principal = Depends(principal), ctx: Context = Depends(context),
                  idempotency_key: str | None = IdemKey) -> dict:
     """All claims are appended in one transaction, or none is (the first refusal names ``claims[i]``). Role: writer."""
@@ -120,7 +121,8 @@ class ReviewIn(Closed):
     note: text(4000, "free text; stored as an encrypted note artifact, never in the journal") | None = None
 
 
-@router.post("/v1/versions/{version_id}/review", response_model=W.Reviewed, summary="Promote, reject or demote a version")
+@router.post("/v1/versions/{version_id}/review", response_model=W.Reviewed, summary="Promote, reject or demote a version",
+             responses=STAMPED)
 def review(req: ReviewIn, response: Response, version_id: uuid_path("the version id"), p: Principal = Depends(principal),
            ctx: Context = Depends(context), idempotency_key: str | None = IdemKey) -> dict:
     """Role: reviewer, whose identity is not the author's (``access.separation_of_duties``, 403;

@@ -10,13 +10,15 @@
   erasure report rebuilt from the journal and the live stores.
 
 Every write takes an optional ``Idempotency-Key``. An erasure answers with
-the acts, the shred counts, the rewrite status and the erasure report.
+the acts, the shred counts, the rewrite status and the erasure report, and,
+while hot standbys serve reads, an ``OML-Read-After`` header
+(:mod:`oml.services.entrypoints.http.read_after`).
 """
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Response
 from fastapi.responses import HTMLResponse
 from pydantic import Field
 
@@ -25,6 +27,7 @@ from oml.domain.access import Principal
 from oml.domain.events import ERASURE_REASONS
 from oml.services.entrypoints.http.deps import context, principal
 from oml.services.entrypoints.http.deps import idempotency_key as idempotency_key_header
+from oml.services.entrypoints.http.read_after import STAMPED, stamp_position
 from oml.services.entrypoints.http.validation import Closed, text
 from oml.services.erasure import report as erasure_report
 from oml.services.erasure.acts import Erasure
@@ -59,18 +62,22 @@ def _with_report(ctx: Context, out: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-@router.post("/v1/erasures/claims/{claim_id}", summary="Erase a claim (every version and note) everywhere")
-def erase_claim(claim_id: str, req: EraseIn, p: Principal = Depends(principal), ctx: Context = Depends(context),
-                idempotency_key: str | None = IdemKey) -> dict:
+# An erasure carries OML-Read-After: a hot standby serves the claim until it replays the erasure, and a read
+# that sends the token back is not served it (docs/erasure.md). Holds do not: no read path looks at them.
+@router.post("/v1/erasures/claims/{claim_id}", summary="Erase a claim (every version and note) everywhere",
+             responses=STAMPED)
+def erase_claim(claim_id: str, req: EraseIn, response: Response, p: Principal = Depends(principal),
+                ctx: Context = Depends(context), idempotency_key: str | None = IdemKey) -> dict:
     """Journals one ``claim.erased`` (claim id, reason, artifact ids and digests), shreds the DEKs,
     deletes index and subject rows, purges the ciphertext, rewrites the touched relations and returns
     the erasure report. Errors: ``access.denied``, ``claim.not_found``, ``erasure.legal_hold``."""
     out = Erasure(ctx).erase_claim(p, claim_id, req.reason, idempotency_key=idempotency_key, rewrite=req.rewrite)
+    stamp_position(response, ctx, p)
     return _with_report(ctx, out)
 
 
-@router.post("/v1/erasures/subject", summary="Erase every claim that declared a data subject")
-def erase_subject(req: SubjectIn, p: Principal = Depends(principal), ctx: Context = Depends(context),
+@router.post("/v1/erasures/subject", summary="Erase every claim that declared a data subject", responses=STAMPED)
+def erase_subject(req: SubjectIn, response: Response, p: Principal = Depends(principal), ctx: Context = Depends(context),
                   idempotency_key: str | None = IdemKey) -> dict:
     """Finds the claims by the subject's keyed HMAC across workareas, erases each whose signed body declares
     the subject (one ``claim.erased`` per claim, one transaction, all or nothing) and lists the others in
@@ -80,6 +87,7 @@ def erase_subject(req: SubjectIn, p: Principal = Depends(principal), ctx: Contex
     workareas), ``erasure.legal_hold`` (naming the held claim ids), ``erasure.invalid``."""
     out = Erasure(ctx).erase_subject(p, req.kind, req.value, req.reason, idempotency_key=idempotency_key,
                                      rewrite=req.rewrite)
+    stamp_position(response, ctx, p)
     return _with_report(ctx, out)
 
 

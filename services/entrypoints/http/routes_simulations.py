@@ -6,12 +6,19 @@ the ordinary ``POST /v1/versions/{version_id}/review`` (reviewers from the
 audience, the same non-author gate); recall, fetch and lineage merge an
 audience member's simulations automatically. A key outside a simulation's
 audience gets ``simulation.not_found`` (404) for it, as for an unknown id.
+
+Recall and fetch read a member's open simulations from the snapshot that
+serves them, a hot standby's too, so closing one carries ``OML-Read-After``:
+until the standby replays the close it still merges the overlay. Opening one
+and writing inside it do not: an open simulation with no promoted version
+changes no answer, and a version written inside is held until the review that
+promotes it, which carries its own (docs/simulations.md, "Hot standbys").
 """
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Response
 from pydantic import Field
 
 from oml.client import wire as W
@@ -19,6 +26,7 @@ from oml.domain.access import Principal
 from oml.domain.errors import invalid
 from oml.domain.input_rules import body_chars
 from oml.services.entrypoints.http.deps import context, principal
+from oml.services.entrypoints.http.read_after import STAMPED, stamp_position
 from oml.services.entrypoints.http.routes_admin import IdemKey
 from oml.services.entrypoints.http.routes_claims import BatchIn, ClaimIn, _check_sizes, single_claim
 from oml.services.entrypoints.http.validation import Body, Closed, KeyId, Time, UUIDStr, text, uuid_path
@@ -69,12 +77,15 @@ def get_simulation(simulation_id: SimId, p: Principal = Depends(principal), ctx:
     return _svc(ctx).get(p, simulation_id)
 
 
-@router.post("/v1/simulations/{simulation_id}/close", response_model=W.SimulationClosed, summary="Close a simulation")
-def close_simulation(simulation_id: SimId, p: Principal = Depends(principal), ctx: Context = Depends(context),
-                     idempotency_key: str | None = IdemKey) -> dict:
+@router.post("/v1/simulations/{simulation_id}/close", response_model=W.SimulationClosed, summary="Close a simulation",
+             responses=STAMPED)
+def close_simulation(simulation_id: SimId, response: Response, p: Principal = Depends(principal),
+                     ctx: Context = Depends(context), idempotency_key: str | None = IdemKey) -> dict:
     """Journals ``simulation.closed``: its promoted versions (overlay tips among them) are demoted and its
     partitions dropped; default tips never moved. Role: admin or operator."""
-    return _svc(ctx).close(p, simulation_id, idempotency_key=idempotency_key)
+    out = _svc(ctx).close(p, simulation_id, idempotency_key=idempotency_key)
+    stamp_position(response, ctx, p)
+    return out
 
 
 @router.post("/v1/simulations/{simulation_id}/claims", response_model=W.AdmittedOne,

@@ -247,3 +247,103 @@ def test_read_your_writes_keeps_the_pooled_connections_prepared_lookups(ctx, rct
         with rctx.db.tenant("oml_server", "rep-a") as conn:
             assert pipelined.lookup(conn, stmt, {"t": "rep-a"})[0].t == "rep-a"
     assert not any(dropped)
+
+
+# ---------------------------------------------------------------- read your writes after erasures and access changes
+
+def _hits(resp) -> list[str]:
+    assert resp.status_code == 200, resp.text
+    return [h["claim_id"] for h in resp.json()["hits"]]
+
+
+def test_an_erasures_token_keeps_a_lagging_standby_from_serving_the_erased_claim(world, ctx, rctx, standby):
+    c = world.client
+    fact = world.remember("main", "The quarterly ledger reconciliation runs on the tenth working day.")
+    world.index()
+    operator_key = world.keys[world.key("operator").principal_id]
+    caught_up(ctx, standby)
+    query = {"query": "quarterly ledger reconciliation tenth working day", "k": 5, "retriever": "fts"}
+    standby.pause_replay()
+    try:
+        erased = c.post(f"/v1/erasures/claims/{fact['claim_id']}", json={"reason": "data_subject_request", "rewrite": False},
+                        headers=_h(operator_key))
+        assert erased.status_code == 200, erased.text
+        token = erased.headers["OML-Read-After"]
+        # Without the token the paused standby still serves the claim, body and all (docs/erasure.md).
+        stale = c.get(f"/v1/claims/{fact['claim_id']}", headers=_h(world.reader_key))
+        assert stale.status_code == 200 and stale.json()["body"]["statement"].startswith("The quarterly ledger")
+        assert fact["claim_id"] in _hits(c.post("/v1/recall", json=query, headers=_h(world.reader_key)))
+        # With it, the standby is behind: the read waits, then the primary answers, where the claim is erased.
+        behind = rctx.db.read_counts.get("replica:0:behind", 0)
+        fresh = c.get(f"/v1/claims/{fact['claim_id']}", headers=_h(world.reader_key, **{"OML-Read-After": token}))
+        assert fresh.status_code == 410 and fresh.json()["code"] == "claim.erased", fresh.text
+        assert "quarterly" not in fresh.text
+        recalled = c.post("/v1/recall", json=query, headers=_h(world.reader_key, **{"OML-Read-After": token}))
+        assert fact["claim_id"] not in _hits(recalled) and "quarterly" not in recalled.text
+        assert rctx.db.read_counts.get("replica:0:behind", 0) - behind == 2
+    finally:
+        standby.resume_replay()
+    caught_up(ctx, standby)
+    served = rctx.db.read_counts.get("replica:0", 0)
+    replayed = c.get(f"/v1/claims/{fact['claim_id']}", headers=_h(world.reader_key, **{"OML-Read-After": token}))
+    assert replayed.status_code == 410 and rctx.db.read_counts.get("replica:0", 0) == served + 1
+
+
+def test_a_reparents_token_keeps_a_lagging_standby_from_serving_the_old_scope(world, ctx, standby):
+    """A standby compares the key's root paths, read on the primary at authentication, with the workarea paths it
+    holds: until it replays a move, a subtree moved out of a key's roots is still served to that key."""
+    c = world.client
+    admin_key = world.keys[world.admin.principal_id]
+    moved = world.area("main.ops.billing")
+    fact = world.remember("main.ops.billing", "Invoices are cut on the first business day of the month.")
+    ops_reader = world.keys[world.key("reader", "main.ops").principal_id]
+    world.area("main.finance")
+    caught_up(ctx, standby)
+    standby.pause_replay()
+    try:
+        r = c.post(f"/v1/workareas/{moved}/reparent", json={"new_parent_id": world.workareas["main.finance"]},
+                   headers=_h(admin_key))
+        assert r.status_code == 200, r.text
+        token = r.headers["OML-Read-After"]
+        stale = c.get(f"/v1/claims/{fact['claim_id']}", headers=_h(ops_reader))
+        assert stale.status_code == 200                      # the standby still holds main.ops.billing
+        fresh = c.get(f"/v1/claims/{fact['claim_id']}", headers=_h(ops_reader, **{"OML-Read-After": token}))
+        assert fresh.status_code == 404 and fresh.json()["code"] == "claim.not_found", fresh.text
+    finally:
+        standby.resume_replay()
+    caught_up(ctx, standby)
+
+
+def test_the_writes_a_standby_read_can_observe_answer_with_the_token(world, ctx, standby):
+    """The stamped writes of docs/operations.md, "Read your writes", beyond claims and reviews; the access and
+    policy acts no recall or fetch observes on a standby answer without it."""
+    c = world.client
+    admin_key = world.keys[world.admin.principal_id]
+    operator_key = world.keys[world.key("operator").principal_id]
+    reader = world.key("reader")
+
+    def token_of(resp) -> str | None:
+        assert resp.status_code == 200, resp.text
+        return resp.headers.get("OML-Read-After")
+
+    area = c.post("/v1/workareas", json={"label": "stamped", "parent_id": world.root}, headers=_h(admin_key))
+    assert token_of(area)
+    node = area.json()["node_id"]
+    target = world.area("main.target")
+    assert token_of(c.post(f"/v1/workareas/{node}/reparent", json={"new_parent_id": target}, headers=_h(admin_key)))
+    assert token_of(c.post("/v1/erasures/subject", json={"kind": "customer_id", "value": "nobody-declared-this",
+                                                         "reason": "data_subject_request"}, headers=_h(operator_key)))
+    sim = c.post("/v1/simulations", json={"name": "stamped", "audience": [reader.principal_id]}, headers=_h(admin_key))
+    assert token_of(sim) is None
+    assert token_of(c.post(f"/v1/simulations/{sim.json()['simulation_id']}/close", headers=_h(admin_key)))
+
+    fact = world.remember("main", "Held and released, never erased.")
+    revoked = world.key("reader")
+    for path, body, key in (
+            (f"/v1/workareas/{node}/policy", {"pii_policy": "declare"}, admin_key),
+            ("/v1/tenant/policy", {"phone_regions": ["DE"]}, admin_key),
+            (f"/v1/principals/{revoked.principal_id}/revoke", None, admin_key),
+            (f"/v1/claims/{fact['claim_id']}/hold", {"reason": "legal_request"}, operator_key),
+            (f"/v1/claims/{fact['claim_id']}/hold/release", {"reason": "legal_request"}, operator_key)):
+        assert token_of(c.post(path, json=body, headers=_h(key))) is None, path
+    caught_up(ctx, standby)
