@@ -72,6 +72,8 @@ def test_demo_exits_0_having_played_every_role(demo_run):
     assert s["erased"]["claim_id"] == s["recalls"][0]["claim_ids"][0]
     assert "self-promotion refused" in s["steps"][4]["outcome"]
     assert "VERIFIED and ANCHORED" in s["steps"][10]["outcome"]
+    # No worker waited past lock_timeout on another session (test_the_demo_server_loads_the_model_before_its_workers).
+    assert "did not answer in time" not in p.stdout + p.stderr, (p.stdout[-4000:], p.stderr[-4000:])
 
 
 def test_demo_writes_its_reports_and_keys(demo_run):
@@ -173,3 +175,28 @@ def test_ctrl_c_stops_the_demo_without_a_traceback_or_an_anchor(pg_server, templ
     assert "interrupted" in err and "demo-interrupted" in err
     anchors = tmp_path / "trust-anchors"
     assert not anchors.exists() or "demo-interrupted" not in anchors.read_text()
+
+
+class _IdleRuntime:
+    def stop(self, timeout_ms: int = 0) -> None:
+        pass
+
+
+def test_the_demo_server_loads_the_model_before_its_workers(ctx, monkeypatch):
+    """The demo's in-process workers start with the indexer's model loaded and checked, as `oml serve`'s do. The
+    first batch would otherwise load it (seconds) while holding its tenant's indexer cursor row ``FOR UPDATE``, and
+    the other worker thread's catch-up of the tenant, woken by the next promotion, waited on that row past
+    ``lock_timeout`` (a retry line in step 5)."""
+    from oml.workers.index import indexer
+    from oml.workers.runtime import actors
+    from oml_tools.demo.server import LocalServer
+
+    order: list[str] = []
+    load = indexer.embedder_for
+    monkeypatch.setattr(indexer, "embedder_for", lambda c: (order.append("model"), load(c))[1])
+    monkeypatch.setattr(actors, "start_workers", lambda c, **kw: (order.append("workers"), _IdleRuntime())[1])
+    server = LocalServer(ctx).start()
+    try:
+        assert order == ["model", "workers"]
+    finally:
+        server.stop()

@@ -29,7 +29,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 class LocalServer:
-    """uvicorn serving ``create_app(ctx)`` in a daemon thread, plus ``start_workers(ctx)``."""
+    """uvicorn serving ``create_app(ctx)`` in a daemon thread, plus ``start_workers(ctx)`` once the indexer's model is
+    loaded."""
 
     def __init__(self, ctx: Context, *, host: str = "127.0.0.1", port: int = 0, workers: bool = True) -> None:
         self.ctx = ctx
@@ -50,8 +51,14 @@ class LocalServer:
         from oml.services.entrypoints.http.app import create_app
 
         if self.with_workers:
+            from oml.workers.index import indexer
             from oml.workers.runtime.actors import start_workers
 
+            # As `oml serve` and `oml worker` do, the indexer's model is loaded (seconds) and checked against the
+            # index before any worker consumes. Loaded by the first batch instead, it would load while that batch
+            # holds its tenant's indexer cursor row (FOR UPDATE), and the other worker thread's catch-up of the
+            # same tenant would wait on that row past lock_timeout.
+            indexer.embedder_for(self.ctx)
             self.runtime = start_workers(self.ctx)
         config = uvicorn.Config(create_app(self.ctx), host=self.host, port=self.port, log_level="warning",
                                 access_log=False, lifespan="off")
