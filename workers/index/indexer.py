@@ -577,6 +577,9 @@ def catch_up(ctx: Context, tenant: str, *, batch_events: int = BATCH_EVENTS, fee
     the ``index_context_before`` setting (the context window; docs/recall.md).
     """
     run = _Run(ctx, tenant, feed, context_before)
+    # Loaded before the cursor row is locked: a first load takes seconds, and every other catch-up of the tenant
+    # waits on that row meanwhile (past lock_timeout on a loaded host).
+    embedder_for(ctx)
     total = 0
     while True:
         with ctx.db.tenant(ROLE, tenant) as conn:
@@ -607,6 +610,7 @@ def rebuild(ctx: Context, tenant: str, *, batch_events: int = BATCH_EVENTS, feed
     after each batch (the CLI's progress bar).
     """
     run = _Run(ctx, tenant, feed)
+    embedder_for(ctx)  # before the cursor row is locked, as in catch_up
     with ctx.db.tenant(ROLE, tenant) as conn:
         _lock_cursor(conn, tenant)
         head = conn.execute(sa.text("SELECT seq FROM chain_heads WHERE tenant_id = :t"), {"t": tenant}).scalar() or 0

@@ -290,3 +290,28 @@ def test_the_model_runs_before_the_batch_takes_the_bm25_statistics_rows(ctx, env
     indexer.catch_up(ctx, env.tenant)
     assert free == [True]
     assert_index_exact(ctx, env.tenant)
+
+
+@pytest.mark.parametrize("act", ["catch_up", "rebuild"])
+def test_the_model_loads_before_the_cursor_row_is_locked(ctx, env, monkeypatch, act):
+    # A first load takes seconds; every other catch-up of the tenant waits on the cursor row meanwhile.
+    indexer.catch_up(ctx, env.tenant)  # the cursor row exists and is committed: a new one is invisible to the probe
+    promote(ctx, env, f"the ferry timetable changes in winter ({act})")
+    real = indexer.embedder_for(ctx)
+    free: list[bool] = []
+
+    def load(_ctx):
+        if not free:
+            with owner(ctx) as c:
+                try:
+                    row = c.execute(sa.text("SELECT 1 FROM consumer_cursors WHERE tenant_id = :t AND consumer = :c"
+                                            " FOR UPDATE NOWAIT"), {"t": env.tenant, "c": indexer.CONSUMER}).first()
+                    free.append(row is not None)
+                except sa.exc.OperationalError:
+                    free.append(False)
+        return real
+
+    monkeypatch.setattr(indexer, "embedder_for", load)
+    getattr(indexer, act)(ctx, env.tenant)
+    assert free == [True]
+    assert_index_exact(ctx, env.tenant)
