@@ -44,8 +44,9 @@ class Settings(BaseSettings):
     # Hot standbys that serve recall and fetch (OML_REPLICA_URLS, comma-separated owner-shaped URLs;
     # docs/operations.md, "Recall from hot standbys"). Everything that writes stays on the primary.
     replica_urls: Annotated[list[str], NoDecode] = []
-    # How long a read-your-writes read waits for a standby to replay, before the primary serves it.
-    replica_wait_s: float = 0.5
+    # How long a read-your-writes read waits for a standby to replay, before the primary serves it. Finite: a
+    # standby whose replay has stopped would otherwise hold every read that sends a token.
+    replica_wait_s: float = Field(0.5, ge=0.0, le=60.0, allow_inf_nan=False)
     # Optional password for the per-workload login roles when not on trust auth.
     role_password: str | None = None
     # Per-role passwords, JSON ``{"oml_server": "…"}`` (OML_ROLE_PASSWORDS): a deployed process
@@ -58,10 +59,10 @@ class Settings(BaseSettings):
     lake_uri: str | None = None
     lake_storage_options: dict[str, str] = {}
     # A lake-writer waits this long for a tenant's lake lock, then gives up (logged, in ``oml status``).
-    lake_lock_timeout_s: float = 30.0
+    lake_lock_timeout_s: float = Field(30.0, gt=0.0, allow_inf_nan=False)
     # The lock holder's lease: PostgreSQL ends its session after this long idle in the catch-up's
     # transaction (a stopped worker). Longer than any one Delta commit (docs/lake.md, Locks).
-    lake_lease_s: float = 300.0
+    lake_lease_s: float = Field(300.0, gt=0.0, allow_inf_nan=False)
     # "<tenant> <fingerprint>" lines an operator keeps outside the database; reconciliation's
     # trust anchors (docs/operator-guide.md). Default <home>/trust-anchors when present.
     trust_anchors: Path | None = None
@@ -117,7 +118,7 @@ class Settings(BaseSettings):
     # state this many events past its last snapshot; at most one per tenant per process per interval (seconds).
     verified_state_snapshot_events: int = Field(10_000, ge=0)
     verified_state_snapshot_every: int = Field(50_000, ge=1)
-    verified_state_snapshot_interval_s: float = Field(10.0, ge=0)
+    verified_state_snapshot_interval_s: float = Field(10.0, ge=0, allow_inf_nan=False)
     outbox_retention_hours: int = 24
     max_request_bytes: int = 1_048_576
     max_body_chars: int = 65_536

@@ -13,6 +13,7 @@ says why the others do not).
 """
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fastapi import Depends, Header, Response
@@ -22,6 +23,8 @@ from oml.services.entrypoints.http.deps import context, principal
 from oml.services.reads import positions
 from oml.services.runtime.context import Context
 
+log = logging.getLogger("oml.http")
+
 #: ``responses=`` of a route that stamps its answer, so the OpenAPI document (and docs/api.md) declares the header.
 STAMPED: dict[int | str, dict[str, Any]] = {200: {"headers": {positions.HEADER: {
     "description": "sent only while hot standbys serve reads (docs/operations.md, \"Read your writes\"): send it back"
@@ -30,7 +33,7 @@ STAMPED: dict[int | str, dict[str, Any]] = {200: {"headers": {positions.HEADER: 
     "schema": {"type": "string"}}}}}
 
 
-def read_after(token: str | None = Header(None, alias=positions.HEADER, max_length=200,
+def read_after(token: str | None = Header(None, alias=positions.HEADER,
                                           description="a token from a write's OML-Read-After header (sent only while hot standbys serve reads,"
                                                       " docs/operations.md): read no older than that write"),
                p: Principal = Depends(principal), ctx: Context = Depends(context)) -> str | None:
@@ -39,6 +42,15 @@ def read_after(token: str | None = Header(None, alias=positions.HEADER, max_leng
 
 
 def stamp_position(response: Response, ctx: Context, p: Principal) -> None:
-    """Set ``OML-Read-After`` on a write's response (only when reads may come from standbys)."""
-    if ctx.db.replica_urls:
+    """Set ``OML-Read-After`` on a write's response (only when reads may come from standbys).
+
+    Runs after the write committed, so a failure here (the pool, the primary, the KeyStore) must not turn the
+    answer into an error that says nothing was committed: the header is left out and the failure logged. A caller
+    without the header reads as a caller that never sent one would (a standby may serve older state)."""
+    if not ctx.db.replica_urls:
+        return
+    try:
         response.headers[positions.HEADER] = positions.issue(ctx.keystore, p.tenant, ctx.db.write_position())
+    except Exception as exc:  # noqa: BLE001 - the act is committed whatever failed here
+        log.warning("committed, answered without OML-Read-After: the position could not be taken (%s)",
+                    type(exc).__name__)

@@ -32,7 +32,7 @@ from oml.domain.events import Actor
 from oml.services.entrypoints.http.deps import context, principal
 from oml.services.entrypoints.http.deps import idempotency_key as idempotency_key_header
 from oml.services.entrypoints.http.read_after import STAMPED, stamp_position
-from oml.services.entrypoints.http.validation import KEY_ID_PATTERN, Closed, Label, UUIDStr, text, uuid_path
+from oml.services.entrypoints.http.validation import KEY_ID_PATTERN, Closed, Label, NoBody, UUIDStr, text, uuid_path
 from oml.services.keys import signing_rotation
 from oml.services.runtime.context import Context
 
@@ -70,7 +70,7 @@ def create_principal(req: PrincipalIn, p: Principal = Depends(principal), ctx: C
 
 @router.post("/v1/principals/{principal_id}/revoke", response_model=W.PrincipalRevoked, summary="Revoke an API key")
 def revoke_principal(principal_id: str = Path(pattern=KEY_ID_PATTERN, description="the key id (16 hex)"),
-                     p: Principal = Depends(principal), ctx: Context = Depends(context),
+                     req: NoBody | None = None, p: Principal = Depends(principal), ctx: Context = Depends(context),
                      idempotency_key: str | None = IdemKey) -> dict:
     """Journals ``principal.revoked``; revoking a revoked key returns the original seq. Role: admin."""
     return ctx.tenancy.revoke_principal(p, principal_id, idempotency_key=idempotency_key)
@@ -160,7 +160,7 @@ def get_tenant_policy(p: Principal = Depends(principal), ctx: Context = Depends(
 
 # ---------------------------------------------------------------- keys
 @router.post("/v1/keys/rotate", response_model=W.KeyRotated, summary="Rotate the tenant's signing key")
-def rotate_signing_key(p: Principal = Depends(principal), ctx: Context = Depends(context),
+def rotate_signing_key(req: NoBody | None = None, p: Principal = Depends(principal), ctx: Context = Depends(context),
                        idempotency_key: str | None = IdemKey) -> dict:
     """Journals ``signing_key.rotated`` signed by the current key, with the new key's proof of possession.
 

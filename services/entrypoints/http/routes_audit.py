@@ -20,7 +20,7 @@ from pydantic import Field
 from oml.domain.access import Principal
 from oml.domain.errors import OMLError
 from oml.services.entrypoints.http.deps import context, principal
-from oml.services.entrypoints.http.validation import Closed
+from oml.services.entrypoints.http.validation import Closed, NoBody
 from oml.services.runtime.context import Context
 
 router = APIRouter(tags=["audit"])
@@ -51,7 +51,7 @@ def latest_checkpoint(p: Principal = Depends(principal), ctx: Context = Depends(
 
 
 @router.post("/v1/checkpoints", summary="Issue a checkpoint at the chain head now")
-def issue_checkpoint(p: Principal = Depends(principal), ctx: Context = Depends(context)) -> dict:
+def issue_checkpoint(req: NoBody | None = None, p: Principal = Depends(principal), ctx: Context = Depends(context)) -> dict:
     """Signs the tree at the current head (or returns the stored one if nothing was appended). Role: operator."""
     from oml.domain.claims import require_act
     from oml.services.journal.checkpoints import issue_checkpoint as issue

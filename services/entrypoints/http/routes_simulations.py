@@ -29,7 +29,7 @@ from oml.services.entrypoints.http.deps import context, principal
 from oml.services.entrypoints.http.read_after import STAMPED, stamp_position
 from oml.services.entrypoints.http.routes_admin import IdemKey
 from oml.services.entrypoints.http.routes_claims import BatchIn, ClaimIn, _check_sizes, single_claim
-from oml.services.entrypoints.http.validation import Body, Closed, KeyId, Time, UUIDStr, text, uuid_path
+from oml.services.entrypoints.http.validation import Body, Closed, KeyId, NoBody, Time, UUIDStr, text, uuid_path
 from oml.services.runtime.context import Context
 from oml.services.simulations.acts import Simulations
 
@@ -79,7 +79,7 @@ def get_simulation(simulation_id: SimId, p: Principal = Depends(principal), ctx:
 
 @router.post("/v1/simulations/{simulation_id}/close", response_model=W.SimulationClosed, summary="Close a simulation",
              responses=STAMPED)
-def close_simulation(simulation_id: SimId, response: Response, p: Principal = Depends(principal),
+def close_simulation(simulation_id: SimId, response: Response, req: NoBody | None = None, p: Principal = Depends(principal),
                      ctx: Context = Depends(context), idempotency_key: str | None = IdemKey) -> dict:
     """Journals ``simulation.closed``: its promoted versions (overlay tips among them) are demoted and its
     partitions dropped; default tips never moved. Role: admin or operator."""

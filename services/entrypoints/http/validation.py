@@ -23,6 +23,12 @@ class Closed(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+class NoBody(Closed):
+    """The body of an act that takes no input (``req: NoBody | None = None``): absent, ``null`` or ``{}``. Anything
+    else is refused as invalid input before the act runs, so a malformed request never rotates a key or closes a
+    simulation."""
+
+
 def _body(value: dict[str, Any]) -> dict[str, Any]:
     check_json(value)
     return value

@@ -175,6 +175,12 @@ BAD = [
     ("foreign principal revoke", "admin", "/v1/principals/BKEY/revoke", None, 404, "principal.not_found"),
     ("bad principal id", "admin", "/v1/principals/xyz/revoke", None, 422, "admission.invalid"),
     ("idempotency key too long", "writer", "/v1/claims", {"body": {"statement": "x"}, "_idem": "k" * 201}, 422, "admission.invalid"),
+    # an act that takes no input refuses any before it runs: a malformed request never rotates a key
+    ("rotation with a member", "admin", "/v1/keys/rotate", {"rotate": True}, 422, "admission.invalid"),
+    ("rotation with an array", "admin", "/v1/keys/rotate", b"[]", 422, "admission.invalid"),
+    ("rotation with deep brackets", "admin", "/v1/keys/rotate", b"[" * 5000 + b"]" * 5000, 422, "admission.invalid"),
+    ("rotation with a long integer", "admin", "/v1/keys/rotate", b"1" * 5000, 422, "admission.invalid"),
+    ("revocation with a member", "admin", "/v1/principals/BKEY/revoke", {"why": "x"}, 422, "admission.invalid"),
 ]
 
 
@@ -355,7 +361,7 @@ def test_tenant_isolation(env, ctx):
 
 def test_rotation_over_http_then_everything_verifies(env, ctx):
     a, c = env["a"], env["c"]
-    r = c.post("/v1/keys/rotate", headers=bearer(a.admin_key) | {"Idempotency-Key": "rot-1"})
+    r = c.post("/v1/keys/rotate", json={}, headers=bearer(a.admin_key) | {"Idempotency-Key": "rot-1"})  # {} is no input
     assert r.status_code == 200
     again = c.post("/v1/keys/rotate", headers=bearer(a.admin_key) | {"Idempotency-Key": "rot-1"})
     assert again.json()["replayed"] is True and again.json()["kid"] == r.json()["kid"]

@@ -219,6 +219,25 @@ def test_a_forged_or_foreign_position_is_refused(world, ctx):
         assert r.status_code == 422 and r.json()["code"] == "read.invalid_position", r.text
 
 
+def test_a_write_whose_position_cannot_be_taken_is_answered_as_committed_without_the_header(world, rctx, monkeypatch):
+    # The position is taken after the write committed: a failure there must not answer 500 "nothing was committed".
+    import sqlalchemy as sa
+
+    def down():
+        raise sa.exc.TimeoutError("pool exhausted")
+
+    monkeypatch.setattr(rctx.db, "write_position", down)
+    sub = world.client.post("/v1/claims", json={"workarea_id": world.root, "body": {"statement": "Stamped or not."}},
+                            headers=_h(world.writer_key, **{"Idempotency-Key": "unstamped-1"}))
+    assert sub.status_code == 200, sub.text
+    assert "OML-Read-After" not in sub.headers
+    monkeypatch.undo()
+    again = world.client.post("/v1/claims", json={"workarea_id": world.root, "body": {"statement": "Stamped or not."}},
+                              headers=_h(world.writer_key, **{"Idempotency-Key": "unstamped-1"}))
+    assert again.status_code == 200 and again.json()["replayed"] is True
+    assert again.json()["claim_id"] == sub.json()["claim_id"] and "OML-Read-After" in again.headers
+
+
 def test_metrics_count_reads_by_source(world, monkeypatch):
     monkeypatch.setenv("OML_METRICS_TOKEN", "replica-metrics-token")
     world.client.get(f"/v1/claims/{world.fact['claim_id']}", headers=_h(world.reader_key))
