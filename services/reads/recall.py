@@ -41,7 +41,8 @@ The contract is docs/recall.md:
   HNSW scan's answer was served, with its parameters in ``legs.vector``, or
   when the bounded BM25 search could not prove its top-k exact
   (``legs.fts.approximate`` and ``legs.fts.bound``).
-  No model → the leg is skipped, said.
+  No model, or no query vector within ``OML_RECALL_EMBED_WAIT_S`` (the read holds its locks on the index tables
+  while it waits: ``vector.timeout``) → the leg is skipped, said.
 * Time leg (hybrid only, ``OML_RECALL_TIME_LEG``, off by default): a time the query names ("in May 2023", "last
   week"), parsed by :mod:`oml.services.reads.timeleg` relative to the read's
   valid instant, becomes a window of ``valid_from``; the vector leg runs once
@@ -62,6 +63,7 @@ import datetime as dt
 import json
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -516,8 +518,72 @@ _SCORED = ("fts", "prf")
 
 
 #: Query embeddings run here, beside the read's transaction, not before it (docs/adr/0007-recall-ranking.md):
-#: at most two model runs at once per process, the rest queue; a recall that fails before it needs its vector leaves the run to finish unread.
+#: at most two model runs at once per process, the rest queue (:class:`_QueryVectors` keeps one run per query).
 _EMBED_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="oml-query-embed")
+
+
+class _Flight:
+    """One query embedding on the pool and the reads waiting for it."""
+
+    __slots__ = ("future", "waiters")
+
+    def __init__(self, future: concurrent.futures.Future) -> None:
+        self.future = future
+        self.waiters = 0
+
+
+class _QueryVectors:
+    """The query embeddings in flight on ``pool``, one per ``(embed, text)``: a read whose text is already being
+    embedded waits for that run instead of queueing another, so a hung or slow model holds at most one run per
+    distinct query however many reads ask for it. A read waits a bounded time (:meth:`wait`, OML_RECALL_EMBED_WAIT_S)
+    and then lets go (:meth:`release`); a run that has started is left to finish, so its vector still reaches the
+    embedder's LRU for the next read, and one still queued that no read waits for any more is cancelled, so the
+    queue never holds more runs than there are reads waiting (docs/recall.md, "Waiting for the query vector")."""
+
+    def __init__(self, pool: concurrent.futures.Executor) -> None:
+        self._pool = pool
+        # Reentrant: cancelling a queued run calls its done-callback (_landed) at once, in the thread holding it.
+        self._lock = threading.RLock()
+        self._flights: dict[tuple[Any, str], _Flight] = {}
+
+    def start(self, embed: EmbedFn, text: str, ph: Phases) -> tuple[tuple[Any, str], _Flight]:
+        """The run embedding ``text`` with ``embed``, started unless one is in flight; the caller is counted as a
+        waiter until it calls :meth:`release`. ``ph`` gets the run's time (the phases of the read that started it)."""
+        key = (embed, text)
+        with self._lock:
+            flight = self._flights.get(key)
+            if flight is None:
+                flight = _Flight(self._pool.submit(contextvars.copy_context().run, _timed(embed, ph), text))
+                self._flights[key] = flight
+                flight.future.add_done_callback(lambda _f, key=key, flight=flight: self._landed(key, flight))
+            flight.waiters += 1
+            return key, flight
+
+    def _landed(self, key: tuple[Any, str], flight: _Flight) -> None:
+        with self._lock:
+            if self._flights.get(key) is flight:
+                del self._flights[key]
+
+    @staticmethod
+    def wait(flight: _Flight, timeout: float) -> bool:
+        """Whether the run finished (its vector or its error) within ``timeout`` seconds."""
+        concurrent.futures.wait([flight.future], timeout=timeout)
+        return flight.future.done()
+
+    def release(self, key: tuple[Any, str], flight: _Flight) -> None:
+        """The caller no longer waits; the last waiter of a run still queued cancels it."""
+        with self._lock:
+            flight.waiters -= 1
+            if flight.waiters <= 0:
+                flight.future.cancel()  # False for a run that started or ended: it finishes, unread
+
+    def in_flight(self) -> int:
+        """Runs queued or running (tests, diagnostics)."""
+        with self._lock:
+            return len(self._flights)
+
+
+_QUERY_VECTORS = _QueryVectors(_EMBED_POOL)
 
 
 def _timed(embed: EmbedFn, ph: Phases) -> EmbedFn:
@@ -551,7 +617,18 @@ def default_embed(ctx: Context) -> EmbedFn:
         q = query_embedder(ctx.settings)
         return q.name, q.source_sha256
 
+    def prepare() -> None:
+        # A model's load takes seconds (an ONNX export on a new home's first start: more); a recall runs it before
+        # its transaction, holding no lock, rather than give up its vector leg to OML_RECALL_EMBED_WAIT_S.
+        # `oml serve`, `oml mcp` and `oml recall` load it before any read.
+        from oml.workers.index.embedding import query_embedder
+
+        q = query_embedder(ctx.settings)
+        if not q.loaded:
+            q.warm()
+
     embed.identity = identity  # type: ignore[attr-defined]  # read by vector_unavailable
+    embed.prepare = prepare  # type: ignore[attr-defined]  # run by Recaller.recall before its transaction
     return embed
 
 
@@ -580,6 +657,18 @@ def vector_unavailable(recorded: Any, embed: EmbedFn, qvec: Sequence[float]) -> 
                                      f" vectors the index holds ({shown(rec.name)}): the operator switches with"
                                      " oml index rebuild --model or restarts with OML_EMBEDDING_MODEL naming it")
 
+
+
+def _prepare(embed: EmbedFn) -> None:
+    """Load ``embed``'s model if it tells how (``prepare``, :func:`default_embed`), before the read's transaction. A
+    model that fails to load fails again in the query's run, where the read says so (``vector.model_unavailable``)."""
+    prepare = getattr(embed, "prepare", None)
+    if prepare is None:
+        return
+    try:
+        prepare()
+    except Exception as exc:  # noqa: BLE001 - reported by the read, from the query's own run
+        log.debug("recall: embedding model did not load before the read (%s)", type(exc).__name__)
 
 
 @dataclass(frozen=True)
@@ -734,7 +823,8 @@ class Recaller:
     def __init__(self, ctx: Context, *, embed: EmbedFn | None = None, exact_scan_max: int = R.EXACT_SCAN_MAX,
                  rrf_k: int = R.RRF_K, fusion: fusionmod.Fusion | None = None, lexical: str | None = None,
                  bm25: tuple[float, float] = (bm25mod.K1, bm25mod.B), time_leg: bool | None = None,
-                 time_mode: str = "boost", prf: prfmod.PRF | str | None = None, read_while_waiting: bool = True) -> None:
+                 time_mode: str = "boost", prf: prfmod.PRF | str | None = None, read_while_waiting: bool = True,
+                 embed_wait_s: float | None = None) -> None:
         lexical = lexical or ctx.settings.recall_lexical
         if lexical not in ("ts_rank", "bm25"):
             raise ValueError("lexical ranking must be ts_rank or bm25")
@@ -765,6 +855,11 @@ class Recaller:
         # Read the lexical candidates while waiting for the query vector (_legs); False only for the benchmark's
         # baseline (oml bench recall-phases --baseline), which reads them all after the vector leg.
         self.read_while_waiting = read_while_waiting
+        # How long the read waits for its query vector, holding its locks, before it answers without the vector leg
+        # (OML_RECALL_EMBED_WAIT_S by default; docs/recall.md, "Waiting for the query vector").
+        self.embed_wait_s = ctx.settings.recall_embed_wait_s if embed_wait_s is None else embed_wait_s
+        if not (math.isfinite(self.embed_wait_s) and self.embed_wait_s > 0):
+            raise ValueError("embed_wait_s must be a positive number of seconds")
 
     @traced("recall")
     def recall(self, principal: Principal, req: RecallRequest, *,
@@ -787,17 +882,35 @@ class Recaller:
         rules.require_act(principal.role, "read")
         with invalid_as("recall.invalid"):  # the code HTTP answers, from every entry point (docs/api.md)
             q = _parse(req)
-        text, diag = q.text, _Diag(req.retriever, phases=ph)
+        diag = _Diag(req.retriever, phases=ph)
         if not q.searching:
             diag.degrade(req.retriever, "query.empty", "the query is empty: steering rows only")
 
         # The query embedding runs on a worker thread while segment 1 and the lexical leg run in PostgreSQL
         # (docs/recall.md, "Latency"): the model and the database use different cores, and the vector leg,
-        # the only statement that needs the vector, waits for it.
-        pending = _EMBED_POOL.submit(contextvars.copy_context().run, _timed(self.embed, ph), text) if q.use_vec else None
+        # the only statement that needs the vector, waits for it. A read whose text is already being embedded
+        # waits for that run (_QueryVectors).
+        if q.use_vec:
+            _prepare(self.embed)
+        pending = _QUERY_VECTORS.start(self.embed, q.text, ph) if q.use_vec else None
         # The time expression is parsed beside it, relative to the read's valid-time instant.
-        timed = (_EMBED_POOL.submit(timeleg.parse, text, q.valid_at)
+        timed = (_EMBED_POOL.submit(timeleg.parse, q.text, q.valid_at)
                  if self.time_leg and q.use_vec and q.use_fts else None)
+        try:
+            return self._recall(principal, req, audience_simulations, after_lsn, started, ph, q, diag, pending, timed)
+        finally:
+            # Nothing left queued on the pool for a read that is over (a hung model holds its workers).
+            if pending is not None:
+                _QUERY_VECTORS.release(*pending)
+            if timed is not None:
+                timed.cancel()
+
+    def _recall(self, principal: Principal, req: RecallRequest, audience_simulations: frozenset[str] | None,
+                after_lsn: str | None, started: float, ph: Phases, q: _Query, diag: _Diag,
+                pending: tuple[Any, _Flight] | None, timed: concurrent.futures.Future | None) -> dict[str, Any]:
+        """:meth:`recall` once its query vector and the parse of its time expression are asked for (``pending``,
+        ``timed``: None when the read has no vector leg, or no time leg)."""
+        text = q.text
 
         tenant = principal.tenant
         # A hot standby serves the read when one can (docs/operations.md); the read log goes to the primary.
@@ -895,7 +1008,8 @@ class Recaller:
             },
         }
 
-    def _legs(self, conn: sa.Connection, tenant: str, q: _Query, f: _Filters, diag: _Diag, pending: Any,
+    def _legs(self, conn: sa.Connection, tenant: str, q: _Query, f: _Filters, diag: _Diag,
+              pending: tuple[Any, _Flight] | None,
               audience_simulations: frozenset[str], timed: Any, opening: _Opening, loaded: _Candidates,
               may_propagate: bool) -> dict[str, list[LegRow]]:
         """Each retriever's candidates (``{"fts"|"vector"|"time": [LegRow …]}``), at most a pool of ``2k`` (and at
@@ -904,7 +1018,9 @@ class Recaller:
         claims whose ``valid_from`` lies in its window (docs/recall.md, "Time leg"). ``opening``: the query's lexemes
         and the index's recorded model, read by :func:`_opening`. When the query vector is not ready once the lexical
         leg has answered, the lexical candidates' rows, the valid-time count and (``may_propagate``) their windows are
-        read into ``loaded`` while the read waits for it (docs/recall.md, "Latency")."""
+        read into ``loaded`` while the read waits for it (docs/recall.md, "Latency"); it waits at most
+        ``embed_wait_s``, then answers without the vector leg (``vector.timeout``; docs/recall.md, "Waiting for the
+        query vector")."""
         pool = max(R.POOL_MIN, 2 * q.budget.k)
         use_vec = q.use_vec
         legs: dict[str, list[LegRow]] = {}
@@ -914,14 +1030,25 @@ class Recaller:
             else:
                 legs["fts"] = fts_leg(conn, q.text, f, pool, diag, lexemes=opening.lexemes)
         diag.phases.mark("lexical")
-        if (self.read_while_waiting and pending is not None and not pending.done() and legs.get("fts")
+        future = pending[1].future if pending is not None else None
+        if (self.read_while_waiting and future is not None and not future.done() and legs.get("fts")
                 and not audience_simulations):
             _load_candidates(conn, tenant, q.as_of, f, {row[0] for row in legs["fts"]}, loaded, may_propagate)
             diag.phases.mark("lexical_rows")
         qvec = None
-        if pending is not None:
+        if pending is not None and not _QUERY_VECTORS.wait(pending[1], self.embed_wait_s):
+            # The read holds its locks on the index tables while it waits (docs/recall.md, "One snapshot"): a model
+            # switch would queue behind it and every other vector read behind the switch. It answers without the
+            # vector leg instead; the run goes on for the next read (_QueryVectors).
+            diag.phases.mark("embed_wait")
+            log.warning("recall: query embedding not ready after %gs (OML_RECALL_EMBED_WAIT_S)", self.embed_wait_s)
+            diag.degrade("vector", "vector.timeout",
+                         f"the query embedding took longer than {self.embed_wait_s:g} s (OML_RECALL_EMBED_WAIT_S); "
+                         + ("FTS only" if q.use_fts else "no hits"))
+            use_vec = False
+        elif pending is not None:
             try:
-                qvec = pending.result()
+                qvec = pending[1].future.result()
                 diag.phases.mark("embed_wait")
             except Exception as exc:  # noqa: BLE001 - any model failure degrades to FTS, said in diagnostics
                 log.warning("recall: embedding model unavailable (%s)", type(exc).__name__)
@@ -937,7 +1064,9 @@ class Recaller:
         if use_vec and qvec is not None:
             legs["vector"] = vector_leg(conn, tenant, qvec, f, pool, diag, self.exact_scan_max)
             diag.phases.mark("vector")
-            win = timed.result() if timed is not None else None
+            # The parse shares the pool with the embeddings: one queued behind a hung run is parsed here instead.
+            win = (None if timed is None else timed.result() if timed.done() or not timed.cancel()
+                   else timeleg.parse(q.text, q.valid_at))
             if win is not None and not audience_simulations:
                 legs["time"] = self._time_leg(conn, tenant, qvec, dataclasses.replace(f, window=win), pool, diag)
         if audience_simulations:

@@ -103,6 +103,12 @@ class Settings(BaseSettings):
     # Hybrid recall's window propagation: the share of a candidate's fused score given to the turns in its context
     # window, 0 to 1, 0 for none (domain/fusion.py ``propagate``; docs/recall.md, "Window propagation").
     recall_window_share: float = Field(0.0, ge=0.0, le=1.0, allow_inf_nan=False)
+    # How long a recall with a vector leg waits for its query vector, holding its read's locks on the index tables
+    # (docs/recall.md, "Waiting for the query vector"): past it the read answers without the vector leg
+    # (vector.timeout), so a hung or slow model never keeps a model switch, and every read queued behind the switch,
+    # waiting. Seconds; the query embedding's p95 is milliseconds (docs/benchmarks.md). Keep it well under
+    # OML_DB_LOCK_TIMEOUT_MS.
+    recall_embed_wait_s: float = Field(2.0, gt=0.0, le=60.0, allow_inf_nan=False)
     # Admission's worker processes (services/keys/wrapping.py, which reads them from the environment itself:
     # the worker is a child process). Declared here so a bad value stops `oml` at start, not a batch later.
     # Idle workers kept per server process (0: classify and seal in-process); DEKs of one submit wrapped under one

@@ -411,6 +411,11 @@ class QueryEmbedder:
         """:func:`source_sha256` of the model directory (the identity recall compares with the recorded model)."""
         return source_sha256(self.path)
 
+    @property
+    def loaded(self) -> bool:
+        """Whether the backend is loaded (:meth:`warm` or a first query)."""
+        return self._encode is not None
+
     def warm(self) -> str:
         """Load the backend, run one sentence through it (not cached) and hash the model's identity (recall compares
         it with the recorded model: hashed now, not inside the first recall's transaction); returns the backend."""

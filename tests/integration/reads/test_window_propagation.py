@@ -182,7 +182,8 @@ def test_a_read_answers_from_its_one_snapshot_whatever_commits_while_it_waits(ct
 
     committing.identity = embed.identity
     ph = Phases()
-    got = Recaller(ctx, embed=committing).recall(reader, ask, phases=ph)
+    # The embedding commits and indexes before it answers: seconds, past the default wait for the query vector.
+    got = Recaller(ctx, embed=committing, embed_wait_s=60).recall(reader, ask, phases=ph)
     assert "lexical_rows" in ph.ms() and new
     hits = lambda out: [(h["claim_id"], h["version_id"], h["body"]) for h in out["hits"]]  # noqa: E731
     assert hits(got) == hits(before) and got["diagnostics"]["unreadable"] == before["diagnostics"]["unreadable"] == 0
