@@ -382,14 +382,15 @@ class Operations:
         return self._invoke(self.erase_claim, path_params={"claim_id": claim_id},
                             json=_body(reason=reason, rewrite=rewrite), idempotency_key=idempotency_key)
 
-    @operation("POST", "/v1/erasures/subject", idempotent=True, returns=m.ErasureResult)
+    @operation("POST", "/v1/erasures/subject", idempotent=True, returns=m.SubjectErasureResult)
     def erase_subject(self, kind: m.SubjectKind, value: str, reason: str = "data_subject_request", *,
-                      rewrite: bool | None = None, idempotency_key: str | None = None) -> m.ErasureResult:
+                      rewrite: bool | None = None, idempotency_key: str | None = None) -> m.SubjectErasureResult:
         """Erase every claim that declared the data subject ``(kind, value)``, all or nothing.
 
         The value travels in the request body only, never in the URL; the
         server neither echoes nor journals it. Only *declared* subjects are
-        found (docs/erasure.md).
+        found (docs/erasure.md); a claim found by the subject's HMAC whose verified bodies do not declare it is left
+        alone and listed in ``skipped``.
         """
         return self._invoke(self.erase_subject, json=_body(kind=kind, value=value, reason=reason, rewrite=rewrite),
                             idempotency_key=idempotency_key)
