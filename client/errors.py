@@ -282,7 +282,7 @@ def _where(extra: Mapping[str, Any], detail: str = "", limit: int = 3) -> str:
     traceback sees the hint the server sent."""
     parts: dict[str, str] = {}
     if isinstance(extra.get("field"), str):
-        parts[extra["field"]] = f"field {extra['field']}"
+        parts[extra["field"]] = "the request" if extra["field"] == "$" else f"field {extra['field']}"
     errors = extra.get("errors")
     if isinstance(errors, list):
         described: set[str] = set()
@@ -298,7 +298,7 @@ def _where(extra: Mapping[str, Any], detail: str = "", limit: int = 3) -> str:
                 continue
             described.add(name)
             rule = e.get("rule") if isinstance(e.get("rule"), str) else None
-            text = f"field {name}" + (f" ({rule})" if rule else "")
+            text = ("the request" if name == "$" else f"field {name}") + (f" ({rule})" if rule else "")
             message = e.get("message")
             if isinstance(message, str) and message and message not in (rule, detail):
                 text += f": {message}"

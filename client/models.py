@@ -7,7 +7,7 @@ drift from ``GET /openapi.json``. The client parses answers with
 Defined here: the request models (``ClaimIn``, ``Budget``, ``Filters``: shape
 only, the server owns the range and pattern rules and answers them as
 problems) and the answers of routes that return bare JSON, text or bytes
-(checkpoints, proofs, evidence archives, erasures, holds, health).
+(checkpoints, proofs, evidence archives, health).
 ``tests/unit/client/test_client_openapi.py`` fails when the two disagree.
 
 Times are strings ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (docs/journal-format.md); ids
@@ -112,34 +112,6 @@ class Health(Response):
 
 # ---------------------------------------------------------------- erasure
 SubjectKind = Literal["email", "phone", "name", "customer_id", "other"]
-
-
-class ErasureAct(Response):
-    """One ``claim.erased`` act: ids, the reason code and the artifacts' digests (never content)."""
-
-    claim_id: str
-    seq: int | None = None
-    reason: str | None = None
-    artifacts: Any = None
-    already_erased: bool = False
-
-
-class ErasureResult(Response):
-    """What an erasure did: the acts, the rewrite status, and the erasure report (docs/erasure.md)."""
-
-    tenant: str
-    erasures: list[ErasureAct]
-    rewrite: dict[str, Any] | None = None
-    report: dict[str, Any] | None = None
-    replayed: bool = False
-
-
-class Hold(Response):
-    claim_id: str
-    legal_hold: bool
-    seq: int | None = None
-    changed: bool = True
-    replayed: bool = False
 
 
 # ---------------------------------------------------------------- recall

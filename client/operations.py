@@ -113,16 +113,29 @@ def _serialisable(value: Any, code: str) -> None:
     try:
         _json.dumps(value, ensure_ascii=False)
     except (ValueError, RecursionError):
-        error = {"field": "body", "rule": "json_invalid",
+        error = {"field": "$", "rule": "json_invalid",
                  "message": "the body cannot be written as JSON (nested too deeply, a number too long, or a cycle)"}
         raise problem_class(code, 422)(code, 422, "the request does not match the schema (checked before sending)",
                                        extra={"errors": [error], "client_side": True}) from None
 
 
+def _field(loc: Any) -> str:
+    """The server's field name for a pydantic location: ``claims[0].body.statement``; ``$`` for the request document
+    as a whole (docs/api.md, "Invalid input")."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "$"
+
+
 def _error(e: Any) -> dict[str, Any]:
-    """One pydantic error in the server's ``errors[i]`` shape; a closed list names its values as ``allowed``."""
-    out: dict[str, Any] = {"field": ".".join(str(part) for part in e["loc"]) or "body", "rule": e["type"],
-                           "message": e["msg"] if "'" not in e["msg"] else e["type"]}
+    """One pydantic error in the server's ``errors[i]`` shape; a closed list names its values as ``allowed``; an
+    unknown member is named by the object it was found in, as the server names it (its name may be personal data)."""
+    loc = tuple(e["loc"])
+    if e["type"] == "extra_forbidden" and loc:
+        return {"field": _field(loc[:-1]), "rule": e["type"], "message": "unknown member (its name is not repeated)"}
+    msg = str(e["msg"]).removeprefix("Value error, ")
+    out: dict[str, Any] = {"field": _field(loc), "rule": e["type"], "message": msg if "'" not in msg else e["type"]}
     if e["type"] in ("literal_error", "enum"):
         out["allowed"] = re.findall(r"'([^']*)'", str((e.get("ctx") or {}).get("expected", "")))
         out["message"] = "must be one of the allowed values (see allowed)"
@@ -369,14 +382,15 @@ class Operations:
         return self._invoke(self.erase_claim, path_params={"claim_id": claim_id},
                             json=_body(reason=reason, rewrite=rewrite), idempotency_key=idempotency_key)
 
-    @operation("POST", "/v1/erasures/subject", idempotent=True, returns=m.ErasureResult)
+    @operation("POST", "/v1/erasures/subject", idempotent=True, returns=m.SubjectErasureResult)
     def erase_subject(self, kind: m.SubjectKind, value: str, reason: str = "data_subject_request", *,
-                      rewrite: bool | None = None, idempotency_key: str | None = None) -> m.ErasureResult:
+                      rewrite: bool | None = None, idempotency_key: str | None = None) -> m.SubjectErasureResult:
         """Erase every claim that declared the data subject ``(kind, value)``, all or nothing.
 
         The value travels in the request body only, never in the URL; the
         server neither echoes nor journals it. Only *declared* subjects are
-        found (docs/erasure.md).
+        found (docs/erasure.md); a claim found by the subject's HMAC whose verified bodies do not declare it is left
+        alone and listed in ``skipped``.
         """
         return self._invoke(self.erase_subject, json=_body(kind=kind, value=value, reason=reason, rewrite=rewrite),
                             idempotency_key=idempotency_key)

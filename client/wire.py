@@ -28,7 +28,7 @@ __all__ = [
     "Reviewed", "QueueItem", "QueuePage", "OwnItem", "OwnPage", "FeedItem", "FeedPage", "WorkareaRef", "Memory",
     "ValidTimeExcluded", "ValidTimeHits", "ValidTime", "RecallDiagnostics", "Recalled", "Fetched", "Lineage",
     "JournalEvent", "JournalPage", "SimulationOpened", "Demotion", "SimulationClosed", "Simulation",
-    "SimulationList",
+    "SimulationList", "ErasureAct", "ErasureResult", "SkippedClaim", "SubjectErasureResult", "Hold",
 ]
 
 NEXT_PAGE = "pass as `after` for the next page; null on the last page"
@@ -326,3 +326,49 @@ class Simulation(Wire):
 
 class SimulationList(Wire):
     items: list[Simulation]
+
+
+# ---------------------------------------------------------------- erasure
+class ErasureAct(Wire):
+    """One claim's erasure: ids, the reason code, the artifacts' ids and digests and the shred counts, never
+    content (docs/erasure.md)."""
+
+    claim_id: str
+    seq: int | None = Field(None, description="seq of its `claim.erased` event")
+    reason: str | None = Field(None, description="the reason code; null when the claim was already erased")
+    artifacts: list[dict[str, Any]] | None = Field(None, description="ids and digests of what was erased; null when "
+                                                                     "already erased")
+    already_erased: bool = Field(False, description="the claim was erased before: nothing changed, `seq` is its "
+                                                    "erasure's")
+    shred: dict[str, int] | None = Field(None, description="rows deleted per table; null when already erased")
+
+
+class ErasureResult(Wire):
+    """What an erasure did: the acts, the rewrite status and the erasure report."""
+
+    tenant: str
+    erasures: list[ErasureAct]
+    rewrite: dict[str, Any] | None = Field(None, description="the rewrite of the touched relations: `{status: done | "
+                                                             "pending, horizon, waited_seconds, relations}`; null "
+                                                             "with `rewrite: false` (left to `oml erase rewrite`)")
+    report: dict[str, Any] | None = Field(None, description="the erasure report, as `GET /v1/erasures/claims/{claim_id}"
+                                                            "/report` answers it; null when nothing was erased")
+    replayed: bool = False
+
+
+class SkippedClaim(Wire):
+    claim_id: str
+    reason: Literal["subject.not_declared", "subject.body_unverified"]
+
+
+class SubjectErasureResult(ErasureResult):
+    skipped: list[SkippedClaim] = Field(default_factory=list, description="claims found by the subject's HMAC but "
+                                                                         "left alone: no verified body declares it")
+
+
+class Hold(Wire):
+    claim_id: str
+    legal_hold: bool = Field(description="the claim's hold after the act")
+    seq: int | None = Field(None, description="seq of the hold event; null when nothing changed")
+    changed: bool = True
+    replayed: bool = False

@@ -360,8 +360,10 @@ def stdio_keys_from_env() -> list[str]:
     return [k.strip() for k in os.environ.get("OML_API_KEY", "").split(",") if k.strip()]
 
 
-def main(*, transport: Literal["stdio", "http"] = "stdio", host: str = "127.0.0.1", port: int = 8766, path: str = "/mcp") -> None:
-    """Run the server. stdio: keys from ``OML_API_KEY`` (checked at start); http: uvicorn on ``host:port``."""
+def main(*, transport: Literal["stdio", "http"] = "stdio", host: str = "127.0.0.1", port: int = 8766, path: str = "/mcp",
+         on_ready: Callable[[], None] | None = None) -> None:
+    """Run the server. stdio: keys from ``OML_API_KEY`` (checked at start); http: uvicorn on ``host:port``,
+    calling ``on_ready()`` once the port accepts connections."""
     import sys
 
     from oml.services.runtime.context import open_context
@@ -381,8 +383,9 @@ def main(*, transport: Literal["stdio", "http"] = "stdio", host: str = "127.0.0.
                     raise SystemExit(2) from None
             build_server(ctx, stdio_keys=keys).run("stdio")
         else:
-            import uvicorn
+            from oml.services.entrypoints.http import serving
 
-            uvicorn.run(http_app(ctx, path=path, host=host), host=host, port=port, log_level="warning")
+            serving.serve(http_app(ctx, path=path, host=host), host=host, port=port,
+                          on_ready=on_ready or (lambda: None), log_level="warning")
     finally:
         ctx.close()

@@ -238,10 +238,12 @@ def mcp_cmd(transport: str = typer.Option("stdio", "--transport", help="stdio | 
             mcp_server.one_tenant([authenticate_key(ctx, k) for k in mcp_server.stdio_keys_from_env()])
     warm_model()
     if transport == "http":
-        err.print(escape(f"oml mcp: ready, listening on http://{host}:{port}{path} (streamable HTTP; a bearer API key per request)"))
+        # Printed once the port accepts connections: a client may connect on the line.
+        line = f"oml mcp: ready, listening on http://{host}:{port}{path} (streamable HTTP; a bearer API key per request)"
+        mcp_server.main(transport=transport, host=host, port=port, path=path, on_ready=lambda: err.print(escape(line)))
     else:
         err.print("oml mcp: ready on stdio (tools recall, fetch, remember)")
-    mcp_server.main(transport=transport, host=host, port=port, path=path)
+        mcp_server.main(transport=transport, host=host, port=port, path=path)
 
 
 def desktop_config() -> dict:

@@ -57,11 +57,10 @@ def serve_cmd(
 ) -> None:
     """Serve the HTTP API (OpenAPI at /openapi.json) until interrupted.
 
-    Order: check the port, open the database, load the embedding model, start the workers,
-    then print `oml serve: http://HOST:PORT (OpenAPI at /openapi.json); workers …` and accept requests.
+    Order: check the port, open the database, load the embedding model, start the workers, bind the port,
+    then print `oml serve: http://HOST:PORT (OpenAPI at /openapi.json); workers …`: a client may connect on the line.
     """
-    import uvicorn
-
+    from oml.services.entrypoints.http import serving
     from oml.services.entrypoints.http.app import create_app
     from oml.services.runtime.settings import get_settings
 
@@ -86,9 +85,10 @@ def serve_cmd(
             indexer.embedder_for(ctx)
 
             runtime = start_workers(ctx)
-        err.print(escape(f"oml serve: http://{h}:{p} (OpenAPI at /openapi.json); workers {'in-process' if runtime else 'external'}"))
+        ready = f"oml serve: http://{h}:{p} (OpenAPI at /openapi.json); workers {'in-process' if runtime else 'external'}"
         try:
-            uvicorn.run(create_app(ctx), host=h, port=p, log_level="warning", access_log=False)
+            serving.serve(create_app(ctx), host=h, port=p, on_ready=lambda: err.print(escape(ready)),
+                          log_level="warning", access_log=False)
         finally:
             if runtime is not None:
                 runtime.stop()

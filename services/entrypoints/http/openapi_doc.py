@@ -118,8 +118,8 @@ def _invalid(w) -> None:
       "for each (client/errors.py), so `except InvalidRequest` catches them all; a shape the client checks before "
       "sending (`submit(kind=\"Fact\")`) raises the same class, with `errors` in the same form and `client_side` "
       "true, never pydantic's `ValidationError`. Callers matching the code text should "
-      "match the `.invalid` suffix (or status 422): reads, exports, erasures and reviews answered `admission.invalid` "
-      "before; a body refused before it is parsed (not UTF-8, NUL) gets the code of the route its method and path "
+      "match the `.invalid` suffix (or status 422), since the code names the area of the route (table below), not "
+      "admission; a body refused before it is parsed (not UTF-8, NUL) gets the code of the route its method and path "
       "match. The claim body rules are admission's, so every entry point (HTTP, MCP, the Python API inside the "
       "process) refuses the same bodies with `admission.invalid` (`domain/input_rules.py`): no NUL and no lone "
       "surrogate in any key or string, no float, integers within ±(2^53−1), nesting of at most 16 levels, at most "
@@ -127,12 +127,17 @@ def _invalid(w) -> None:
       "so whitespace, separators and invisible format characters alone (U+200B ZERO WIDTH SPACE, U+FEFF, U+2060 …; "
       "Unicode categories Zs, Zl, Zp, Cc, Cf) are blank. The client checks before sending that the body can be "
       "written as JSON at all (the same `InvalidRequest`, `rule: json_invalid`, `client_side` true). A rule checked past the schema (a blank `body.statement`, a body over `max_body_chars`) answers the "
-      "same `errors` array, with one entry, beside the `field` member it always had. Members of `errors[i]`: "
-      "`field` (`claims[0].body.statement` in a batch, `body.statement` on a one-claim route; `body` for the body as "
-      "a whole), `rule` (pydantic's error type, or `json_invalid` with `position`, `line` and `column` for malformed "
-      "JSON, or `content_type` with `expected: application/json` for a body sent as another media type), `message`, "
-      "and `allowed` (the closed list) for a value outside one, e.g. a review or erasure `reason`. UUIDs are accepted "
-      "in any case and answered lowercase.")
+      "same `errors` array, with one entry, beside a top-level `field` member naming the same place. Members of "
+      "`errors[i]`: `field`, the member's path relative to the request document, in JSONPath's dot and bracket "
+      "notation (`claims[0].body.statement` in a batch, `body.statement` on a one-claim route, `body` for a claim's "
+      "body member as a whole), or `$` (JSONPath's root) for the request document as a whole: a missing or empty "
+      "request, malformed JSON, another media type; an unknown member is named by the object it was found in "
+      "(`$` at the top level, `filters` inside `filters`) with rule `extra_forbidden`, never by its name, which is "
+      "submitted text and may be personal data; `rule` (pydantic's error type, or `json_invalid` with `position`, "
+      "`line` and `column` for malformed JSON, or `content_type` with `expected: application/json` for a body sent "
+      "as another media type); `message`, a sentence about the rule (a value rule's own sentence, e.g. `must not "
+      "contain NUL`, for a NUL anywhere inside a claim body, at `body`); and `allowed` (the closed list) for a value "
+      "outside one, e.g. a review or erasure `reason`. UUIDs are accepted in any case and answered lowercase.")
     w("")
     w("### Workarea ids, not paths")
     w("")

@@ -3,7 +3,11 @@
 Validation errors name the field and the rule and never echo the submitted
 value (pydantic's ``input`` and ``ctx`` are dropped; a closed list's allowed
 values, which are the schema's and not the request's, are kept as
-``allowed``). Malformed JSON names the body and where it broke (``position``,
+``allowed``). Fields are member paths relative to the request document
+(``claims[0].body.statement``); the document as a whole is :data:`DOCUMENT`
+(``$``, JSONPath's root), which no member path can spell, so a refusal of the
+whole request never reads as one of its ``body`` member. Malformed JSON names
+the request document and where it broke (``position``,
 ``line``, ``column``); a body that is not JSON says that ``Content-Type:
 application/json`` is required. Each area answers invalid input with its own
 code (:data:`AREA_CODES`, docs/api.md), ``admission.invalid`` being the
@@ -101,20 +105,34 @@ def field_errors(exc: OMLError) -> list[dict] | None:
     return [entry]
 
 
-def _field(loc) -> str:
+# The request document as a whole in ``errors[i].field``: JSONPath's root. Member paths are written relative to it
+# (``claims[0].body``), so a request member named ``body`` and the request itself are never the same name.
+DOCUMENT = "$"
+
+
+def field_path(loc) -> str:
     """``claims[0].body.statement`` from pydantic's ``("body", "claims", 0, "body", "statement")``: the leading
-    ``body`` is FastAPI's name for the request body (kept alone, when the body as a whole failed)."""
+    ``body`` is FastAPI's name for the request document, which alone is :data:`DOCUMENT`."""
     loc = list(loc)[1:] if tuple(loc)[:1] == ("body",) else list(loc)
     out = ""
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "body"
+    return out or DOCUMENT
+
+
+def schema_message(e: dict) -> str:
+    """pydantic's message for error ``e`` without the input it may quote, and without the ``Value error, `` it puts
+    before a validator's own sentence (which names the rule, never the value)."""
+    message = str(e.get("msg", "")).removeprefix("Value error, ")
+    if "input" in message.lower() and "'" in message:
+        return str(e.get("type", "invalid"))
+    return message
 
 
 def _json_error(e: dict, doc: Any) -> dict:
     """Where malformed JSON broke: a character offset and its line and column (1-based), never the text."""
     pos = e["loc"][1] if len(e.get("loc", ())) > 1 and isinstance(e["loc"][1], int) else None
-    out: dict[str, Any] = {"field": "body", "rule": "json_invalid",
+    out: dict[str, Any] = {"field": DOCUMENT, "rule": "json_invalid",
                            "message": f"the body is not valid JSON ({(e.get('ctx') or {}).get('error', 'decode error')})"}
     if pos is not None:
         out["position"] = pos
@@ -146,16 +164,16 @@ def schema_error(e: dict) -> dict:
 def _error(e: dict) -> dict:
     rule = e.get("type", "invalid")
     loc = tuple(e.get("loc", ()))
-    # An unknown member's name is submitted text, perhaps personal data: name the object it was found in.
-    field = _field(loc[:-1] if rule == "extra_forbidden" and len(loc) > 1 else loc)
+    if rule == "extra_forbidden" and len(loc) > 1:
+        # An unknown member's name is submitted text, perhaps personal data (docs/adr/0009): name the object it was
+        # found in ($ for the request document), never the name.
+        return {"field": field_path(loc[:-1]), "rule": rule, "message": "unknown member (its name is not repeated)"}
+    field = field_path(loc)
     if rule in ("literal_error", "enum"):
         allowed = _QUOTED.findall(str((e.get("ctx") or {}).get("expected", "")))
         what = "a reason code from the closed list" if field.rsplit(".", 1)[-1] == "reason" else "one of the allowed values"
         return {"field": field, "rule": rule, "message": f"must be {what} (see allowed)", "allowed": allowed}
-    message = e.get("msg", "")
-    # pydantic messages may quote the input for some rules; keep only rule-level text.
-    if "input" in message.lower() and "'" in message:
-        message = rule
+    message = schema_message(e)
     if rule == "string_pattern_mismatch" and _WORKAREA_FIELD.search(field):
         message = f"must be a UUID: {WORKAREA_BY_ID}"  # the paths every listing prints are the usual mistake
     return {"field": field, "rule": rule, "message": message}
@@ -168,7 +186,7 @@ def validation_errors(request: Request, exc: RequestValidationError) -> list[dic
         return [_json_error(e, exc.body) for e in raw if e.get("type") == "json_invalid"]
     media = _not_json(request)
     if media is not None and any(tuple(e.get("loc", ()))[:1] == ("body",) for e in raw):
-        return [{"field": "body", "rule": "content_type", "expected": "application/json", "received": media,
+        return [{"field": DOCUMENT, "rule": "content_type", "expected": "application/json", "received": media,
                  "message": "send the body as JSON with the header Content-Type: application/json"}]
     return [_error(e) for e in raw]
 
@@ -194,7 +212,7 @@ def install(app: FastAPI) -> None:
             # FastAPI answers a body its JSON parser gives up on (nesting past the recursion limit, an integer past
             # Python's 4300 digits) with a bare 400: it is malformed JSON like any other, the route's 422.
             return problem(422, area_code(request), "the request does not match the schema", errors=[{
-                "field": "body", "rule": "json_invalid",
+                "field": DOCUMENT, "rule": "json_invalid",
                 "message": "the body is not valid JSON (nested too deeply, or a number too long to read)"}])
         code = {404: "http.not_found", 405: "http.method_not_allowed", 413: "http.too_large"}.get(exc.status_code, "http.error")
         return problem(exc.status_code, code, str(exc.detail) if exc.status_code != 422 else "invalid request")

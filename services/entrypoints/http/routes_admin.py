@@ -134,7 +134,7 @@ from oml.services.tenancy.listing import list_workareas  # noqa: E402
 
 @router.get("/v1/workareas", response_model=W.WorkareaList, summary="List workareas")
 def get_workareas(p: Principal = Depends(principal), ctx: Context = Depends(context)) -> dict:
-    """Admin keys see the whole tree; other keys see the subtrees under their roots."""
+    """Role: any. Admin keys see the whole tree; other keys see the subtrees under their roots."""
     return {"items": list_workareas(ctx, p)}
 
 
@@ -154,7 +154,7 @@ def set_tenant_policy(req: TenantPolicyIn, p: Principal = Depends(principal), ct
 
 @router.get("/v1/tenant/policy", response_model=W.TenantPolicy, summary="The tenant's personal-data classifier policy")
 def get_tenant_policy(p: Principal = Depends(principal), ctx: Context = Depends(context)) -> dict:
-    """The phone regions admission reads now; any key of the tenant may ask."""
+    """The phone regions admission reads now. Role: any (every key of the tenant)."""
     return ctx.tenancy.tenant_policy(p)
 
 

@@ -40,7 +40,7 @@ def _checkpoint_json(cp) -> dict:
 @router.get("/v1/checkpoints/latest", summary="Newest signed checkpoint (C2SP tlog-checkpoint)")
 def latest_checkpoint(p: Principal = Depends(principal), ctx: Context = Depends(context)) -> dict:
     """``{tenant, origin, tree_size, root (hex), kid, issued_at, note}``; ``note`` is the signed note verbatim.
-    Roles: auditor, operator. ``checkpoint.not_found`` (404) before the first checkpoint."""
+    Role: auditor or operator. ``checkpoint.not_found`` (404) before the first checkpoint."""
     from oml.services.journal import checkpoints as cps
 
     _audit_reader(p)
@@ -67,7 +67,7 @@ def inclusion(seq: int = Query(..., ge=1, le=2**53 - 1, description="journal seq
               p: Principal = Depends(principal), ctx: Context = Depends(context)) -> Response:
     """Leaf index ``seq - 1``; the checkpoint is embedded verbatim. ``proof.not_checkpointed`` (409) when no
     stored checkpoint covers ``seq`` yet; ``proof.invalid_range`` (422, with ``head``) when ``seq`` is beyond the chain
-    head (no such event). Roles: auditor, operator."""
+    head (no such event). Role: auditor or operator."""
     from oml.services.journal import proofs
 
     _audit_reader(p)
@@ -79,7 +79,7 @@ def inclusion(seq: int = Query(..., ge=1, le=2**53 - 1, description="journal seq
 def consistency(from_: int = Query(..., alias="from", ge=1, le=2**53 - 1, description="older checkpoint's tree size"),
                 to: int | None = Query(None, ge=1, le=2**53 - 1, description="newer checkpoint's tree size (default newest)"),
                 p: Principal = Depends(principal), ctx: Context = Depends(context)) -> Response:
-    """One base64 hash per line, RFC 9162 §2.1.4 order; empty when the sizes are equal. Roles: auditor, operator.
+    """One base64 hash per line, RFC 9162 §2.1.4 order; empty when the sizes are equal. Role: auditor or operator.
     ``checkpoint.not_found`` (404) when either size has no stored checkpoint, with `stored_sizes` (the newest)."""
     from oml.services.journal import proofs
 

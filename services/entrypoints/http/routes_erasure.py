@@ -22,6 +22,7 @@ from fastapi import APIRouter, Depends, Query, Response
 from fastapi.responses import HTMLResponse
 from pydantic import Field
 
+from oml.client import wire as W
 from oml.domain import claims as rules
 from oml.domain.access import Principal
 from oml.domain.events import ERASURE_REASONS
@@ -64,26 +65,27 @@ def _with_report(ctx: Context, out: dict[str, Any]) -> dict[str, Any]:
 
 # An erasure carries OML-Read-After: a hot standby serves the claim until it replays the erasure, and a read
 # that sends the token back is not served it (docs/erasure.md). Holds do not: no read path looks at them.
-@router.post("/v1/erasures/claims/{claim_id}", summary="Erase a claim (every version and note) everywhere",
-             responses=STAMPED)
+@router.post("/v1/erasures/claims/{claim_id}", response_model=W.ErasureResult,
+             summary="Erase a claim (every version and note) everywhere", responses=STAMPED)
 def erase_claim(claim_id: str, req: EraseIn, response: Response, p: Principal = Depends(principal),
                 ctx: Context = Depends(context), idempotency_key: str | None = IdemKey) -> dict:
     """Journals one ``claim.erased`` (claim id, reason, artifact ids and digests), shreds the DEKs,
     deletes index and subject rows, purges the ciphertext, rewrites the touched relations and returns
-    the erasure report. Errors: ``access.denied``, ``claim.not_found``, ``erasure.legal_hold``."""
+    the erasure report. Role: operator. Errors: ``access.denied``, ``claim.not_found``, ``erasure.legal_hold``."""
     out = Erasure(ctx).erase_claim(p, claim_id, req.reason, idempotency_key=idempotency_key, rewrite=req.rewrite)
     stamp_position(response, ctx, p)
     return _with_report(ctx, out)
 
 
-@router.post("/v1/erasures/subject", summary="Erase every claim that declared a data subject", responses=STAMPED)
+@router.post("/v1/erasures/subject", response_model=W.SubjectErasureResult,
+             summary="Erase every claim that declared a data subject", responses=STAMPED)
 def erase_subject(req: SubjectIn, response: Response, p: Principal = Depends(principal), ctx: Context = Depends(context),
                   idempotency_key: str | None = IdemKey) -> dict:
     """Finds the claims by the subject's keyed HMAC across workareas, erases each whose signed body declares
     the subject (one ``claim.erased`` per claim, one transaction, all or nothing) and lists the others in
     ``skipped`` (``{"claim_id", "reason"}``; ``reason`` is ``subject.not_declared``, its verified bodies open
     and none declares the subject, or ``subject.body_unverified``, no body of it opens as a verified read, so
-    the link cannot be checked). Errors: ``access.denied`` (a claim outside the key's
+    the link cannot be checked). Role: operator. Errors: ``access.denied`` (a claim outside the key's
     workareas), ``erasure.legal_hold`` (naming the held claim ids), ``erasure.invalid``."""
     out = Erasure(ctx).erase_subject(p, req.kind, req.value, req.reason, idempotency_key=idempotency_key,
                                      rewrite=req.rewrite)
@@ -91,17 +93,18 @@ def erase_subject(req: SubjectIn, response: Response, p: Principal = Depends(pri
     return _with_report(ctx, out)
 
 
-@router.post("/v1/claims/{claim_id}/hold", summary="Place a legal hold on a claim")
+@router.post("/v1/claims/{claim_id}/hold", response_model=W.Hold, summary="Place a legal hold on a claim")
 def place_hold(claim_id: str, req: HoldIn, p: Principal = Depends(principal), ctx: Context = Depends(context),
                idempotency_key: str | None = IdemKey) -> dict:
-    """Journals ``claim.hold_placed``; the claim refuses erasure until released. Idempotent."""
+    """Journals ``claim.hold_placed``; the claim refuses erasure until released. Idempotent. Role: operator.
+    Errors: ``claim.not_found`` (404, also outside the key's workareas), ``claim.erased`` (410)."""
     return Erasure(ctx).place_hold(p, claim_id, req.reason, idempotency_key=idempotency_key)
 
 
-@router.post("/v1/claims/{claim_id}/hold/release", summary="Release a legal hold")
+@router.post("/v1/claims/{claim_id}/hold/release", response_model=W.Hold, summary="Release a legal hold")
 def release_hold(claim_id: str, req: HoldIn, p: Principal = Depends(principal), ctx: Context = Depends(context),
                  idempotency_key: str | None = IdemKey) -> dict:
-    """Journals ``claim.hold_released``. Idempotent."""
+    """Journals ``claim.hold_released``. Idempotent. Role: operator. Errors as placing one."""
     return Erasure(ctx).release_hold(p, claim_id, req.reason, idempotency_key=idempotency_key)
 
 
@@ -109,7 +112,8 @@ def release_hold(claim_id: str, req: HoldIn, p: Principal = Depends(principal), 
             response_model=None)
 def report(claim_id: str, format: Literal["json", "html"] = Query("json"), p: Principal = Depends(principal),
            ctx: Context = Depends(context)):
-    """The report rebuilt now (lake listing included). Errors: ``claim.not_found`` (not erased or outside the key's scope)."""
+    """The report rebuilt now (lake listing included), as JSON or, with ``format=html``, a page. Role: operator.
+    Errors: ``claim.not_found`` (not erased or outside the key's scope)."""
     from oml.domain.errors import valid_uuid
     from oml.services.erasure.acts import INVALID
 

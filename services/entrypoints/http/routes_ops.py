@@ -53,11 +53,14 @@ def _health(ctx: Context) -> dict:
 
 @router.get("/healthz", summary="Liveness and database reachability")
 def healthz(ctx: Context = Depends(context)) -> dict:
+    """Role: none (no key: a load balancer asks). ``{status, restore_pending}``; ``service.unavailable`` (503)
+    when the database does not answer."""
     return _health(ctx)
 
 
 @router.get("/readyz", summary="Readiness: 503 while a restore is pending")
 def readyz(ctx: Context = Depends(context)) -> dict:
+    """Role: none (no key). As ``/healthz``, and ``service.restore_pending`` (503) while a restore is pending."""
     out = _health(ctx)
     if out["restore_pending"]:
         from oml.services.erasure.restore import PENDING
@@ -118,6 +121,7 @@ def _bearer(request: Request) -> str | None:
 @router.get("/metrics", summary="Prometheus metrics: per consumer and tenant lag",
             response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
 def metrics(request: Request, ctx: Context = Depends(context)) -> Response:
+    """Role: operator (its tenant's series), or the platform's ``OML_METRICS_TOKEN`` (every tenant's)."""
     from oml.services.reads import verified_reads
     from oml.workers.runtime import lag
 

@@ -85,17 +85,20 @@ def get_claim(claim_id: UUIDStr, workarea_id: UUIDStr | None = Query(None, descr
 @router.get("/v1/versions/{version_id}", response_model=W.Fetched, summary="Fetch one promoted version (tip or superseded)")
 def get_version(version_id: UUIDStr, workarea_id: UUIDStr | None = Query(None), p: Principal = Depends(principal),
                 ctx: Context = Depends(context), after_lsn: str | None = Depends(read_after)) -> dict:
+    """Role: reader or reviewer. ``claim.not_found`` for anything the key may not read; ``claim.erased`` (410)."""
     return F.fetch(ctx, p, version_id=version_id, workarea_id=workarea_id, after_lsn=after_lsn)
 
 
 @router.get("/v1/claims/{claim_id}/lineage", response_model=W.Lineage, summary="Versions and derived_from graph, both ways")
 def get_lineage(claim_id: UUIDStr, depth: int = Query(F.LINEAGE_MAX_DEPTH, ge=1, le=F.LINEAGE_MAX_DEPTH),
                 p: Principal = Depends(principal), ctx: Context = Depends(context)) -> dict:
-    """Ids and metadata only; erased claims are tombstones with ids only."""
+    """Ids and metadata only; erased claims are tombstones with ids only. Role: reader or reviewer.
+    ``claim.not_found`` for a claim the key may not read."""
     return F.lineage(ctx, p, claim_id, depth=depth)
 
 
 @router.get("/v1/journal", response_model=W.JournalPage, summary="Pages of canonical journal events (auditor keys)")
 def get_journal(after_seq: int = Query(0, ge=0), limit: int = Query(100, ge=1, le=F.JOURNAL_PAGE_MAX),
                 p: Principal = Depends(principal), ctx: Context = Depends(context)) -> dict:
+    """Canonical events after ``after_seq``, in the evidence row format. Role: auditor."""
     return F.journal_page(ctx, p, after_seq=after_seq, limit=limit)

@@ -67,13 +67,14 @@ def open_simulation(req: SimulationIn, p: Principal = Depends(principal), ctx: C
 
 @router.get("/v1/simulations", response_model=W.SimulationList, summary="Simulations this key may see")
 def list_simulations(p: Principal = Depends(principal), ctx: Context = Depends(context)) -> dict:
-    """All of the tenant's for admin/operator keys; otherwise those whose audience names the key. Logged."""
+    """Role: any. All of the tenant's for admin and operator keys; otherwise those whose audience names the key.
+    Logged."""
     return _svc(ctx).list(p)
 
 
 @router.get("/v1/simulations/{simulation_id}", response_model=W.Simulation, summary="One simulation's record")
 def get_simulation(simulation_id: SimId, p: Principal = Depends(principal), ctx: Context = Depends(context)) -> dict:
-    """Admin/operator keys and audience members; anyone else ``simulation.not_found`` (404). Logged."""
+    """Role: admin or operator, or any key in the audience; anyone else ``simulation.not_found`` (404). Logged."""
     return _svc(ctx).get(p, simulation_id)
 
 
@@ -116,7 +117,7 @@ def supersede_inside(req: SupersedeIn, simulation_id: SimId, claim_id: uuid_path
                      p: Principal = Depends(principal), ctx: Context = Depends(context),
                      idempotency_key: str | None = IdemKey) -> dict[str, Any]:
     """A held tainted version of the claim; promoted by an audience reviewer it shadows the default tip for
-    the audience only. Errors: ``claim.not_found`` (404), ``simulation.not_found`` (404),
+    the audience only. Role: writer in the audience. Errors: ``claim.not_found`` (404), ``simulation.not_found`` (404),
     ``simulation.closed`` (409)."""
     if body_chars(req.body) > ctx.settings.max_body_chars:
         raise invalid(f"the body is longer than {ctx.settings.max_body_chars} characters", field="body", rule="max_body_chars")

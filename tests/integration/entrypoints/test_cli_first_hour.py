@@ -6,11 +6,14 @@ import json
 import os
 import socket
 import stat
+import subprocess
+import sys
 from importlib.metadata import entry_points
 
 import pytest
 
 from support.admission import run_cli
+from support.mcp_calls import env_for
 
 
 @pytest.fixture(scope="module")
@@ -114,13 +117,18 @@ def _free_port() -> int:
 
 @pytest.mark.parametrize("args", [["serve", "--no-workers"], ["mcp", "--transport", "http"]])
 def test_model_is_loaded_before_the_ready_line(ctx, monkeypatch, args):
-    """uvicorn.run is where the server starts accepting: by then the model is loaded and the ready line printed."""
-    import uvicorn
+    """serving.serve is where the server starts accepting: by then the model is loaded; the ready line comes after."""
+    from oml.services.entrypoints.http import serving
 
     seen = {}
     saved = dict(_cached_models())
     _cached_models().clear()
-    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: seen.setdefault("model_loaded", bool(_cached_models())))
+
+    def accepting(app, *, on_ready, **kw):
+        seen.setdefault("model_loaded", bool(_cached_models()))
+        on_ready()
+
+    monkeypatch.setattr(serving, "serve", accepting)
     try:
         r = run_cli(ctx, [*args, "--port", str(_free_port())])
     finally:
@@ -130,6 +138,35 @@ def test_model_is_loaded_before_the_ready_line(ctx, monkeypatch, args):
     loaded = r.stderr.index("embedding model loaded")
     ready = r.stderr.index("oml serve: http://" if args[0] == "serve" else "oml mcp: ready, listening on http://")
     assert loaded < ready
+
+
+@pytest.mark.parametrize("args,line", [(["serve", "--no-workers"], "oml serve: http://"),
+                                       (["mcp", "--transport", "http"], "oml mcp: ready, listening on http://")])
+def test_a_client_that_connects_on_the_ready_line_is_accepted(ctx, args, line):
+    """The ready line is printed once the port is bound and listening: the first connection, made the moment the
+    line appears, succeeds (no connection refused, no poll)."""
+    port = _free_port()
+    env = dict(os.environ, **env_for(ctx, ""), PYTHONUNBUFFERED="1", COLUMNS="200")
+    p = subprocess.Popen([sys.executable, "-m", "oml.services.entrypoints.cli.main", *args, "--port", str(port)],
+                         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        seen = []
+        for text in p.stderr:
+            seen.append(text)
+            if line in text:
+                with socket.create_connection(("127.0.0.1", port), timeout=5):
+                    pass
+                break
+        else:
+            pytest.fail(f"exited {p.wait()} without the ready line:\n{''.join(seen)[-3000:]}")
+        assert f"127.0.0.1:{port}" in text
+    finally:
+        p.terminate()
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def test_a_busy_port_fails_before_anything_says_serving(ctx):

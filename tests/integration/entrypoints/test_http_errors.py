@@ -12,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from oml.domain.events import ERASURE_REASONS, REASON_CODES
+from oml.domain.input_rules import NUL
 from oml.services.entrypoints.http.app import create_app
 
 from support.admission import bearer, journal_len, make_kit, operator_key
@@ -37,7 +38,7 @@ def test_malformed_json_names_the_body_and_where_it_broke(env, ctx):
     r = _post(env, "/v1/claims", k.writer_key, content=raw.encode(), headers={"content-type": "application/json"})
     assert r.status_code == 422 and r.json()["code"] == "admission.invalid"
     [e] = r.json()["errors"]
-    assert (e["field"], e["rule"]) == ("body", "json_invalid")
+    assert (e["field"], e["rule"]) == ("$", "json_invalid")
     pos = raw.index("oops")
     assert (e["position"], e["line"], e["column"]) == (pos, 3, raw.split("\n")[2].index("oops") + 1)
     assert CANARY not in r.text and "oops" not in r.text
@@ -49,7 +50,7 @@ def test_a_form_body_is_told_to_send_json(env):
     r = _post(env, "/v1/claims", k.writer_key, data={"workarea_id": k.root, "statement": CANARY})
     assert r.status_code == 422
     [e] = r.json()["errors"]
-    assert (e["field"], e["rule"], e["expected"]) == ("body", "content_type", "application/json")
+    assert (e["field"], e["rule"], e["expected"]) == ("$", "content_type", "application/json")
     assert e["received"] == "application/x-www-form-urlencoded" and "Content-Type: application/json" in e["message"]
     assert CANARY not in r.text
 
@@ -138,14 +139,51 @@ def test_an_unknown_member_is_named_by_where_it_was_not_its_name(env, ctx):
     k = env["k"]
     before = journal_len(ctx, k.tenant)
     for path, key, body, where in [
-        ("/v1/claims", k.writer_key, {"workarea_id": k.root, "body": {"statement": "x"}, CANARY: 1}, "body"),
+        ("/v1/claims", k.writer_key, {"workarea_id": k.root, "body": {"statement": "x"}, CANARY: 1}, "$"),
         ("/v1/claims:batch", k.writer_key, {"claims": [{"workarea_id": k.root, "body": {"statement": "x"}, CANARY: 1}]}, "claims[0]"),
         ("/v1/recall", k.writer_key, {"query": "x", "filters": {CANARY: 1}}, "filters"),
-        ("/v1/identities", k.admin_key, {"kind": "person", "display_name": "x", CANARY: 1}, "body"),
+        ("/v1/identities", k.admin_key, {"kind": "person", "display_name": "x", CANARY: 1}, "$"),
     ]:
         r = _post(env, path, key, json=body)
         assert r.status_code == 422 and CANARY not in r.text, (path, r.text)
         assert {(e["field"], e["rule"]) for e in r.json()["errors"]} >= {(where, "extra_forbidden")}, (path, r.text)
+    assert journal_len(ctx, k.tenant) == before
+
+
+@pytest.mark.parametrize("path", ["/v1/claims", "/v1/claims:batch"])
+def test_the_request_as_a_whole_and_its_body_member_have_different_names(env, ctx, path):
+    """``$`` is the request document, ``body`` (``claims[0].body`` in a batch) the claim's body member: an empty
+    request, a request without the member, an unknown top-level member and a NUL deep inside the body are told apart,
+    and a validator's sentence comes without pydantic's ``Value error, ``."""
+    k = env["k"]
+    batch = path.endswith(":batch")
+
+    def request(claim: dict | None) -> dict | None:
+        return {"claims": [claim]} if batch and claim is not None else claim
+
+    def errors(payload, raw: bytes | None = None) -> tuple[set[tuple[str, str]], list[dict]]:
+        r = _post(env, path, k.writer_key, json=payload) if raw is None else \
+            _post(env, path, k.writer_key, content=raw, headers={"content-type": "application/json"})
+        assert (r.status_code, r.json()["code"]) == (422, "admission.invalid"), r.text
+        assert CANARY not in r.text and "Value error" not in r.text, r.text
+        return {(e["field"], e["rule"]) for e in r.json()["errors"]}, r.json()["errors"]
+
+    item = "claims[0]." if batch else ""
+    before = journal_len(ctx, k.tenant)
+    got, _ = errors(None, raw=b"")  # no request document at all
+    assert got == {("$", "missing")}
+    got, _ = errors({})
+    assert ("$", "missing") not in got
+    assert got >= ({("claims", "missing")} if batch else {("workarea_id", "missing"), ("body", "missing")})
+    got, _ = errors(request({"workarea_id": k.root}))
+    assert got == {(f"{item}body", "missing")}
+    got, found = errors({"workarea_id": k.root, "body": {"statement": "x"}, CANARY: 1} if not batch else
+                        {"claims": [{"workarea_id": k.root, "body": {"statement": "x"}}], CANARY: 1})
+    assert got == {("$", "extra_forbidden")} and found[0]["message"] == "unknown member (its name is not repeated)"
+    deep = {"statement": "x", "a": {"b": [1, {"c": ["ok", "nul \u0000 " + CANARY]}]}}
+    got, found = errors(request({"workarea_id": k.root, "body": deep}))
+    assert got == {(f"{item}body", "value_error")}
+    assert found[0]["message"] == NUL, found
     assert journal_len(ctx, k.tenant) == before
 
 
@@ -189,7 +227,7 @@ def test_a_body_the_json_parser_gives_up_on_is_the_routes_json_invalid(env, ctx,
         r = _post(env, path, k.writer_key, content=raw.encode(), headers={"content-type": "application/json"})
         assert (r.status_code, r.json()["code"]) == (422, code), r.text[:300]
         [e] = r.json()["errors"]
-        assert (e["field"], e["rule"]) == ("body", "json_invalid")
+        assert (e["field"], e["rule"]) == ("$", "json_invalid")
     assert journal_len(ctx, k.tenant) == before
 
 

@@ -211,6 +211,7 @@ def test_http_endpoints(ctx, kit):
     c = kit.claim("over http", subjects=[{"kind": "customer_id", "value": "CUST-77"}])
     r = client.post(f"/v1/claims/{c['claim_id']}/hold", json={"reason": "legal_request"}, headers=op)
     assert r.status_code == 200 and r.json()["legal_hold"] is True
+    assert set(r.json()) == {"claim_id", "legal_hold", "seq", "changed", "replayed"} and r.json()["seq"]
     r = client.post(f"/v1/erasures/claims/{c['claim_id']}", json={"reason": "data_subject_request"}, headers=op)
     assert r.status_code == 409 and r.json()["code"] == "erasure.legal_hold"
     assert r.headers["content-type"].startswith("application/problem+json")
@@ -221,6 +222,11 @@ def test_http_endpoints(ctx, kit):
     body = r.json()
     assert [e["claim_id"] for e in body["erasures"]] == [c["claim_id"]]
     assert body["report"]["report"] == "oml.erasure-report.v1" and "cust-77" not in r.text.lower()
+    # The declared response model (client/wire.py) filters what the act returns: each member the act answers is declared.
+    [act] = body["erasures"]
+    assert set(act) == {"claim_id", "seq", "reason", "artifacts", "already_erased", "shred"}
+    assert act["shred"] and act["artifacts"] and act["seq"] and act["already_erased"] is False
+    assert body["skipped"] == [] and body["rewrite"]["status"] in ("done", "pending")
     again = client.post("/v1/erasures/subject", json={"kind": "customer_id", "value": "cust-77", "reason": "data_subject_request"},
                         headers={**op, "Idempotency-Key": "subj-1"})
     assert again.json()["erasures"] == body["erasures"] and again.json()["replayed"] is True

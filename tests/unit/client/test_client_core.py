@@ -254,7 +254,7 @@ def test_a_body_json_cannot_carry_is_the_documented_invalid_request_not_valueerr
             with pytest.raises(InvalidRequest) as exc:
                 c.submit("00000000-0000-4000-8000-000000000000", body)
             assert exc.value.code == "admission.invalid" and exc.value.client_side
-            assert [(e["field"], e["rule"]) for e in exc.value.errors] == [("body", "json_invalid")]
+            assert [(e["field"], e["rule"]) for e in exc.value.errors] == [("$", "json_invalid")]
         with pytest.raises(RecallInvalid):
             c.recall("q", k=10**5000)
     assert sent == []
