@@ -177,7 +177,8 @@ def render(spec: dict[str, Any]) -> str:
       "client always sends one, raw callers must (docs/quickstart-service.md).")
     w("")
     w("**Errors** are RFC 9457 `application/problem+json` objects `{type, title, status, code, detail, …}` with a stable "
-      "`code`; schema violations are `422 <area>.invalid` with `errors: [{field, rule, message}]` that name the field "
+      "`code`. `type` is `https://oml.dev/problems/<code>`, one URI per code that names it (no page is served there), and "
+      "`title` repeats the code; match on `code` or `type`. Schema violations are `422 <area>.invalid` with `errors: [{field, rule, message}]` that name the field "
       "and the rule and never echo the submitted value. Bodies over the size limit are `413 http.too_large`; bodies that "
       "are not UTF-8 or contain NUL (raw or as a `\\u0000` escape) are refused before anything is appended. A body "
       "JSON parsing gives up on (nested past the parser's recursion limit, an integer of more than 4300 digits) is "
