@@ -25,7 +25,7 @@ class Principal:
     identity_id: str
     role: str
     roots: tuple[str, ...]          # workarea node ids
-    root_paths: tuple[str, ...]     # their derived paths, resolved at authentication
+    root_paths: tuple[str, ...]     # their derived paths, in the snapshot that read them (services/reads/scope.py)
 
     def can_access(self, path: str) -> bool:
         """True when ``path`` lies within one of the principal's subtrees."""

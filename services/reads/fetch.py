@@ -35,7 +35,7 @@ from oml.domain import claims as rules
 from oml.domain import recall as R
 from oml.domain.access import Principal
 from oml.domain.errors import OMLError, invalid, not_found, valid_uuid, workarea_not_found
-from oml.services.reads import readlog, rows, sim_read
+from oml.services.reads import readlog, rows, scope, sim_read
 from oml.services.reads.bodies import decrypt_version
 from oml.services.runtime.tracing import traced
 from oml.services.storage import pipelined
@@ -103,13 +103,18 @@ def fetch(ctx: Context, principal: Principal, *, claim_id: str | None = None, ve
         raise invalid("give exactly one of claim_id and version_id", code=INVALID, field="claim_id")
     when = _time(as_of, "as_of")
     tenant = principal.tenant
-    # The key's open simulations depend on nothing read yet: they go with the tenant binding, in its round trip.
-    opening = [] if audience_simulations is not None else [pipelined.of(*sim_read.audience_query(principal), prepare=True)]
-    with ctx.db.read(ROLE, tenant, after_lsn=after_lsn, queries=opening) as rtx:
+    # The key's root paths and open simulations depend on nothing read yet: they go with the tenant binding, in its
+    # round trip.
+    opening = [scope.root_paths_query(principal)]
+    if audience_simulations is None:
+        opening.append(pipelined.of(*sim_read.audience_query(principal), prepare=True))
+    with ctx.db.read(ROLE, tenant, after_lsn=after_lsn, queries=opening, usable=lambda got: scope.held(got[0])) as rtx:
         conn = rtx.conn
+        # Every path this read compares comes from its own snapshot, the key's roots included (scope.py).
+        principal = scope.rescoped(principal, rtx.rows[0])
         scopes, scope_ids = _scopes(conn, principal, workarea_id)
         if audience_simulations is None:
-            audience_simulations = sim_read.audience_of(conn, principal, rtx.rows[0])
+            audience_simulations = sim_read.audience_of(conn, principal, rtx.rows[1])
         if claim_id is not None:
             cid = valid_uuid(claim_id, "claim_id", code=INVALID)
             vid = rows.tip_of_claim(conn, tenant, cid, when, audience_simulations)
@@ -271,8 +276,9 @@ def lineage(ctx: Context, principal: Principal, claim_id: str, *, depth: int = L
         raise invalid(f"depth must be between 1 and {LINEAGE_MAX_DEPTH}", code=INVALID, field="depth")
     cid = valid_uuid(claim_id, "claim_id", code=INVALID)
     tenant = principal.tenant
-    scopes = R.resolve_scope(principal, None)
     with ctx.db.tenant(ROLE, tenant, isolation=SNAPSHOT_ISOLATION) as conn:
+        principal = scope.in_snapshot(conn, principal)  # the paths compared below, from this snapshot (scope.py)
+        scopes = R.resolve_scope(principal, None)
         if audience_simulations is None:
             audience_simulations = sim_read.audience_of(conn, principal)
         w = _LineageWalk(conn, tenant, principal, scopes, R.ReadScope(principal, scopes, "history", audience_simulations),

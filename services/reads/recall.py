@@ -79,7 +79,7 @@ from oml.domain.errors import invalid, invalid_as, workarea_not_found
 from oml.domain.timewindow import TimeWindow
 from oml.services.reads import bm25 as bm25mod
 from oml.services.reads import prf as prfmod
-from oml.services.reads import readlog, rows, sim_read, timeleg, windows
+from oml.services.reads import readlog, rows, scope, sim_read, timeleg, windows
 from oml.services.reads.bodies import decrypt_versions
 from oml.services.runtime.phases import Phases
 from oml.services.runtime.tracing import traced
@@ -728,19 +728,23 @@ class _Opening:
     lexemes: tuple[list[str], int] | None
     # The row of the index's recorded model, read under the index's locks (vector_unavailable); None: no vector leg.
     model: Any = None
+    # The key's root paths in the read's snapshot (scope.root_paths_query's rows).
+    roots: list[Any] = field(default_factory=list)
 
 
 def _opening(principal: Principal, workarea_id: Any, audience: bool, text: str | None, vector: bool
              ) -> tuple[list[str], list[pipelined.Query], tuple[str, ...]]:
-    """The statements a recall's first steps need that depend on nothing read yet, named — the workarea
-    ``workarea_id`` names (when it is a uuid), the key's open simulations (``audience``), the lexemes of ``text`` (the
-    lexical leg's; None: no lexical leg) and, for a ``vector`` leg, the index's recorded model, read under the locks
+    """The statements a recall's first steps need that depend on nothing read yet, named — the key's root paths in
+    the read's snapshot (:mod:`oml.services.reads.scope`), the workarea ``workarea_id`` names (when it is a uuid), the
+    key's open simulations (``audience``), the lexemes of ``text`` (the lexical leg's; None: no lexical leg) and, for
+    a ``vector`` leg, the index's recorded model, read under the locks
     :data:`oml.workers.index.embedding.READ_LOCKS` the read takes before its snapshot (:meth:`Database.read`'s
     ``locks``, the third item returned). :meth:`Database.read` sends them behind the tenant binding, in its round
-    trip; :func:`_opened` reads their rows. Each statement is the one its own function runs (:func:`rows.workarea_by_id`,
-    :func:`sim_read.audience_of`, :func:`query_lexemes`, :func:`oml.workers.index.embedding.recorded_model`)."""
-    names: list[str] = []
-    queries: list[pipelined.Query] = []
+    trip; :func:`_opened` reads their rows. Each statement is the one its own function runs (:func:`scope.in_snapshot`,
+    :func:`rows.workarea_by_id`, :func:`sim_read.audience_of`, :func:`query_lexemes`,
+    :func:`oml.workers.index.embedding.recorded_model`)."""
+    names: list[str] = ["roots"]
+    queries: list[pipelined.Query] = [scope.root_paths_query(principal)]
     locks: tuple[str, ...] = ()
     if workarea_id is not None and _is_uuid(workarea_id):
         names.append("workarea")
@@ -766,7 +770,7 @@ def _opened(names: Sequence[str], got_rows: Sequence[list]) -> _Opening:
     wa = got.get("workarea")
     return _Opening((str(wa[0].node_id), wa[0].path) if wa else None, got.get("audience"),
                     lexemes_from(got["lexemes"][0]) if "lexemes" in got else None,
-                    got["model"][0] if "model" in got else None)
+                    got["model"][0] if "model" in got else None, got["roots"])
 
 
 def _steering(conn: sa.Connection, tenant: str, read: R.ReadScope, scopes: Sequence[str], q: _Query):
@@ -917,10 +921,13 @@ class Recaller:
         ph.mark("parse")
         names, opening_queries, locks = _opening(principal, req.workarea_id, audience_simulations is None,
                                           text if q.use_fts else None, q.use_vec)
-        with self.ctx.db.read(ROLE, tenant, after_lsn=after_lsn, queries=opening_queries, locks=locks) as rtx:
+        with self.ctx.db.read(ROLE, tenant, after_lsn=after_lsn, queries=opening_queries, locks=locks,
+                              usable=lambda got: scope.held(got[names.index("roots")])) as rtx:
             conn = rtx.conn
             ph.mark("begin")
             opening = _opened(names, rtx.rows)
+            # Every path this read compares comes from its own snapshot, the key's roots included (scope.py).
+            principal = scope.rescoped(principal, opening.roots)
             scopes, scope_ids = _scope(principal, req.workarea_id, opening.workarea)
             if audience_simulations is None:
                 # Open simulations whose audience names the key; empty: the shared plan only.

@@ -46,7 +46,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -381,7 +381,8 @@ class Database:
 
     @contextmanager
     def read(self, role: str, tenant: str, *, after_lsn: str | None = None,
-             queries: Sequence[pipelined.Query] = (), locks: Sequence[str] = ()) -> Iterator[ReadTx]:
+             queries: Sequence[pipelined.Query] = (), locks: Sequence[str] = (),
+             usable: Callable[[list[list]], bool] | None = None) -> Iterator[ReadTx]:
         """A ``REPEATABLE READ`` transaction (:data:`SNAPSHOT_ISOLATION`) as ``role`` bound to ``tenant``, on a standby
         when one can serve it; ``queries`` run right after the binding in the same round trip, their rows in
         :attr:`ReadTx.rows`. Every statement of the read sees one snapshot, taken by the binding: the rows of its
@@ -398,6 +399,10 @@ class Database:
         answers, the primary serves. RLS, the tenant binding and the
         ``SECURITY DEFINER`` search functions are the same objects on a
         standby (physical replication), so the read is the same read.
+        ``usable``: given a standby's rows of ``queries``, False when its
+        snapshot cannot serve this read (it has not replayed something the
+        read needs, such as the reading key: services/reads/scope.py); that
+        standby is then skipped like one behind ``after_lsn``.
         """
         for n in self._replica_order():
             try:
@@ -415,8 +420,12 @@ class Database:
                     first = [pipelined.Query(f"SET TRANSACTION ISOLATION LEVEL {SNAPSHOT_ISOLATION}, READ ONLY", {}),
                              *([lock_first(locks)] if locks else [])]
                     rows = pipelined.fetch(conn, [*first, pipelined.Query(_BIND, {"t": tenant}), *queries])
+                    got = rows[len(first) + 1:]
+                    if usable is not None and not usable(got):
+                        self._count(f"replica:{n}:behind")
+                        continue  # the read-only transaction commits: nothing to undo, prepared statements kept
                     self._count(f"replica:{n}")
-                    yield ReadTx(conn, f"replica:{n}", rows[len(first) + 1:])
+                    yield ReadTx(conn, f"replica:{n}", got)
                     return
             finally:
                 cm.__exit__(None, None, None)

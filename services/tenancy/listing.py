@@ -12,6 +12,8 @@ import sqlalchemy as sa
 
 from oml.domain import claims as rules
 from oml.domain.access import Principal
+from oml.services.reads import scope
+from oml.services.storage.db import SNAPSHOT_ISOLATION
 
 ROLE = "oml_server"
 
@@ -52,7 +54,9 @@ def list_workareas(ctx, p: Principal) -> list[dict]:
     No ``created_seq``: every key may list workareas, and a journal seq moves with simulated acts
     (docs/simulations.md, "Sequence numbers").
     """
-    with ctx.db.tenant(ROLE, p.tenant) as conn:
+    with ctx.db.tenant(ROLE, p.tenant, isolation=SNAPSHOT_ISOLATION) as conn:
+        if p.role != "admin":
+            p = scope.in_snapshot(conn, p)  # root paths from the snapshot the listed paths come from (scope.py)
         rows = conn.execute(sa.text(
             "SELECT node_id, parent_id, label, path, development, pii_policy FROM workareas"
             " WHERE tenant_id = :t ORDER BY path"), {"t": p.tenant}).mappings().all()

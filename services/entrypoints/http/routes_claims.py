@@ -30,6 +30,7 @@ from oml.services.entrypoints.http.deps import context, principal
 from oml.services.entrypoints.http.read_after import STAMPED, stamp_position
 from oml.services.entrypoints.http.routes_admin import IdemKey
 from oml.services.entrypoints.http.validation import UUID_PATTERN, Body, Closed, Time, UUIDStr, text, uuid_path
+from oml.services.reads import scope
 from oml.services.reads.bodies import Unverified, decrypt_version, log_read
 from oml.services.runtime.context import Context
 from oml.services.storage.db import SNAPSHOT_ISOLATION
@@ -205,6 +206,7 @@ def review_queue(ctx: Context, p: Principal, *, limit: int = 50, after: str | No
     """
     rules.require_act(p.role, "review_queue")
     with ctx.db.tenant("oml_server", p.tenant, isolation=SNAPSHOT_ISOLATION) as conn:
+        p = scope.in_snapshot(conn, p)  # the key's root paths as this snapshot holds them (services/reads/scope.py)
         rows = conn.execute(sa.text(_HELD_WITHIN + " AND v.status = 'held' ORDER BY v.submitted_seq LIMIT :n"),
                             {"t": p.tenant, "after": _position(conn, p, after), "roots": list(p.root_paths),
                              "p": p.principal_id, "n": limit}).all()
@@ -237,6 +239,7 @@ def own_work(ctx: Context, p: Principal, *, status: str = "held", decrypt: bool 
     """
     rules.require_act(p.role, "own_work")
     with ctx.db.tenant("oml_server", p.tenant, isolation=SNAPSHOT_ISOLATION) as conn:
+        p = scope.in_snapshot(conn, p)  # as in review_queue
         rows = conn.execute(sa.text(_HELD_WITHIN + " AND v.status = :st AND v.author_identity = CAST(:i AS uuid)"
                                     " ORDER BY v.submitted_seq LIMIT :n"),
                             {"t": p.tenant, "after": _position(conn, p, after), "roots": list(p.root_paths), "p": p.principal_id,

@@ -1,14 +1,17 @@
 """Reads that answer from one REPEATABLE READ snapshot (docs/recall.md, "One snapshot") against what commits while
 they run, where the read's answer depends on something outside its snapshot: the process's caches of verified
-journal state (services/reads/verified_reads.py, services/journal/verified_state.py) and the catalog (a model
-switch's TRUNCATE and column change, workers/index/model_switch.py)."""
+journal state (services/reads/verified_reads.py, services/journal/verified_state.py), the catalog (a model
+switch's TRUNCATE and column change, workers/index/model_switch.py) and the key's root paths, which authentication
+read in a transaction of its own (services/reads/scope.py)."""
 from __future__ import annotations
 
 import threading
 import time
 
+import pytest
 import sqlalchemy as sa
 
+from oml.domain.errors import OMLError
 from oml.services.journal import verified_state
 from oml.services.keys import rotation as keys_rotation
 from oml.services.reads import fetch as fetch_module
@@ -190,3 +193,80 @@ def test_an_integrity_count_written_from_a_read_adds_to_a_concurrent_one(ctx):
     with owner(ctx, tenant) as c:
         assert c.execute(sa.text("SELECT refusals FROM integrity_events WHERE tenant_id = :t AND version_id = :v"),
                          {"t": tenant, "v": key[0]}).scalar() == 2
+
+
+def test_a_key_authenticated_before_its_root_moved_reads_the_roots_paths_of_the_reads_snapshot(ctx):
+    """A Principal carries its roots' paths as authentication read them. Its root ``main.ops`` is then moved under
+    ``main.archive`` and a new ``main.ops`` is made, with claims of its own: a read that compared the stale path
+    ``main.ops`` with its snapshot's paths would serve the new subtree, which the key never had. Each read resolves
+    the roots in its own snapshot (services/reads/scope.py): the key reads the moved subtree, at its new path, only."""
+    from oml.services.entrypoints.http.routes_claims import review_queue
+    from oml.services.erasure.acts import Erasure
+    from oml.services.tenancy.listing import list_workareas
+
+    w = make_world(ctx, "race-root-moved")
+    old_ops = w.area("main.ops")
+    archive = w.area("main.archive")
+    kept = w.remember("main.ops", "The furnace maintenance log is kept in the basement ledger.")
+    held_old = w.remember("main.ops", "The furnace inspection is due in the spring.", promote=False)
+    reader, reviewer = w.key("reader", "main.ops"), w.key("reviewer", "main.ops")
+    operator = w.key("operator")
+    assert reader.root_paths == ("main.ops",)
+
+    w.ctx.tenancy.reparent_workarea(w.admin, old_ops, archive)
+    new_ops = w.ctx.tenancy.create_workarea(w.admin, "ops", w.root)["node_id"]
+    w.workareas["main.ops"] = new_ops
+    secret = w.remember("main.ops", "The furnace room door code is written on the red card.")
+    held_new = w.remember("main.ops", "The furnace room door code changes in the spring.", promote=False)
+    gone = w.remember("main.ops", "The furnace room spare key hangs by the boiler.")
+    Erasure(ctx).erase_claim(operator, gone["claim_id"], "data_subject_request", rewrite=False)
+    w.index()
+
+    recaller = Recaller(ctx, embed=constant_vector)
+    out = recaller.recall(reader, RecallRequest(query="furnace", retriever="fts", k=10))
+    assert out["diagnostics"]["scope"] == ["main.archive.ops"]
+    assert [h["claim_id"] for h in out["hits"]] == [kept["claim_id"]]
+    assert "door code" not in str(out)
+    scoped = recaller.recall(reader, RecallRequest(query="furnace", retriever="fts", k=10, workarea_id=old_ops))
+    assert [h["claim_id"] for h in scoped["hits"]] == [kept["claim_id"]]
+    with pytest.raises(OMLError) as refused:
+        recaller.recall(reader, RecallRequest(query="furnace", retriever="fts", k=10, workarea_id=new_ops))
+    assert refused.value.code == "workarea.not_found"
+
+    assert fetch(ctx, reader, claim_id=kept["claim_id"])["body"]["statement"].startswith("The furnace maintenance")
+    for cid in (secret["claim_id"], gone["claim_id"]):  # not served, and not erased inside its access either
+        with pytest.raises(OMLError) as missing:
+            fetch(ctx, reader, claim_id=cid)
+        assert missing.value.code == "claim.not_found"
+    with pytest.raises(OMLError) as refused:
+        fetch(ctx, reader, claim_id=secret["claim_id"], workarea_id=new_ops)
+    assert refused.value.code == "workarea.not_found"
+    with pytest.raises(OMLError) as missing:
+        fetch_module.lineage(ctx, reader, secret["claim_id"])
+    assert missing.value.code == "claim.not_found"
+    assert fetch_module.lineage(ctx, reader, kept["claim_id"])["claim_id"] == kept["claim_id"]
+
+    queued = [i["claim_id"] for i in review_queue(ctx, reviewer)["items"]]
+    assert held_old["claim_id"] in queued and held_new["claim_id"] not in queued
+    assert [(a["node_id"], a["path"]) for a in list_workareas(ctx, reader)] == [(old_ops, "main.archive.ops")]
+
+
+def test_a_key_revoked_after_authentication_reads_nothing(ctx):
+    """The read's snapshot does not hold the key as live: no root resolves, and the read answers as authentication
+    would have (services/reads/scope.py)."""
+    from oml.services.entrypoints.http.routes_claims import own_work
+
+    w = make_world(ctx, "race-key-revoked")
+    item = w.remember("main", "The revoked key must not read this statement.")
+    w.index()
+    reader = w.key("reader")
+    assert fetch(ctx, reader, claim_id=item["claim_id"])["claim_id"] == item["claim_id"]
+    w.ctx.tenancy.revoke_principal(w.admin, reader.principal_id)
+    w.ctx.tenancy.revoke_principal(w.admin, w.writer.principal_id)
+    for read in (lambda: fetch(ctx, reader, claim_id=item["claim_id"]),
+                 lambda: Recaller(ctx, embed=constant_vector).recall(reader, RecallRequest(query="revoked", retriever="fts")),
+                 lambda: fetch_module.lineage(ctx, reader, item["claim_id"]),
+                 lambda: own_work(ctx, w.writer)):
+        with pytest.raises(OMLError) as refused:
+            read()
+        assert refused.value.code == "access.unauthenticated"

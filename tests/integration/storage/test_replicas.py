@@ -13,6 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from oml.services.claims.admission import Submission
+from oml.services.reads import scope
 from oml.services.runtime.auth import authenticate
 
 from support.replica import caught_up, in_recovery, replica_context, start_standby, stop_standby
@@ -309,8 +310,9 @@ def test_an_erasures_token_keeps_a_lagging_standby_from_serving_the_erased_claim
 
 
 def test_a_reparents_token_keeps_a_lagging_standby_from_serving_the_old_scope(world, ctx, standby):
-    """A standby compares the key's root paths, read on the primary at authentication, with the workarea paths it
-    holds: until it replays a move, a subtree moved out of a key's roots is still served to that key."""
+    """A standby resolves the key's roots to paths in its own snapshot and compares them with the workarea paths it
+    holds: until it replays a move, a subtree moved out of a key's roots is still served to that key (a state the
+    primary had: the key and the subtree inside its roots)."""
     c = world.client
     admin_key = world.keys[world.admin.principal_id]
     moved = world.area("main.ops.billing")
@@ -328,6 +330,94 @@ def test_a_reparents_token_keeps_a_lagging_standby_from_serving_the_old_scope(wo
         assert stale.status_code == 200                      # the standby still holds main.ops.billing
         fresh = c.get(f"/v1/claims/{fact['claim_id']}", headers=_h(ops_reader, **{"OML-Read-After": token}))
         assert fresh.status_code == 404 and fresh.json()["code"] == "claim.not_found", fresh.text
+    finally:
+        standby.resume_replay()
+    caught_up(ctx, standby)
+
+
+def test_a_new_key_at_a_reused_path_is_not_served_the_old_subtree_a_lagging_standby_holds(world, ctx, rctx, standby):
+    """With replay paused, ``main.vault`` (holding a claim) moves under ``main.attic``, a new ``main.vault`` is made and
+    a new reader key is rooted there. The key's root path is ``main.vault`` on the primary; the standby still holds the
+    old subtree at that path. The primary never had that key and that subtree at ``main.vault`` at the same time, so
+    the standby must not serve it: the read resolves the key's roots in its own snapshot, where neither the key nor
+    its root exists yet, and a standby that does not hold the key leaves the read to the primary
+    (services/reads/scope.py). The newcomer has no token to wait with."""
+    c = world.client
+    admin_key = world.keys[world.admin.principal_id]
+    vault = world.area("main.vault")
+    attic = world.area("main.attic")
+    secret = world.remember("main.vault", "The strongroom combination is kept in the sealed envelope.")
+    world.index()
+    query = {"query": "strongroom combination sealed envelope", "k": 5, "retriever": "fts"}
+    caught_up(ctx, standby)
+    assert secret["claim_id"] in _hits(c.post("/v1/recall", json=query, headers=_h(world.reader_key)))
+    standby.pause_replay()
+    try:
+        moved = c.post(f"/v1/workareas/{vault}/reparent", json={"new_parent_id": attic}, headers=_h(admin_key))
+        assert moved.status_code == 200, moved.text
+        made = c.post("/v1/workareas", json={"label": "vault", "parent_id": world.root}, headers=_h(admin_key))
+        assert made.status_code == 200, made.text
+        new_vault = made.json()["node_id"]
+        ident = ctx.tenancy.create_identity(world.admin, "person", "newcomer")["identity_id"]
+        newcomer = ctx.tenancy.create_principal(world.admin, ident, "reader", [new_vault])["api_key"]
+        assert authenticate(ctx.db, newcomer).root_paths == ("main.vault",)   # the primary's path for its root
+
+        before = dict(rctx.db.read_counts)
+        f = c.get(f"/v1/claims/{secret['claim_id']}", headers=_h(newcomer))
+        assert f.status_code == 404 and f.json()["code"] == "claim.not_found", f.text
+        assert "strongroom" not in f.text
+        r = c.post("/v1/recall", json=query, headers=_h(newcomer))
+        assert _hits(r) == [] and r.json()["diagnostics"]["scope"] == ["main.vault"] and "strongroom" not in r.text
+        scoped = c.get(f"/v1/claims/{secret['claim_id']}", params={"workarea_id": new_vault}, headers=_h(newcomer))
+        assert scoped.status_code == 404 and "strongroom" not in scoped.text
+        counts = {k: v - before.get(k, 0) for k, v in rctx.db.read_counts.items()}
+        # The standby does not hold the key yet: skipped for each read, which the primary answered from its state.
+        assert counts.get("replica:0:behind") == 3 and counts.get("primary") == 3 and not counts.get("replica:0")
+        # The standby's own snapshot resolves none of the newcomer's roots.
+        newcomer_p = authenticate(ctx.db, newcomer)
+        with rctx.db.read("oml_server", world.tenant, queries=[scope.root_paths_query(newcomer_p)]) as rtx:
+            assert rtx.source == "replica:0" and rtx.rows[0] == []
+        # The key that held the subtree before the move still reads it there: a state the primary had.
+        stale = c.get(f"/v1/claims/{secret['claim_id']}", headers=_h(world.reader_key))
+        assert stale.status_code == 200
+    finally:
+        standby.resume_replay()
+    caught_up(ctx, standby)
+    served = rctx.db.read_counts.get("replica:0", 0)
+    f = c.get(f"/v1/claims/{secret['claim_id']}", headers=_h(newcomer))
+    assert f.status_code == 404 and "strongroom" not in f.text
+    r = c.post("/v1/recall", json=query, headers=_h(newcomer))
+    assert _hits(r) == [] and r.json()["diagnostics"]["scope"] == ["main.vault"]    # its new, empty workarea only
+    assert rctx.db.read_counts.get("replica:0", 0) - served == 2
+    moved_back = c.get(f"/v1/claims/{secret['claim_id']}", headers=_h(world.reader_key))
+    assert moved_back.status_code == 200 and moved_back.json()["workarea"]["path"] == "main.attic.vault"
+
+
+def test_a_new_key_is_not_served_what_left_its_root_before_it_was_made(world, ctx, rctx, standby):
+    """The root's node is the same on both sides here: ``main.depot.keys`` moves out to ``main.attic`` while replay is
+    paused, then a reader key is made at ``main.depot``. The standby still holds ``main.depot.keys`` under that root,
+    but the key never had it; the standby does not hold the key, so the primary answers."""
+    c = world.client
+    admin_key = world.keys[world.admin.principal_id]
+    world.area("main.depot")
+    attic = world.area("main.attic")
+    child = world.area("main.depot.keys")
+    secret = world.remember("main.depot.keys", "The depot padlock opens with the brass key on the blue ring.")
+    world.index()
+    caught_up(ctx, standby)
+    standby.pause_replay()
+    try:
+        moved = c.post(f"/v1/workareas/{child}/reparent", json={"new_parent_id": attic}, headers=_h(admin_key))
+        assert moved.status_code == 200, moved.text
+        ident = ctx.tenancy.create_identity(world.admin, "person", "depot-newcomer")["identity_id"]
+        newcomer = ctx.tenancy.create_principal(world.admin, ident, "reader", [world.workareas["main.depot"]])["api_key"]
+        before = dict(rctx.db.read_counts)
+        f = c.get(f"/v1/claims/{secret['claim_id']}", headers=_h(newcomer))
+        assert f.status_code == 404 and "padlock" not in f.text, f.text
+        r = c.post("/v1/recall", json={"query": "depot padlock brass key blue ring", "k": 5, "retriever": "fts"},
+                   headers=_h(newcomer))
+        assert _hits(r) == [] and "padlock" not in r.text
+        assert rctx.db.read_counts.get("replica:0:behind", 0) - before.get("replica:0:behind", 0) == 2
     finally:
         standby.resume_replay()
     caught_up(ctx, standby)
