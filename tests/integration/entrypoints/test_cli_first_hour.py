@@ -14,6 +14,7 @@ import pytest
 
 from support.admission import run_cli
 from support.mcp_calls import env_for
+from support.processes import stop
 
 
 @pytest.fixture(scope="module")
@@ -161,12 +162,7 @@ def test_a_client_that_connects_on_the_ready_line_is_accepted(ctx, args, line):
             pytest.fail(f"exited {p.wait()} without the ready line:\n{''.join(seen)[-3000:]}")
         assert f"127.0.0.1:{port}" in text
     finally:
-        p.terminate()
-        try:
-            p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+        stop(p)
 
 
 def test_a_busy_port_fails_before_anything_says_serving(ctx):

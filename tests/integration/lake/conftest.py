@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from support import backends
+from support.processes import stop
 
 
 def _moto_server(log_path: Path):
@@ -47,9 +48,4 @@ def s3_server(tmp_path_factory):
     try:
         yield {"endpoint": endpoint, "access_key": "lake-writer", "secret_key": "lake-writer-secret"}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, timeout=10)
