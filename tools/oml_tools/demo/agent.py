@@ -113,7 +113,21 @@ class McpAgent:
         async def go(c):
             return await c.call_tool(tool, arguments)
 
-        return _payload(self._submit(go, timeout))
+        try:
+            return _payload(self._submit(go, timeout))
+        except ToolFailed as exc:
+            if exc.code != "internal.error":
+                raise
+            # The server logs an unexpected failure by its exception type only (services/entrypoints/mcp_server.py):
+            # carry that line into the demo's report, which otherwise says only "internal.error".
+            raise ToolFailed(f"{exc} [{'; '.join(self._logged_failures()) or 'no failure logged'}]") from None
+
+    def _logged_failures(self) -> list[str]:
+        try:
+            lines = self.errlog_path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return []
+        return [line.strip() for line in lines if "mcp tool failed" in line][-3:]
 
     def close(self) -> None:
         if self._loop is not None and self._stop is not None:
