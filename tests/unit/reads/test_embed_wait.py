@@ -1,7 +1,7 @@
-"""Recall's bounded wait for its query vector (docs/recall.md, "Waiting for the query vector"): the setting that bounds
-it, and the runs in flight (services/reads/recall.py ``_QueryVectors``): one per query, a started run left to finish,
+"""Recall's bounded wait for its query vector (docs/recall.md, "Waiting for the query vector"): the runs in flight (services/reads/recall.py ``_QueryVectors``): one per query, a started run left to finish,
 a queued run that no read waits for any more cancelled. The read path itself is tested on PostgreSQL
-(tests/integration/reads/test_recall_embed_wait.py)."""
+(tests/integration/reads/test_recall_embed_wait.py); the setting that bounds it, with the other durations
+(tests/unit/runtime/test_duration_settings.py)."""
 from __future__ import annotations
 
 import concurrent.futures
@@ -11,25 +11,6 @@ import pytest
 
 from oml.services.reads.recall import _QueryVectors
 from oml.services.runtime.phases import Phases
-
-
-@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e400", "-1", "0", "61", "abc", ""])
-def test_a_bad_embed_wait_setting_stops_at_start(monkeypatch, value):
-    from pydantic import ValidationError
-
-    from oml.services.runtime.settings import Settings
-
-    monkeypatch.setenv("OML_RECALL_EMBED_WAIT_S", value)
-    with pytest.raises(ValidationError, match="recall_embed_wait_s"):
-        Settings()
-
-
-def test_the_embed_wait_setting_reads_seconds(monkeypatch):
-    from oml.services.runtime.settings import Settings
-
-    assert Settings().recall_embed_wait_s == 2.0
-    monkeypatch.setenv("OML_RECALL_EMBED_WAIT_S", "0.25")
-    assert Settings().recall_embed_wait_s == 0.25
 
 
 @pytest.fixture

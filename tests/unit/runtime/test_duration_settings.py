@@ -5,7 +5,8 @@ from pydantic import ValidationError
 
 from oml.services.runtime.settings import Settings
 
-DURATIONS = ["OML_REPLICA_WAIT_S", "OML_LAKE_LOCK_TIMEOUT_S", "OML_LAKE_LEASE_S", "OML_VERIFIED_STATE_SNAPSHOT_INTERVAL_S"]
+DURATIONS = ["OML_REPLICA_WAIT_S", "OML_LAKE_LOCK_TIMEOUT_S", "OML_LAKE_LEASE_S", "OML_VERIFIED_STATE_SNAPSHOT_INTERVAL_S",
+             "OML_RECALL_EMBED_WAIT_S"]
 
 
 @pytest.mark.parametrize("name", DURATIONS)
@@ -22,3 +23,16 @@ def test_the_standby_wait_is_bounded(monkeypatch):
         Settings()
     monkeypatch.setenv("OML_REPLICA_WAIT_S", "0")
     assert Settings().replica_wait_s == 0
+
+
+@pytest.mark.parametrize("value", ["0", "61", "abc", ""])
+def test_a_bad_embed_wait_setting_stops_at_start(monkeypatch, value):
+    monkeypatch.setenv("OML_RECALL_EMBED_WAIT_S", value)
+    with pytest.raises(ValidationError, match="recall_embed_wait_s"):
+        Settings()
+
+
+def test_the_embed_wait_setting_reads_seconds(monkeypatch):
+    assert Settings().recall_embed_wait_s == 2.0
+    monkeypatch.setenv("OML_RECALL_EMBED_WAIT_S", "0.25")
+    assert Settings().recall_embed_wait_s == 0.25
